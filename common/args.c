@@ -1,0 +1,320 @@
+// args.c: the flags of args.h. One table describes every flag (name, group, kind, field, lower bound,
+// help); parsing, validation and the usage text are all generated from it, so they cannot disagree.
+#include "args.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mlp.h"
+
+typedef enum { KIND_INT, KIND_FLOAT, KIND_U64, KIND_STR, KIND_BOOL } Kind;
+
+// How a number is bounded: value >= min, value > min, or min <= value < 1 (momentum).
+typedef enum { RANGE_NONE, RANGE_GE, RANGE_GT, RANGE_UNIT } Range;
+
+typedef struct Flag {
+  const char *name;     // without the leading "--"
+  unsigned group;       // ARGS_*
+  Kind kind;            // how the value is parsed
+  size_t off;           // offsetof(Args, field)
+  Range range;          // bound on numbers
+  double min;           // the bound
+  const char *choices;  // "a|b|c" for enumerations, NULL for free text
+  const char *meta;     // value placeholder in the usage ("N", "PATH")
+  const char *help;     // one line for the usage
+} Flag;
+
+#define F(field) offsetof(Args, field)
+static const Flag FLAGS[] = {
+    {"epochs", ARGS_TRAIN, KIND_INT, F(epochs), RANGE_GE, 1, NULL, "N",
+     "passes over the training data"},
+    {"batch_size", ARGS_TRAIN, KIND_INT, F(batch_size), RANGE_GE, 1, NULL, "N",
+     "samples per optimizer step per process"},
+    {"lr", ARGS_TRAIN, KIND_FLOAT, F(lr), RANGE_GT, 0, NULL, "X", "learning rate"},
+    {"momentum", ARGS_TRAIN, KIND_FLOAT, F(momentum), RANGE_UNIT, 0, NULL, "X",
+     "SGD momentum, in [0, 1)"},
+    {"weight_decay", ARGS_TRAIN, KIND_FLOAT, F(weight_decay), RANGE_GE, 0, NULL, "X",
+     "L2 weight decay"},
+    {"dataset_size", ARGS_TRAIN, KIND_INT, F(dataset_size), RANGE_GE, 0, NULL, "N",
+     "training samples to use, 0 = all (synthetic: 10000)"},
+    {"save_interval", ARGS_TRAIN, KIND_INT, F(save_interval), RANGE_GE, 0, NULL, "N",
+     "save a checkpoint every N epochs, 0 = never"},
+    {"device", ARGS_TRAIN, KIND_STR, F(device), RANGE_NONE, 0, "auto|cpu|cuda", "NAME",
+     "where to train"},
+    {"data", ARGS_TRAIN, KIND_STR, F(data), RANGE_NONE, 0, "fashion-mnist|mnist|synthetic", "NAME",
+     "data set"},
+    {"data_dir", ARGS_TRAIN, KIND_STR, F(data_dir), RANGE_NONE, 0, NULL, "DIR",
+     "directory with the IDX files (default: the data set's own)"},
+    {"hidden", ARGS_TRAIN, KIND_STR, F(hidden), RANGE_NONE, 0, NULL, "LIST",
+     "hidden layer sizes, comma-separated (\"\" = none)"},
+    {"seed", ARGS_TRAIN, KIND_U64, F(seed), RANGE_NONE, 0, NULL, "N",
+     "seed for initialisation and shuffling"},
+    {"metrics", ARGS_TRAIN, KIND_STR, F(metrics), RANGE_NONE, 0, NULL, "PATH",
+     "write JSON Lines metrics, {rank} replaced by the rank"},
+    {"ckpt_dir", ARGS_TRAIN, KIND_STR, F(ckpt_dir), RANGE_NONE, 0, NULL, "DIR",
+     "where checkpoints go"},
+    {"resume", ARGS_TRAIN, KIND_STR, F(resume), RANGE_NONE, 0, NULL, "PATH",
+     "checkpoint to continue from"},
+    {"max_steps", ARGS_TRAIN, KIND_INT, F(max_steps), RANGE_GE, 0, NULL, "N",
+     "stop after N optimizer steps, 0 = no limit"},
+    {"log_interval", ARGS_TRAIN, KIND_INT, F(log_interval), RANGE_GE, 1, NULL, "N",
+     "optimizer steps between progress lines"},
+    {"backend", ARGS_DIST, KIND_STR, F(backend), RANGE_NONE, 0, "auto|nccl|mpi", "NAME",
+     "communication backend"},
+    {"drop_last", ARGS_SAMPLER, KIND_BOOL, F(drop_last), RANGE_NONE, 0, NULL, NULL,
+     "drop the tail of the data instead of padding it"},
+    {"bucket_cap_mb", ARGS_REDUCER, KIND_FLOAT, F(bucket_cap_mb), RANGE_GT, 0, NULL, "X",
+     "gradient bucket size cap in MiB"},
+    {"grad_accum", ARGS_REDUCER, KIND_INT, F(grad_accum), RANGE_GE, 1, NULL, "N",
+     "micro-batches per optimizer step"},
+    {"trace", ARGS_REDUCER, KIND_STR, F(trace), RANGE_NONE, 0, NULL, "PATH",
+     "write a Chrome trace (chrome://tracing, Perfetto)"},
+};
+#undef F
+#define N_FLAGS (sizeof FLAGS / sizeof FLAGS[0])
+
+// The step in which each group arrives, for "not available in this step" messages.
+static const struct {
+  unsigned group;
+  const char *stage;
+} STAGES[] = {
+    {ARGS_DIST, "the process group in step 02"},
+    {ARGS_SAMPLER, "the distributed sampler in step 03"},
+    {ARGS_REDUCER, "the bucketed reducer in step 06"},
+};
+
+static void set_defaults(Args *a) {
+  memset(a, 0, sizeof *a);
+  a->epochs = 3;
+  a->batch_size = 128;
+  a->lr = 0.05f;
+  a->momentum = 0.9f;
+  a->weight_decay = 0.0f;
+  a->dataset_size = 0;
+  a->save_interval = 1;
+  a->device = "auto";
+  a->data = "fashion-mnist";
+  a->data_dir = NULL;
+  a->hidden = "1024,1024";
+  a->seed = 42;
+  a->metrics = NULL;
+  a->ckpt_dir = "checkpoints";
+  a->resume = NULL;
+  a->max_steps = 0;
+  a->log_interval = 50;
+  a->backend = "auto";
+  a->drop_last = false;
+  a->bucket_cap_mb = 25.0f;
+  a->grad_accum = 1;
+  a->trace = NULL;
+}
+
+// ---- usage ------------------------------------------------------------------------------------------
+
+static void print_default(FILE *out, const Flag *f, const Args *d) {
+  const char *p = (const char *)d + f->off;
+  switch (f->kind) {
+    case KIND_INT: fprintf(out, " (default %d)", *(const int *)p); break;
+    case KIND_FLOAT: fprintf(out, " (default %g)", (double)*(const float *)p); break;
+    case KIND_U64: fprintf(out, " (default %" PRIu64 ")", *(const uint64_t *)p); break;
+    case KIND_STR: {
+      const char *s = *(const char *const *)p;
+      if (s) fprintf(out, " (default %s)", s);
+      break;
+    }
+    case KIND_BOOL: break;
+  }
+}
+
+static void usage(FILE *out, const char *prog, unsigned groups, const char *about) {
+  Args d;
+  set_defaults(&d);
+  const char *base = strrchr(prog, '/');
+  if (about) fprintf(out, "%s\n\n", about);
+  fprintf(out, "usage: %s [flags]   (--flag value or --flag=value)\n\nflags:\n", base ? base + 1 : prog);
+  for (size_t i = 0; i < N_FLAGS; i++) {
+    const Flag *f = &FLAGS[i];
+    if (!(f->group & groups)) continue;
+    char left[64];
+    snprintf(left, sizeof left, "--%s%s%s", f->name, f->choices || f->meta ? " " : "",
+             f->choices ? f->choices : f->meta ? f->meta : "");
+    fprintf(out, "  %-38s %s", left, f->help);
+    print_default(out, f, &d);
+    fputc('\n', out);
+  }
+  fprintf(out, "  %-38s %s\n", "-h, --help", "show this help and exit");
+}
+
+// Prints "error: <what>", a blank line and the usage to stderr, then exits 2. Arguments are parsed
+// before any process group exists, so a plain exit is the right way to end.
+static void __attribute__((noreturn, format(printf, 4, 5)))
+fail(const char *prog, unsigned groups, const char *about, const char *fmt, ...) {
+  va_list ap;
+  fputs("error: ", stderr);
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputs("\n\n", stderr);
+  usage(stderr, prog, groups, about);
+  fflush(stdout);
+  exit(2);
+}
+
+// ---- values -----------------------------------------------------------------------------------------
+
+typedef struct Parser {  // what an error message needs to print the usage
+  const char *prog;
+  unsigned groups;
+  const char *about;
+} Parser;
+
+#define FAIL(c, ...) fail((c)->prog, (c)->groups, (c)->about, __VA_ARGS__)
+
+// strtol and friends skip leading spaces and strtoull accepts "-1"; neither is a number here.
+static int plain_start(const char *s, int allow_minus) {
+  if (!*s || isspace((unsigned char)*s)) return 0;
+  return allow_minus || *s != '-';
+}
+
+static double parse_number(const Parser *c, const Flag *f, const char *v, void *dst) {
+  char *end = NULL;
+  errno = 0;
+  if (f->kind == KIND_INT) {
+    long x = plain_start(v, 1) ? strtol(v, &end, 10) : 0;
+    if (!end || end == v || *end) FAIL(c, "--%s: '%s' is not an integer", f->name, v);
+    if (errno == ERANGE || x < INT_MIN || x > INT_MAX)
+      FAIL(c, "--%s: '%s' is out of range for an integer", f->name, v);
+    *(int *)dst = (int)x;
+    return (double)x;
+  }
+  if (f->kind == KIND_U64) {
+    unsigned long long x = plain_start(v, 0) ? strtoull(v, &end, 10) : 0;
+    if (!end || end == v || *end) FAIL(c, "--%s: '%s' is not a non-negative integer", f->name, v);
+    if (errno == ERANGE) FAIL(c, "--%s: '%s' does not fit in 64 bits", f->name, v);
+    *(uint64_t *)dst = (uint64_t)x;
+    return (double)x;
+  }
+  float x = plain_start(v, 1) ? strtof(v, &end) : 0.0f;
+  if (!end || end == v || *end) FAIL(c, "--%s: '%s' is not a number", f->name, v);
+  if (!isfinite(x)) FAIL(c, "--%s: '%s' is not a finite number", f->name, v);
+  if (errno == ERANGE) FAIL(c, "--%s: '%s' is out of range for a float", f->name, v);
+  *(float *)dst = x;
+  return (double)x;
+}
+
+static void check_range(const Parser *c, const Flag *f, double x, const char *v) {
+  switch (f->range) {
+    case RANGE_NONE: break;
+    case RANGE_GE:
+      if (!(x >= f->min)) FAIL(c, "--%s must be >= %g (got %s)", f->name, f->min, v);
+      break;
+    case RANGE_GT:
+      if (!(x > f->min)) FAIL(c, "--%s must be > %g (got %s)", f->name, f->min, v);
+      break;
+    case RANGE_UNIT:
+      if (!(x >= f->min && x < 1.0)) FAIL(c, "--%s must be in [%g, 1) (got %s)", f->name, f->min, v);
+      break;
+  }
+}
+
+// Is v one of the '|'-separated words in choices?
+static int is_choice(const char *choices, const char *v) {
+  size_t n = strlen(v);
+  for (const char *p = choices; *p;) {
+    const char *bar = strchr(p, '|');
+    size_t len = bar ? (size_t)(bar - p) : strlen(p);
+    if (len == n && strncmp(p, v, n) == 0) return 1;
+    p += len + (bar ? 1 : 0);
+  }
+  return 0;
+}
+
+// "--hidden" is comma-separated positive sizes; the empty list (no hidden layer) is allowed.
+static void check_hidden(const Parser *c, const char *v) {
+  int count = 0;
+  for (const char *p = v; *p;) {
+    char *end = NULL;
+    errno = 0;
+    long x = isdigit((unsigned char)*p) ? strtol(p, &end, 10) : 0;
+    if (!end || end == p || (*end && *end != ',') || errno == ERANGE || x < 1 || x > INT_MAX)
+      FAIL(c, "--hidden: '%s' is not a comma-separated list of positive sizes (e.g. 1024,1024)", v);
+    count++;
+    p = *end ? end + 1 : end;
+    if (*end && !*p) FAIL(c, "--hidden: '%s' ends with a comma", v);
+  }
+  if (count > MLP_MAX_LAYERS - 1)
+    FAIL(c, "--hidden: %d hidden layers, at most %d are supported", count, MLP_MAX_LAYERS - 1);
+}
+
+static void set_value(const Parser *c, Args *a, const Flag *f, const char *v) {
+  void *dst = (char *)a + f->off;
+  if (f->kind == KIND_STR) {
+    if (f->choices && !is_choice(f->choices, v))
+      FAIL(c, "--%s: '%s' is not one of %s", f->name, v, f->choices);
+    if (strcmp(f->name, "hidden") == 0) check_hidden(c, v);
+    if (!f->choices && !*v && strcmp(f->name, "hidden") != 0)
+      FAIL(c, "--%s needs a non-empty value", f->name);
+    *(const char **)dst = v;
+    return;
+  }
+  check_range(c, f, parse_number(c, f, v, dst), v);
+}
+
+// ---- parsing ----------------------------------------------------------------------------------------
+
+static const Flag *find_flag(const char *name, size_t len) {
+  for (size_t i = 0; i < N_FLAGS; i++)
+    if (strlen(FLAGS[i].name) == len && strncmp(FLAGS[i].name, name, len) == 0) return &FLAGS[i];
+  return NULL;
+}
+
+static const char *stage_of(unsigned group) {
+  for (size_t i = 0; i < sizeof STAGES / sizeof STAGES[0]; i++)
+    if (STAGES[i].group == group) return STAGES[i].stage;
+  return "a later step";
+}
+
+void args_parse(Args *a, int argc, char **argv, unsigned groups, const char *about) {
+  Parser c = {argc > 0 && argv[0] ? argv[0] : "train", groups, about};
+  set_defaults(a);
+  for (int i = 1; i < argc; i++) {
+    const char *arg = argv[i];
+    if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+      usage(stdout, c.prog, groups, about);
+      fflush(stdout);
+      exit(0);
+    }
+    if (strncmp(arg, "--", 2) != 0 || arg[2] == '\0') {
+      if (arg[0] == '-' && arg[1] != '\0') FAIL(&c, "unknown flag %s", arg);
+      FAIL(&c, "unexpected argument '%s' (every option is a --flag)", arg);
+    }
+    const char *name = arg + 2, *eq = strchr(name, '=');
+    size_t len = eq ? (size_t)(eq - name) : strlen(name);
+    const Flag *f = find_flag(name, len);
+    if (!f) FAIL(&c, "unknown flag --%.*s", (int)len, name);
+    if (!(f->group & groups))
+      FAIL(&c, "--%s is not available in this step (it arrives with %s)", f->name,
+           stage_of(f->group));
+    if (f->kind == KIND_BOOL) {
+      if (eq) FAIL(&c, "--%s takes no value", f->name);
+      *(bool *)((char *)a + f->off) = true;
+      continue;
+    }
+    const char *v = eq ? eq + 1 : NULL;
+    if (!v) {
+      // "--metrics --epochs 3" almost certainly forgot the value rather than meant a path "--epochs".
+      if (i + 1 >= argc || strncmp(argv[i + 1], "--", 2) == 0)
+        FAIL(&c, "--%s needs a value", f->name);
+      v = argv[++i];
+    }
+    set_value(&c, a, f, v);
+  }
+}

@@ -1,0 +1,68 @@
+/**
+ * @file
+ * @brief Command-line flags with the course's names (`--epochs --batch_size --lr …`).
+ *
+ * Flags come in groups; each step accepts the groups of the stages it has reached, so a learner who
+ * passes `--backend` to step 01 is told that step 01 has no process group. Invalid input (unknown flag,
+ * missing value, non-number, out-of-range value) prints one line naming the problem, then the usage, and
+ * exits with status 2.
+ */
+#ifndef DDP_ARGS_H
+#define DDP_ARGS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** @brief Flags every step has: training, data, model, checkpoints, logging. */
+#define ARGS_TRAIN 0x1u
+/** @brief `--backend` (from step 02: the process group). */
+#define ARGS_DIST 0x2u
+/** @brief `--drop_last` (from step 03: the distributed sampler). */
+#define ARGS_SAMPLER 0x4u
+/** @brief `--bucket_cap_mb`, `--grad_accum`, `--trace` (step 06: the bucketed reducer). */
+#define ARGS_REDUCER 0x8u
+
+/** @brief Parsed flags; defaults in args_parse(). */
+typedef struct Args {
+  int epochs;             ///< --epochs: passes over the training data (3)
+  int batch_size;         ///< --batch_size: samples per optimizer step per process (128)
+  float lr;               ///< --lr: learning rate (0.05)
+  float momentum;         ///< --momentum (0.9)
+  float weight_decay;     ///< --weight_decay (0)
+  int dataset_size;       ///< --dataset_size: train samples to use, 0 = all (synthetic: 10000)
+  int save_interval;      ///< --save_interval: save a checkpoint every N epochs, 0 = never (1)
+  const char *device;     ///< --device: auto | cpu | cuda (auto)
+  const char *data;       ///< --data: fashion-mnist | mnist | synthetic (fashion-mnist)
+  const char *data_dir;   ///< --data_dir: IDX directory (NULL: the dataset's default)
+  const char *hidden;     ///< --hidden: hidden layer sizes, comma-separated ("1024,1024")
+  uint64_t seed;          ///< --seed (42)
+  const char *metrics;    ///< --metrics: JSON Lines path, `{rank}` replaced (NULL: none)
+  const char *ckpt_dir;   ///< --ckpt_dir: where checkpoints go ("checkpoints")
+  const char *resume;     ///< --resume: checkpoint to continue from (NULL: none)
+  int max_steps;          ///< --max_steps: stop after this many optimizer steps, 0 = no limit
+  int log_interval;       ///< --log_interval: steps between progress lines (50)
+  const char *backend;    ///< --backend: auto | nccl | mpi (ARGS_DIST; auto)
+  bool drop_last;         ///< --drop_last: drop the tail instead of padding (ARGS_SAMPLER)
+  float bucket_cap_mb;    ///< --bucket_cap_mb: bucket size cap in MiB (ARGS_REDUCER; 25)
+  int grad_accum;         ///< --grad_accum: micro-batches per optimizer step (ARGS_REDUCER; 1)
+  const char *trace;      ///< --trace: Chrome trace output path (ARGS_REDUCER; NULL)
+} Args;
+
+/**
+ * @brief Parses argv into @p a (defaults first). `--help` prints the usage and exits 0; any error
+ * prints `error: <what>` and the usage to stderr and exits 2. Accepts `--flag value` and `--flag=value`.
+ * @param[out] a      parsed flags.
+ * @param[in] argc,argv the command line.
+ * @param[in] groups  the ARGS_* groups this program accepts.
+ * @param[in] about   one line describing the program, shown at the top of the usage.
+ */
+void args_parse(Args *a, int argc, char **argv, unsigned groups, const char *about);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,59 @@
+// check.c: the error-reporting and job-ending half of check.h (CUDA/NCCL/MPI impls live beside
+// their backends, so this file needs none of their headers).
+#include "check.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int g_rank = 0;
+static void (*g_abort)(int status) = NULL;
+
+void check_set_rank(int rank) { g_rank = rank; }
+int check_rank(void) { return g_rank; }
+void check_set_abort(void (*hook)(int status)) { g_abort = hook; }
+
+_Noreturn static void end_job(int status) {
+  fflush(stdout);
+  fflush(stderr);
+  if (g_abort) g_abort(status);  // never returns: aborts every rank
+  exit(status);
+}
+
+void check_fail(const char *kind, const char *file, int line, const char *fmt, ...) {
+  const char *base = strrchr(file, '/');
+  fprintf(stderr, "[%s ERROR] rank %d at %s:%d: ", kind, g_rank, base ? base + 1 : file, line);
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputc('\n', stderr);
+  end_job(1);
+}
+
+void die(int status, const char *fmt, ...) {
+  fprintf(stderr, "error: ");
+  if (g_rank != 0) fprintf(stderr, "[rank %d] ", g_rank);
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputc('\n', stderr);
+  end_job(status);
+}
+
+void *malloc_check_impl(size_t bytes, const char *file, int line) {
+  void *p = malloc(bytes ? bytes : 1);
+  if (!p) check_fail("ALLOC", file, line, "out of host memory allocating %zu bytes", bytes);
+  memset(p, 0, bytes);  // touch every page now, not inside the training loop
+  return p;
+}
+
+FILE *fopen_check_impl(const char *path, const char *mode, const char *file, int line) {
+  FILE *f = fopen(path, mode);
+  if (!f)
+    check_fail("IO", file, line, "cannot open '%s' (mode %s): %s; check the path and permissions",
+               path, mode, strerror(errno));
+  return f;
+}

@@ -1,0 +1,364 @@
+// ckpt.c: the checkpoint file of ckpt.h. Every field is written byte by byte in little-endian order
+// (never an fwrite of a struct), so the file is the same on every host and compiler.
+#define _POSIX_C_SOURCE 200809L
+#include "ckpt.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#define CKPT_MAGIC "DDPCKPT"            // 7 characters + NUL = 8 bytes
+#define CKPT_FIXED 56                   // header bytes before the layer sizes
+#define CKPT_CHUNK 16384                // floats converted per fwrite when saving
+
+static void put_u32(unsigned char *p, uint32_t v) {
+  for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static void put_u64(unsigned char *p, uint64_t v) {
+  for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint32_t get_u32(const unsigned char *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static uint64_t get_u64(const unsigned char *p) {
+  return (uint64_t)get_u32(p) | (uint64_t)get_u32(p + 4) << 32;
+}
+
+static void set_err(char *err, size_t err_len, const char *fmt, ...) {
+  if (!err || err_len == 0) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, err_len, fmt, ap);
+  va_end(ap);
+}
+
+static size_t header_bytes(int n_layers) { return CKPT_FIXED + 4 * ((size_t)n_layers + 1); }
+
+size_t ckpt_param_count(const CkptMeta *meta) {
+  if (meta->n_layers < 1 || meta->n_layers > MLP_MAX_LAYERS) return 0;
+  size_t n = 0;
+  for (int l = 0; l < meta->n_layers; l++) {
+    int in = meta->sizes[l], out = meta->sizes[l + 1];
+    if (in < 1 || out < 1) return 0;
+    n += (size_t)out * (size_t)in + (size_t)out;
+  }
+  return n;
+}
+
+// Writes "784-1024-10" into buf.
+static void shape_str(char *buf, size_t len, int n_layers, const int *sizes) {
+  size_t used = 0;
+  buf[0] = '\0';
+  for (int l = 0; l <= n_layers && used < len; l++) {
+    int k = snprintf(buf + used, len - used, l ? "-%d" : "%d", sizes[l]);
+    if (k < 0) break;
+    used += (size_t)k;
+  }
+}
+
+// ---- save -----------------------------------------------------------------------------------------
+
+// The directory that holds path ("." when path has no '/'), for the existence check and the fsync.
+static void parent_dir(char *dir, size_t len, const char *path) {
+  const char *slash = strrchr(path, '/');
+  if (!slash) {
+    snprintf(dir, len, ".");
+  } else if (slash == path) {
+    snprintf(dir, len, "/");
+  } else {
+    snprintf(dir, len, "%.*s", (int)(slash - path), path);
+  }
+}
+
+// fwrite that also extends the running CRC.
+static int write_crc(FILE *f, const void *buf, size_t len, uLong *crc) {
+  *crc = crc32(*crc, (const Bytef *)buf, (uInt)len);
+  return fwrite(buf, 1, len, f) == len ? 0 : -1;
+}
+
+// Writes n floats as little-endian u32 bit patterns, a chunk at a time.
+static int write_floats(FILE *f, const float *x, size_t n, uLong *crc, unsigned char *chunk) {
+  for (size_t i = 0; i < n; i += CKPT_CHUNK) {
+    size_t m = n - i < CKPT_CHUNK ? n - i : CKPT_CHUNK;
+    for (size_t j = 0; j < m; j++) {
+      uint32_t bits;
+      memcpy(&bits, &x[i + j], 4);
+      put_u32(chunk + 4 * j, bits);
+    }
+    if (write_crc(f, chunk, 4 * m, crc)) return -1;
+  }
+  return 0;
+}
+
+// Writes header, arrays and CRC to an open stream; 0 or -1 (errno set by the failing call).
+static int write_body(FILE *f, const CkptMeta *meta, size_t n, const float *params,
+                      const float *opt_state) {
+  unsigned char hdr[CKPT_FIXED + 4 * (MLP_MAX_LAYERS + 1)] = {0};
+  size_t hsize = header_bytes(meta->n_layers);
+  memcpy(hdr, CKPT_MAGIC, 8);
+  put_u32(hdr + 8, CKPT_VERSION);
+  put_u32(hdr + 12, (uint32_t)hsize);
+  put_u32(hdr + 16, meta->epoch);
+  put_u32(hdr + 20, meta->epoch_step);
+  put_u64(hdr + 24, meta->step);
+  put_u64(hdr + 32, meta->seed);
+  put_u32(hdr + 40, meta->world_size);
+  put_u32(hdr + 44, meta->optim);
+  put_u32(hdr + 48, meta->optim_steps);
+  put_u32(hdr + 52, (uint32_t)meta->n_layers);
+  for (int l = 0; l <= meta->n_layers; l++) put_u32(hdr + CKPT_FIXED + 4 * l, (uint32_t)meta->sizes[l]);
+
+  unsigned char *chunk = malloc(4 * CKPT_CHUNK);
+  if (!chunk) return -1;
+  uLong crc = crc32(0L, Z_NULL, 0);
+  int rc = -1;
+  if (write_crc(f, hdr, hsize, &crc) || write_floats(f, params, n, &crc, chunk) ||
+      write_floats(f, opt_state, n, &crc, chunk))
+    goto out_free_chunk;
+  unsigned char tail[4];
+  put_u32(tail, (uint32_t)crc);
+  if (fwrite(tail, 1, 4, f) != 4) goto out_free_chunk;
+  rc = 0;
+out_free_chunk:
+  free(chunk);
+  return rc;
+}
+
+// Makes the rename durable: fsync the directory entry, not just the file.
+static int fsync_dir(const char *dir) {
+  int fd = open(dir, O_RDONLY);
+  if (fd < 0) return -1;
+  int rc = fsync(fd);
+  int saved = errno;
+  close(fd);
+  errno = saved;
+  return rc;
+}
+
+int ckpt_save(const char *path, const CkptMeta *meta, const float *params, const float *opt_state,
+              char *err, size_t err_len) {
+  size_t n = ckpt_param_count(meta);
+  if (n == 0) {
+    set_err(err, err_len, "cannot save checkpoint '%s': invalid model shape (%d layers)", path,
+            meta->n_layers);
+    return -1;
+  }
+  char dir[4096];
+  parent_dir(dir, sizeof dir, path);
+  struct stat st;
+  if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+    set_err(err, err_len, "cannot save checkpoint '%s': directory '%s' does not exist", path, dir);
+    return -1;
+  }
+  char tmp[4096];
+  // The process id keeps concurrent savers (e.g. every rank, before step 05) from sharing a file.
+  if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp) {
+    set_err(err, err_len, "cannot save checkpoint '%s': path too long", path);
+    return -1;
+  }
+  FILE *f = fopen(tmp, "wb");
+  if (!f) {
+    set_err(err, err_len, "cannot save checkpoint: cannot create '%s': %s", tmp, strerror(errno));
+    return -1;
+  }
+  const char *what = "write";
+  int closed = 0;
+  if (write_body(f, meta, n, params, opt_state)) goto out_fail;
+  what = "flush";
+  if (fflush(f) != 0) goto out_fail;
+  what = "fsync";
+  if (fsync(fileno(f)) != 0) goto out_fail;
+  what = "close";
+  closed = 1;
+  if (fclose(f) != 0) goto out_fail;
+  what = "rename";
+  if (rename(tmp, path) != 0) goto out_fail;
+  // The new file is already in place; a failed directory fsync only weakens durability across a
+  // power loss. EINVAL means the file system cannot fsync directories at all, which is not an error.
+  if (fsync_dir(dir) != 0 && errno != EINVAL) {
+    set_err(err, err_len, "checkpoint '%s' written, but fsync of directory '%s' failed: %s", path,
+            dir, strerror(errno));
+    return -1;
+  }
+  return 0;
+out_fail:
+  {
+    int saved = errno;
+    if (!closed) fclose(f);
+    remove(tmp);
+    set_err(err, err_len, "cannot save checkpoint '%s': %s of '%s' failed: %s", path, what, tmp,
+            strerror(saved));
+  }
+  return -1;
+}
+
+// ---- load -----------------------------------------------------------------------------------------
+
+// Reads the whole file into a malloc'ed buffer; NULL with err set on failure.
+static unsigned char *read_all(const char *path, size_t *size, char *err, size_t err_len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    set_err(err, err_len, "cannot open checkpoint '%s': %s", path, strerror(errno));
+    return NULL;
+  }
+  size_t cap = 1 << 16, len = 0;
+  unsigned char *buf = malloc(cap);
+  while (buf) {
+    len += fread(buf + len, 1, cap - len, f);
+    if (len < cap) break;  // end of file or error
+    unsigned char *bigger = realloc(buf, cap * 2);
+    if (!bigger) {
+      free(buf);
+      buf = NULL;
+      break;
+    }
+    buf = bigger;
+    cap *= 2;
+  }
+  if (!buf) {
+    set_err(err, err_len, "cannot read checkpoint '%s': out of memory", path);
+  } else if (ferror(f)) {
+    set_err(err, err_len, "cannot read checkpoint '%s': %s", path, strerror(errno));
+    free(buf);
+    buf = NULL;
+  }
+  fclose(f);
+  *size = len;
+  return buf;
+}
+
+// zlib's crc32 takes a uInt length, so feed it at most 1 GiB at a time.
+static uint32_t crc_bytes(const unsigned char *p, size_t len) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  for (size_t i = 0; i < len; i += (size_t)1 << 30) {
+    size_t m = len - i < ((size_t)1 << 30) ? len - i : ((size_t)1 << 30);
+    crc = crc32(crc, p + i, (uInt)m);
+  }
+  return (uint32_t)crc;
+}
+
+static void read_floats(float *x, const unsigned char *p, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    uint32_t bits = get_u32(p + 4 * i);
+    memcpy(&x[i], &bits, 4);
+  }
+}
+
+// Checks the header of buf (size bytes) and fills meta; the order of the checks is the order in which
+// a damaged or foreign file would first show a problem.
+static int parse_header(const char *path, const unsigned char *buf, size_t size, CkptMeta *meta,
+                        char *err, size_t err_len) {
+  if (size < CKPT_FIXED) {
+    set_err(err, err_len,
+            "checkpoint '%s' is truncated: file has %zu bytes, too short for a header (%d bytes)",
+            path, size, CKPT_FIXED);
+    return -1;
+  }
+  if (memcmp(buf, CKPT_MAGIC, 8) != 0) {
+    set_err(err, err_len,
+            "'%s' is not a ddp-in-c checkpoint (magic %02x %02x %02x %02x %02x %02x %02x %02x, "
+            "expected \"%s\")",
+            path, buf[0], buf[1], buf[2], buf[3], buf[4], buf[5], buf[6], buf[7], CKPT_MAGIC);
+    return -1;
+  }
+  uint32_t version = get_u32(buf + 8);
+  if (version != CKPT_VERSION) {
+    set_err(err, err_len, "checkpoint '%s' has format version %u, this program reads version %d",
+            path, version, CKPT_VERSION);
+    return -1;
+  }
+  uint32_t hsize = get_u32(buf + 12), n_layers = get_u32(buf + 52);
+  uint64_t want = CKPT_FIXED + 4 * ((uint64_t)n_layers + 1);
+  if (hsize != want) {
+    set_err(err, err_len,
+            "checkpoint '%s' is corrupt: header size %u does not match %u layers (expected %llu)",
+            path, hsize, n_layers, (unsigned long long)want);
+    return -1;
+  }
+  if (n_layers < 1 || n_layers > MLP_MAX_LAYERS) {
+    set_err(err, err_len, "checkpoint '%s' has %u layers, out of range 1..%d", path, n_layers,
+            MLP_MAX_LAYERS);
+    return -1;
+  }
+  if (size < hsize) {
+    set_err(err, err_len, "checkpoint '%s' is truncated: header needs %u bytes, file has %zu",
+            path, hsize, size);
+    return -1;
+  }
+  memset(meta, 0, sizeof *meta);
+  meta->epoch = get_u32(buf + 16);
+  meta->epoch_step = get_u32(buf + 20);
+  meta->step = get_u64(buf + 24);
+  meta->seed = get_u64(buf + 32);
+  meta->world_size = get_u32(buf + 40);
+  meta->optim = get_u32(buf + 44);
+  meta->optim_steps = get_u32(buf + 48);
+  meta->n_layers = (int)n_layers;
+  for (uint32_t l = 0; l <= n_layers; l++) {
+    uint32_t s = get_u32(buf + CKPT_FIXED + 4 * l);
+    if (s < 1 || s > (1u << 24)) {
+      set_err(err, err_len, "checkpoint '%s' is corrupt: layer size %u at position %u", path, s, l);
+      return -1;
+    }
+    meta->sizes[l] = (int)s;
+  }
+  return 0;
+}
+
+int ckpt_load(const char *path, const CkptMeta *expect, CkptMeta *meta, float *params,
+              float *opt_state, char *err, size_t err_len) {
+  size_t size = 0;
+  unsigned char *buf = read_all(path, &size, err, err_len);
+  if (!buf) return -1;
+  int rc = -1;
+  if (parse_header(path, buf, size, meta, err, err_len)) goto out_free_buf;
+
+  size_t hsize = header_bytes(meta->n_layers), n = ckpt_param_count(meta);
+  size_t want = hsize + 2 * n * 4 + 4;
+  if (size != want) {
+    if (size < want)
+      set_err(err, err_len, "checkpoint '%s' is truncated: expected %zu bytes, file has %zu", path,
+              want, size);
+    else
+      set_err(err, err_len, "checkpoint '%s' has the wrong size: expected %zu bytes, file has %zu",
+              path, want, size);
+    goto out_free_buf;
+  }
+  uint32_t stored = get_u32(buf + size - 4);
+  uint32_t computed = crc_bytes(buf, size - 4);
+  if (stored != computed) {
+    set_err(err, err_len,
+            "checkpoint '%s': CRC mismatch: file is corrupt (stored 0x%08x, computed 0x%08x)", path,
+            stored, computed);
+    goto out_free_buf;
+  }
+  int same = expect->n_layers == meta->n_layers;
+  for (int l = 0; same && l <= meta->n_layers; l++) same = expect->sizes[l] == meta->sizes[l];
+  if (!same) {
+    char have[128], run[128];
+    shape_str(have, sizeof have, meta->n_layers, meta->sizes);
+    int el = expect->n_layers < 0 ? 0 : expect->n_layers > MLP_MAX_LAYERS ? MLP_MAX_LAYERS
+                                                                          : expect->n_layers;
+    shape_str(run, sizeof run, el, expect->sizes);
+    set_err(err, err_len,
+            "checkpoint '%s': model shape mismatch: checkpoint has %s, this run has %s; pass the "
+            "same --hidden",
+            path, have, run);
+    goto out_free_buf;
+  }
+  read_floats(params, buf + hsize, n);
+  read_floats(opt_state, buf + hsize + 4 * n, n);
+  rc = 0;
+out_free_buf:
+  free(buf);
+  return rc;
+}

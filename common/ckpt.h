@@ -1,0 +1,93 @@
+/**
+ * @file
+ * @brief Checkpoints: model parameters and optimizer state in one self-checking file.
+ *
+ * Format (little-endian; see docs for a PyTorch loader):
+ *
+ * | offset | type | field |
+ * | --- | --- | --- |
+ * | 0 | char[8] | magic `DDPCKPT` + NUL |
+ * | 8 | u32 | format version (CKPT_VERSION) |
+ * | 12 | u32 | header size in bytes (56 + 4 · (n_layers + 1)) |
+ * | 16 | u32 | epochs completed |
+ * | 20 | u32 | optimizer steps into the current epoch (0: saved at an epoch boundary) |
+ * | 24 | u64 | global optimizer step |
+ * | 32 | u64 | seed |
+ * | 40 | u32 | world size at save |
+ * | 44 | u32 | optimizer kind (OPTIM_SGD) |
+ * | 48 | u32 | optimizer steps taken (momentum buffer valid when > 0), low 32 bits |
+ * | 52 | u32 | n_layers L |
+ * | 56 | u32[L+1] | layer sizes I, H…, O |
+ * | header size | f32[n] | parameters: for each layer, weight [out][in] then bias [out] |
+ * | … | f32[n] | optimizer state (momentum buffer), same layout |
+ * | … | u32 | CRC-32 (zlib's) of every preceding byte |
+ *
+ * Saving writes `PATH.tmp.PID` (PID: the saving process's id), flushes, fsyncs, renames it to PATH and
+ * fsyncs the directory, so a crash never leaves a half-written file under the real name.
+ */
+#ifndef DDP_CKPT_H
+#define DDP_CKPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mlp.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** @brief Current checkpoint format version. */
+#define CKPT_VERSION 1
+
+/** @brief Everything in a checkpoint besides the float arrays. */
+typedef struct CkptMeta {
+  uint32_t epoch;                   ///< epochs completed
+  uint32_t epoch_step;              ///< optimizer steps into the next epoch (0: epoch boundary)
+  uint64_t step;                    ///< global optimizer step
+  uint64_t seed;                    ///< run seed
+  uint32_t world_size;              ///< world size at save
+  uint32_t optim;                   ///< optimizer kind (OPTIM_SGD)
+  uint32_t optim_steps;             ///< optimizer steps taken (momentum buffer valid when > 0)
+  int n_layers;                     ///< L
+  int sizes[MLP_MAX_LAYERS + 1];    ///< layer sizes I, H…, O
+} CkptMeta;
+
+/**
+ * @brief Number of floats of parameters for the layer sizes in @p meta (weights and biases).
+ * @return the count, or 0 when the sizes are invalid.
+ */
+size_t ckpt_param_count(const CkptMeta *meta);
+
+/**
+ * @brief Writes a checkpoint atomically (temporary file, fsync, rename, directory fsync).
+ * @param[in] path      destination.
+ * @param[in] meta      header fields; n_layers and sizes define n.
+ * @param[in] params    host, (n): parameters.
+ * @param[in] opt_state host, (n): momentum buffer.
+ * @param[out] err      on error, a one-line message.
+ * @param[in] err_len   size of @p err.
+ * @return 0 on success, -1 on error (the previous file at @p path is left untouched).
+ */
+int ckpt_save(const char *path, const CkptMeta *meta, const float *params, const float *opt_state,
+              char *err, size_t err_len);
+
+/**
+ * @brief Reads and verifies a checkpoint: magic, version, header size, file size, CRC, and that its
+ * layer sizes equal those of @p expect.
+ * @param[in] path      source.
+ * @param[in] expect    the model shape the caller has (n_layers, sizes); other fields ignored.
+ * @param[out] meta     the header fields.
+ * @param[out] params   host, (n): parameters.
+ * @param[out] opt_state host, (n): momentum buffer.
+ * @param[out] err      on error, a one-line message saying exactly what does not match.
+ * @param[in] err_len   size of @p err.
+ * @return 0 on success, -1 on error (outputs may be partly written).
+ */
+int ckpt_load(const char *path, const CkptMeta *expect, CkptMeta *meta, float *params,
+              float *opt_state, char *err, size_t err_len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

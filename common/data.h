@@ -1,0 +1,98 @@
+/**
+ * @file
+ * @brief Datasets in host memory: Fashion-MNIST / MNIST from IDX files (`.gz` or plain) and a learnable
+ * synthetic dataset (the analogue of `torchvision.datasets`).
+ *
+ * Images become float rows of `dim` features: pixels scaled to [0, 1], then normalised with the
+ * dataset's mean and standard deviation (Fashion-MNIST 0.2860 / 0.3530, MNIST 0.1307 / 0.3081).
+ * Labels are ints in [0, n_classes).
+ */
+#ifndef DDP_DATA_H
+#define DDP_DATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** @brief Where the Debian/Ubuntu package `dataset-fashion-mnist` installs Fashion-MNIST. */
+#define DATA_FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
+
+/** @brief A dataset in host memory. */
+typedef struct Dataset {
+  int n;          ///< number of samples
+  int dim;        ///< features per sample (784 for 28x28 images)
+  int n_classes;  ///< number of classes (10)
+  float *x;       ///< host, (n, dim): normalised features
+  int *y;         ///< host, (n): labels
+} Dataset;
+
+/** @brief Which data `--data` selects. */
+typedef enum DataKind {
+  DATA_FASHION_MNIST = 0,  ///< Fashion-MNIST IDX files
+  DATA_MNIST = 1,          ///< MNIST IDX files (same format)
+  DATA_SYNTHETIC = 2       ///< generated, learnable clusters
+} DataKind;
+
+/**
+ * @brief Resolves a `--data` name.
+ * @param[in] name "fashion-mnist", "mnist" or "synthetic".
+ * @param[out] out the kind.
+ * @return 0 on success, -1 for an unknown name.
+ */
+int data_parse(const char *name, DataKind *out);
+
+/**
+ * @brief Loads an IDX image file and its label file (each `.gz` or plain; gzip is detected from the
+ * content) into @p ds.
+ *
+ * Checks the magic numbers (2051 images, 2049 labels), the dimensions, that both files hold the same
+ * number of items, that the files are complete, and that every label is < 10.
+ * @param[out] ds        the dataset (freed by dataset_free()); untouched on error.
+ * @param[in] images     path of the `*-images-idx3-ubyte[.gz]` file.
+ * @param[in] labels     path of the `*-labels-idx1-ubyte[.gz]` file.
+ * @param[in] limit      keep only the first @p limit samples (0: all).
+ * @param[in] mean,std   normalisation constants.
+ * @param[out] err       on error, a one-line message naming the file, what was expected and found.
+ * @param[in] err_len    size of @p err.
+ * @return 0 on success, -1 on error.
+ */
+int dataset_load_idx(Dataset *ds, const char *images, const char *labels, int limit, float mean,
+                     float std, char *err, size_t err_len);
+
+/**
+ * @brief Generates a learnable synthetic dataset: @p n_classes cluster centres drawn from
+ * `rng_init(seed, RNG_STREAM_DATA)`, each sample a centre plus unit Gaussian noise; the label is the
+ * cluster. Train and test splits share the centres and differ in their samples (@p split 0 or 1).
+ * @param[out] ds       the dataset.
+ * @param[in] n         number of samples, > 0.
+ * @param[in] dim       features per sample, > 0.
+ * @param[in] n_classes number of classes, in [2, 1000].
+ * @param[in] seed      seed.
+ * @param[in] split     0 for train, 1 for test.
+ */
+void dataset_synthetic(Dataset *ds, int n, int dim, int n_classes, uint64_t seed, int split);
+
+/**
+ * @brief Loads the train and test splits that `--data` / `--data_dir` / `--dataset_size` describe, or
+ * ends the job with a message that names the missing or bad file and how to get it.
+ * @param[in] kind         dataset kind.
+ * @param[in] dir          directory of the IDX files (NULL: the default for @p kind).
+ * @param[in] train_limit  train samples to keep (0: all; for synthetic data: the size, 0 → 10000).
+ *                         The test split is never limited: the real test sets keep all 10000
+ *                         samples and the synthetic one always has 2000.
+ * @param[in] seed         seed for synthetic data.
+ * @param[out] train,test  the splits.
+ */
+void dataset_load(DataKind kind, const char *dir, int train_limit, uint64_t seed, Dataset *train,
+                  Dataset *test);
+
+/** @brief Frees a dataset's memory (safe on a zeroed Dataset). */
+void dataset_free(Dataset *ds);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,100 @@
+// device.c: the CPU half of device.h and the dispatch to the CUDA half (device_cuda.c).
+#include "device.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+
+int device_cuda_count(void) { return device_cuda_count_impl(); }
+
+int device_parse(const char *name, Device *out) {
+  if (strcmp(name, "cpu") == 0) {
+    *out = DEVICE_CPU;
+  } else if (strcmp(name, "cuda") == 0) {
+    *out = DEVICE_CUDA;
+  } else if (strcmp(name, "auto") == 0) {
+    *out = device_cuda_count() > 0 ? DEVICE_CUDA : DEVICE_CPU;
+  } else {
+    return -1;
+  }
+  return 0;
+}
+
+const char *device_name(Device dev) { return dev == DEVICE_CUDA ? "cuda" : "cpu"; }
+
+void ctx_init(Ctx *c, Device dev, int gpu) {
+  memset(c, 0, sizeof *c);
+  c->dev = dev;
+  c->gpu = -1;
+  if (dev == DEVICE_CUDA) ctx_init_cuda(c, gpu);
+}
+
+void ctx_free(Ctx *c) {
+  if (c->dev == DEVICE_CUDA) ctx_free_cuda(c);
+  memset(c, 0, sizeof *c);
+}
+
+void *dev_alloc(const Ctx *c, size_t bytes) {
+  if (c->dev == DEVICE_CUDA) return dev_alloc_cuda(c, bytes);
+  return mallocCheck(bytes);
+}
+
+void dev_free(const Ctx *c, void *p) {
+  if (!p) return;
+  if (c->dev == DEVICE_CUDA) {
+    dev_free_cuda(c, p);
+  } else {
+    free(p);
+  }
+}
+
+void dev_upload(const Ctx *c, void *dst, const void *src, size_t bytes) {
+  if (c->dev == DEVICE_CUDA) {
+    dev_upload_cuda(c, dst, src, bytes);
+  } else {
+    memcpy(dst, src, bytes);
+  }
+}
+
+void dev_download(const Ctx *c, void *dst, const void *src, size_t bytes) {
+  if (c->dev == DEVICE_CUDA) {
+    dev_download_cuda(c, dst, src, bytes);
+  } else {
+    memcpy(dst, src, bytes);
+  }
+}
+
+void dev_copy(const Ctx *c, void *dst, const void *src, size_t bytes) {
+  if (c->dev == DEVICE_CUDA) {
+    dev_copy_cuda(c, dst, src, bytes);
+  } else {
+    memmove(dst, src, bytes);
+  }
+}
+
+void dev_zero(const Ctx *c, void *p, size_t bytes) {
+  if (c->dev == DEVICE_CUDA) {
+    dev_zero_cuda(c, p, bytes);
+  } else {
+    memset(p, 0, bytes);
+  }
+}
+
+void dev_sync(const Ctx *c) {
+  if (c->dev == DEVICE_CUDA) dev_sync_cuda(c);
+}
+
+void *host_alloc(const Ctx *c, size_t bytes) {
+  if (c->dev == DEVICE_CUDA) return host_alloc_cuda(c, bytes);
+  return mallocCheck(bytes);
+}
+
+void host_free(const Ctx *c, void *p) {
+  if (!p) return;
+  if (c->dev == DEVICE_CUDA) {
+    host_free_cuda(c, p);
+  } else {
+    free(p);
+  }
+}

@@ -1,0 +1,156 @@
+/**
+ * @file
+ * @brief The process group (the analogue of `torch.distributed`): who am I, how many are we, and the
+ * collectives, over NCCL (GPU buffers) or MPI (host buffers).
+ *
+ * Launchers. Under `mpirun -np N` the ranks come from MPI (local rank from a shared-memory split of
+ * MPI_COMM_WORLD). Without mpirun the environment is read torchrun-style: `RANK`, `WORLD_SIZE`,
+ * `LOCAL_RANK`, `MASTER_ADDR`, `MASTER_PORT`, or Slurm's `SLURM_PROCID`, `SLURM_NTASKS`,
+ * `SLURM_LOCALID` under `srun`. A program started on its own is rank 0 of 1.
+ *
+ * NCCL bootstrap. Under mpirun, rank 0's `ncclUniqueId` is broadcast with MPI. With an environment
+ * launch, every rank sets `NCCL_COMM_ID=MASTER_ADDR:(MASTER_PORT + 1)` before `ncclGetUniqueId`, so
+ * NCCL's root listens on the port after torchrun's own store (which already holds MASTER_PORT); set
+ * `DDP_NCCL_PORT` to choose another port.
+ *
+ * Failures. Every MPI and NCCL call is checked. Once the group exists, any failed check on any rank
+ * aborts the whole job (`MPI_Abort`, or `ncclCommAbort` then exit), so no rank is left waiting in a
+ * collective.
+ */
+#ifndef DDP_DIST_H
+#define DDP_DIST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "device.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** @brief Which library carries the collectives. */
+typedef enum Backend {
+  BACKEND_MPI = 0,  ///< MPI on host buffers (device buffers are staged through pinned host memory)
+  BACKEND_NCCL = 1  ///< NCCL on device buffers, queued on a CUDA stream
+} Backend;
+
+/** @brief Reduction of an all-reduce. */
+typedef enum DistOp {
+  DIST_SUM = 0,  ///< element-wise sum over ranks
+  DIST_AVG = 1   ///< element-wise mean over ranks (NCCL's ncclAvg; MPI: sum, then scale by 1/W)
+} DistOp;
+
+/** @brief Element type of a collective's buffer. */
+typedef enum DistType {
+  DIST_FLOAT = 0,  ///< float32
+  DIST_INT = 1,    ///< int32
+  DIST_DOUBLE = 2  ///< float64
+} DistType;
+
+/** @brief How this process was started. */
+typedef enum Launcher {
+  LAUNCH_NONE = 0,  ///< started on its own: rank 0 of 1
+  LAUNCH_MPI = 1,   ///< mpirun / mpiexec
+  LAUNCH_ENV = 2,   ///< RANK / WORLD_SIZE / LOCAL_RANK (torchrun and the like)
+  LAUNCH_SLURM = 3  ///< srun (SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID)
+} Launcher;
+
+/** @brief A process group: this process's place in the job, and the communicator. */
+typedef struct ProcessGroup {
+  int rank;          ///< global rank, 0 .. world_size-1
+  int world_size;    ///< number of processes
+  int local_rank;    ///< rank among the processes on this node (selects the GPU)
+  int local_size;    ///< processes on this node
+  Launcher launcher; ///< how the job was started
+  Backend backend;   ///< collectives library
+  bool mpi_up;       ///< MPI was initialised by dist_init()
+  void *nccl;        ///< ncclComm_t (BACKEND_NCCL), after dist_connect()
+  const Ctx *ctx;    ///< the device context given to dist_connect()
+  void *scratch;     ///< device, one int for the NCCL barrier
+  void *stage;       ///< pinned host staging buffer (BACKEND_MPI with device buffers)
+  size_t stage_bytes;///< size of @ref stage
+} ProcessGroup;
+
+/**
+ * @brief Joins the job: finds rank, world size and local rank from the launcher (initialising MPI
+ * under mpirun) and resolves the backend. Ends the job with a one-line reason when the launcher's
+ * variables are missing or inconsistent (e.g. RANK >= WORLD_SIZE), or the backend is not built in or
+ * cannot work with this launcher (MPI backend without mpirun and more than one rank).
+ * @param[out] pg      the process group (not yet connected).
+ * @param[in] backend  "auto" (nccl for CUDA, mpi for the CPU), "nccl" or "mpi".
+ * @param[in] dev      the device this process will use.
+ */
+void dist_init(ProcessGroup *pg, const char *backend, Device dev);
+
+/**
+ * @brief Creates the communicator for the device of @p c (NCCL: ncclCommInitRank on the current GPU)
+ * and registers the job-wide abort hook.
+ * @param[in,out] pg process group from dist_init().
+ * @param[in] c      this process's device context (kept; must outlive @p pg).
+ * @pre ctx_init() selected the GPU given by the local rank.
+ */
+void dist_connect(ProcessGroup *pg, const Ctx *c);
+
+/**
+ * @brief All-reduce in place, queued on the context's stream (NCCL) or blocking (MPI).
+ * @param[in] pg    process group.
+ * @param[in,out] buf device memory of the connected context, (n) elements of @p type.
+ * @param[in] n     element count.
+ * @param[in] type  element type.
+ * @param[in] op    DIST_SUM or DIST_AVG (DIST_AVG for floats only).
+ */
+void dist_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op);
+
+/**
+ * @brief All-reduce of a small host array, blocking (for metrics such as a loss and a count).
+ * @param[in] pg      process group.
+ * @param[in,out] v   host, (n) doubles, summed over ranks.
+ * @param[in] n       element count.
+ */
+void dist_all_reduce_host(ProcessGroup *pg, double *v, size_t n);
+
+/**
+ * @brief Broadcast from @p root in place (device memory of the connected context).
+ * @param[in] pg      process group.
+ * @param[in,out] buf device, (n) elements of @p type.
+ * @param[in] n       element count.
+ * @param[in] type    element type.
+ * @param[in] root    rank whose data everyone receives.
+ */
+void dist_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, int root);
+
+/**
+ * @brief All-gather: rank r's @p n elements land at `recv + r·n` on every rank.
+ * @param[in] pg    process group.
+ * @param[in] send  device, (n).
+ * @param[out] recv device, (world_size · n).
+ * @param[in] n     elements per rank.
+ * @param[in] type  element type.
+ */
+void dist_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type);
+
+/**
+ * @brief Waits until every rank has reached this call (and, on NCCL, until queued work finished).
+ * @param[in] pg process group.
+ */
+void dist_barrier(ProcessGroup *pg);
+
+/**
+ * @brief Leaves the job: destroys the communicator, finalises MPI, removes the abort hook.
+ * @param[in,out] pg process group.
+ */
+void dist_destroy(ProcessGroup *pg);
+
+/** @brief The name of a backend: "mpi" or "nccl". */
+const char *dist_backend_name(Backend b);
+
+/** @brief True when this build has the MPI backend. */
+bool dist_have_mpi(void);
+/** @brief True when this build has the NCCL backend. */
+bool dist_have_nccl(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

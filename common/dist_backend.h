@@ -1,0 +1,53 @@
+/**
+ * @file
+ * @brief Internal interface between the process group (dist.c) and its backend files: dist_mpi.c /
+ * dist_nompi.c and dist_nccl.c / dist_nonccl.c. Not for the steps: they use dist.h.
+ */
+#ifndef DDP_DIST_BACKEND_H
+#define DDP_DIST_BACKEND_H
+
+#include "dist.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** @brief Initialises MPI and fills rank, world size, local rank and local size from it. */
+void dist_mpi_init(ProcessGroup *pg);
+/** @brief Registers MPI_Abort as the job-wide abort hook. */
+void dist_mpi_set_abort(void);
+/** @brief MPI all-reduce (staging device buffers through pinned host memory); see dist_all_reduce(). */
+void dist_mpi_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op);
+/** @brief MPI all-reduce of host doubles (sum). */
+void dist_mpi_all_reduce_host(ProcessGroup *pg, double *v, size_t n);
+/** @brief MPI broadcast of device or host memory; see dist_broadcast(). */
+void dist_mpi_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, int root);
+/** @brief MPI broadcast of host bytes (used to share the NCCL unique id). */
+void dist_mpi_broadcast_bytes(void *buf, size_t bytes, int root);
+/** @brief MPI all-gather; see dist_all_gather(). */
+void dist_mpi_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type);
+/** @brief MPI barrier. */
+void dist_mpi_barrier(void);
+/** @brief Finalises MPI. */
+void dist_mpi_finalize(void);
+
+/** @brief Creates the NCCL communicator (unique id from MPI or from NCCL_COMM_ID). */
+void dist_nccl_connect(ProcessGroup *pg);
+/** @brief NCCL all-reduce on the context's stream; see dist_all_reduce(). */
+void dist_nccl_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op);
+/** @brief NCCL broadcast on the context's stream; see dist_broadcast(). */
+void dist_nccl_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, int root);
+/** @brief NCCL all-gather on the context's stream; see dist_all_gather(). */
+void dist_nccl_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type);
+/** @brief NCCL barrier: a one-element all-reduce, then waits for the stream. */
+void dist_nccl_barrier(ProcessGroup *pg);
+/** @brief Destroys the NCCL communicator. */
+void dist_nccl_destroy(ProcessGroup *pg);
+
+/** @brief Size in bytes of one element of @p type. */
+size_t dist_type_size(DistType type);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

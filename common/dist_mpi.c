@@ -1,0 +1,111 @@
+// dist_mpi.c: the MPI backend. Collectives run on host memory; device buffers of a CUDA context are
+// staged through one pinned host buffer (Open MPI here is not CUDA-aware).
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "dist_backend.h"
+#include "ops.h"
+
+bool dist_have_mpi(void) { return true; }
+
+void mpi_check_impl(int err, const char *call, const char *file, int line) {
+  if (err == MPI_SUCCESS) return;
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(err, msg, &len);
+  check_fail("MPI", file, line, "%s: %s", call, msg);
+}
+
+static void mpi_abort(int status) {
+  MPI_Abort(MPI_COMM_WORLD, status ? status : 1);  // ends every rank of the job
+  exit(status);
+}
+
+void dist_mpi_set_abort(void) { check_set_abort(mpi_abort); }
+
+void dist_mpi_init(ProcessGroup *pg) {
+  int up = 0;
+  mpiCheck(MPI_Initialized(&up));
+  if (!up) mpiCheck(MPI_Init(NULL, NULL));
+  // Return errors to mpiCheck, which names the rank and the call before aborting the job.
+  mpiCheck(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+  mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &pg->rank));
+  mpiCheck(MPI_Comm_size(MPI_COMM_WORLD, &pg->world_size));
+  MPI_Comm node;  // the processes that share this node's memory
+  mpiCheck(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, pg->rank, MPI_INFO_NULL, &node));
+  mpiCheck(MPI_Comm_rank(node, &pg->local_rank));
+  mpiCheck(MPI_Comm_size(node, &pg->local_size));
+  mpiCheck(MPI_Comm_free(&node));
+}
+
+static MPI_Datatype mpi_type(DistType t) {
+  return t == DIST_DOUBLE ? MPI_DOUBLE : t == DIST_INT ? MPI_INT : MPI_FLOAT;
+}
+
+static bool on_gpu(const ProcessGroup *pg) { return pg->ctx && pg->ctx->dev == DEVICE_CUDA; }
+
+// Host memory to run an MPI collective on: the buffer itself on the CPU, the pinned staging buffer
+// (grown to the largest size seen, so only the first calls allocate) for GPU buffers.
+static void *staging(ProcessGroup *pg, size_t bytes) {
+  if (bytes > pg->stage_bytes) {
+    host_free(pg->ctx, pg->stage);
+    pg->stage = host_alloc(pg->ctx, bytes);
+    pg->stage_bytes = bytes;
+  }
+  return pg->stage;
+}
+
+void dist_mpi_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op) {
+  size_t bytes = n * dist_type_size(type);
+  void *host = buf;
+  if (on_gpu(pg)) {
+    host = staging(pg, bytes);
+    dev_download(pg->ctx, host, buf, bytes);
+  }
+  mpiCheck(MPI_Allreduce(MPI_IN_PLACE, host, (int)n, mpi_type(type), MPI_SUM, MPI_COMM_WORLD));
+  if (op == DIST_AVG) {
+    float inv = 1.0f / (float)pg->world_size;  // every rank scales the same sum: replicas stay equal
+    float *f = host;
+    for (size_t i = 0; i < n; i++) f[i] *= inv;
+  }
+  if (on_gpu(pg)) dev_upload(pg->ctx, buf, host, bytes);
+}
+
+void dist_mpi_all_reduce_host(ProcessGroup *pg, double *v, size_t n) {
+  (void)pg;
+  mpiCheck(MPI_Allreduce(MPI_IN_PLACE, v, (int)n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+}
+
+void dist_mpi_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, int root) {
+  size_t bytes = n * dist_type_size(type);
+  void *host = buf;
+  if (on_gpu(pg)) {
+    host = staging(pg, bytes);
+    if (pg->rank == root) dev_download(pg->ctx, host, buf, bytes);
+  }
+  mpiCheck(MPI_Bcast(host, (int)n, mpi_type(type), root, MPI_COMM_WORLD));
+  if (on_gpu(pg)) dev_upload(pg->ctx, buf, host, bytes);
+}
+
+void dist_mpi_broadcast_bytes(void *buf, size_t bytes, int root) {
+  mpiCheck(MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, MPI_COMM_WORLD));
+}
+
+void dist_mpi_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type) {
+  size_t bytes = n * dist_type_size(type);
+  if (!on_gpu(pg)) {
+    mpiCheck(MPI_Allgather(send, (int)n, mpi_type(type), recv, (int)n, mpi_type(type), MPI_COMM_WORLD));
+    return;
+  }
+  char *host = staging(pg, bytes * (size_t)(pg->world_size + 1));  // [mine | everyone's]
+  dev_download(pg->ctx, host, send, bytes);
+  mpiCheck(MPI_Allgather(host, (int)n, mpi_type(type), host + bytes, (int)n, mpi_type(type),
+                         MPI_COMM_WORLD));
+  dev_upload(pg->ctx, recv, host + bytes, bytes * (size_t)pg->world_size);
+}
+
+void dist_mpi_barrier(void) { mpiCheck(MPI_Barrier(MPI_COMM_WORLD)); }
+
+void dist_mpi_finalize(void) { mpiCheck(MPI_Finalize()); }

@@ -1,0 +1,97 @@
+// dist_nccl.c: the NCCL backend. Collectives are queued on the context's compute stream, so they are
+// ordered after the kernels that produced their input and before those that consume the result, with
+// no host synchronisation.
+#define _POSIX_C_SOURCE 200809L
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "dist_backend.h"
+
+bool dist_have_nccl(void) { return true; }
+
+void nccl_check_impl(int result, const char *call, const char *file, int line) {
+  if (result == ncclSuccess) return;
+  const char *last = ncclGetLastError(NULL);
+  check_fail("NCCL", file, line, "%s: %s%s%s", call, ncclGetErrorString((ncclResult_t)result),
+             last && *last ? ": " : "", last ? last : "");
+}
+
+static ncclComm_t g_comm;  // for the abort hook, which takes no arguments
+
+// Without mpirun nobody else can stop the other ranks: abort the communicator (peers blocked in a
+// collective with us then see an error instead of waiting forever) and exit.
+static void nccl_abort(int status) {
+  if (g_comm) ncclCommAbort(g_comm);
+  fflush(NULL);
+  _exit(status ? status : 1);
+}
+
+static ncclDataType_t nccl_type(DistType t) {
+  return t == DIST_DOUBLE ? ncclFloat64 : t == DIST_INT ? ncclInt32 : ncclFloat32;
+}
+
+static cudaStream_t stream(const ProcessGroup *pg) { return (cudaStream_t)pg->ctx->stream; }
+
+// Environment launch: every rank points NCCL_COMM_ID at MASTER_ADDR and the port after MASTER_PORT
+// (torchrun's store already listens on MASTER_PORT), or at DDP_NCCL_PORT when set.
+static void set_comm_id_from_env(const ProcessGroup *pg) {
+  if (getenv("NCCL_COMM_ID")) return;  // the user chose one
+  const char *addr = getenv("MASTER_ADDR"), *port = getenv("MASTER_PORT");
+  const char *nccl_port = getenv("DDP_NCCL_PORT");
+  if (!addr || (!port && !nccl_port))
+    die(1, "rank %d of %d: set MASTER_ADDR and MASTER_PORT (the address and a free port of rank 0's "
+           "node) so that NCCL can bootstrap", pg->rank, pg->world_size);
+  char id[512];
+  int p = nccl_port ? atoi(nccl_port) : atoi(port) + 1;
+  if (p <= 0 || p > 65535) die(1, "NCCL bootstrap port %d is not a valid port", p);
+  snprintf(id, sizeof id, "%s:%d", addr, p);
+  setenv("NCCL_COMM_ID", id, 1);
+}
+
+void dist_nccl_connect(ProcessGroup *pg) {
+  ncclUniqueId id;
+  if (pg->launcher == LAUNCH_MPI) {
+    if (pg->rank == 0) ncclCheck(ncclGetUniqueId(&id));
+    dist_mpi_broadcast_bytes(&id, sizeof id, 0);
+  } else {
+    if (pg->world_size > 1) set_comm_id_from_env(pg);
+    ncclCheck(ncclGetUniqueId(&id));  // with NCCL_COMM_ID set, the same id on every rank
+  }
+  ncclComm_t comm;
+  ncclCheck(ncclCommInitRank(&comm, pg->world_size, id, pg->rank));
+  pg->nccl = comm;
+  g_comm = comm;
+  pg->scratch = dev_alloc(pg->ctx, sizeof(int));
+  if (!pg->mpi_up) check_set_abort(nccl_abort);
+}
+
+void dist_nccl_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op) {
+  ncclCheck(ncclAllReduce(buf, buf, n, nccl_type(type), op == DIST_AVG ? ncclAvg : ncclSum,
+                          (ncclComm_t)pg->nccl, stream(pg)));
+}
+
+void dist_nccl_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, int root) {
+  ncclCheck(ncclBroadcast(buf, buf, n, nccl_type(type), root, (ncclComm_t)pg->nccl, stream(pg)));
+}
+
+void dist_nccl_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type) {
+  ncclCheck(ncclAllGather(send, recv, n, nccl_type(type), (ncclComm_t)pg->nccl, stream(pg)));
+}
+
+void dist_nccl_barrier(ProcessGroup *pg) {
+  dist_nccl_all_reduce(pg, pg->scratch, 1, DIST_INT, DIST_SUM);
+  cudaCheck(cudaStreamSynchronize(stream(pg)));
+}
+
+void dist_nccl_destroy(ProcessGroup *pg) {
+  cudaCheck(cudaStreamSynchronize(stream(pg)));
+  dev_free(pg->ctx, pg->scratch);
+  ncclCheck(ncclCommDestroy((ncclComm_t)pg->nccl));
+  g_comm = NULL;
+  pg->nccl = NULL;
+}

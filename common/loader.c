@@ -1,0 +1,66 @@
+// loader.c: the dataset copied to the device once, an order uploaded once per epoch, and batches
+// gathered on the device. All memory is allocated in loader_init(), none while training.
+#include "loader.h"
+
+#include <string.h>
+
+#include "check.h"
+#include "ops.h"
+
+void loader_init(Loader *ld, const Ctx *c, const Dataset *ds, int max_batch, int max_order) {
+  if (ds->n <= 0 || ds->dim <= 0 || max_batch <= 0 || max_order <= 0)
+    check_fail("LOADER", __FILE__, __LINE__,
+               "loader_init: bad sizes n=%d dim=%d max_batch=%d max_order=%d", ds->n, ds->dim,
+               max_batch, max_order);
+  memset(ld, 0, sizeof *ld);
+  ld->n = ds->n;
+  ld->dim = ds->dim;
+  ld->max_batch = max_batch;
+  ld->max_order = max_order;
+  size_t xbytes = (size_t)ds->n * ds->dim * sizeof(float);
+  ld->x = dev_alloc(c, xbytes);
+  ld->y = dev_alloc(c, (size_t)ds->n * sizeof(int));
+  dev_upload(c, ld->x, ds->x, xbytes);
+  dev_upload(c, ld->y, ds->y, (size_t)ds->n * sizeof(int));
+  ld->order = dev_alloc(c, (size_t)max_order * sizeof(int));
+  ld->order_host = host_alloc(c, (size_t)max_order * sizeof(int));
+  ld->xb = dev_alloc(c, (size_t)max_batch * ds->dim * sizeof(float));
+  ld->yb = dev_alloc(c, (size_t)max_batch * sizeof(int));
+  // The uploads read the caller's dataset, which is not retained: wait so it may be freed at once.
+  dev_sync(c);
+}
+
+void loader_set_order(Loader *ld, const Ctx *c, const int *order, int n_order) {
+  if (n_order < 0 || n_order > ld->max_order)
+    check_fail("LOADER", __FILE__, __LINE__, "loader_set_order: %d indices, capacity is %d",
+               n_order, ld->max_order);
+  // A bad index would make the gather read outside the dataset on the device; catch sampler bugs
+  // here, once per epoch, where the message can name the position.
+  for (int i = 0; i < n_order; i++)
+    if (order[i] < 0 || order[i] >= ld->n)
+      check_fail("LOADER", __FILE__, __LINE__, "loader_set_order: order[%d] = %d is not in [0, %d)",
+                 i, order[i], ld->n);
+  // The upload reads order_host asynchronously: wait for the previous epoch's batches (and upload)
+  // before overwriting it. Once per epoch, so the wait costs nothing measurable.
+  dev_sync(c);
+  memcpy(ld->order_host, order, (size_t)n_order * sizeof(int));
+  dev_upload(c, ld->order, ld->order_host, (size_t)n_order * sizeof(int));
+}
+
+void loader_batch(Loader *ld, const Ctx *c, int start, int B) {
+  if (B <= 0 || B > ld->max_batch || start < 0 || start > ld->max_order - B)
+    check_fail("LOADER", __FILE__, __LINE__,
+               "loader_batch: batch [%d, %d) is outside the order (length %d) or larger than %d",
+               start, start + B, ld->max_order, ld->max_batch);
+  ops_gather(c, ld->x, ld->y, ld->order + start, B, ld->dim, ld->xb, ld->yb);
+}
+
+void loader_free(Loader *ld, const Ctx *c) {
+  dev_free(c, ld->yb);
+  dev_free(c, ld->xb);
+  host_free(c, ld->order_host);
+  dev_free(c, ld->order);
+  dev_free(c, ld->y);
+  dev_free(c, ld->x);
+  memset(ld, 0, sizeof *ld);
+}

@@ -1,0 +1,68 @@
+/**
+ * @file
+ * @brief Batch gathering: the dataset copied once to the device, and batches gathered from it by
+ * index (the analogue of a `DataLoader` that is given its sample order).
+ *
+ * The trainer decides the order (a permutation, or a rank's shard of one) and hands it over once per
+ * epoch with loader_set_order(); loader_batch() then gathers rows on the device, with no host work and
+ * no allocation.
+ */
+#ifndef DDP_LOADER_H
+#define DDP_LOADER_H
+
+#include "data.h"
+#include "device.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** @brief The device-side copy of a dataset and its batch buffers. */
+typedef struct Loader {
+  int n;          ///< samples in the dataset
+  int dim;        ///< features per sample
+  int max_batch;  ///< capacity of the batch buffers
+  int max_order;  ///< capacity of @ref order
+  float *x;       ///< device, (n, dim): all features
+  int *y;         ///< device, (n): all labels
+  int *order;     ///< device, (max_order): the sample order set by loader_set_order()
+  int *order_host;  ///< host staging for @ref order (pinned on CUDA)
+  float *xb;      ///< device, (max_batch, dim): the current batch's features
+  int *yb;        ///< device, (max_batch): the current batch's labels
+} Loader;
+
+/**
+ * @brief Copies @p ds to the device and allocates the batch buffers.
+ * @param[out] ld        the loader.
+ * @param[in] c          context.
+ * @param[in] ds         host dataset (not retained).
+ * @param[in] max_batch  largest batch loader_batch() will be asked for.
+ * @param[in] max_order  longest order loader_set_order() will be given (e.g. the padded shard size).
+ */
+void loader_init(Loader *ld, const Ctx *c, const Dataset *ds, int max_batch, int max_order);
+
+/**
+ * @brief Sets the sample order for the next batches (one upload per epoch).
+ * @param[in,out] ld  the loader.
+ * @param[in] c       context.
+ * @param[in] order   host, (n_order): indices into the dataset.
+ * @param[in] n_order length, <= max_order.
+ */
+void loader_set_order(Loader *ld, const Ctx *c, const int *order, int n_order);
+
+/**
+ * @brief Gathers samples `order[start .. start+B)` into @ref Loader.xb and @ref Loader.yb.
+ * @param[in,out] ld the loader.
+ * @param[in] c      context.
+ * @param[in] start  first position in the order.
+ * @param[in] B      batch size, <= max_batch.
+ */
+void loader_batch(Loader *ld, const Ctx *c, int start, int B);
+
+/** @brief Frees the loader's device and host memory. */
+void loader_free(Loader *ld, const Ctx *c);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,68 @@
+/**
+ * @file
+ * @brief The metrics file: JSON Lines that tests and plots read (`--metrics PATH`).
+ *
+ * Each rank writes its own file, PATH with `{rank}` replaced by its rank. Objects, one per line:
+ * - per optimizer step: `{"type":"step","step":S,"epoch":E,"loss":L}`;
+ * - per epoch: `{"type":"epoch","epoch":E,"train_loss":L,"test_acc":A,"samples_per_s":R}` (test_acc
+ *   omitted when not evaluated);
+ * - last: `{"type":"final","world_size":W,"steps":S,"param_digest":"<16 hex digits>"}`.
+ * Floats are printed with 9 significant digits, enough to round-trip a float32 exactly.
+ */
+#ifndef DDP_METRICS_H
+#define DDP_METRICS_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** @brief An open metrics file (or a disabled one). */
+typedef struct Metrics {
+  FILE *f;  ///< output stream, NULL when disabled
+} Metrics;
+
+/**
+ * @brief Opens the metrics file for @p rank; disabled when @p path_template is NULL. Ends the job when
+ * the file cannot be created.
+ * @param[out] m            the metrics file.
+ * @param[in] path_template path, `{rank}` replaced by @p rank.
+ * @param[in] rank          this process's rank.
+ */
+void metrics_open(Metrics *m, const char *path_template, int rank);
+
+/** @brief Writes a step object. */
+void metrics_step(Metrics *m, long long step, int epoch, float loss);
+
+/**
+ * @brief Writes an epoch object.
+ * @param[in] m             metrics file.
+ * @param[in] epoch         epoch index (0-based).
+ * @param[in] train_loss    mean training loss over the epoch.
+ * @param[in] test_acc      test accuracy in [0, 1], or negative when not evaluated.
+ * @param[in] samples_per_s training throughput over the epoch.
+ */
+void metrics_epoch(Metrics *m, int epoch, float train_loss, double test_acc, double samples_per_s);
+
+/** @brief Writes the final object with the world size, steps and the parameter digest. */
+void metrics_final(Metrics *m, int world_size, long long steps, uint64_t param_digest);
+
+/** @brief Closes the file (flushing it). */
+void metrics_close(Metrics *m);
+
+/**
+ * @brief Expands `{rank}` in a path template.
+ * @param[out] out     result buffer.
+ * @param[in] out_len  size of @p out.
+ * @param[in] tmpl     template.
+ * @param[in] rank     rank.
+ * @return 0, or -1 when the result does not fit.
+ */
+int metrics_expand_path(char *out, size_t out_len, const char *tmpl, int rank);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,148 @@
+// mlp.c: the MLP on top of ops.h; device-agnostic (the ops dispatch to CPU or CUDA).
+#include "mlp.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "ops.h"
+#include "rng.h"
+
+// Layer l's weight W_l is (out, in) = (sizes[l+1], sizes[l]); its bias b_l is (out).
+#define IN(m, l) ((m)->sizes[(l)])
+#define OUT(m, l) ((m)->sizes[(l) + 1])
+
+static void init_params_host(const Mlp *m, float *p, uint64_t seed) {
+  Rng r;
+  rng_init(&r, seed, RNG_STREAM_INIT);
+  for (int l = 0; l < m->n_layers; l++) {
+    // nn.Linear: kaiming_uniform(a=√5) on the weight and the bias rule both give U(±1/√fan_in).
+    float bound = 1.0f / sqrtf((float)IN(m, l));
+    for (size_t i = 0; i < mlp_layer_size(m, l); i++)
+      p[m->w_off[l] + i] = rng_uniform_range(&r, -bound, bound);
+  }
+}
+
+void mlp_init(Mlp *m, const Ctx *c, const int *sizes, int n_layers, int max_batch, uint64_t seed) {
+  if (n_layers < 1 || n_layers > MLP_MAX_LAYERS)
+    die(2, "an MLP has 1 to %d layers, not %d", MLP_MAX_LAYERS, n_layers);
+  memset(m, 0, sizeof *m);
+  m->n_layers = n_layers;
+  m->max_batch = max_batch;
+  for (int l = 0; l <= n_layers; l++) {
+    if (sizes[l] <= 0) die(2, "layer sizes must be positive (size %d is %d)", l, sizes[l]);
+    m->sizes[l] = sizes[l];
+  }
+  for (int l = 0; l < n_layers; l++) {
+    m->w_off[l] = m->n_params;
+    m->b_off[l] = m->w_off[l] + (size_t)OUT(m, l) * IN(m, l);
+    m->n_params = m->b_off[l] + OUT(m, l);
+  }
+  m->params = dev_alloc(c, m->n_params * sizeof(float));
+  m->grads = dev_alloc(c, m->n_params * sizeof(float));
+  for (int l = 0; l < n_layers; l++) {
+    m->act[l] = dev_alloc(c, (size_t)max_batch * OUT(m, l) * sizeof(float));
+    m->dact[l] = dev_alloc(c, (size_t)max_batch * OUT(m, l) * sizeof(float));
+  }
+  m->row_loss = dev_alloc(c, (size_t)max_batch * sizeof(float));
+  m->loss = dev_alloc(c, sizeof(float));
+  m->grads_none = true;
+
+  float *host = mallocCheck(m->n_params * sizeof(float));
+  init_params_host(m, host, seed);
+  dev_upload(c, m->params, host, m->n_params * sizeof(float));
+  dev_sync(c);  // the upload reads `host` asynchronously on CUDA
+  free(host);
+}
+
+void mlp_free(Mlp *m, const Ctx *c) {
+  dev_free(c, m->loss);
+  dev_free(c, m->row_loss);
+  for (int l = m->n_layers - 1; l >= 0; l--) {
+    dev_free(c, m->dact[l]);
+    dev_free(c, m->act[l]);
+  }
+  dev_free(c, m->grads);
+  dev_free(c, m->params);
+  memset(m, 0, sizeof *m);
+}
+
+const float *mlp_forward(Mlp *m, const Ctx *c, const float *x, int B) {
+  if (B < 1 || B > m->max_batch) die(1, "batch of %d rows for an MLP built for %d", B, m->max_batch);
+  const float *in = x;  // (B, IN(l))
+  for (int l = 0; l < m->n_layers; l++) {
+    const float *W = m->params + m->w_off[l];
+    // act[l] = in · W_lᵀ + b_l, ReLU on every layer but the last (whose outputs are the logits).
+    ops_gemm(c, false, true, B, OUT(m, l), IN(m, l), 1.0f, in, W, 0.0f, m->act[l]);
+    ops_bias_act(c, m->act[l], m->params + m->b_off[l], B, OUT(m, l), l < m->n_layers - 1);
+    in = m->act[l];
+  }
+  return in;
+}
+
+void mlp_loss(Mlp *m, const Ctx *c, const int *y, int B) {
+  int L = m->n_layers;
+  ops_softmax_xent(c, m->act[L - 1], y, B, m->sizes[L], m->dact[L - 1], m->row_loss, m->loss);
+}
+
+void mlp_zero_grad(Mlp *m) { m->grads_none = true; }
+
+void mlp_backward(Mlp *m, const Ctx *c, const float *x, int B, MlpGradHook hook, void *user) {
+  float beta = m->grads_none ? 0.0f : 1.0f;  // write after zero_grad, else accumulate
+  for (int l = m->n_layers - 1; l >= 0; l--) {
+    const float *in = l > 0 ? m->act[l - 1] : x;  // (B, IN(l))
+    const float *dy = m->dact[l];                 // (B, OUT(l))
+    // dW_l = dyᵀ · in, db_l = Σ_b dy: this layer's gradients are complete after these two ops.
+    ops_gemm(c, true, false, OUT(m, l), IN(m, l), B, 1.0f, dy, in, beta, m->grads + m->w_off[l]);
+    ops_bias_grad(c, dy, m->grads + m->b_off[l], B, OUT(m, l), beta);
+    if (hook) hook(l, user);
+    if (l > 0) {
+      // d(in) = dy · W_l, then through the previous layer's ReLU.
+      ops_gemm(c, false, false, B, IN(m, l), OUT(m, l), 1.0f, dy, m->params + m->w_off[l], 0.0f,
+               m->dact[l - 1]);
+      ops_relu_backward(c, m->dact[l - 1], m->act[l - 1], (size_t)B * IN(m, l));
+    }
+  }
+  m->grads_none = false;
+}
+
+float mlp_loss_value(const Mlp *m, const Ctx *c) {
+  float v;
+  dev_download(c, &v, m->loss, sizeof v);
+  return v;
+}
+
+void mlp_count_correct(Mlp *m, const Ctx *c, const float *x, const int *y, int B, int *correct) {
+  const float *logits = mlp_forward(m, c, x, B);
+  ops_count_correct(c, logits, y, B, m->sizes[m->n_layers], correct);
+}
+
+size_t mlp_layer_size(const Mlp *m, int l) { return (size_t)OUT(m, l) * IN(m, l) + OUT(m, l); }
+
+uint64_t mlp_param_digest(const Mlp *m, const Ctx *c) {
+  size_t bytes = m->n_params * sizeof(float);
+  unsigned char *host = mallocCheck(bytes);
+  dev_download(c, host, m->params, bytes);
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a 64
+  for (size_t i = 0; i < bytes; i++) h = (h ^ host[i]) * 0x100000001b3ull;
+  free(host);
+  return h;
+}
+
+int mlp_parse_sizes(const char *hidden, int in, int out, int *sizes) {
+  int n = 0;
+  sizes[n++] = in;
+  const char *s = hidden;
+  while (*s) {
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (end == s || v <= 0 || v > (1 << 20) || (*end != ',' && *end != '\0')) return -1;
+    if (n >= MLP_MAX_LAYERS) return -1;
+    sizes[n++] = (int)v;
+    s = *end == ',' ? end + 1 : end;
+    if (*end == ',' && *s == '\0') return -1;  // trailing comma
+  }
+  sizes[n] = out;
+  return n;  // Linear layers = hidden layers + 1
+}

@@ -1,0 +1,152 @@
+/**
+ * @file
+ * @brief A multi-layer perceptron classifier: Linear → ReLU → … → Linear, with softmax cross-entropy.
+ *
+ * Parameters live in **one flat buffer**, layer-major: W0 (H0, I), b0 (H0), W1 (H1, H0), b1 (H1), …,
+ * each weight `[out][in]` row-major as PyTorch's `nn.Linear` stores it. Gradients live in a second flat
+ * buffer with the same layout, so a slice of parameters and the slice of their gradients share offsets:
+ * this is what lets the optimizer run one pass and the DDP reducer all-reduce contiguous buckets.
+ *
+ * Backward walks the layers from last to first and calls a "gradients ready" hook after each layer's
+ * weight and bias gradients have been queued: the analogue of the autograd hooks that PyTorch's DDP
+ * reducer registers.
+ *
+ * Dimension letters: B batch, I inputs, H hidden, O outputs (classes), L layers (Linear modules).
+ */
+#ifndef DDP_MLP_H
+#define DDP_MLP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "device.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** @brief Most Linear layers an Mlp may have. */
+#define MLP_MAX_LAYERS 8
+
+/**
+ * @brief Called by mlp_backward() when the gradients of layer @p layer are queued (last layer first).
+ * @param[in] layer index of the Linear layer, L-1 down to 0.
+ * @param[in] user  the pointer given to mlp_backward().
+ */
+typedef void (*MlpGradHook)(int layer, void *user);
+
+/** @brief An MLP with its parameters, gradients and activation buffers on one device. */
+typedef struct Mlp {
+  int n_layers;                        ///< L, number of Linear layers
+  int sizes[MLP_MAX_LAYERS + 1];       ///< sizes[0] = I, sizes[l+1] = outputs of layer l, sizes[L] = O
+  size_t w_off[MLP_MAX_LAYERS];        ///< offset (floats) of layer l's weight in the flat buffers
+  size_t b_off[MLP_MAX_LAYERS];        ///< offset (floats) of layer l's bias in the flat buffers
+  size_t n_params;                     ///< total parameters
+  int max_batch;                       ///< capacity of the activation buffers
+  float *params;                       ///< device, (n_params)
+  float *grads;                        ///< device, (n_params)
+  float *act[MLP_MAX_LAYERS];          ///< device, (max_batch, sizes[l+1]): layer l's output (after ReLU)
+  float *dact[MLP_MAX_LAYERS];         ///< device, (max_batch, sizes[l+1]): gradient w.r.t. act[l]
+  float *row_loss;                     ///< device, (max_batch): scratch for the loss
+  float *loss;                         ///< device, (1): mean loss of the last mlp_loss()
+  bool grads_none;                     ///< next backward writes grads instead of accumulating
+} Mlp;
+
+/**
+ * @brief Builds an MLP with parameters initialised like `nn.Linear`: weight and bias uniform in
+ * ±1/√fan_in, drawn in layer order (weights row by row, then the bias) from
+ * `rng_init(seed, RNG_STREAM_INIT)`.
+ * @param[out] m        the model.
+ * @param[in] c         context (where parameters and buffers live).
+ * @param[in] sizes     host, (n_layers + 1): I, hidden sizes…, O; each > 0.
+ * @param[in] n_layers  number of Linear layers, 1..MLP_MAX_LAYERS.
+ * @param[in] max_batch largest batch forward/backward will see.
+ * @param[in] seed      initialisation seed.
+ */
+void mlp_init(Mlp *m, const Ctx *c, const int *sizes, int n_layers, int max_batch, uint64_t seed);
+
+/** @brief Frees everything mlp_init() allocated. */
+void mlp_free(Mlp *m, const Ctx *c);
+
+/**
+ * @brief Forward pass.
+ * @param[in,out] m model (activations are stored for backward).
+ * @param[in] c     context.
+ * @param[in] x     device, (B, I).
+ * @param[in] B     batch size, <= max_batch.
+ * @return device, (B, O): the logits (m->act[L-1]).
+ */
+const float *mlp_forward(Mlp *m, const Ctx *c, const float *x, int B);
+
+/**
+ * @brief Softmax cross-entropy of the last forward's logits: writes the mean loss to `m->loss` and the
+ * logits' gradient to `m->dact[L-1]`.
+ * @param[in,out] m model.
+ * @param[in] c     context.
+ * @param[in] y     device, (B): labels.
+ * @param[in] B     batch size of the last forward.
+ */
+void mlp_loss(Mlp *m, const Ctx *c, const int *y, int B);
+
+/**
+ * @brief Forgets the gradients (like `zero_grad(set_to_none=True)`): the next backward writes them
+ * instead of accumulating, at no cost.
+ * @param[in,out] m model.
+ */
+void mlp_zero_grad(Mlp *m);
+
+/**
+ * @brief Backward pass from `m->dact[L-1]` (set by mlp_loss()), layer L-1 down to 0. Gradients are
+ * written after mlp_zero_grad() and accumulated otherwise (gradient accumulation). After each layer's
+ * weight and bias gradients are queued, calls @p hook (if not NULL) before propagating further.
+ * @param[in,out] m model.
+ * @param[in] c     context.
+ * @param[in] x     device, (B, I): the input of the last forward.
+ * @param[in] B     batch size of the last forward.
+ * @param[in] hook  "gradients ready" callback, or NULL.
+ * @param[in] user  passed to @p hook.
+ */
+void mlp_backward(Mlp *m, const Ctx *c, const float *x, int B, MlpGradHook hook, void *user);
+
+/**
+ * @brief Reads the mean loss of the last mlp_loss() (waits for the device).
+ * @return the loss.
+ */
+float mlp_loss_value(const Mlp *m, const Ctx *c);
+
+/**
+ * @brief Forward pass, then adds the number of correctly classified rows to @p correct.
+ * @param[in,out] m      model.
+ * @param[in] c          context.
+ * @param[in] x          device, (B, I).
+ * @param[in] y          device, (B): labels.
+ * @param[in] B          batch size.
+ * @param[in,out] correct device, (1): running count.
+ */
+void mlp_count_correct(Mlp *m, const Ctx *c, const float *x, const int *y, int B, int *correct);
+
+/** @brief Number of floats of layer @p l's parameters (weight then bias, contiguous). */
+size_t mlp_layer_size(const Mlp *m, int l);
+
+/**
+ * @brief 64-bit FNV-1a hash of the raw bytes of all parameters (the `param_digest` of the metrics file):
+ * equal digests mean bit-identical replicas.
+ * @return the digest (waits for the device).
+ */
+uint64_t mlp_param_digest(const Mlp *m, const Ctx *c);
+
+/**
+ * @brief Parses a `--hidden` list such as "1024,1024" into layer sizes I, hidden…, O.
+ * @param[in] hidden   comma-separated positive sizes (may be empty: no hidden layer).
+ * @param[in] in       input features I.
+ * @param[in] out      classes O.
+ * @param[out] sizes   host, (MLP_MAX_LAYERS + 1).
+ * @return number of Linear layers, or -1 when @p hidden is malformed or too long.
+ */
+int mlp_parse_sizes(const char *hidden, int in, int out, int *sizes);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,100 @@
+// ops_cpu.c: the CPU reference of every op in ops.h: one cblas_sgemm call, or a plain loop.
+// These are the definitions the CUDA kernels are tested against, so they favour clarity; the GEMMs,
+// where the time goes, are OpenBLAS's.
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+#include "ops.h"
+
+void ops_gemm_cpu(const Ctx *c, bool ta, bool tb, int M, int N, int K, float alpha, const float *A,
+                  const float *B, float beta, float *C) {
+  (void)c;
+  // Dense row-major storage: A is (M, K), or (K, M) when transposed; likewise B.
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K,
+              alpha, A, ta ? M : K, B, tb ? K : N, beta, C, N);
+}
+
+void ops_bias_act_cpu(const Ctx *c, float *y, const float *bias, int B, int N, bool relu) {
+  (void)c;
+  for (int b = 0; b < B; b++) {
+    float *row = y + (size_t)b * N;
+    for (int n = 0; n < N; n++) {
+      float v = row[n] + bias[n];
+      row[n] = relu && v < 0.0f ? 0.0f : v;
+    }
+  }
+}
+
+void ops_relu_backward_cpu(const Ctx *c, float *dy, const float *y, size_t n) {
+  (void)c;
+  for (size_t i = 0; i < n; i++) {
+    if (!(y[i] > 0.0f)) dy[i] = 0.0f;
+  }
+}
+
+void ops_bias_grad_cpu(const Ctx *c, const float *dy, float *db, int B, int N, float beta) {
+  (void)c;
+  if (beta == 0.0f) memset(db, 0, (size_t)N * sizeof *db);
+  // Rows in order, so every run (and every rank) sums in the same order.
+  for (int b = 0; b < B; b++) {
+    const float *row = dy + (size_t)b * N;
+    for (int n = 0; n < N; n++) db[n] += row[n];
+  }
+}
+
+void ops_softmax_xent_cpu(const Ctx *c, const float *logits, const int *labels, int B, int C,
+                          float *dlogits, float *row_loss, float *loss) {
+  (void)c;
+  double sum = 0.0;  // double: the mean of B losses loses nothing to rounding
+  for (int b = 0; b < B; b++) {
+    const float *x = logits + (size_t)b * C;
+    float *d = dlogits + (size_t)b * C;
+    float mx = x[0];
+    for (int k = 1; k < C; k++) mx = x[k] > mx ? x[k] : mx;
+    float z = 0.0f;
+    for (int k = 0; k < C; k++) z += expf(x[k] - mx);
+    for (int k = 0; k < C; k++) d[k] = (expf(x[k] - mx) / z - (k == labels[b] ? 1.0f : 0.0f)) / B;
+    row_loss[b] = logf(z) + mx - x[labels[b]];
+    sum += row_loss[b];
+  }
+  loss[0] = (float)(sum / B);
+}
+
+void ops_count_correct_cpu(const Ctx *c, const float *logits, const int *labels, int B, int C,
+                           int *correct) {
+  (void)c;
+  for (int b = 0; b < B; b++) {
+    const float *x = logits + (size_t)b * C;
+    int best = 0;
+    for (int k = 1; k < C; k++) best = x[k] > x[best] ? k : best;  // first maximum wins
+    *correct += best == labels[b];
+  }
+}
+
+void ops_sgd_cpu(const Ctx *c, float *p, const float *g, float *buf, size_t n, float lr,
+                 float momentum, float dampening, float wd, bool nesterov, bool first) {
+  (void)c;
+  for (size_t i = 0; i < n; i++) {
+    float d = g[i] + wd * p[i];
+    if (momentum != 0.0f) {
+      buf[i] = first ? d : momentum * buf[i] + (1.0f - dampening) * d;
+      d = nesterov ? d + momentum * buf[i] : buf[i];
+    }
+    p[i] -= lr * d;
+  }
+}
+
+void ops_scale_cpu(const Ctx *c, float *x, size_t n, float a) {
+  (void)c;
+  for (size_t i = 0; i < n; i++) x[i] *= a;
+}
+
+void ops_gather_cpu(const Ctx *c, const float *src_x, const int *src_y, const int *idx, int B, int N,
+                    float *dst_x, int *dst_y) {
+  (void)c;
+  for (int b = 0; b < B; b++) {
+    memcpy(dst_x + (size_t)b * N, src_x + (size_t)idx[b] * N, (size_t)N * sizeof *dst_x);
+    dst_y[b] = src_y[idx[b]];
+  }
+}

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs what building, running and testing ddp-in-c needs on Debian/Ubuntu, if it is missing,
+# then configures and builds into build/. Safe to run again: it installs and rebuilds only what changed.
+# The CUDA toolkit is optional and never installed here: when nvcc is found, the GPU path is built too.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(build-essential cmake ninja-build python3 libopenblas-dev libopenmpi-dev openmpi-bin
+          zlib1g-dev libgtest-dev doxygen dataset-fashion-mnist)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+fi
+
+BUILD_DIR=${BUILD_DIR:-build}
+if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release ${CMAKE_ARGS:-}
+fi
+cmake --build "$BUILD_DIR" -j "$(nproc)"

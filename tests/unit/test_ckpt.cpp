@@ -1,0 +1,371 @@
+// Checkpoint format: round trip, and every kind of damage is caught and named precisely.
+#include <gtest/gtest.h>
+#include <zlib.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <vector>
+
+#include "ckpt.h"
+
+namespace {
+
+std::string tmp_path(const std::string &name) { return std::string(DDP_TEST_TMPDIR) + "/" + name; }
+
+std::vector<unsigned char> read_bytes(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<unsigned char>(std::istreambuf_iterator<char>(in), {});
+}
+
+void write_bytes(const std::string &path, const std::vector<unsigned char> &b) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char *>(b.data()), (std::streamsize)b.size());
+}
+
+bool exists(const std::string &path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0;
+}
+
+void put_u32(std::vector<unsigned char> &b, size_t off, uint32_t v) {
+  for (int i = 0; i < 4; i++) b[off + i] = (unsigned char)(v >> (8 * i));
+}
+
+// Recomputes the trailing CRC so that only a deliberate edit is wrong.
+void fix_crc(std::vector<unsigned char> &b) {
+  uLong crc = crc32(crc32(0L, Z_NULL, 0), b.data(), (uInt)(b.size() - 4));
+  put_u32(b, b.size() - 4, (uint32_t)crc);
+}
+
+// A small model 5-4-3 with distinctive values (including a negative zero and a denormal).
+struct Fixture {
+  CkptMeta meta{};
+  std::vector<float> params, opt;
+  Fixture(int in = 5, int hid = 4, int out = 3) {
+    meta.epoch = 2;
+    meta.epoch_step = 17;
+    meta.step = 0x1234567890ull;
+    meta.seed = 0xfedcba9876543210ull;
+    meta.world_size = 4;
+    meta.optim = 1;
+    meta.optim_steps = 99;
+    meta.n_layers = 2;
+    meta.sizes[0] = in;
+    meta.sizes[1] = hid;
+    meta.sizes[2] = out;
+    size_t n = ckpt_param_count(&meta);
+    params.resize(n);
+    opt.resize(n);
+    for (size_t i = 0; i < n; i++) {
+      params[i] = 0.001f * (float)i - 0.37f;
+      opt[i] = -1.0f / (float)(i + 3);
+    }
+    params[0] = -0.0f;
+    opt[1] = 1e-41f;
+  }
+  int save(const std::string &path, std::string *msg = nullptr) const {
+    char err[512] = "";
+    int rc = ckpt_save(path.c_str(), &meta, params.data(), opt.data(), err, sizeof err);
+    if (msg) *msg = err;
+    return rc;
+  }
+  // Loads into fresh buffers with this fixture's shape as the expectation.
+  int load(const std::string &path, std::string *msg, CkptMeta *out = nullptr,
+           std::vector<float> *p = nullptr, std::vector<float> *o = nullptr) const {
+    CkptMeta m{};
+    std::vector<float> pp(params.size()), oo(opt.size());
+    char err[512] = "";
+    int rc = ckpt_load(path.c_str(), &meta, &m, pp.data(), oo.data(), err, sizeof err);
+    *msg = err;
+    if (out) *out = m;
+    if (p) *p = pp;
+    if (o) *o = oo;
+    return rc;
+  }
+};
+
+// Header size of the 2-layer fixture: 56 + 4 * 3.
+constexpr size_t kHeader = 68;
+
+}  // namespace
+
+TEST(Ckpt, ParamCount) {
+  CkptMeta m{};
+  m.n_layers = 3;
+  m.sizes[0] = 784;
+  m.sizes[1] = 1024;
+  m.sizes[2] = 1024;
+  m.sizes[3] = 10;
+  EXPECT_EQ(ckpt_param_count(&m), 784u * 1024 + 1024 + 1024u * 1024 + 1024 + 1024u * 10 + 10);
+  m.n_layers = 0;
+  EXPECT_EQ(ckpt_param_count(&m), 0u);
+  m.n_layers = MLP_MAX_LAYERS + 1;
+  EXPECT_EQ(ckpt_param_count(&m), 0u);
+  m.n_layers = 2;
+  m.sizes[1] = 0;
+  EXPECT_EQ(ckpt_param_count(&m), 0u);
+}
+
+TEST(Ckpt, RoundTripIsBitExact) {
+  Fixture fx;
+  std::string path = tmp_path("ckpt_roundtrip.bin"), msg;
+  ASSERT_EQ(fx.save(path, &msg), 0) << msg;
+  EXPECT_FALSE(exists(path + ".tmp." + std::to_string(getpid())));
+  EXPECT_EQ(read_bytes(path).size(), kHeader + 2 * fx.params.size() * 4 + 4);
+
+  CkptMeta m;
+  std::vector<float> p, o;
+  ASSERT_EQ(fx.load(path, &msg, &m, &p, &o), 0) << msg;
+  EXPECT_EQ(m.epoch, fx.meta.epoch);
+  EXPECT_EQ(m.epoch_step, fx.meta.epoch_step);
+  EXPECT_EQ(m.step, fx.meta.step);
+  EXPECT_EQ(m.seed, fx.meta.seed);
+  EXPECT_EQ(m.world_size, fx.meta.world_size);
+  EXPECT_EQ(m.optim, fx.meta.optim);
+  EXPECT_EQ(m.optim_steps, fx.meta.optim_steps);
+  ASSERT_EQ(m.n_layers, 2);
+  for (int l = 0; l <= 2; l++) EXPECT_EQ(m.sizes[l], fx.meta.sizes[l]);
+  ASSERT_EQ(p.size(), fx.params.size());
+  EXPECT_EQ(std::memcmp(p.data(), fx.params.data(), p.size() * 4), 0);
+  EXPECT_EQ(std::memcmp(o.data(), fx.opt.data(), o.size() * 4), 0);
+}
+
+TEST(Ckpt, LayoutIsLittleEndianAsDocumented) {
+  Fixture fx;
+  std::string path = tmp_path("ckpt_layout.bin"), msg;
+  ASSERT_EQ(fx.save(path, &msg), 0) << msg;
+  auto b = read_bytes(path);
+  ASSERT_GE(b.size(), kHeader);
+  EXPECT_EQ(std::memcmp(b.data(), "DDPCKPT\0", 8), 0);
+  auto u32 = [&](size_t o) {
+    return (uint32_t)b[o] | (uint32_t)b[o + 1] << 8 | (uint32_t)b[o + 2] << 16 | (uint32_t)b[o + 3] << 24;
+  };
+  EXPECT_EQ(u32(8), (uint32_t)CKPT_VERSION);
+  EXPECT_EQ(u32(12), kHeader);
+  EXPECT_EQ(u32(16), 2u);
+  EXPECT_EQ(u32(20), 17u);
+  EXPECT_EQ(u32(24), 0x34567890u);
+  EXPECT_EQ(u32(28), 0x12u);
+  EXPECT_EQ(u32(32), 0x76543210u);
+  EXPECT_EQ(u32(36), 0xfedcba98u);
+  EXPECT_EQ(u32(40), 4u);
+  EXPECT_EQ(u32(44), 1u);
+  EXPECT_EQ(u32(48), 99u);
+  EXPECT_EQ(u32(52), 2u);
+  EXPECT_EQ(u32(56), 5u);
+  EXPECT_EQ(u32(60), 4u);
+  EXPECT_EQ(u32(64), 3u);
+  float second;
+  uint32_t bits = u32(kHeader + 4);
+  std::memcpy(&second, &bits, 4);
+  EXPECT_EQ(second, fx.params[1]);
+  uLong crc = crc32(crc32(0L, Z_NULL, 0), b.data(), (uInt)(b.size() - 4));
+  EXPECT_EQ(u32(b.size() - 4), (uint32_t)crc);
+}
+
+TEST(Ckpt, MissingFile) {
+  Fixture fx;
+  std::string path = tmp_path("ckpt_does_not_exist.bin"), msg;
+  std::remove(path.c_str());
+  EXPECT_EQ(fx.load(path, &msg), -1);
+  EXPECT_NE(msg.find("cannot open"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(path), std::string::npos) << msg;
+}
+
+TEST(Ckpt, TruncationAtSeveralOffsets) {
+  Fixture fx;
+  std::string good = tmp_path("ckpt_trunc_src.bin"), bad = tmp_path("ckpt_trunc.bin"), msg;
+  ASSERT_EQ(fx.save(good, &msg), 0) << msg;
+  auto b = read_bytes(good);
+  size_t n = fx.params.size();
+  struct Case {
+    size_t len;
+    const char *expect;
+  } cases[] = {
+      {0, "too short for a header"},
+      {30, "too short for a header"},              // inside the fixed header
+      {60, "header needs 68 bytes, file has 60"},  // inside the layer sizes
+      {kHeader, "truncated: expected"},            // no arrays at all
+      {kHeader + 4 * n / 2, "truncated: expected"},  // inside params
+      {kHeader + 4 * n + 12, "truncated: expected"},  // inside the optimizer state
+      {b.size() - 4, "truncated: expected"},          // missing CRC
+      {b.size() - 1, "truncated: expected"},          // partial CRC
+  };
+  for (const Case &c : cases) {
+    write_bytes(bad, std::vector<unsigned char>(b.begin(), b.begin() + (long)c.len));
+    EXPECT_EQ(fx.load(bad, &msg), -1) << "length " << c.len;
+    EXPECT_NE(msg.find(c.expect), std::string::npos) << "length " << c.len << ": " << msg;
+    EXPECT_NE(msg.find(bad), std::string::npos) << msg;
+  }
+  // The truncation message gives both sizes.
+  write_bytes(bad, std::vector<unsigned char>(b.begin(), b.end() - 4));
+  fx.load(bad, &msg);
+  EXPECT_NE(msg.find("expected " + std::to_string(b.size()) + " bytes, file has " +
+                     std::to_string(b.size() - 4)),
+            std::string::npos)
+      << msg;
+}
+
+TEST(Ckpt, TrailingBytesAreRejected) {
+  Fixture fx;
+  std::string path = tmp_path("ckpt_trailing.bin"), msg;
+  ASSERT_EQ(fx.save(path, &msg), 0) << msg;
+  auto b = read_bytes(path);
+  b.push_back(0);
+  write_bytes(path, b);
+  EXPECT_EQ(fx.load(path, &msg), -1);
+  EXPECT_NE(msg.find("wrong size"), std::string::npos) << msg;
+}
+
+TEST(Ckpt, BitFlipsFailTheCrc) {
+  Fixture fx;
+  std::string good = tmp_path("ckpt_flip_src.bin"), bad = tmp_path("ckpt_flip.bin"), msg;
+  ASSERT_EQ(fx.save(good, &msg), 0) << msg;
+  auto b = read_bytes(good);
+  size_t offsets[] = {
+      kHeader + 9,   // params
+      b.size() - 7,  // optimizer state
+      33,            // header: the seed
+      17,            // header: the epoch
+      b.size() - 2,  // the CRC itself
+  };
+  for (size_t off : offsets) {
+    auto c = b;
+    c[off] ^= 0x10;
+    write_bytes(bad, c);
+    EXPECT_EQ(fx.load(bad, &msg), -1) << "offset " << off;
+    EXPECT_NE(msg.find("CRC mismatch: file is corrupt (stored 0x"), std::string::npos)
+        << "offset " << off << ": " << msg;
+    EXPECT_NE(msg.find(", computed 0x"), std::string::npos) << msg;
+  }
+}
+
+TEST(Ckpt, WrongVersion) {
+  Fixture fx;
+  std::string path = tmp_path("ckpt_version.bin"), msg;
+  ASSERT_EQ(fx.save(path, &msg), 0) << msg;
+  auto b = read_bytes(path);
+  put_u32(b, 8, 7);
+  fix_crc(b);  // only the version is wrong
+  write_bytes(path, b);
+  EXPECT_EQ(fx.load(path, &msg), -1);
+  EXPECT_NE(msg.find("format version 7, this program reads version 1"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(path), std::string::npos) << msg;
+}
+
+TEST(Ckpt, WrongMagic) {
+  Fixture fx;
+  std::string path = tmp_path("ckpt_magic.bin"), msg;
+  ASSERT_EQ(fx.save(path, &msg), 0) << msg;
+  auto b = read_bytes(path);
+  std::memcpy(b.data(), "PK\x03\x04xxxx", 8);
+  fix_crc(b);
+  write_bytes(path, b);
+  EXPECT_EQ(fx.load(path, &msg), -1);
+  EXPECT_NE(msg.find("not a ddp-in-c checkpoint (magic 50 4b 03 04"), std::string::npos) << msg;
+}
+
+TEST(Ckpt, InconsistentHeaderSize) {
+  Fixture fx;
+  std::string path = tmp_path("ckpt_hsize.bin"), msg;
+  ASSERT_EQ(fx.save(path, &msg), 0) << msg;
+  auto b = read_bytes(path);
+  put_u32(b, 12, 100);
+  fix_crc(b);
+  write_bytes(path, b);
+  EXPECT_EQ(fx.load(path, &msg), -1);
+  EXPECT_NE(msg.find("header size 100 does not match 2 layers"), std::string::npos) << msg;
+}
+
+TEST(Ckpt, LayerCountOutOfRange) {
+  Fixture fx;
+  std::string path = tmp_path("ckpt_layers.bin"), msg;
+  ASSERT_EQ(fx.save(path, &msg), 0) << msg;
+  auto b = read_bytes(path);
+  put_u32(b, 52, 0);
+  put_u32(b, 12, 56 + 4);  // consistent with 0 layers, so the range check is what fails
+  fix_crc(b);
+  write_bytes(path, b);
+  EXPECT_EQ(fx.load(path, &msg), -1);
+  EXPECT_NE(msg.find("0 layers, out of range"), std::string::npos) << msg;
+}
+
+TEST(Ckpt, ShapeMismatchListsBothShapes) {
+  Fixture saved(784, 1024, 10);
+  saved.meta.n_layers = 3;
+  saved.meta.sizes[2] = 1024;
+  saved.meta.sizes[3] = 10;
+  saved.params.assign(ckpt_param_count(&saved.meta), 0.5f);
+  saved.opt.assign(saved.params.size(), 0.0f);
+  std::string path = tmp_path("ckpt_shape.bin"), msg;
+  ASSERT_EQ(saved.save(path, &msg), 0) << msg;
+
+  Fixture run(784, 512, 10);
+  std::vector<float> p(saved.params.size()), o(saved.params.size());  // big enough either way
+  CkptMeta m{};
+  char err[512] = "";
+  EXPECT_EQ(ckpt_load(path.c_str(), &run.meta, &m, p.data(), o.data(), err, sizeof err), -1);
+  EXPECT_NE(std::string(err).find("model shape mismatch: checkpoint has 784-1024-1024-10, this run "
+                                  "has 784-512-10; pass the same --hidden"),
+            std::string::npos)
+      << err;
+}
+
+TEST(Ckpt, SaveIntoMissingDirectoryNamesIt) {
+  Fixture fx;
+  std::string dir = tmp_path("no_such_dir_ckpt"), msg;
+  rmdir(dir.c_str());
+  EXPECT_EQ(fx.save(dir + "/model.bin", &msg), -1);
+  EXPECT_NE(msg.find("directory '" + dir + "' does not exist"), std::string::npos) << msg;
+  EXPECT_FALSE(exists(dir));
+}
+
+TEST(Ckpt, SaveOverExistingFile) {
+  Fixture fx;
+  std::string path = tmp_path("ckpt_overwrite.bin"), msg;
+  ASSERT_EQ(fx.save(path, &msg), 0) << msg;
+  fx.meta.epoch = 3;
+  fx.params[2] = 42.0f;
+  ASSERT_EQ(fx.save(path, &msg), 0) << msg;
+  EXPECT_FALSE(exists(path + ".tmp." + std::to_string(getpid())));
+  CkptMeta m;
+  std::vector<float> p, o;
+  ASSERT_EQ(fx.load(path, &msg, &m, &p, &o), 0) << msg;
+  EXPECT_EQ(m.epoch, 3u);
+  EXPECT_EQ(p[2], 42.0f);
+}
+
+TEST(Ckpt, SaveFailureLeavesPreviousFileIntact) {
+  Fixture fx;
+  std::string path = tmp_path("ckpt_keep.bin"), tmp = path + ".tmp." + std::to_string(getpid()), msg;
+  rmdir(tmp.c_str());
+  ASSERT_EQ(fx.save(path, &msg), 0) << msg;
+  auto before = read_bytes(path);
+
+  // A directory in the way of PATH.tmp makes the save fail (this works even as root).
+  ASSERT_EQ(mkdir(tmp.c_str(), 0755), 0);
+  Fixture other;
+  other.meta.epoch = 9;
+  other.params.assign(other.params.size(), 1.0f);
+  EXPECT_EQ(other.save(path, &msg), -1);
+  EXPECT_NE(msg.find(tmp), std::string::npos) << msg;
+  EXPECT_EQ(read_bytes(path), before);
+  rmdir(tmp.c_str());
+
+  // An invalid shape fails before touching anything.
+  other.meta.n_layers = 0;
+  EXPECT_EQ(other.save(path, &msg), -1);
+  EXPECT_NE(msg.find("invalid model shape"), std::string::npos) << msg;
+  EXPECT_EQ(read_bytes(path), before);
+  EXPECT_FALSE(exists(tmp));
+
+  CkptMeta m;
+  ASSERT_EQ(fx.load(path, &msg, &m), 0) << msg;
+  EXPECT_EQ(m.epoch, fx.meta.epoch);
+}

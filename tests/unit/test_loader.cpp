@@ -1,0 +1,89 @@
+// test_loader.cpp: the loader on the CPU context: rows and labels gathered in the order given.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <vector>
+
+#include "data.h"
+#include "device.h"
+#include "loader.h"
+
+namespace {
+
+// Row i is (100 i, 100 i + 1, ...) and its label is i % 3, so every gathered row identifies itself.
+void make_dataset(Dataset *ds, int n, int dim) {
+  ds->n = n;
+  ds->dim = dim;
+  ds->n_classes = 3;
+  ds->x = (float *)malloc(sizeof(float) * n * dim);
+  ds->y = (int *)malloc(sizeof(int) * n);
+  for (int i = 0; i < n; i++) {
+    for (int d = 0; d < dim; d++) ds->x[i * dim + d] = 100.0f * i + d;
+    ds->y[i] = i % 3;
+  }
+}
+
+}  // namespace
+
+TEST(Loader, GathersBatchesInOrder) {
+  Ctx c;
+  ctx_init(&c, DEVICE_CPU, 0);
+  const int n = 7, dim = 5, B = 4;
+  Dataset ds{};
+  make_dataset(&ds, n, dim);
+  Loader ld;
+  loader_init(&ld, &c, &ds, B, 10);
+  dataset_free(&ds);  // not retained
+  EXPECT_EQ(ld.n, n);
+  EXPECT_EQ(ld.dim, dim);
+
+  const std::vector<int> order = {6, 2, 5, 0, 3, 1, 4, 6, 2};
+  loader_set_order(&ld, &c, order.data(), (int)order.size());
+  std::vector<float> xb(B * dim);
+  std::vector<int> yb(B);
+  for (int start = 0; start < (int)order.size(); start += B) {
+    int b = (int)order.size() - start < B ? (int)order.size() - start : B;
+    loader_batch(&ld, &c, start, b);
+    dev_download(&c, xb.data(), ld.xb, sizeof(float) * b * dim);
+    dev_download(&c, yb.data(), ld.yb, sizeof(int) * b);
+    for (int r = 0; r < b; r++) {
+      int i = order[start + r];
+      EXPECT_EQ(yb[r], i % 3) << "start " << start << " row " << r;
+      for (int d = 0; d < dim; d++) EXPECT_EQ(xb[r * dim + d], 100.0f * i + d);
+    }
+  }
+
+  // A new epoch's order replaces the old one.
+  const std::vector<int> order2 = {1, 1, 0};
+  loader_set_order(&ld, &c, order2.data(), 3);
+  loader_batch(&ld, &c, 0, 3);
+  dev_download(&c, yb.data(), ld.yb, sizeof(int) * 3);
+  dev_download(&c, xb.data(), ld.xb, sizeof(float) * 3 * dim);
+  EXPECT_EQ(yb[0], 1);
+  EXPECT_EQ(yb[2], 0);
+  EXPECT_EQ(xb[dim], 100.0f);
+  EXPECT_EQ(xb[2 * dim + 4], 4.0f);
+
+  loader_free(&ld, &c);
+  EXPECT_EQ(ld.x, nullptr);
+  ctx_free(&c);
+}
+
+TEST(LoaderDeathTest, RejectsBadOrderAndBatch) {
+  Ctx c;
+  ctx_init(&c, DEVICE_CPU, 0);
+  Dataset ds{};
+  make_dataset(&ds, 4, 2);
+  Loader ld;
+  loader_init(&ld, &c, &ds, 2, 4);
+  std::vector<int> too_long(5, 0), bad = {0, 4};
+  EXPECT_EXIT(loader_set_order(&ld, &c, too_long.data(), 5), ::testing::ExitedWithCode(1),
+              "5 indices, capacity is 4");
+  EXPECT_EXIT(loader_set_order(&ld, &c, bad.data(), 2), ::testing::ExitedWithCode(1),
+              "order\\[1\\] = 4 is not in \\[0, 4\\)");
+  EXPECT_EXIT(loader_batch(&ld, &c, 0, 3), ::testing::ExitedWithCode(1), "larger than 2");
+  EXPECT_EXIT(loader_batch(&ld, &c, 3, 2), ::testing::ExitedWithCode(1), "outside the order");
+  loader_free(&ld, &c);
+  dataset_free(&ds);
+  ctx_free(&c);
+}

@@ -1,0 +1,237 @@
+// MLP forward/backward against a float64 reference written here, independently of common/.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "device.h"
+#include "mlp.h"
+
+namespace {
+
+struct Ref {  // float64 MLP with the same layout as Mlp
+  std::vector<int> sizes;
+  std::vector<double> p;
+  std::vector<size_t> w, b;
+  double loss = 0;
+  std::vector<double> grad;
+
+  void run(const std::vector<float> &x, const std::vector<int> &y, int B) {
+    int L = (int)sizes.size() - 1;
+    std::vector<std::vector<double>> act(L + 1);
+    act[0].assign(x.begin(), x.end());
+    for (int l = 0; l < L; l++) {
+      int I = sizes[l], O = sizes[l + 1];
+      act[l + 1].assign((size_t)B * O, 0.0);
+      for (int r = 0; r < B; r++)
+        for (int o = 0; o < O; o++) {
+          double s = p[b[l] + o];
+          for (int i = 0; i < I; i++) s += act[l][(size_t)r * I + i] * p[w[l] + (size_t)o * I + i];
+          act[l + 1][(size_t)r * O + o] = (l < L - 1 && s < 0) ? 0.0 : s;
+        }
+    }
+    int C = sizes[L];
+    std::vector<double> d((size_t)B * C);
+    loss = 0;
+    for (int r = 0; r < B; r++) {
+      double mx = -INFINITY, z = 0;
+      for (int k = 0; k < C; k++) mx = std::max(mx, act[L][(size_t)r * C + k]);
+      for (int k = 0; k < C; k++) z += std::exp(act[L][(size_t)r * C + k] - mx);
+      loss += (std::log(z) + mx - act[L][(size_t)r * C + y[r]]) / B;
+      for (int k = 0; k < C; k++)
+        d[(size_t)r * C + k] = (std::exp(act[L][(size_t)r * C + k] - mx) / z - (k == y[r])) / B;
+    }
+    grad.assign(p.size(), 0.0);
+    for (int l = L - 1; l >= 0; l--) {
+      int I = sizes[l], O = sizes[l + 1];
+      std::vector<double> din((size_t)B * I, 0.0);
+      for (int r = 0; r < B; r++)
+        for (int o = 0; o < O; o++) {
+          double g = d[(size_t)r * O + o];
+          grad[b[l] + o] += g;
+          for (int i = 0; i < I; i++) {
+            grad[w[l] + (size_t)o * I + i] += g * act[l][(size_t)r * I + i];
+            din[(size_t)r * I + i] += g * p[w[l] + (size_t)o * I + i];
+          }
+        }
+      if (l > 0)
+        for (size_t i = 0; i < din.size(); i++)
+          if (!(act[l][i] > 0)) din[i] = 0;
+      d.swap(din);
+    }
+  }
+};
+
+std::vector<int> g_hook_order;
+void record_hook(int layer, void *user) {
+  g_hook_order.push_back(layer);
+  (*(int *)user)++;
+}
+
+class MlpTest : public ::testing::Test {
+ protected:
+  Ctx c;
+  Mlp m;
+  const int sizes[4] = {20, 16, 12, 5};
+  const int B = 7;
+  std::vector<float> x;
+  std::vector<int> y;
+  void SetUp() override {
+    ctx_init(&c, DEVICE_CPU, 0);
+    mlp_init(&m, &c, sizes, 3, 8, 123);
+    std::mt19937 gen(7);
+    std::normal_distribution<float> nd(0.f, 1.f);
+    for (int i = 0; i < B * sizes[0]; i++) x.push_back(nd(gen));
+    for (int i = 0; i < B; i++) y.push_back((int)(gen() % sizes[3]));
+  }
+  void TearDown() override {
+    mlp_free(&m, &c);
+    ctx_free(&c);
+  }
+  Ref reference() {
+    Ref r;
+    r.sizes.assign(sizes, sizes + 4);
+    std::vector<float> p(m.n_params);
+    dev_download(&c, p.data(), m.params, p.size() * sizeof(float));
+    r.p.assign(p.begin(), p.end());
+    for (int l = 0; l < 3; l++) {
+      r.w.push_back(m.w_off[l]);
+      r.b.push_back(m.b_off[l]);
+    }
+    r.run(x, y, B);
+    return r;
+  }
+};
+
+}  // namespace
+
+TEST_F(MlpTest, LayoutIsLayerMajorWeightThenBias) {
+  EXPECT_EQ(m.w_off[0], 0u);
+  EXPECT_EQ(m.b_off[0], 16u * 20);
+  EXPECT_EQ(m.w_off[1], 16u * 20 + 16);
+  EXPECT_EQ(m.b_off[2], m.w_off[2] + 5u * 12);
+  EXPECT_EQ(m.n_params, (size_t)(16 * 20 + 16 + 12 * 16 + 12 + 5 * 12 + 5));
+  EXPECT_EQ(mlp_layer_size(&m, 1), (size_t)(12 * 16 + 12));
+}
+
+TEST_F(MlpTest, InitIsUniformWithinPyTorchBound) {
+  std::vector<float> p(m.n_params);
+  dev_download(&c, p.data(), m.params, p.size() * sizeof(float));
+  for (int l = 0; l < 3; l++) {
+    float bound = 1.0f / std::sqrt((float)sizes[l]);
+    float lo = 1, hi = -1;
+    for (size_t i = m.w_off[l]; i < m.w_off[l] + mlp_layer_size(&m, l); i++) {
+      lo = std::min(lo, p[i]);
+      hi = std::max(hi, p[i]);
+    }
+    EXPECT_GE(lo, -bound);
+    EXPECT_LT(hi, bound);
+    EXPECT_LT(lo, -0.8f * bound);  // the range is actually used
+    EXPECT_GT(hi, 0.8f * bound);
+  }
+  Mlp other;
+  mlp_init(&other, &c, sizes, 3, 8, 123);
+  EXPECT_EQ(mlp_param_digest(&m, &c), mlp_param_digest(&other, &c));
+  mlp_free(&other, &c);
+  mlp_init(&other, &c, sizes, 3, 8, 124);
+  EXPECT_NE(mlp_param_digest(&m, &c), mlp_param_digest(&other, &c));
+  mlp_free(&other, &c);
+}
+
+// float32 against float64: each value is a sum of at most 20 products through 3 layers, so float32
+// rounding is a few 1e-7 relative to the largest term; 1e-5 relative to the largest value leaves a
+// 10x margin and still catches any wrong index, transpose or missing term (errors of order 1e-1).
+TEST_F(MlpTest, ForwardBackwardMatchFloat64Reference) {
+  Ref r = reference();
+  mlp_forward(&m, &c, x.data(), B);
+  mlp_loss(&m, &c, y.data(), B);
+  int calls = 0;
+  g_hook_order.clear();
+  mlp_zero_grad(&m);
+  mlp_backward(&m, &c, x.data(), B, record_hook, &calls);
+  EXPECT_NEAR(mlp_loss_value(&m, &c), r.loss, 1e-5 * std::fabs(r.loss));
+  double gmax = 0;
+  for (double g : r.grad) gmax = std::max(gmax, std::fabs(g));
+  ASSERT_GT(gmax, 1e-3);
+  std::vector<float> g(m.n_params);
+  dev_download(&c, g.data(), m.grads, g.size() * sizeof(float));
+  for (size_t i = 0; i < g.size(); i++) ASSERT_NEAR(g[i], r.grad[i], 1e-5 * gmax) << "grad " << i;
+  EXPECT_EQ(calls, 3);
+  EXPECT_EQ(g_hook_order, (std::vector<int>{2, 1, 0}));
+}
+
+TEST_F(MlpTest, BackwardAccumulatesUntilZeroGrad) {
+  std::vector<float> g1(m.n_params), g2(m.n_params), g3(m.n_params);
+  mlp_zero_grad(&m);
+  for (int pass = 0; pass < 2; pass++) {
+    mlp_forward(&m, &c, x.data(), B);
+    mlp_loss(&m, &c, y.data(), B);
+    mlp_backward(&m, &c, x.data(), B, nullptr, nullptr);
+    dev_download(&c, (pass ? g2 : g1).data(), m.grads, g1.size() * sizeof(float));
+  }
+  mlp_zero_grad(&m);
+  mlp_forward(&m, &c, x.data(), B);
+  mlp_loss(&m, &c, y.data(), B);
+  mlp_backward(&m, &c, x.data(), B, nullptr, nullptr);
+  dev_download(&c, g3.data(), m.grads, g3.size() * sizeof(float));
+  // Accumulating GEMMs (beta = 1) may add their K-blocks into C one by one, so g1 + g1' can differ
+  // from 2·g1 in the last bit; a missing or doubled term would be off by 100%.
+  for (size_t i = 0; i < g1.size(); i++) {
+    ASSERT_NEAR(g2[i], 2.0f * g1[i], 1e-6f * std::fabs(g1[i]) + 1e-9f) << i;
+    ASSERT_EQ(g3[i], g1[i]) << i;  // zero_grad: written afresh, bit for bit the first result
+  }
+}
+
+// Finite differences of the float64 reference agree with its analytic gradient: this pins the
+// reference itself, so the comparison above cannot pass with a wrong reference.
+TEST_F(MlpTest, ReferenceMatchesFiniteDifferences) {
+  Ref r = reference();
+  std::vector<double> base = r.p;
+  for (size_t i : {size_t(0), size_t(5), m.b_off[0], m.w_off[1] + 3, m.b_off[2] + 1}) {
+    double h = 1e-6;
+    r.p = base;
+    r.p[i] += h;
+    r.run(x, y, B);
+    double up = r.loss;
+    r.p[i] -= 2 * h;
+    r.run(x, y, B);
+    double down = r.loss;
+    r.p = base;
+    r.run(x, y, B);
+    EXPECT_NEAR((up - down) / (2 * h), r.grad[i], 1e-6) << "param " << i;
+  }
+}
+
+TEST_F(MlpTest, CountCorrectMatchesArgmax) {
+  int correct = 0;
+  mlp_count_correct(&m, &c, x.data(), y.data(), B, &correct);
+  Ref r = reference();
+  (void)r;
+  const float *logits = m.act[2];
+  int expect = 0;
+  for (int b = 0; b < B; b++) {
+    int best = 0;
+    for (int k = 1; k < 5; k++)
+      if (logits[b * 5 + k] > logits[b * 5 + best]) best = k;
+    expect += best == y[b];
+  }
+  EXPECT_EQ(correct, expect);
+}
+
+TEST(MlpSizes, ParsesHiddenList) {
+  int s[MLP_MAX_LAYERS + 1];
+  ASSERT_EQ(mlp_parse_sizes("1024,1024", 784, 10, s), 3);
+  EXPECT_EQ(s[0], 784);
+  EXPECT_EQ(s[1], 1024);
+  EXPECT_EQ(s[2], 1024);
+  EXPECT_EQ(s[3], 10);
+  ASSERT_EQ(mlp_parse_sizes("", 784, 10, s), 1);
+  EXPECT_EQ(s[1], 10);
+  EXPECT_EQ(mlp_parse_sizes("12,", 4, 2, s), -1);
+  EXPECT_EQ(mlp_parse_sizes("12,,3", 4, 2, s), -1);
+  EXPECT_EQ(mlp_parse_sizes("0", 4, 2, s), -1);
+  EXPECT_EQ(mlp_parse_sizes("-3", 4, 2, s), -1);
+  EXPECT_EQ(mlp_parse_sizes("abc", 4, 2, s), -1);
+  EXPECT_EQ(mlp_parse_sizes("1,2,3,4,5,6,7,8", 4, 2, s), -1);  // 9 layers > MLP_MAX_LAYERS
+}
