@@ -5,7 +5,8 @@
  * is what set_epoch() changes), makes its length a multiple of the world size W, and takes every W-th
  * position starting at its rank:
  *   num_samples = drop_last ? floor(N / W) : ceil(N / W),   total = num_samples · W;
- *   without drop_last the permutation is padded by repeating it from its start (wrapping as needed);
+ *   without drop_last the permutation is padded by repeating it from its start (fewer than W samples,
+ *   so never more than N: sampler_init refuses N < W);
  *   with drop_last it is truncated to total;
  *   rank r gets positions r, r + W, r + 2W, …  (num_samples of them).
  * So the shards are disjoint (up to the padding) and together cover the dataset, every epoch in a new

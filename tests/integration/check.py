@@ -9,6 +9,7 @@ import argparse
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -149,8 +150,213 @@ def step01_fashion_mnist(tmp):
         raise Failure(f"Fashion-MNIST subset: test accuracy {epochs[-1]['test_acc']:.3f} <= 0.70")
 
 
-SCENARIOS = {f.__name__: f for f in [step01_learns, step01_deterministic, step01_resume,
-                                      step01_bad_input, step01_fashion_mnist]}
+# ---- steps 02-05: the process group, the sampler, DDP, metrics and checkpoints ----------------------
+
+def read_checkpoint(path):
+    """Parses the checkpoint format of common/ckpt.h; returns (header dict, params as floats)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:8] != b"DDPCKPT\0":
+        raise Failure(f"{path}: bad magic")
+    hsize, epoch, _, step = struct.unpack_from("<IIIQ", data, 12)
+    n_layers = struct.unpack_from("<I", data, 52)[0]
+    sizes = struct.unpack_from(f"<{n_layers + 1}I", data, 56)
+    n = sum(sizes[i] * sizes[i + 1] + sizes[i + 1] for i in range(n_layers))
+    params = struct.unpack_from(f"<{n}f", data, hsize)
+    return {"epoch": epoch, "step": step, "sizes": sizes}, params
+
+
+def digests(prefix, np):
+    return [metrics(f"{prefix}{r}.jsonl")[2]["param_digest"] for r in range(np)]
+
+
+def global_losses(prefix, np, step):
+    """Per-step loss of the global batch: from step 05 every rank logs it; before, the mean of the
+    ranks' local means (equal local batch sizes)."""
+    per_rank = [[s["loss"] for s in metrics(f"{prefix}{r}.jsonl")[0]] for r in range(np)]
+    if step >= 5:
+        if any(p != per_rank[0] for p in per_rank):
+            raise Failure("ranks logged different global losses")
+        return per_rank[0]
+    return [sum(v) / np for v in zip(*per_rank)]
+
+
+def step02_redundant(tmp):
+    """Step 02 at 2 ranks: every rank trains on all the data, bit-identical to step 01."""
+    run("01_single_gpu", SMALL + ["--epochs", "1", "--metrics", f"{tmp}/a0.jsonl"])
+    run("02_init", SMALL + ["--epochs", "1", "--metrics", f"{tmp}/b{{rank}}.jsonl"], np=2)
+    want = digests(f"{tmp}/a", 1)[0]
+    got = digests(f"{tmp}/b", 2)
+    if got != [want, want]:
+        raise Failure(f"step 02 ranks {got} differ from step 01 {want}")
+
+
+def step03_drift(tmp):
+    """Step 03: one rank is exactly step 01; with 2 ranks the unsynchronised replicas drift apart."""
+    run("01_single_gpu", SMALL + ["--epochs", "1", "--metrics", f"{tmp}/a0.jsonl"])
+    run("03_sampler", SMALL + ["--epochs", "1", "--metrics", f"{tmp}/b{{rank}}.jsonl"], np=1)
+    if digests(f"{tmp}/b", 1) != digests(f"{tmp}/a", 1):
+        raise Failure("step 03 with one rank differs from step 01: the sampler is not the baseline order")
+    run("03_sampler", SMALL + ["--epochs", "1", "--metrics", f"{tmp}/c{{rank}}.jsonl"], np=2)
+    d = digests(f"{tmp}/c", 2)
+    if d[0] == d[1]:
+        raise Failure(f"step 03 replicas are identical ({d[0]}) without gradient sync")
+
+
+def replicas_identical(step, np):
+    def scenario(tmp):
+        run(step, SMALL + ["--epochs", "2", "--metrics", f"{tmp}/m{{rank}}.jsonl"], np=np)
+        d = digests(f"{tmp}/m", np)
+        if len(set(d)) != 1:
+            raise Failure(f"{step} with {np} ranks: replicas differ: {d}")
+    scenario.__name__ = f"step{step[:2]}_replicas_np{np}"
+    scenario.__doc__ = f"{step} at {np} ranks: every rank ends with bit-identical parameters."
+    return scenario
+
+
+# Steps 04/05 at W ranks x batch B against step 01 at batch W·B. The two compute the same mathematics
+# with a different float32 summation order (the gradient of a W·B batch as one GEMM, or as W partial
+# GEMMs averaged), so they differ by rounding: ~1e-7 relative at the first step. SGD with momentum then
+# amplifies the differences a little each step; over this short run (32 steps, lr 0.05, 2 and 4 ranks)
+# we measured at most 1.1e-7 in the per-step loss and 2.3e-7 (of max|p|) in the parameters. The bounds
+# below leave a margin of more than 10x, and a real bug (a missing average, a wrong shard, a skipped
+# sync) is off by 1e-2 or more.
+LOSS_TOL, PARAM_TOL = 3e-6, 1e-5
+
+
+def matches_baseline(step, np):
+    def scenario(tmp):
+        B = 128 // np
+        run("01_single_gpu", SMALL + ["--epochs", "2", "--batch_size", "128", "--save_interval", "2",
+                                      "--ckpt_dir", f"{tmp}/a", "--metrics", f"{tmp}/a0.jsonl"])
+        run(step, SMALL + ["--epochs", "2", "--batch_size", str(B), "--save_interval", "2",
+                           "--ckpt_dir", f"{tmp}/b", "--metrics", f"{tmp}/b{{rank}}.jsonl"], np=np)
+        la, lb = global_losses(f"{tmp}/a", 1, 1), global_losses(f"{tmp}/b", np, int(step[:2]))
+        if len(la) != len(lb):
+            raise Failure(f"{len(la)} baseline steps but {len(lb)} steps at {np} ranks")
+        worst = max(abs(x - y) / max(abs(x), 1e-3) for x, y in zip(la, lb))
+        if worst > LOSS_TOL:
+            raise Failure(f"per-step loss differs from the baseline by {worst:.2e} (relative) > {LOSS_TOL}")
+        _, pa = read_checkpoint(f"{tmp}/a/checkpoint.bin")
+        _, pb = read_checkpoint(f"{tmp}/b/checkpoint.bin")
+        scale = max(abs(v) for v in pa)
+        pworst = max(abs(x - y) for x, y in zip(pa, pb)) / scale
+        if pworst > PARAM_TOL:
+            raise Failure(f"parameters differ from the baseline by {pworst:.2e} of max|p| > {PARAM_TOL}")
+        print(f"{step} at {np} x {B} vs step 01 at 128: max loss diff {worst:.1e}, "
+              f"max param diff {pworst:.1e} (relative)")
+    scenario.__name__ = f"step{step[:2]}_matches_baseline_np{np}"
+    scenario.__doc__ = f"{step} at {np} ranks matches step 01 with the global batch."
+    return scenario
+
+
+def step04_broadcast(tmp):
+    """Step 04 with a different --seed per rank still ends bit-identical (rank 0's start is broadcast);
+    step 03 under the same launch does not."""
+    for step in ("03_sampler", "04_ddp_wrap"):
+        cmd = [MPIEXEC]
+        for r, seed in enumerate(["1", "2"]):
+            cmd += (([":"] if r else []) + ["-n", "1", os.path.join(BIN, step)] + SMALL +
+                    ["--epochs", "1", "--seed", seed, "--metrics", f"{tmp}/{step}_{{rank}}.jsonl"])
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        if p.returncode != 0:
+            raise Failure(f"{' '.join(cmd)} failed:\n{p.stderr}")
+    d3, d4 = digests(f"{tmp}/03_sampler_", 2), digests(f"{tmp}/04_ddp_wrap_", 2)
+    if d4[0] != d4[1]:
+        raise Failure(f"step 04 with different seeds per rank: replicas differ {d4}")
+    if d3[0] == d3[1]:
+        raise Failure("step 03 with different seeds per rank: replicas are identical")
+
+
+def step05_resume(tmp):
+    """Step 05 at 2 ranks: 2 epochs straight equal 1 epoch + resume (bit for bit); and a checkpoint
+    resumes at an epoch boundary with another world size."""
+    run("05_metrics_ckpt", SMALL + ["--epochs", "2", "--metrics", f"{tmp}/a{{rank}}.jsonl"], np=2)
+    run("05_metrics_ckpt", SMALL + ["--epochs", "1", "--save_interval", "1", "--ckpt_dir", f"{tmp}/ck"],
+        np=2)
+    ck = f"{tmp}/ck/checkpoint.bin"
+    run("05_metrics_ckpt", SMALL + ["--epochs", "2", "--resume", ck, "--metrics", f"{tmp}/b{{rank}}.jsonl"],
+        np=2)
+    a, b = digests(f"{tmp}/a", 2), digests(f"{tmp}/b", 2)
+    if a != b:
+        raise Failure(f"resumed run ends with {b}, the straight run with {a}")
+    out, _ = run("05_metrics_ckpt", SMALL + ["--epochs", "2", "--resume", ck,
+                                            "--metrics", f"{tmp}/c{{rank}}.jsonl"], np=3)
+    steps, _, final = metrics(f"{tmp}/c0.jsonl")
+    per_epoch_w3 = -(-(-(-2048 // 3)) // 128)  # ceil(ceil(2048 / 3) / 128)
+    if final["steps"] != 8 + per_epoch_w3 or steps[0]["step"] != 9 or steps[0]["epoch"] != 1:
+        raise Failure(f"resume at 3 ranks from a 2-rank checkpoint: steps {steps[0]} .. {final}")
+
+
+def step05_eval_exact(tmp):
+    """Step 05's sharded evaluation (3 ranks, 2000 test samples: not divisible) counts every test
+    sample once: its accuracy equals step 01's on the same parameters."""
+    run("01_single_gpu", SMALL + ["--epochs", "1", "--save_interval", "1", "--ckpt_dir", f"{tmp}/ck"])
+    # A learning rate of 1e-30 leaves every parameter unchanged in float32 during the extra epoch, so
+    # both programs evaluate exactly the checkpoint's parameters (the equal digests prove it).
+    frozen = ["--epochs", "2", "--lr", "1e-30", "--resume", f"{tmp}/ck/checkpoint.bin"]
+    run("01_single_gpu", SMALL + frozen + ["--metrics", f"{tmp}/a0.jsonl"])
+    run("05_metrics_ckpt", SMALL + frozen + ["--metrics", f"{tmp}/b{{rank}}.jsonl"], np=3)
+    _, ea, fa = metrics(f"{tmp}/a0.jsonl")
+    _, eb, fb = metrics(f"{tmp}/b0.jsonl")
+    if fa["param_digest"] != fb["param_digest"]:
+        raise Failure("the frozen runs did not evaluate the same parameters")
+    if ea[-1]["test_acc"] != eb[-1]["test_acc"]:
+        raise Failure(f"test accuracy at 3 ranks {eb[-1]['test_acc']} != single process {ea[-1]['test_acc']}")
+
+
+def step05_fashion_mnist(tmp):
+    """mpirun -np 2 step 05 on a Fashion-MNIST subset reaches step 01's accuracy with the global batch."""
+    if not os.path.exists(os.path.join(FASHION, "train-images-idx3-ubyte.gz")):
+        print(f"skipped: {FASHION} not installed")
+        return SKIP
+    common = ["--device", "cpu", "--dataset_size", "8192", "--hidden", "128", "--epochs", "2",
+              "--save_interval", "0", "--log_interval", "1000"]
+    run("01_single_gpu", common + ["--batch_size", "128", "--metrics", f"{tmp}/a0.jsonl"])
+    run("05_metrics_ckpt", common + ["--batch_size", "64", "--metrics", f"{tmp}/b{{rank}}.jsonl"], np=2)
+    acc_a = metrics(f"{tmp}/a0.jsonl")[1][-1]["test_acc"]
+    acc_b = metrics(f"{tmp}/b0.jsonl")[1][-1]["test_acc"]
+    if abs(acc_a - acc_b) > 0.002 or acc_b < 0.75:
+        raise Failure(f"Fashion-MNIST: 2 ranks reach {acc_b:.4f}, step 01 {acc_a:.4f}")
+    print(f"Fashion-MNIST subset: step 01 {acc_a:.4f}, step 05 at 2 ranks {acc_b:.4f}")
+
+
+def dist_bad_launch(tmp):
+    """Inconsistent launcher variables, an impossible backend and a wrong-shape checkpoint each end
+    every rank with a one-line reason, and nothing hangs."""
+    def env_run(env, args, word):
+        e = dict(os.environ, **env)
+        for k in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"):
+            e.pop(k, None)
+        p = subprocess.run([os.path.join(BIN, "05_metrics_ckpt")] + SMALL + args, env=e,
+                           capture_output=True, text=True, timeout=60)
+        if p.returncode == 0 or word not in p.stderr:
+            raise Failure(f"{env} {args}: rc {p.returncode}, stderr {p.stderr!r} lacks '{word}'")
+    env_run({"RANK": "2", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, [], "ranks run from 0 to 1")
+    env_run({"RANK": "1"}, [], "WORLD_SIZE")
+    env_run({"RANK": "x", "WORLD_SIZE": "2"}, [], "RANK='x'")
+    env_run({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_ADDR": "127.0.0.1",
+             "MASTER_PORT": "29500"}, ["--backend", "mpi"], "mpirun")
+    env_run({}, ["--backend", "nccl"], "nccl")
+    run("05_metrics_ckpt", SMALL + ["--epochs", "1", "--save_interval", "1", "--ckpt_dir", f"{tmp}/ck"])
+    _, err = run("05_metrics_ckpt", SMALL[:-4] + ["--hidden", "32", "--resume", f"{tmp}/ck/checkpoint.bin"],
+                 np=2, expect_rc=1)
+    if "784-64-10" not in err or "784-32-10" not in err:
+        raise Failure(f"shape mismatch should name both shapes: {err!r}")
+    _, err = run("05_metrics_ckpt", SMALL + ["--dataset_size", "3"], np=4, expect_rc=1)
+    if "3 training samples for 4 ranks" not in err:
+        raise Failure(f"N < W should be refused clearly: {err!r}")
+
+
+SCENARIOS = {f.__name__: f for f in [
+    step01_learns, step01_deterministic, step01_resume, step01_bad_input, step01_fashion_mnist,
+    step02_redundant, step03_drift, step04_broadcast, step05_resume, step05_eval_exact,
+    step05_fashion_mnist, dist_bad_launch,
+    replicas_identical("04_ddp_wrap", 2), replicas_identical("04_ddp_wrap", 3),
+    replicas_identical("04_ddp_wrap", 4), replicas_identical("05_metrics_ckpt", 2),
+    replicas_identical("05_metrics_ckpt", 3), replicas_identical("05_metrics_ckpt", 4),
+    matches_baseline("04_ddp_wrap", 2), matches_baseline("04_ddp_wrap", 4),
+    matches_baseline("05_metrics_ckpt", 2), matches_baseline("05_metrics_ckpt", 4)]}
 
 
 def main():

@@ -1,0 +1,99 @@
+// The distributed sampler of step 03 against PyTorch's DistributedSampler semantics (DESIGN §3).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <vector>
+
+extern "C" {
+#include "rng.h"
+#include "sampler.h"
+}
+
+namespace {
+// Every rank's indices for one epoch.
+std::vector<std::vector<int>> shards(int n, int W, bool drop_last, uint64_t seed, int epoch) {
+  std::vector<std::vector<int>> out;
+  for (int r = 0; r < W; r++) {
+    Sampler s;
+    sampler_init(&s, n, W, r, drop_last, seed);
+    sampler_set_epoch(&s, epoch);
+    std::vector<int> idx(s.num_samples);
+    sampler_indices(&s, idx.data());
+    out.push_back(idx);
+    sampler_free(&s);
+  }
+  return out;
+}
+}  // namespace
+
+TEST(Sampler, DivisibleShardsAreDisjointAndCover) {
+  auto sh = shards(12, 3, false, 7, 0);
+  std::multiset<int> all;
+  for (auto &s : sh) {
+    EXPECT_EQ(s.size(), 4u);
+    all.insert(s.begin(), s.end());
+  }
+  EXPECT_EQ(all.size(), 12u);
+  EXPECT_EQ(std::set<int>(all.begin(), all.end()).size(), 12u);  // each index exactly once
+}
+
+TEST(Sampler, StrideSplitOfTheSharedPermutation) {
+  std::vector<int> perm(10);
+  rng_permutation(perm.data(), 10, 5 + 2);  // seed 5, epoch 2
+  auto sh = shards(10, 2, false, 5, 2);
+  for (int r = 0; r < 2; r++)
+    for (int i = 0; i < 5; i++) EXPECT_EQ(sh[r][i], perm[r + 2 * i]) << "rank " << r << " pos " << i;
+}
+
+TEST(Sampler, PaddingRepeatsFromTheStart) {
+  // N = 10, W = 4: num_samples = 3, total = 12, padded with perm[0], perm[1].
+  std::vector<int> perm(10);
+  rng_permutation(perm.data(), 10, 1);
+  auto sh = shards(10, 4, false, 1, 0);
+  std::map<int, int> count;
+  for (auto &s : sh) {
+    EXPECT_EQ(s.size(), 3u);
+    for (int i : s) count[i]++;
+  }
+  EXPECT_EQ(count.size(), 10u);  // covers everything
+  EXPECT_EQ(count[perm[0]], 2);  // positions 10 and 11 repeat positions 0 and 1
+  EXPECT_EQ(count[perm[1]], 2);
+  EXPECT_EQ(sh[2][2], perm[0]);  // position 10 = rank 2, i = 2
+  EXPECT_EQ(sh[3][2], perm[1]);  // position 11 = rank 3, i = 2
+}
+
+TEST(Sampler, DropLastTruncates) {
+  std::vector<int> perm(10);
+  rng_permutation(perm.data(), 10, 3);
+  auto sh = shards(10, 4, true, 3, 0);
+  std::set<int> seen;
+  for (auto &s : sh) {
+    EXPECT_EQ(s.size(), 2u);  // floor(10 / 4)
+    for (int i : s) EXPECT_TRUE(seen.insert(i).second) << "index " << i << " twice";
+  }
+  EXPECT_EQ(seen, std::set<int>(perm.begin(), perm.begin() + 8));  // the tail perm[8..9] is dropped
+}
+
+TEST(Sampler, SetEpochReshufflesIdenticallyOnEveryRank) {
+  auto e0 = shards(100, 4, false, 42, 0), e0b = shards(100, 4, false, 42, 0);
+  auto e1 = shards(100, 4, false, 42, 1);
+  EXPECT_EQ(e0, e0b);  // same epoch: same shards, whoever computes them
+  EXPECT_NE(e0, e1);   // new epoch: new order
+  std::set<int> cover;  // and epoch 1 is still a partition
+  for (auto &s : e1) cover.insert(s.begin(), s.end());
+  EXPECT_EQ(cover.size(), 100u);
+}
+
+TEST(Sampler, OneRankIsTheBaselinePermutation) {
+  std::vector<int> perm(50);
+  rng_permutation(perm.data(), 50, 11 + 3);
+  EXPECT_EQ(shards(50, 1, false, 11, 3)[0], perm);  // what step 01 visits
+}
+
+TEST(SamplerDeathTest, FewerSamplesThanRanksIsAnError) {
+  Sampler s;
+  EXPECT_EXIT(sampler_init(&s, 3, 4, 0, false, 1), ::testing::ExitedWithCode(1),
+              "3 training samples for 4 ranks");
+}
