@@ -1,8 +1,10 @@
 // device.c: the CPU half of device.h and the dispatch to the CUDA half (device_cuda.c).
+#define _POSIX_C_SOURCE 200809L
 #include "device.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "check.h"
 
@@ -97,4 +99,45 @@ void host_free(const Ctx *c, void *p) {
   } else {
     free(p);
   }
+}
+
+static double wall_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void dev_event_init(const Ctx *c, DevEvent *e) {
+  memset(e, 0, sizeof *e);
+  if (c->dev == DEVICE_CUDA) dev_event_init_cuda(c, e);
+}
+
+void dev_event_free(const Ctx *c, DevEvent *e) {
+  if (c->dev == DEVICE_CUDA && e->ev) dev_event_free_cuda(c, e);
+  memset(e, 0, sizeof *e);
+}
+
+void dev_event_record(const Ctx *c, DevEvent *e, void *stream) {
+  if (c->dev == DEVICE_CUDA) {
+    dev_event_record_cuda(c, e, stream);
+  } else {
+    e->t = wall_seconds();  // CPU work is synchronous: "after the work so far" is now
+  }
+}
+
+void dev_stream_wait(const Ctx *c, void *stream, const DevEvent *e) {
+  if (c->dev == DEVICE_CUDA) dev_stream_wait_cuda(c, stream, e);
+}
+
+double dev_event_elapsed(const Ctx *c, const DevEvent *from, const DevEvent *to) {
+  if (c->dev == DEVICE_CUDA) return dev_event_elapsed_cuda(c, from, to);
+  return to->t - from->t;
+}
+
+void *dev_stream_create(const Ctx *c) {
+  return c->dev == DEVICE_CUDA ? dev_stream_create_cuda(c) : NULL;
+}
+
+void dev_stream_free(const Ctx *c, void *stream) {
+  if (c->dev == DEVICE_CUDA && stream) dev_stream_free_cuda(c, stream);
 }

@@ -96,6 +96,58 @@ void *host_alloc(const Ctx *c, size_t bytes);
 /** @brief Frees memory from host_alloc(); NULL is ignored. */
 void host_free(const Ctx *c, void *p);
 
+/**
+ * @brief A point in a stream's work: lets another stream wait for it, and timestamps it. On the CPU,
+ * where work is synchronous, recording an event just reads the clock.
+ */
+typedef struct DevEvent {
+  void *ev;  ///< cudaEvent_t (DEVICE_CUDA), NULL on the CPU
+  double t;  ///< wall-clock seconds when recorded (DEVICE_CPU only)
+} DevEvent;
+
+/** @brief Creates an event (with timing) on the context's device. */
+void dev_event_init(const Ctx *c, DevEvent *e);
+/** @brief Destroys an event from dev_event_init(). */
+void dev_event_free(const Ctx *c, DevEvent *e);
+/**
+ * @brief Records @p e after the work queued so far on @p stream.
+ * @param[in] c       context.
+ * @param[in,out] e   the event.
+ * @param[in] stream  a cudaStream_t from dev_stream_create(), or NULL for the compute stream.
+ */
+void dev_event_record(const Ctx *c, DevEvent *e, void *stream);
+/**
+ * @brief Makes @p stream wait (on the device, without blocking the host) for @p e.
+ * @param[in] c      context.
+ * @param[in] stream a stream from dev_stream_create(), or NULL for the compute stream.
+ * @param[in] e      a recorded event.
+ */
+void dev_stream_wait(const Ctx *c, void *stream, const DevEvent *e);
+/**
+ * @brief Seconds from event @p from to event @p to; waits for @p to to complete.
+ * @return the elapsed time (negative when @p to happened first).
+ */
+double dev_event_elapsed(const Ctx *c, const DevEvent *from, const DevEvent *to);
+/** @brief Creates a second, non-blocking stream on the context's GPU (NULL on the CPU). */
+void *dev_stream_create(const Ctx *c);
+/** @brief Destroys a stream from dev_stream_create() after its work finished; NULL is ignored. */
+void dev_stream_free(const Ctx *c, void *stream);
+
+/** @brief CUDA implementation of dev_event_init(). */
+void dev_event_init_cuda(const Ctx *c, DevEvent *e);
+/** @brief CUDA implementation of dev_event_free(). */
+void dev_event_free_cuda(const Ctx *c, DevEvent *e);
+/** @brief CUDA implementation of dev_event_record(). */
+void dev_event_record_cuda(const Ctx *c, DevEvent *e, void *stream);
+/** @brief CUDA implementation of dev_stream_wait(). */
+void dev_stream_wait_cuda(const Ctx *c, void *stream, const DevEvent *e);
+/** @brief CUDA implementation of dev_event_elapsed(). */
+double dev_event_elapsed_cuda(const Ctx *c, const DevEvent *from, const DevEvent *to);
+/** @brief CUDA implementation of dev_stream_create(). */
+void *dev_stream_create_cuda(const Ctx *c);
+/** @brief CUDA implementation of dev_stream_free(). */
+void dev_stream_free_cuda(const Ctx *c, void *stream);
+
 /** @brief CUDA implementation of dev_alloc(). */
 void *dev_alloc_cuda(const Ctx *c, size_t bytes);
 /** @brief CUDA implementation of dev_free(). */

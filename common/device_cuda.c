@@ -142,3 +142,50 @@ void dev_zero_cuda(const Ctx *c, void *p, size_t bytes) {
 }
 
 void dev_sync_cuda(const Ctx *c) { cudaCheck(cudaStreamSynchronize((cudaStream_t)c->stream)); }
+
+// ---- events and streams ---------------------------------------------------------------------------
+
+static cudaStream_t stream_or_compute(const Ctx *c, void *stream) {
+  return (cudaStream_t)(stream ? stream : c->stream);
+}
+
+void dev_event_init_cuda(const Ctx *c, DevEvent *e) {
+  (void)c;
+  cudaEvent_t ev;
+  cudaCheck(cudaEventCreate(&ev));  // with timing: traces read elapsed times from these
+  e->ev = ev;
+}
+
+void dev_event_free_cuda(const Ctx *c, DevEvent *e) {
+  (void)c;
+  cudaCheck(cudaEventDestroy((cudaEvent_t)e->ev));
+}
+
+void dev_event_record_cuda(const Ctx *c, DevEvent *e, void *stream) {
+  cudaCheck(cudaEventRecord((cudaEvent_t)e->ev, stream_or_compute(c, stream)));
+}
+
+void dev_stream_wait_cuda(const Ctx *c, void *stream, const DevEvent *e) {
+  cudaCheck(cudaStreamWaitEvent(stream_or_compute(c, stream), (cudaEvent_t)e->ev, 0));
+}
+
+double dev_event_elapsed_cuda(const Ctx *c, const DevEvent *from, const DevEvent *to) {
+  (void)c;
+  float ms = 0.0f;
+  cudaCheck(cudaEventSynchronize((cudaEvent_t)to->ev));
+  cudaCheck(cudaEventElapsedTime(&ms, (cudaEvent_t)from->ev, (cudaEvent_t)to->ev));
+  return 1e-3 * ms;
+}
+
+void *dev_stream_create_cuda(const Ctx *c) {
+  cudaCheck(cudaSetDevice(c->gpu));
+  cudaStream_t s;
+  cudaCheck(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  return s;
+}
+
+void dev_stream_free_cuda(const Ctx *c, void *stream) {
+  (void)c;
+  cudaCheck(cudaStreamSynchronize((cudaStream_t)stream));
+  cudaCheck(cudaStreamDestroy((cudaStream_t)stream));
+}

@@ -63,3 +63,31 @@ void cublas_check_impl(int status, const char *call, const char *file, int line)
   (void)status, (void)call, (void)file, (void)line;
   NO_CUDA();
 }
+void dev_event_init_cuda(const Ctx *c, DevEvent *e) {
+  (void)c, (void)e;
+  NO_CUDA();
+}
+void dev_event_free_cuda(const Ctx *c, DevEvent *e) {
+  (void)c, (void)e;
+  NO_CUDA();
+}
+void dev_event_record_cuda(const Ctx *c, DevEvent *e, void *stream) {
+  (void)c, (void)e, (void)stream;
+  NO_CUDA();
+}
+void dev_stream_wait_cuda(const Ctx *c, void *stream, const DevEvent *e) {
+  (void)c, (void)stream, (void)e;
+  NO_CUDA();
+}
+double dev_event_elapsed_cuda(const Ctx *c, const DevEvent *from, const DevEvent *to) {
+  (void)c, (void)from, (void)to;
+  NO_CUDA();
+}
+void *dev_stream_create_cuda(const Ctx *c) {
+  (void)c;
+  NO_CUDA();
+}
+void dev_stream_free_cuda(const Ctx *c, void *stream) {
+  (void)c, (void)stream;
+  NO_CUDA();
+}

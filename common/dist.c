@@ -106,6 +106,7 @@ void dist_init(ProcessGroup *pg, const char *backend, Device dev) {
 
 void dist_connect(ProcessGroup *pg, const Ctx *c) {
   pg->ctx = c;
+  dev_event_init(c, &pg->ready);
   if (pg->backend == BACKEND_NCCL) dist_nccl_connect(pg);
 }
 
@@ -120,6 +121,58 @@ void dist_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, DistO
   } else {
     dist_mpi_all_reduce(pg, buf, n, type, op);
   }
+}
+
+void dist_work_init(ProcessGroup *pg, DistWork *w) {
+  memset(w, 0, sizeof *w);
+  dev_event_init(pg->ctx, &w->start);
+  dev_event_init(pg->ctx, &w->end);
+}
+
+void dist_work_free(ProcessGroup *pg, DistWork *w) {
+  if (w->active) die(1, "dist_work_free: the all-reduce is still in flight (call dist_wait first)");
+  dev_event_free(pg->ctx, &w->end);
+  dev_event_free(pg->ctx, &w->start);
+}
+
+void dist_all_reduce_async(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op,
+                           DistWork *w) {
+  if (w->active) die(1, "dist_all_reduce_async: this handle is still in flight");
+  if (op == DIST_AVG && type != DIST_FLOAT) die(1, "dist_all_reduce_async: DIST_AVG needs floats");
+  w->buf = buf;
+  w->n = n;
+  w->type = type;
+  w->op = op;
+  w->active = true;
+  w->done = false;
+  if (n == 0 || solo(pg)) {
+    dev_event_record(pg->ctx, &w->start, NULL);
+    dev_event_record(pg->ctx, &w->end, NULL);
+    w->done = true;
+  } else if (pg->backend == BACKEND_NCCL) {
+    dev_event_record(pg->ctx, &pg->ready, NULL);            // after the work that wrote buf ...
+    dev_stream_wait(pg->ctx, pg->comm_stream, &pg->ready);  // ... the communication stream starts
+    dev_event_record(pg->ctx, &w->start, pg->comm_stream);
+    dist_nccl_all_reduce_on(pg, buf, n, type, op, pg->comm_stream);
+    dev_event_record(pg->ctx, &w->end, pg->comm_stream);
+  } else {
+    dist_mpi_all_reduce_start(pg, w);
+  }
+}
+
+bool dist_test(ProcessGroup *pg, DistWork *w) {
+  if (!w->active || w->done || pg->backend == BACKEND_NCCL) return true;
+  return dist_mpi_test(pg, w);
+}
+
+void dist_wait(ProcessGroup *pg, DistWork *w) {
+  if (!w->active) die(1, "dist_wait: no all-reduce in flight on this handle");
+  if (pg->backend == BACKEND_NCCL && !w->done) {
+    dev_stream_wait(pg->ctx, NULL, &w->end);  // the compute stream waits; the host does not
+  } else if (!w->done) {
+    dist_mpi_wait(pg, w);
+  }
+  w->active = false;
 }
 
 void dist_all_reduce_host(ProcessGroup *pg, double *v, size_t n) {
@@ -166,6 +219,7 @@ void dist_barrier(ProcessGroup *pg) {
 void dist_destroy(ProcessGroup *pg) {
   if (pg->backend == BACKEND_NCCL && pg->nccl) dist_nccl_destroy(pg);
   if (pg->stage) host_free(pg->ctx, pg->stage);
+  if (pg->ctx) dev_event_free(pg->ctx, &pg->ready);
   check_set_abort(NULL);
   if (pg->mpi_up) dist_mpi_finalize();
   memset(pg, 0, sizeof *pg);

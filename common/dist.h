@@ -68,6 +68,8 @@ typedef struct ProcessGroup {
   void *nccl;        ///< ncclComm_t (BACKEND_NCCL), after dist_connect()
   const Ctx *ctx;    ///< the device context given to dist_connect()
   void *scratch;     ///< device, one int for the NCCL barrier
+  void *comm_stream; ///< cudaStream_t for asynchronous NCCL collectives (BACKEND_NCCL)
+  DevEvent ready;    ///< recorded on the compute stream before each asynchronous collective
   void *stage;       ///< pinned host staging buffer (BACKEND_MPI with device buffers)
   size_t stage_bytes;///< size of @ref stage
 } ProcessGroup;
@@ -101,6 +103,56 @@ void dist_connect(ProcessGroup *pg, const Ctx *c);
  * @param[in] op    DIST_SUM or DIST_AVG (DIST_AVG for floats only).
  */
 void dist_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op);
+
+/** @brief An all-reduce in flight: from dist_all_reduce_async() to dist_wait(). */
+typedef struct DistWork {
+  void *buf;             ///< device memory being reduced
+  size_t n;              ///< element count
+  DistType type;         ///< element type
+  DistOp op;             ///< reduction
+  bool active;           ///< started and not yet waited for
+  bool done;             ///< completion seen (MPI), or nothing to wait for
+  unsigned char req[16]; ///< storage for the MPI_Request (BACKEND_MPI)
+  DevEvent start;        ///< when the collective started (on the communication stream on a GPU)
+  DevEvent end;          ///< when it ended (on the communication stream; on the CPU: when seen done)
+} DistWork;
+
+/** @brief Prepares @p w for dist_all_reduce_async() (creates its events). */
+void dist_work_init(ProcessGroup *pg, DistWork *w);
+/** @brief Releases what dist_work_init() created. @pre @p w is not active. */
+void dist_work_free(ProcessGroup *pg, DistWork *w);
+
+/**
+ * @brief Starts an all-reduce in place and returns at once, so that computation can go on meanwhile.
+ *
+ * NCCL: an event is recorded on the compute stream (after the work that produced @p buf), the
+ * communication stream waits for it, and the all-reduce runs on the communication stream. MPI:
+ * `MPI_Iallreduce` on host buffers; it advances inside dist_test() and dist_wait() (device buffers
+ * of a CUDA context are reduced at once, through the host).
+ * @param[in] pg    process group.
+ * @param[in,out] buf device memory of the connected context, (n) elements.
+ * @param[in] n     element count.
+ * @param[in] type  element type.
+ * @param[in] op    DIST_SUM or DIST_AVG.
+ * @param[in,out] w the handle (from dist_work_init(), not active).
+ */
+void dist_all_reduce_async(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op,
+                           DistWork *w);
+
+/**
+ * @brief Lets an asynchronous all-reduce advance (MPI_Test) and says whether it has finished. Never
+ * blocks.
+ * @return true when @p w is complete (always true on NCCL, whose completion the streams order).
+ */
+bool dist_test(ProcessGroup *pg, DistWork *w);
+
+/**
+ * @brief Completes an asynchronous all-reduce: MPI waits for it and averages; NCCL makes the compute
+ * stream wait for it (no host synchronisation). Afterwards @p w may be started again.
+ * @param[in] pg    process group.
+ * @param[in,out] w an active handle.
+ */
+void dist_wait(ProcessGroup *pg, DistWork *w);
 
 /**
  * @brief All-reduce of a small host array, blocking (for metrics such as a loss and a count).

@@ -18,6 +18,12 @@ void dist_mpi_init(ProcessGroup *pg);
 void dist_mpi_set_abort(void);
 /** @brief MPI all-reduce (staging device buffers through pinned host memory); see dist_all_reduce(). */
 void dist_mpi_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op);
+/** @brief Starts an MPI_Iallreduce for @p w (blocking, through the host, for GPU buffers). */
+void dist_mpi_all_reduce_start(ProcessGroup *pg, DistWork *w);
+/** @brief MPI_Test on @p w; on completion averages if asked and records the end event. */
+bool dist_mpi_test(ProcessGroup *pg, DistWork *w);
+/** @brief MPI_Wait on @p w; then as dist_mpi_test(). */
+void dist_mpi_wait(ProcessGroup *pg, DistWork *w);
 /** @brief MPI all-reduce of host doubles (sum). */
 void dist_mpi_all_reduce_host(ProcessGroup *pg, double *v, size_t n);
 /** @brief MPI broadcast of device or host memory; see dist_broadcast(). */
@@ -35,6 +41,9 @@ void dist_mpi_finalize(void);
 void dist_nccl_connect(ProcessGroup *pg);
 /** @brief NCCL all-reduce on the context's stream; see dist_all_reduce(). */
 void dist_nccl_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op);
+/** @brief NCCL all-reduce queued on @p stream (a cudaStream_t). */
+void dist_nccl_all_reduce_on(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op,
+                             void *stream);
 /** @brief NCCL broadcast on the context's stream; see dist_broadcast(). */
 void dist_nccl_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, int root);
 /** @brief NCCL all-gather on the context's stream; see dist_all_gather(). */

@@ -44,6 +44,12 @@ static MPI_Datatype mpi_type(DistType t) {
   return t == DIST_DOUBLE ? MPI_DOUBLE : t == DIST_INT ? MPI_INT : MPI_FLOAT;
 }
 
+// DIST_AVG on MPI: every rank scales the same sum by 1/W, so the replicas stay bit-identical.
+static void scale_avg(const ProcessGroup *pg, float *f, size_t n) {
+  float inv = 1.0f / (float)pg->world_size;
+  for (size_t i = 0; i < n; i++) f[i] *= inv;
+}
+
 static bool on_gpu(const ProcessGroup *pg) { return pg->ctx && pg->ctx->dev == DEVICE_CUDA; }
 
 // Host memory to run an MPI collective on: the buffer itself on the CPU, the pinned staging buffer
@@ -65,12 +71,41 @@ void dist_mpi_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, D
     dev_download(pg->ctx, host, buf, bytes);
   }
   mpiCheck(MPI_Allreduce(MPI_IN_PLACE, host, (int)n, mpi_type(type), MPI_SUM, MPI_COMM_WORLD));
-  if (op == DIST_AVG) {
-    float inv = 1.0f / (float)pg->world_size;  // every rank scales the same sum: replicas stay equal
-    float *f = host;
-    for (size_t i = 0; i < n; i++) f[i] *= inv;
-  }
+  if (op == DIST_AVG) scale_avg(pg, host, n);
   if (on_gpu(pg)) dev_upload(pg->ctx, buf, host, bytes);
+}
+
+_Static_assert(sizeof(MPI_Request) <= sizeof(((DistWork *)0)->req), "DistWork.req too small");
+
+void dist_mpi_all_reduce_start(ProcessGroup *pg, DistWork *w) {
+  dev_event_record(pg->ctx, &w->start, NULL);
+  if (on_gpu(pg)) {  // staged through the host: nothing to overlap, reduce now
+    dist_mpi_all_reduce(pg, w->buf, w->n, w->type, w->op);
+    dev_event_record(pg->ctx, &w->end, NULL);
+    w->done = true;
+    return;
+  }
+  MPI_Request *req = (MPI_Request *)w->req;
+  mpiCheck(MPI_Iallreduce(MPI_IN_PLACE, w->buf, (int)w->n, mpi_type(w->type), MPI_SUM,
+                          MPI_COMM_WORLD, req));
+}
+
+static void finish(ProcessGroup *pg, DistWork *w) {
+  if (w->op == DIST_AVG) scale_avg(pg, w->buf, w->n);
+  dev_event_record(pg->ctx, &w->end, NULL);
+  w->done = true;
+}
+
+bool dist_mpi_test(ProcessGroup *pg, DistWork *w) {
+  int flag = 0;
+  mpiCheck(MPI_Test((MPI_Request *)w->req, &flag, MPI_STATUS_IGNORE));
+  if (flag) finish(pg, w);
+  return flag != 0;
+}
+
+void dist_mpi_wait(ProcessGroup *pg, DistWork *w) {
+  mpiCheck(MPI_Wait((MPI_Request *)w->req, MPI_STATUS_IGNORE));
+  finish(pg, w);
 }
 
 void dist_mpi_all_reduce_host(ProcessGroup *pg, double *v, size_t n) {

@@ -67,12 +67,18 @@ void dist_nccl_connect(ProcessGroup *pg) {
   pg->nccl = comm;
   g_comm = comm;
   pg->scratch = dev_alloc(pg->ctx, sizeof(int));
+  pg->comm_stream = dev_stream_create(pg->ctx);  // for collectives that overlap computation
   if (!pg->mpi_up) check_set_abort(nccl_abort);
 }
 
-void dist_nccl_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op) {
+void dist_nccl_all_reduce_on(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op,
+                             void *on) {
   ncclCheck(ncclAllReduce(buf, buf, n, nccl_type(type), op == DIST_AVG ? ncclAvg : ncclSum,
-                          (ncclComm_t)pg->nccl, stream(pg)));
+                          (ncclComm_t)pg->nccl, (cudaStream_t)on));
+}
+
+void dist_nccl_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op) {
+  dist_nccl_all_reduce_on(pg, buf, n, type, op, stream(pg));
 }
 
 void dist_nccl_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, int root) {
@@ -90,6 +96,7 @@ void dist_nccl_barrier(ProcessGroup *pg) {
 
 void dist_nccl_destroy(ProcessGroup *pg) {
   cudaCheck(cudaStreamSynchronize(stream(pg)));
+  dev_stream_free(pg->ctx, pg->comm_stream);
   dev_free(pg->ctx, pg->scratch);
   ncclCheck(ncclCommDestroy((ncclComm_t)pg->nccl));
   g_comm = NULL;

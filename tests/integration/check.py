@@ -348,7 +348,91 @@ def dist_bad_launch(tmp):
         raise Failure(f"N < W should be refused clearly: {err!r}")
 
 
+# ---- step 06: the bucketed reducer -------------------------------------------------------------------
+
+CAPS = ["0.001", "1", "25"]  # MiB: one tensor per bucket, a few buckets, one bucket
+
+
+def step06_replicas(np):
+    def scenario(tmp):
+        for cap in CAPS:
+            for accum, batch in (("1", "128"), ("4", "32")):
+                tag = f"c{cap}_a{accum}_"
+                run("06_full", SMALL + ["--epochs", "2", "--bucket_cap_mb", cap, "--grad_accum", accum,
+                                        "--batch_size", batch, "--metrics", f"{tmp}/{tag}{{rank}}.jsonl"],
+                    np=np)
+                d = digests(f"{tmp}/{tag}", np)
+                if len(set(d)) != 1:
+                    raise Failure(f"bucket cap {cap} MiB, grad_accum {accum}, {np} ranks: replicas differ {d}")
+    scenario.__name__ = f"step06_replicas_np{np}"
+    scenario.__doc__ = (f"Step 06 at {np} ranks: bit-identical replicas for bucket caps {', '.join(CAPS)} "
+                        "MiB and grad_accum 1 and 4.")
+    return scenario
+
+
+def step06_matches_step04(np):
+    def scenario(tmp):
+        run("04_ddp_wrap", SMALL + ["--epochs", "2", "--metrics", f"{tmp}/a{{rank}}.jsonl"], np=np)
+        la = global_losses(f"{tmp}/a", np, 4)
+        for cap in CAPS:
+            run("06_full", SMALL + ["--epochs", "2", "--bucket_cap_mb", cap,
+                                    "--metrics", f"{tmp}/b{{rank}}.jsonl"], np=np)
+            lb = global_losses(f"{tmp}/b", np, 6)
+            worst = max(abs(x - y) / max(abs(x), 1e-3) for x, y in zip(la, lb))
+            if len(la) != len(lb) or worst > LOSS_TOL:
+                raise Failure(f"bucket cap {cap}: per-step loss differs from step 04 by {worst:.2e}")
+            print(f"cap {cap} MiB at {np} ranks: max loss diff from step 04 {worst:.1e}")
+    scenario.__name__ = f"step06_matches_step04_np{np}"
+    scenario.__doc__ = f"Step 06 at {np} ranks has step 04's per-step loss for every bucket cap."
+    return scenario
+
+
+def step06_grad_accum(tmp):
+    """--grad_accum 4 with batch 16 trains like batch 64 without accumulation (2 ranks)."""
+    common = SMALL + ["--epochs", "2", "--save_interval", "2"]
+    run("06_full", common + ["--batch_size", "64", "--ckpt_dir", f"{tmp}/a",
+                             "--metrics", f"{tmp}/a{{rank}}.jsonl"], np=2)
+    run("06_full", common + ["--batch_size", "16", "--grad_accum", "4", "--ckpt_dir", f"{tmp}/b",
+                             "--metrics", f"{tmp}/b{{rank}}.jsonl"], np=2)
+    la, lb = global_losses(f"{tmp}/a", 2, 6), global_losses(f"{tmp}/b", 2, 6)
+    if len(la) != len(lb):
+        raise Failure(f"{len(la)} steps without accumulation, {len(lb)} with")
+    worst = max(abs(x - y) / max(abs(x), 1e-3) for x, y in zip(la, lb))
+    _, pa = read_checkpoint(f"{tmp}/a/checkpoint.bin")
+    _, pb = read_checkpoint(f"{tmp}/b/checkpoint.bin")
+    pworst = max(abs(x - y) for x, y in zip(pa, pb)) / max(abs(v) for v in pa)
+    if worst > LOSS_TOL or pworst > PARAM_TOL:
+        raise Failure(f"grad_accum 4 x 16 vs 64: loss diff {worst:.2e}, parameter diff {pworst:.2e}")
+    print(f"grad_accum 4 x 16 vs batch 64: max loss diff {worst:.1e}, max param diff {pworst:.1e}")
+
+
+def step06_trace(tmp):
+    """--trace writes valid Chrome trace JSON with a span for every bucket and layer of every step."""
+    for cap, buckets in (("0.001", 4), ("25", 1)):
+        path = f"{tmp}/trace_{cap}_{{rank}}.json"
+        out, _ = run("06_full", SMALL + ["--epochs", "2", "--bucket_cap_mb", cap, "--trace", path], np=2)
+        if f"reducer: {buckets} buckets" not in out:
+            raise Failure(f"cap {cap}: expected {buckets} buckets: {out}")
+        steps = 2 * 2048 // (2 * 128)
+        for r in range(2):
+            with open(path.replace("{rank}", str(r))) as f:
+                events = json.load(f)["traceEvents"]
+            spans = [e for e in events if e["ph"] == "X"]
+            for step in range(steps):
+                mine = [e for e in spans if e["args"]["step"] == step]
+                ar = [e for e in mine if e["name"].startswith("all-reduce bucket")]
+                bw = [e for e in mine if e["name"].startswith("backward layer")]
+                if len(ar) != buckets or len(bw) != 2:
+                    raise Failure(f"rank {r} step {step}: {len(ar)} bucket spans, {len(bw)} layer spans")
+                if any(e["dur"] < 0 or e["pid"] != r for e in mine):
+                    raise Failure(f"rank {r} step {step}: bad span {mine}")
+                if min(e["ts"] for e in ar) < min(e["ts"] for e in bw):
+                    raise Failure(f"rank {r} step {step}: an all-reduce started before backward")
+
+
 SCENARIOS = {f.__name__: f for f in [
+    step06_grad_accum, step06_trace, step06_replicas(2), step06_replicas(3), step06_replicas(4),
+    step06_matches_step04(2), step06_matches_step04(4),
     step01_learns, step01_deterministic, step01_resume, step01_bad_input, step01_fashion_mnist,
     step02_redundant, step03_drift, step04_broadcast, step05_resume, step05_eval_exact,
     step05_fashion_mnist, dist_bad_launch,
