@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "log.h"
 
 int metrics_expand_path(char *out, size_t out_len, const char *tmpl, int rank) {
   static const char KEY[] = "{rank}";
@@ -43,6 +44,7 @@ void metrics_open(Metrics *m, const char *path_template, int rank) {
   if (metrics_expand_path(path, sizeof path, path_template, rank) != 0)
     die(1, "--metrics: path '%s' is too long", path_template);
   m->f = fopenCheck(path, "w");
+  m->t0 = now_seconds();
 }
 
 // A float as JSON: 9 significant digits round-trip any float32; NaN and infinities have no JSON
@@ -64,6 +66,7 @@ void metrics_step(Metrics *m, long long step, int epoch, float loss) {
   if (!m->f) return;
   fprintf(m->f, "{\"type\":\"step\",\"step\":%lld,\"epoch\":%d,\"loss\":", step, epoch);
   put_float(m->f, (double)loss);
+  fprintf(m->f, ",\"time\":%.6f", now_seconds() - m->t0);
   end_line(m);
 }
 

@@ -3,7 +3,8 @@
  * @brief The metrics file: JSON Lines that tests and plots read (`--metrics PATH`).
  *
  * Each rank writes its own file, PATH with `{rank}` replaced by its rank. Objects, one per line:
- * - per optimizer step: `{"type":"step","step":S,"epoch":E,"loss":L}`;
+ * - per optimizer step: `{"type":"step","step":S,"epoch":E,"loss":L,"time":T}`, T the seconds since
+ *   metrics_open() (for benchmarks: steady-state step times without a timer in the trainer);
  * - per epoch: `{"type":"epoch","epoch":E,"train_loss":L,"test_acc":A,"samples_per_s":R}` (test_acc
  *   omitted when not evaluated);
  * - last: `{"type":"final","world_size":W,"steps":S,"param_digest":"<16 hex digits>"}`.
@@ -21,7 +22,8 @@ extern "C" {
 
 /** @brief An open metrics file (or a disabled one). */
 typedef struct Metrics {
-  FILE *f;  ///< output stream, NULL when disabled
+  FILE *f;      ///< output stream, NULL when disabled
+  double t0;    ///< monotonic time of metrics_open(), seconds
 } Metrics;
 
 /**

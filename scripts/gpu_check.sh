@@ -74,6 +74,42 @@ print(f"  max |loss diff| over the first 10 steps: {first:.2e} ({'ok' if first <
 PY
 grep -h "samples/s" "$OUT"/step01_*.log | grep "train loss" | sed 's/^/  /'
 
+# 3. the process group over NCCL at world size 1 (NCCL refuses two ranks on one GPU): step 05 and
+#    step 06 through the environment launch, step 06 through torchrun, with a trace
+short=(--device cuda --epochs 1 --max_steps 200 --save_interval 1 --log_interval 100 "${data[@]}")
+launch() {  # name, then the command
+  local name=$1; shift
+  if MASTER_PORT=${MASTER_PORT:-29512} "$@" > "$OUT/$name.log" 2>&1; then
+    note "$name" "ok: $(grep -h 'done:' "$OUT/$name.log" | tail -1)"
+  else
+    note "$name" "FAILED (see $OUT/$name.log)"; tail -20 "$OUT/$name.log"
+  fi
+}
+launch "step05 nccl, env launch" scripts/launch.sh -n 1 "$BUILD_DIR/bin/05_metrics_ckpt" "${short[@]}" \
+  --backend nccl --ckpt_dir "$OUT/ck05" --metrics "$OUT/step05_{rank}.jsonl"
+launch "step06 nccl, env launch" scripts/launch.sh -n 1 "$BUILD_DIR/bin/06_full" "${short[@]}" \
+  --backend nccl --bucket_cap_mb 1 --ckpt_dir "$OUT/ck06" --trace "$OUT/trace06_{rank}.json" \
+  --metrics "$OUT/step06_{rank}.jsonl"
+if command -v torchrun >/dev/null; then
+  launch "step06 nccl, torchrun" torchrun --nproc-per-node 1 --no-python "$BUILD_DIR/bin/06_full" \
+    "${short[@]}" --backend nccl --ckpt_dir "$OUT/ck06t" --trace "$OUT/trace06t_{rank}.json"
+else
+  note "step06 nccl, torchrun" "skipped: no torchrun"
+fi
+python3 - "$OUT" >> "$OUT/compare.txt" 2>&1 <<'PY'
+import json, sys
+out = sys.argv[1]
+try:
+    ev = json.load(open(f"{out}/trace06_0.json"))["traceEvents"]
+    spans = [e for e in ev if e["ph"] == "X"]
+    ar = [e for e in spans if e["name"].startswith("all-reduce")]
+    bw = [e for e in spans if e["name"].startswith("backward")]
+    print(f"  step 06 trace: {len(bw)} backward spans, {len(ar)} all-reduce spans; "
+          f"median all-reduce {sorted(e['dur'] for e in ar)[len(ar)//2]:.1f} us")
+except Exception as e:
+    print(f"  step 06 trace unreadable: {e}")
+PY
+
 echo
 echo "# GPU check summary"
 for r in "${results[@]}"; do echo "$r"; done

@@ -114,7 +114,7 @@ static void trace_step(Reducer *r) {
   }
   for (int i = 0; i < r->n_buckets; i++) {
     const Bucket *b = &r->buckets[i];
-    snprintf(name, sizeof name, "all-reduce bucket %d (%.2f MiB)", i,
+    snprintf(name, sizeof name, "all-reduce bucket %d: %zu floats (%.2f MiB)", i, b->count,
              (double)b->count * sizeof(float) / (1 << 20));
     trace_span(r->trace, 2, name, dev_event_elapsed(r->ctx, &r->origin, &b->work.start),
                dev_event_elapsed(r->ctx, &r->origin, &b->work.end), r->step);

@@ -106,7 +106,7 @@ TEST(Metrics, LinesAreDocumentedJson) {
   for (size_t i = 0; i < lines.size(); i++) ASSERT_TRUE(parse_flat(lines[i], &objs[i])) << lines[i];
 
   using K = std::vector<std::string>;
-  EXPECT_EQ(keys(objs[0]), (K{"type", "step", "epoch", "loss"}));
+  EXPECT_EQ(keys(objs[0]), (K{"type", "step", "epoch", "loss", "time"}));
   EXPECT_EQ(value(objs[0], "type"), "\"step\"");
   EXPECT_EQ(value(objs[0], "step"), "1");
   EXPECT_EQ(value(objs[0], "epoch"), "0");
@@ -184,7 +184,8 @@ TEST(Metrics, LinesAreFlushedBeforeClose) {
   metrics_step(&m, 1, 0, 0.5f);
   auto lines = read_lines(path);  // still open: the line must already be on disk
   ASSERT_EQ(lines.size(), 1u);
-  EXPECT_EQ(lines[0], R"({"type":"step","step":1,"epoch":0,"loss":0.5})");
+  EXPECT_EQ(lines[0].rfind(R"({"type":"step","step":1,"epoch":0,"loss":0.5,"time":)", 0), 0u)
+      << lines[0];
   metrics_close(&m);
 }
 

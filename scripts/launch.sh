@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# A minimal single-node launcher in the style of torchrun, for machines without MPI:
+#   scripts/launch.sh -n N PROGRAM [ARGS...]
+# starts N copies of PROGRAM with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and
+# MASTER_PORT set (MASTER_PORT from the environment, default 29500; NCCL bootstraps on the port after
+# it). If any rank fails, the others are stopped, so nothing is left hanging; the exit status is the
+# first failure's.
+set -uo pipefail
+if [ "${1:-}" != "-n" ] || [ -z "${2:-}" ] || [ -z "${3:-}" ]; then
+  echo "usage: $0 -n N PROGRAM [ARGS...]" >&2
+  exit 2
+fi
+n=$2
+shift 2
+case $n in '' | *[!0-9]* | 0) echo "$0: -n needs a positive number, got '$n'" >&2; exit 2 ;; esac
+export WORLD_SIZE=$n LOCAL_WORLD_SIZE=$n MASTER_ADDR=${MASTER_ADDR:-127.0.0.1} MASTER_PORT=${MASTER_PORT:-29500}
+pids=()
+for ((r = 0; r < n; r++)); do
+  RANK=$r LOCAL_RANK=$r "$@" &
+  pids+=($!)
+done
+status=0
+for ((left = n; left > 0; left--)); do
+  wait -n
+  rc=$?
+  if [ $rc -ne 0 ] && [ $status -eq 0 ]; then
+    status=$rc
+    echo "$0: a rank exited with status $rc; stopping the others" >&2
+    kill "${pids[@]}" 2>/dev/null
+  fi
+done
+exit $status
