@@ -50,7 +50,10 @@ static void from_env(ProcessGroup *pg, const char *rank, const char *size, const
   }
   if (pg->local_rank > pg->rank)
     die(1, "%s=%d is larger than %s=%d", local, pg->local_rank, rank, pg->rank);
+  // Ranks on this node: torchrun sets LOCAL_WORLD_SIZE; srun sets SLURM_NTASKS_PER_NODE when asked
+  // for a fixed count. Without either, this rank only knows that it is at least local_rank + 1.
   pg->local_size = env_int("LOCAL_WORLD_SIZE");
+  if (pg->local_size < 0) pg->local_size = env_int("SLURM_NTASKS_PER_NODE");
   if (pg->local_size < 0) pg->local_size = pg->local_rank + 1;
 }
 

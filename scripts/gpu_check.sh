@@ -91,7 +91,7 @@ launch "step06 nccl, env launch" scripts/launch.sh -n 1 "$BUILD_DIR/bin/06_full"
   --backend nccl --bucket_cap_mb 1 --ckpt_dir "$OUT/ck06" --trace "$OUT/trace06_{rank}.json" \
   --metrics "$OUT/step06_{rank}.jsonl"
 if command -v torchrun >/dev/null; then
-  launch "step06 nccl, torchrun" torchrun --nproc-per-node 1 --no-python "$BUILD_DIR/bin/06_full" \
+  launch "step06 nccl, torchrun" torchrun --nproc_per_node 1 --no_python "$BUILD_DIR/bin/06_full" \
     "${short[@]}" --backend nccl --ckpt_dir "$OUT/ck06t" --trace "$OUT/trace06t_{rank}.json"
 else
   note "step06 nccl, torchrun" "skipped: no torchrun"

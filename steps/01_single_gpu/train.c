@@ -158,7 +158,8 @@ static bool out_of_steps(const Trainer *t) {
   return t->args.max_steps > 0 && t->step >= t->args.max_steps;
 }
 
-static void run_epoch(Trainer *t, int epoch) {
+// Returns whether the whole epoch ran (--max_steps may stop it early).
+static bool run_epoch(Trainer *t, int epoch) {
   epoch_order(t, epoch);
   double t0 = now_seconds(), loss_sum = 0.0;
   long long batches = 0, samples = 0;
@@ -179,6 +180,7 @@ static void run_epoch(Trainer *t, int epoch) {
   log0("epoch %d/%d  train loss %.4f  test accuracy %.4f  %.0f samples/s\n", epoch + 1,
        t->args.epochs, loss_sum / (batches ? batches : 1), acc, samples_per_s);
   metrics_epoch(&t->metrics, epoch, (float)(loss_sum / (batches ? batches : 1)), acc, samples_per_s);
+  return batches == steps_per_epoch(t);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -240,10 +242,10 @@ static void resume(Trainer *t) {
 
 static void train(Trainer *t) {
   metrics_open(&t->metrics, t->args.metrics, t->rank);
-  progress_start(&t->progress, (long long)t->args.epochs * steps_per_epoch(t), t->step);
+  progress_start(&t->progress, t->step + (t->args.epochs - t->epoch0) * steps_per_epoch(t), t->step);
   for (int epoch = t->epoch0; epoch < t->args.epochs && !out_of_steps(t); epoch++) {
-    run_epoch(t, epoch);
-    if (t->args.save_interval > 0 && (epoch + 1) % t->args.save_interval == 0)
+    bool complete = run_epoch(t, epoch);  // checkpoints mark epoch boundaries: save complete epochs
+    if (complete && t->args.save_interval > 0 && (epoch + 1) % t->args.save_interval == 0)
       save_checkpoint(t, epoch + 1);
   }
 }

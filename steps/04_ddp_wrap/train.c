@@ -73,7 +73,7 @@ static void setup(Trainer *t) {
   t->world_size = t->pg.world_size;
   t->local_rank = t->pg.local_rank;
   // [init] one GPU per process: the local rank numbers this process's GPU on its node
-  if (dev == DEVICE_CUDA && t->pg.local_size > device_cuda_count())
+  if (dev == DEVICE_CUDA && device_cuda_count() > 0 && t->pg.local_size > device_cuda_count())
     die(1, "%d ranks on this node but only %d GPUs: start at most one rank per GPU",
         t->pg.local_size, device_cuda_count());
   ctx_init(&t->ctx, dev, t->local_rank);
@@ -187,7 +187,8 @@ static bool out_of_steps(const Trainer *t) {
   return t->args.max_steps > 0 && t->step >= t->args.max_steps;
 }
 
-static void run_epoch(Trainer *t, int epoch) {
+// Returns whether the whole epoch ran (--max_steps may stop it early).
+static bool run_epoch(Trainer *t, int epoch) {
   epoch_order(t, epoch);
   double t0 = now_seconds(), loss_sum = 0.0;
   long long batches = 0, samples = 0;
@@ -208,6 +209,7 @@ static void run_epoch(Trainer *t, int epoch) {
   log0("epoch %d/%d  train loss %.4f  test accuracy %.4f  %.0f samples/s\n", epoch + 1,
        t->args.epochs, loss_sum / (batches ? batches : 1), acc, samples_per_s);
   metrics_epoch(&t->metrics, epoch, (float)(loss_sum / (batches ? batches : 1)), acc, samples_per_s);
+  return batches == steps_per_epoch(t);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -269,10 +271,10 @@ static void resume(Trainer *t) {
 
 static void train(Trainer *t) {
   metrics_open(&t->metrics, t->args.metrics, t->rank);
-  progress_start(&t->progress, (long long)t->args.epochs * steps_per_epoch(t), t->step);
+  progress_start(&t->progress, t->step + (t->args.epochs - t->epoch0) * steps_per_epoch(t), t->step);
   for (int epoch = t->epoch0; epoch < t->args.epochs && !out_of_steps(t); epoch++) {
-    run_epoch(t, epoch);
-    if (t->args.save_interval > 0 && (epoch + 1) % t->args.save_interval == 0)
+    bool complete = run_epoch(t, epoch);  // checkpoints mark epoch boundaries: save complete epochs
+    if (complete && t->args.save_interval > 0 && (epoch + 1) % t->args.save_interval == 0)
       save_checkpoint(t, epoch + 1);
   }
 }

@@ -338,6 +338,7 @@ def dist_bad_launch(tmp):
     env_run({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_ADDR": "127.0.0.1",
              "MASTER_PORT": "29500"}, ["--backend", "mpi"], "mpirun")
     env_run({}, ["--backend", "nccl"], "nccl")
+    env_run({}, ["--device", "cuda", "--backend", "mpi"], "cuda")  # no GPU here, or no CUDA build
     run("05_metrics_ckpt", SMALL + ["--epochs", "1", "--save_interval", "1", "--ckpt_dir", f"{tmp}/ck"])
     _, err = run("05_metrics_ckpt", SMALL[:-4] + ["--hidden", "32", "--resume", f"{tmp}/ck/checkpoint.bin"],
                  np=2, expect_rc=1)
@@ -430,8 +431,47 @@ def step06_trace(tmp):
                     raise Failure(f"rank {r} step {step}: an all-reduce started before backward")
 
 
+def launchers(tmp):
+    """Step 06 starts under each launcher: scripts/launch.sh and torchrun (environment variables) at
+    one rank, srun-style SLURM_* variables, and mpirun; the MPI backend refuses an environment
+    launch of 2 ranks with a message that says to use mpirun, and launch.sh then stops both ranks."""
+    args = SMALL + ["--epochs", "1"]
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("OMPI_COMM_WORLD", "PMI", "PMIX", "RANK", "WORLD_SIZE", "SLURM"))}
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    launch = os.path.join(root, "scripts", "launch.sh")
+    prog = os.path.join(BIN, "06_full")
+
+    def go(name, cmd, extra_env=None, ok=True):
+        e = dict(env, **(extra_env or {}))
+        p = subprocess.run(cmd, capture_output=True, text=True, env=e, timeout=120)
+        if (p.returncode == 0) != ok:
+            raise Failure(f"{name}: exit {p.returncode}\n{p.stdout}\n{p.stderr}")
+        return p
+
+    go("launch.sh -n 1", [launch, "-n", "1", prog] + args + ["--metrics", f"{tmp}/l{{rank}}.jsonl"])
+    go("SLURM_* variables", [prog] + args + ["--metrics", f"{tmp}/s{{rank}}.jsonl"],
+       {"SLURM_PROCID": "0", "SLURM_NTASKS": "1", "SLURM_LOCALID": "0"})
+    run("06_full", args + ["--metrics", f"{tmp}/m{{rank}}.jsonl"], np=2)
+    if not (metrics(f"{tmp}/l0.jsonl")[2]["world_size"] == metrics(f"{tmp}/s0.jsonl")[2]["world_size"] == 1
+            and metrics(f"{tmp}/m0.jsonl")[2]["world_size"] == 2):
+        raise Failure("the launchers did not give the expected world sizes")
+    p = go("launch.sh -n 2 with the MPI backend", [launch, "-n", "2", prog] + args, ok=False)
+    if "mpirun" not in p.stderr or "stopping the others" not in p.stderr:
+        raise Failure(f"expected a hint to use mpirun and launch.sh stopping the ranks: {p.stderr!r}")
+    torchrun = shutil.which("torchrun")
+    if torchrun:
+        # --redirects 2 --tee 1: Debian's torch 1.13 on Python 3.11 crashes on the default "0".
+        p = go("torchrun", [torchrun, "--nproc_per_node", "1", "--redirects", "2", "--tee", "1",
+                            "--no_python", prog] + args + ["--metrics", f"{tmp}/t{{rank}}.jsonl"])
+        if metrics(f"{tmp}/t0.jsonl")[2]["world_size"] != 1:
+            raise Failure("torchrun: wrong world size")
+    else:
+        print("torchrun not installed: that launcher was not tried")
+
+
 SCENARIOS = {f.__name__: f for f in [
-    step06_grad_accum, step06_trace, step06_replicas(2), step06_replicas(3), step06_replicas(4),
+    launchers, step06_grad_accum, step06_trace, step06_replicas(2), step06_replicas(3), step06_replicas(4),
     step06_matches_step04(2), step06_matches_step04(4),
     step01_learns, step01_deterministic, step01_resume, step01_bad_input, step01_fashion_mnist,
     step02_redundant, step03_drift, step04_broadcast, step05_resume, step05_eval_exact,
