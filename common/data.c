@@ -121,19 +121,39 @@ static int idx_header(gzFile f, const char *path, uint32_t magic, int ndims, uin
   return 0;
 }
 
-// Reads @p total image bytes, converting the first @p keep into normalised floats in @p x, and
-// reading (to check that the file is complete) the rest.
+// Makes room for @p need elements of @p elem bytes in *p (capacity *cap), growing geometrically up to
+// @p max. The arrays grow as data arrives, never from the header alone, so a corrupt or truncated
+// file that claims 10^8 images costs its real size, not gigabytes (found by fuzz/fuzz_idx.c).
+static int grow(void **p, size_t *cap, size_t need, size_t max, size_t elem) {
+  if (need <= *cap) return 0;
+  size_t next = *cap < max / 2 ? *cap * 2 : max;
+  if (next < need) next = need;
+  void *bigger = realloc(*p, next * elem);
+  if (!bigger) return -1;
+  *p = bigger;
+  *cap = next;
+  return 0;
+}
+
+// Reads @p total image bytes, converting the first @p keep into normalised floats in *px (allocated
+// here), and reading (to check that the file is complete) the rest.
 static int idx_read_images(gzFile f, const char *path, size_t total, size_t keep, float mean,
-                           float std, float *x, char *err, size_t err_len) {
+                           float std, float **px, char *err, size_t err_len) {
   float lut[256];
   for (int p = 0; p < 256; p++) lut[p] = ((float)p / 255.0f - mean) / std;
   unsigned char *buf = mallocCheck(IDX_CHUNK);
-  size_t pos = 0;
+  float *x = NULL;
+  size_t pos = 0, cap = 0;
   int rc = 0;
   while (pos < total) {
     size_t want = total - pos < IDX_CHUNK ? total - pos : IDX_CHUNK, got;
     if ((rc = idx_read(f, path, buf, want, &got, err, err_len)) != 0) break;
-    for (size_t i = 0; i < got && pos + i < keep; i++) x[pos + i] = lut[buf[i]];
+    size_t use = pos >= keep ? 0 : keep - pos < got ? keep - pos : got;
+    if (use && grow((void **)&x, &cap, pos + use, keep, sizeof *x) != 0) {
+      rc = fail(err, err_len, "'%s': out of memory for %zu pixels", path, keep);
+      break;
+    }
+    for (size_t i = 0; i < use; i++) x[pos + i] = lut[buf[i]];
     pos += got;
     if (got < want) {
       rc = fail(err, err_len, "'%s' is truncated: expected %zu bytes of image data, found %zu",
@@ -142,26 +162,37 @@ static int idx_read_images(gzFile f, const char *path, size_t total, size_t keep
     }
   }
   free(buf);
+  if (rc != 0) free(x);
+  *px = rc == 0 ? x : NULL;
   return rc;
 }
 
-// Reads and checks all @p n labels, keeping the first @p keep in @p y.
-static int idx_read_labels(gzFile f, const char *path, size_t n, size_t keep, int *y, char *err,
+// Reads and checks all @p n labels, keeping the first @p keep in *py (allocated here).
+static int idx_read_labels(gzFile f, const char *path, size_t n, size_t keep, int **py, char *err,
                            size_t err_len) {
-  unsigned char *buf = mallocCheck(n);
-  size_t got;
-  int rc = idx_read(f, path, buf, n, &got, err, err_len);
-  if (rc == 0 && got < n)
-    rc = fail(err, err_len, "'%s' is truncated: expected %zu bytes of label data, found %zu", path,
-              n, got);
-  for (size_t i = 0; rc == 0 && i < n; i++) {
-    if (buf[i] >= IDX_CLASSES)
-      rc = fail(err, err_len, "'%s': label %u at index %zu is out of range [0, %d)", path,
-                (unsigned)buf[i], i, IDX_CLASSES);
-    else if (i < keep)
-      y[i] = buf[i];
+  unsigned char *buf = mallocCheck(IDX_CHUNK);
+  int *y = NULL;
+  size_t pos = 0, cap = 0;
+  int rc = 0;
+  while (rc == 0 && pos < n) {
+    size_t want = n - pos < IDX_CHUNK ? n - pos : IDX_CHUNK, got;
+    if ((rc = idx_read(f, path, buf, want, &got, err, err_len)) != 0) break;
+    for (size_t i = 0; rc == 0 && i < got; i++)
+      if (buf[i] >= IDX_CLASSES)
+        rc = fail(err, err_len, "'%s': label %u at index %zu is out of range [0, %d)", path,
+                  (unsigned)buf[i], pos + i, IDX_CLASSES);
+    size_t use = pos >= keep ? 0 : keep - pos < got ? keep - pos : got;
+    if (rc == 0 && use && grow((void **)&y, &cap, pos + use, keep, sizeof *y) != 0)
+      rc = fail(err, err_len, "'%s': out of memory for %zu labels", path, keep);
+    for (size_t i = 0; rc == 0 && i < use; i++) y[pos + i] = buf[i];
+    pos += got;
+    if (rc == 0 && got < want)
+      rc = fail(err, err_len, "'%s' is truncated: expected %zu bytes of label data, found %zu",
+                path, n, pos);
   }
   free(buf);
+  if (rc != 0) free(y);
+  *py = rc == 0 ? y : NULL;
   return rc;
 }
 
@@ -193,10 +224,8 @@ int dataset_load_idx(Dataset *ds, const char *images, const char *labels, int li
   }
   size_t n = di[0], dim = (size_t)di[1] * di[2];
   size_t keep = limit > 0 && (size_t)limit < n ? (size_t)limit : n;
-  x = mallocCheck(keep * dim * sizeof *x);
-  y = mallocCheck(keep * sizeof *y);
-  if (idx_read_labels(fl, labels, n, keep, y, err, err_len) != 0) goto out_free;
-  if (idx_read_images(fi, images, n * dim, keep * dim, mean, std, x, err, err_len) != 0)
+  if (idx_read_labels(fl, labels, n, keep, &y, err, err_len) != 0) goto out_free;
+  if (idx_read_images(fi, images, n * dim, keep * dim, mean, std, &x, err, err_len) != 0)
     goto out_free;
   ds->n = (int)keep;
   ds->dim = (int)dim;

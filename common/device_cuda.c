@@ -172,6 +172,7 @@ void dev_stream_wait_cuda(const Ctx *c, void *stream, const DevEvent *e) {
 double dev_event_elapsed_cuda(const Ctx *c, const DevEvent *from, const DevEvent *to) {
   (void)c;
   float ms = 0.0f;
+  cudaCheck(cudaEventSynchronize((cudaEvent_t)from->ev));  // both must be complete
   cudaCheck(cudaEventSynchronize((cudaEvent_t)to->ev));
   cudaCheck(cudaEventElapsedTime(&ms, (cudaEvent_t)from->ev, (cudaEvent_t)to->ev));
   return 1e-3 * ms;

@@ -13,9 +13,10 @@
  * NCCL's root listens on the port after torchrun's own store (which already holds MASTER_PORT); set
  * `DDP_NCCL_PORT` to choose another port.
  *
- * Failures. Every MPI and NCCL call is checked. Once the group exists, any failed check on any rank
- * aborts the whole job (`MPI_Abort`, or `ncclCommAbort` then exit), so no rank is left waiting in a
- * collective.
+ * Failures. Every MPI and NCCL call is checked. Under mpirun, any failed check on any rank aborts
+ * the whole job (`MPI_Abort`). With an environment launch the failing rank aborts its communicator
+ * and exits; its peers are ended by the launcher (torchrun and scripts/launch.sh stop every rank when
+ * one fails; with srun pass `--kill-on-bad-exit=1`).
  */
 #ifndef DDP_DIST_H
 #define DDP_DIST_H
@@ -28,6 +29,9 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/** @brief Most values dist_all_reduce_host() reduces in one call. */
+#define DIST_SCRATCH_DOUBLES 16
 
 /** @brief Which library carries the collectives. */
 typedef enum Backend {
@@ -67,7 +71,7 @@ typedef struct ProcessGroup {
   bool mpi_up;       ///< MPI was initialised by dist_init()
   void *nccl;        ///< ncclComm_t (BACKEND_NCCL), after dist_connect()
   const Ctx *ctx;    ///< the device context given to dist_connect()
-  void *scratch;     ///< device, one int for the NCCL barrier
+  void *scratch;     ///< device, DIST_SCRATCH_DOUBLES doubles: NCCL barrier, dist_all_reduce_host()
   void *comm_stream; ///< cudaStream_t for asynchronous NCCL collectives (BACKEND_NCCL)
   DevEvent ready;    ///< recorded on the compute stream before each asynchronous collective
   void *stage;       ///< pinned host staging buffer (BACKEND_MPI with device buffers)

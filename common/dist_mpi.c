@@ -56,6 +56,7 @@ static bool on_gpu(const ProcessGroup *pg) { return pg->ctx && pg->ctx->dev == D
 // (grown to the largest size seen, so only the first calls allocate) for GPU buffers.
 static void *staging(ProcessGroup *pg, size_t bytes) {
   if (bytes > pg->stage_bytes) {
+    dev_sync(pg->ctx);  // an upload from the old buffer may still be queued
     host_free(pg->ctx, pg->stage);
     pg->stage = host_alloc(pg->ctx, bytes);
     pg->stage_bytes = bytes;
@@ -118,6 +119,7 @@ void dist_mpi_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, in
   void *host = buf;
   if (on_gpu(pg)) {
     host = staging(pg, bytes);
+    dev_sync(pg->ctx);  // MPI writes the staging buffer: no queued upload may still read it
     if (pg->rank == root) dev_download(pg->ctx, host, buf, bytes);
   }
   mpiCheck(MPI_Bcast(host, (int)n, mpi_type(type), root, MPI_COMM_WORLD));

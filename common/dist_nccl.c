@@ -23,8 +23,8 @@ void nccl_check_impl(int result, const char *call, const char *file, int line) {
 
 static ncclComm_t g_comm;  // for the abort hook, which takes no arguments
 
-// Without mpirun nobody else can stop the other ranks: abort the communicator (peers blocked in a
-// collective with us then see an error instead of waiting forever) and exit.
+// Without mpirun: abort this rank's communicator (its queued NCCL work) and exit. NCCL does not tell
+// the peers; the launcher stops them when this process exits with an error (see dist.h).
 static void nccl_abort(int status) {
   if (g_comm) ncclCommAbort(g_comm);
   fflush(NULL);
@@ -54,6 +54,7 @@ static void set_comm_id_from_env(const ProcessGroup *pg) {
 }
 
 void dist_nccl_connect(ProcessGroup *pg) {
+  cudaCheck(cudaSetDevice(pg->ctx->gpu));  // NCCL binds the communicator to the current GPU
   ncclUniqueId id;
   if (pg->launcher == LAUNCH_MPI) {
     if (pg->rank == 0) ncclCheck(ncclGetUniqueId(&id));
@@ -66,7 +67,7 @@ void dist_nccl_connect(ProcessGroup *pg) {
   ncclCheck(ncclCommInitRank(&comm, pg->world_size, id, pg->rank));
   pg->nccl = comm;
   g_comm = comm;
-  pg->scratch = dev_alloc(pg->ctx, sizeof(int));
+  pg->scratch = dev_alloc(pg->ctx, DIST_SCRATCH_DOUBLES * sizeof(double));
   pg->comm_stream = dev_stream_create(pg->ctx);  // for collectives that overlap computation
   if (!pg->mpi_up) check_set_abort(nccl_abort);
 }

@@ -47,15 +47,20 @@ def main():
     rows = sorted({(e["pid"], e["tid"]) for e in spans})
     fig, ax = plt.subplots(figsize=(12, 0.6 * len(rows) + 1.5))
     colors = plt.get_cmap("tab10")
+    legend = {}
     for y, row in enumerate(rows):
         for e in (e for e in spans if (e["pid"], e["tid"]) == row):
-            color = colors((int(e["name"].split()[2]) if e["name"].startswith("backward") else
-                            3 + int(e["name"].split()[2])) % 10)
+            index = int(e["name"].split()[2].rstrip(":"))  # "backward layer 2", "all-reduce bucket 0: ..."
+            color = colors((index if e["name"].startswith("backward") else 3 + index) % 10)
             ax.broken_barh([((e["ts"] - t0) / 1000, e["dur"] / 1000)], (y - 0.4, 0.8),
                            facecolors=color, edgecolor="black", linewidth=0.3)
+            legend.setdefault(e["name"].split(":")[0], color)
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels([f"rank {p}: {names.get((p, t), t)}" for p, t in rows])
     ax.set_xlabel("time (ms)")
+    from matplotlib.patches import Patch
+    ax.legend(handles=[Patch(facecolor=c, edgecolor="black", label=n) for n, c in sorted(legend.items())],
+              loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     ax.set_title(f"step 06: backward and bucket all-reduces, steps {a.steps[0]}-{a.steps[1]}")
     fig.tight_layout()
     fig.savefig(a.png, dpi=110)

@@ -2,8 +2,10 @@
 // median time of an in-place float32 sum over MPI_COMM_WORLD, algbw = bytes / time and
 // busbw = algbw · 2(n−1)/n (the bytes each rank must move in a ring all-reduce), plus a check of the
 // result (#wrong). The buffers are allocated and touched once, before timing, as the trainers do.
+// --nonblocking times MPI_Iallreduce + MPI_Wait instead (the path step 06's reducer takes on CPU;
+// Open MPI runs it in libnbc, with its own algorithms, not the tuned blocking ones).
 //
-//   mpirun -np 2 build/bin/allreduce_bench [--iters N] [BYTES ...]
+//   mpirun -np 2 build/bin/allreduce_bench [--iters N] [--nonblocking] [BYTES ...]
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,11 +21,13 @@ int main(int argc, char **argv) {
   int rank, n;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &n);
-  int iters = 20, n_sizes = 0;
+  int iters = 20, n_sizes = 0, nonblocking = 0;
   size_t sizes[64];
   for (int i = 1; i < argc && n_sizes < 64; i++) {
     if (strcmp(argv[i], "--iters") == 0 && i + 1 < argc) {
       iters = atoi(argv[++i]);
+    } else if (strcmp(argv[i], "--nonblocking") == 0) {
+      nonblocking = 1;
     } else {
       sizes[n_sizes++] = (size_t)strtoull(argv[i], NULL, 10);
     }
@@ -37,9 +41,10 @@ int main(int argc, char **argv) {
   if (!buf || !t) MPI_Abort(MPI_COMM_WORLD, 1);
   memset(buf, 0, max);  // touch every page before timing
   if (rank == 0)
-    printf("# ranks %d, %d iterations per size, in-place float sum\n"
-           "#%12s %12s %10s %10s %10s %7s\n", n, iters, "size(B)", "count", "time(us)",
-           "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+    printf("# ranks %d, %d iterations per size, in-place float sum, %s\n"
+           "#%12s %12s %10s %10s %10s %7s\n", n, iters,
+           nonblocking ? "MPI_Iallreduce + MPI_Wait" : "MPI_Allreduce", "size(B)", "count",
+           "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
   for (int s = 0; s < n_sizes; s++) {
     size_t count = sizes[s] / sizeof(float);
     long wrong = 0;
@@ -47,7 +52,13 @@ int main(int argc, char **argv) {
       for (size_t i = 0; i < count; i++) buf[i] = (float)(rank + 1);
       MPI_Barrier(MPI_COMM_WORLD);
       double t0 = MPI_Wtime();
-      MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      if (nonblocking) {
+        MPI_Request req;
+        MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req);
+        MPI_Wait(&req, MPI_STATUS_IGNORE);
+      } else {
+        MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      }
       double dt = MPI_Wtime() - t0;
       if (it >= 0) t[it] = dt;
       for (size_t i = 0; i < count; i++) wrong += buf[i] != (float)(n * (n + 1) / 2);

@@ -73,11 +73,13 @@ static void setup(Trainer *t) {
   t->rank = t->pg.rank;
   t->world_size = t->pg.world_size;
   t->local_rank = t->pg.local_rank;
-  // [init] one GPU per process: the local rank numbers this process's GPU on its node
-  if (dev == DEVICE_CUDA && device_cuda_count() > 0 && t->pg.local_size > device_cuda_count())
+  // [init] one GPU per process: the local rank numbers this process's GPU on its node (unless the
+  // launcher already gave each process a single GPU of its own, e.g. srun --gpus-per-task 1)
+  int gpus = dev == DEVICE_CUDA ? device_cuda_count() : 0;
+  if (gpus > 1 && t->pg.local_size > gpus)
     die(1, "%d ranks on this node but only %d GPUs: start at most one rank per GPU",
-        t->pg.local_size, device_cuda_count());
-  ctx_init(&t->ctx, dev, t->local_rank);
+        t->pg.local_size, gpus);
+  ctx_init(&t->ctx, dev, gpus == 1 ? 0 : t->local_rank);
   dist_connect(&t->pg, &t->ctx);  // [init] the communicator, on this rank's GPU
   log0("rank %d of %d (local rank %d) on %s\n", t->rank, t->world_size, t->local_rank,
        device_name(dev));

@@ -58,6 +58,7 @@ void reducer_init(Reducer *r, ProcessGroup *pg, const Ctx *c, Mlp *m, double cap
   dev_event_init(c, &r->origin);
   dev_event_init(c, &r->backward_start);
   for (int l = 0; l < m->n_layers; l++) dev_event_init(c, &r->layer_done[l]);
+  dist_barrier(pg);  // the ranks leave it together: their traces share (nearly) the same time zero
   dev_event_record(c, &r->origin, NULL);
 }
 
@@ -70,15 +71,12 @@ void reducer_free(Reducer *r) {
 
 // ---- one step --------------------------------------------------------------------------------------
 
-static bool tracing(const Reducer *r) {
-  return trace_on(r->trace) && r->step < REDUCER_TRACE_STEPS;
-}
-
 void reducer_prepare(Reducer *r, long long step) {
   r->step = step;
   r->next = 0;
   for (int i = 0; i < r->n_buckets; i++) r->buckets[i].pending = r->buckets[i].n_tensors;
-  if (tracing(r)) dev_event_record(r->ctx, &r->backward_start, NULL);
+  r->tracing = trace_on(r->trace) && r->traced < REDUCER_TRACE_STEPS;
+  if (r->tracing) dev_event_record(r->ctx, &r->backward_start, NULL);
 }
 
 // Starts, in bucket order, every bucket whose gradients are all ready.
@@ -92,7 +90,7 @@ static void launch_ready(Reducer *r) {
 
 void reducer_grad_ready(int layer, void *user) {
   Reducer *r = user;
-  if (tracing(r)) dev_event_record(r->ctx, &r->layer_done[layer], NULL);
+  if (r->tracing) dev_event_record(r->ctx, &r->layer_done[layer], NULL);
   r->buckets[r->bucket_of[2 * layer]].pending--;      // the weight
   r->buckets[r->bucket_of[2 * layer + 1]].pending--;  // the bias
   launch_ready(r);
@@ -101,7 +99,7 @@ void reducer_grad_ready(int layer, void *user) {
 
 static void trace_step(Reducer *r) {
   char name[64];
-  if (r->step == 0) {
+  if (r->traced == 0) {
     trace_track(r->trace, 1, "compute: backward");
     trace_track(r->trace, 2, "communication: all-reduce");
   }
@@ -126,5 +124,8 @@ void reducer_finish(Reducer *r) {
     die(1, "reducer: %d of %d buckets never became ready (was every layer's hook called?)",
         r->n_buckets - r->next, r->n_buckets);
   for (int i = 0; i < r->n_buckets; i++) dist_wait(r->pg, &r->buckets[i].work);
-  if (tracing(r)) trace_step(r);
+  if (r->tracing) {
+    trace_step(r);
+    r->traced++;
+  }
 }

@@ -17,6 +17,7 @@
 #ifndef REDUCER_H
 #define REDUCER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "device.h"  // device.h: Ctx, DevEvent
@@ -26,7 +27,7 @@
 
 #define REDUCER_FIRST_BUCKET_BYTES ((size_t)1 << 20)  // PyTorch's _DEFAULT_FIRST_BUCKET_BYTES
 #define REDUCER_MAX_TENSORS (2 * MLP_MAX_LAYERS)      // tensor 2l: layer l's weight, 2l+1: its bias
-#define REDUCER_TRACE_STEPS 20                        // --trace covers the first 20 steps
+#define REDUCER_TRACE_STEPS 20                        // --trace covers the run's first 20 steps
 
 typedef struct Bucket {
   size_t offset;   // first float of the bucket in the flat gradient buffer
@@ -45,6 +46,8 @@ typedef struct Reducer {
   int bucket_of[REDUCER_MAX_TENSORS];  // tensor -> bucket
   int next;           // first bucket not yet started in this step
   Trace *trace;       // timeline output (may be disabled)
+  bool tracing;       // this step is being traced
+  int traced;         // steps traced so far
   long long step;     // optimizer step being reduced (for the trace)
   DevEvent origin;    // time zero of the trace
   DevEvent backward_start;                // recorded by reducer_prepare()

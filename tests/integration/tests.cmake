@@ -13,6 +13,9 @@ function(ddp_integration scenario)
   if(NOT I_PROCESSORS)
     set(I_PROCESSORS 1)
   endif()
+  if(I_PROCESSORS GREATER 1 AND NOT DDP_HAVE_MPI)
+    return()  # multi-rank scenarios launch with mpirun: a build without MPI cannot run them
+  endif()
   add_test(NAME ${scenario}
            COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/check.py ${scenario})
   set_tests_properties(${scenario} PROPERTIES
@@ -51,3 +54,41 @@ foreach(np 2 4)
   ddp_integration(step06_matches_step04_np${np} PROCESSORS 2)
 endforeach()
 ddp_integration(launchers PROCESSORS 2)
+
+# Fault injection (tests/fault/kill_rank.py): SIGKILL one rank during training and during checkpoint
+# saving; the job must exit non-zero within 30 s, name the rank, and leave checkpoint.bin complete.
+# The full version: python3 tests/fault/kill_rank.py --trials 20.
+if(DDP_HAVE_MPI)
+  add_test(NAME fault_kill_rank
+           COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tests/fault/kill_rank.py --trials 4
+                   --timeout 30 --bin ${CMAKE_RUNTIME_OUTPUT_DIRECTORY}/06_full --mpiexec ${DDP_MPIEXEC})
+  set_tests_properties(fault_kill_rank PROPERTIES
+    LABELS integration PROCESSORS 2 TIMEOUT 300
+    ENVIRONMENT "${DDP_MPI_ENV}")
+endif()
+
+# Workshop exercises (exercises/): scripts/check_exercise.sh compiles a learner's file with this
+# build's own commands (`ninja -t commands`), so these tests need a Ninja build.
+if(CMAKE_GENERATOR MATCHES "Ninja")
+  foreach(n 03 04)
+    if(n STREQUAL "03")
+      set(claims step03_drift)
+    else()
+      set(claims step04_replicas_np2 step04_matches_baseline_np2 step04_broadcast)
+    endif()
+    add_test(NAME exercise_checker_${n}
+             COMMAND ${PROJECT_SOURCE_DIR}/exercises/selftest.sh ${n} ${claims})
+    set_tests_properties(exercise_checker_${n} PROPERTIES
+      LABELS integration PROCESSORS 2 TIMEOUT 600
+      ENVIRONMENT "DDP_BUILD_DIR=${PROJECT_BINARY_DIR};DDP_MPIEXEC=${DDP_MPIEXEC};${DDP_MPI_ENV}")
+  endforeach()
+  # Every exercise still compiles and links.
+  add_test(NAME exercises_build
+           COMMAND bash -c "set -e; for d in exercises/0*/; do n=$(basename $d | cut -c1-2); scripts/check_exercise.sh --build-only $n $d*.c; done"
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(exercises_build PROPERTIES LABELS docs
+    ENVIRONMENT "DDP_BUILD_DIR=${PROJECT_BINARY_DIR}")
+endif()
+
+# Fuzz targets' committed corpus, replayed without libFuzzer (label `unit`; see fuzz/replay.cmake).
+include(${PROJECT_SOURCE_DIR}/fuzz/replay.cmake)

@@ -1,0 +1,288 @@
+// Exercise 02: generated from steps/02_init/train.c by scripts/make_exercises.py. Fill in every
+// TODO(02), then check: scripts/check_exercise.sh 02 <this file> (see README.md here).
+/*
+ * Step 02 — init: every process joins a process group and takes one GPU, chosen by its local rank.
+ *
+ * Adds over step 01: dist_init() reads rank, world size and local rank from the launcher (mpirun,
+ * torchrun-style variables or srun), the GPU is the one numbered by the local rank, and
+ * dist_destroy() leaves the group at the end. Only rank 0 prints. Nothing else changes yet: every rank
+ * still trains on the whole dataset, so N processes do the same work N times (correct, but redundant).
+ *
+ * Run:  mpirun -np 2 build/bin/02_init --device cpu --data synthetic --epochs 1
+ *       mpirun -np 2 build/bin/02_init                   (one GPU per rank, NCCL)
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "args.h"     // args.h: Args, args_parse, ARGS_*
+#include "check.h"    // check.h: die, check_set_rank
+#include "ckpt.h"     // ckpt.h: CkptMeta, ckpt_save, ckpt_load
+#include "data.h"     // data.h: Dataset, data_parse, dataset_load, dataset_free
+#include "device.h"   // device.h: Ctx, ctx_init, device_parse, dev_alloc, dev_download
+#include "dist.h"     // dist.h: ProcessGroup, dist_init, dist_connect, dist_destroy
+#include "loader.h"   // loader.h: Loader, loader_init, loader_set_order, loader_batch
+#include "log.h"      // log.h: log0, Progress, progress_start, progress_print
+#include "metrics.h"  // metrics.h: Metrics, metrics_open, metrics_step, metrics_epoch
+#include "mlp.h"      // mlp.h: Mlp, mlp_init, mlp_forward, mlp_loss, mlp_backward
+#include "optim.h"    // optim.h: Sgd, sgd_init, sgd_step
+#include "rng.h"      // rng.h: rng_permutation
+
+// ---------------------------------------------------------------------------------------------------
+// Configuration
+
+#define EVAL_BATCH 500  // test-set batch size: evaluation needs no gradients, so bigger is cheaper
+
+typedef struct Trainer {
+  Args args;            // command-line flags
+  int rank;             // this process's rank in the process group
+  int world_size;       // number of processes
+  int local_rank;       // rank within this node: selects the GPU
+  ProcessGroup pg;      // the process group: ranks and the communicator
+  Ctx ctx;              // device, stream, cuBLAS handle
+  Mlp model;            // parameters, gradients, activations
+  Sgd opt;              // momentum buffer
+  Loader train, test;   // datasets on the device, batch buffers
+  int n_train;          // training samples in the dataset
+  int in, classes;      // features per sample, number of classes
+  int *order;           // host, (n_train): the samples this process visits this epoch, in order
+  int n_order;          // length of this epoch's order
+  int *correct;         // device, (1): evaluation counter
+  int epoch0;           // first epoch to run (> 0 after --resume)
+  long long step;       // optimizer steps done
+  Metrics metrics;      // --metrics file
+  Progress progress;    // progress line state
+} Trainer;
+
+static void configure(Trainer *t, int argc, char **argv) {
+  args_parse(&t->args, argc, argv, ARGS_TRAIN | ARGS_DIST,
+             "Step 02: process group, one GPU per process");
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Process group
+
+static void setup(Trainer *t) {
+  Device dev;
+  if (device_parse(t->args.device, &dev) != 0) die(2, "unknown --device '%s'", t->args.device);
+  // TODO(02): join the process group (dist_init, with --backend) and take this process's rank,
+  // world size and local rank from it; on CUDA, refuse more ranks on this node than it has GPUs.
+  // Until then every process believes it is alone: rank 0 of 1, as in step 01.
+  t->rank = 0;
+  t->world_size = 1;
+  t->local_rank = 0;
+  ctx_init(&t->ctx, dev, t->local_rank);
+  // TODO(02): open the communicator on this rank's device (dist_connect)
+  log0("rank %d of %d (local rank %d) on %s\n", t->rank, t->world_size, t->local_rank,
+       device_name(dev));
+}
+
+static void cleanup(Trainer *t) {
+  // TODO(02): leave the process group (dist_destroy), before the device context goes
+  ctx_free(&t->ctx);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Model
+
+static void build_model(Trainer *t) {
+  int sizes[MLP_MAX_LAYERS + 1];
+  int n_layers = mlp_parse_sizes(t->args.hidden, t->in, t->classes, sizes);
+  if (n_layers < 0) die(2, "--hidden '%s': expected positive sizes such as 1024,1024", t->args.hidden);
+  int max_batch = t->args.batch_size > EVAL_BATCH ? t->args.batch_size : EVAL_BATCH;
+  mlp_init(&t->model, &t->ctx, sizes, n_layers, max_batch, t->args.seed);
+  sgd_init(&t->opt, &t->ctx, t->model.n_params, t->args.lr, t->args.momentum, 0.0f,
+           t->args.weight_decay, false);
+  log0("model: %d layers, %zu parameters\n", n_layers, t->model.n_params);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Data
+
+static void load_data(Trainer *t) {
+  DataKind kind;
+  if (data_parse(t->args.data, &kind) != 0) die(2, "unknown --data '%s'", t->args.data);
+  Dataset train, test;
+  dataset_load(kind, t->args.data_dir, t->args.dataset_size, t->args.seed, &train, &test);
+  t->n_train = train.n;
+  t->in = train.dim;
+  t->classes = train.n_classes;
+  loader_init(&t->train, &t->ctx, &train, t->args.batch_size, train.n);
+  loader_init(&t->test, &t->ctx, &test, EVAL_BATCH, test.n);
+  int *all = mallocCheck((size_t)test.n * sizeof *all);  // the test set is visited in order
+  for (int i = 0; i < test.n; i++) all[i] = i;
+  loader_set_order(&t->test, &t->ctx, all, test.n);
+  free(all);
+  t->order = mallocCheck((size_t)train.n * sizeof *t->order);
+  t->correct = dev_alloc(&t->ctx, sizeof(int));
+  log0("data: %s, %d train / %d test samples\n", t->args.data, train.n, test.n);
+  dataset_free(&train);
+  dataset_free(&test);
+}
+
+// How many samples this process visits per epoch: all of them.
+static int samples_per_epoch(const Trainer *t) { return t->n_train; }
+
+// This epoch's data order: a permutation of the whole training set, from seed + epoch.
+static void epoch_order(Trainer *t, int epoch) {
+  rng_permutation(t->order, t->n_train, t->args.seed + (uint64_t)epoch);
+  t->n_order = samples_per_epoch(t);
+  loader_set_order(&t->train, &t->ctx, t->order, t->n_order);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Train step
+
+static float run_batch(Trainer *t, int start, int B) {
+  loader_batch(&t->train, &t->ctx, start, B);
+  mlp_zero_grad(&t->model);
+  mlp_forward(&t->model, &t->ctx, t->train.xb, B);
+  mlp_loss(&t->model, &t->ctx, t->train.yb, B);
+  mlp_backward(&t->model, &t->ctx, t->train.xb, B, NULL, NULL);
+  sgd_step(&t->opt, &t->ctx, t->model.params, t->model.grads);
+  return mlp_loss_value(&t->model, &t->ctx);
+}
+
+static double evaluate(Trainer *t) {
+  dev_zero(&t->ctx, t->correct, sizeof(int));
+  for (int start = 0; start < t->test.n; start += EVAL_BATCH) {
+    int B = t->test.n - start < EVAL_BATCH ? t->test.n - start : EVAL_BATCH;
+    loader_batch(&t->test, &t->ctx, start, B);
+    mlp_count_correct(&t->model, &t->ctx, t->test.xb, t->test.yb, B, t->correct);
+  }
+  int correct;
+  dev_download(&t->ctx, &correct, t->correct, sizeof correct);
+  return (double)correct / t->test.n;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Epoch loop
+
+static long long steps_per_epoch(const Trainer *t) {
+  return (samples_per_epoch(t) + t->args.batch_size - 1) / t->args.batch_size;  // last may be short
+}
+
+static bool out_of_steps(const Trainer *t) {
+  return t->args.max_steps > 0 && t->step >= t->args.max_steps;
+}
+
+// Returns whether the whole epoch ran (--max_steps may stop it early).
+static bool run_epoch(Trainer *t, int epoch) {
+  epoch_order(t, epoch);
+  double t0 = now_seconds(), loss_sum = 0.0;
+  long long batches = 0, samples = 0;
+  for (int start = 0; start < t->n_order && !out_of_steps(t); start += t->args.batch_size) {
+    int B = t->n_order - start < t->args.batch_size ? t->n_order - start : t->args.batch_size;
+    float loss = run_batch(t, start, B);
+    t->step++;
+    batches++;
+    samples += B;
+    loss_sum += loss;
+    metrics_step(&t->metrics, t->step, epoch, loss);
+    progress_add(&t->progress, B);
+    if (t->step % t->args.log_interval == 0)
+      progress_print(&t->progress, epoch + 1, t->args.epochs, t->step, loss);
+  }
+  double samples_per_s = (double)samples / (now_seconds() - t0);
+  double acc = evaluate(t);
+  log0("epoch %d/%d  train loss %.4f  test accuracy %.4f  %.0f samples/s\n", epoch + 1,
+       t->args.epochs, loss_sum / (batches ? batches : 1), acc, samples_per_s);
+  metrics_epoch(&t->metrics, epoch, (float)(loss_sum / (batches ? batches : 1)), acc, samples_per_s);
+  return batches == steps_per_epoch(t);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Checkpoint
+
+static CkptMeta checkpoint_meta(const Trainer *t, int epochs_done) {
+  CkptMeta meta = {0};
+  meta.epoch = (uint32_t)epochs_done;
+  meta.step = (uint64_t)t->step;
+  meta.seed = t->args.seed;
+  meta.world_size = (uint32_t)t->world_size;
+  meta.optim = OPTIM_SGD;
+  meta.optim_steps = (uint32_t)t->opt.steps;
+  meta.n_layers = t->model.n_layers;
+  memcpy(meta.sizes, t->model.sizes, sizeof meta.sizes);
+  return meta;
+}
+
+static void save_checkpoint(Trainer *t, int epochs_done) {
+  char path[4096], err[512];
+  if (mkdir(t->args.ckpt_dir, 0755) != 0 && errno != EEXIST)
+    die(1, "cannot create --ckpt_dir '%s': %s", t->args.ckpt_dir, strerror(errno));
+  snprintf(path, sizeof path, "%s/checkpoint.bin", t->args.ckpt_dir);
+  size_t bytes = t->model.n_params * sizeof(float);
+  float *params = mallocCheck(bytes), *state = mallocCheck(bytes);
+  dev_download(&t->ctx, params, t->model.params, bytes);
+  dev_download(&t->ctx, state, t->opt.buf, bytes);
+  CkptMeta meta = checkpoint_meta(t, epochs_done);
+  if (ckpt_save(path, &meta, params, state, err, sizeof err) != 0) die(1, "%s", err);
+  log0("saved %s (epoch %d, step %lld)\n", path, epochs_done, t->step);
+  free(state);
+  free(params);
+}
+
+static void resume(Trainer *t) {
+  if (!t->args.resume) return;
+  char err[512];
+  size_t bytes = t->model.n_params * sizeof(float);
+  float *params = mallocCheck(bytes), *state = mallocCheck(bytes);
+  CkptMeta expect = checkpoint_meta(t, 0), meta;
+  if (ckpt_load(t->args.resume, &expect, &meta, params, state, err, sizeof err) != 0)
+    die(1, "%s", err);
+  if (meta.seed != t->args.seed)
+    die(1, "%s was trained with --seed %llu; pass the same seed to resume", t->args.resume,
+        (unsigned long long)meta.seed);
+  dev_upload(&t->ctx, t->model.params, params, bytes);
+  dev_upload(&t->ctx, t->opt.buf, state, bytes);
+  dev_sync(&t->ctx);
+  t->opt.steps = meta.optim_steps;
+  t->epoch0 = (int)meta.epoch;
+  t->step = (long long)meta.step;
+  log0("resumed from %s at epoch %d, step %lld\n", t->args.resume, t->epoch0, t->step);
+  free(state);
+  free(params);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Main
+
+static void train(Trainer *t) {
+  metrics_open(&t->metrics, t->args.metrics, t->rank);
+  progress_start(&t->progress, t->step + (t->args.epochs - t->epoch0) * steps_per_epoch(t), t->step);
+  for (int epoch = t->epoch0; epoch < t->args.epochs && !out_of_steps(t); epoch++) {
+    bool complete = run_epoch(t, epoch);  // checkpoints mark epoch boundaries: save complete epochs
+    if (complete && t->args.save_interval > 0 && (epoch + 1) % t->args.save_interval == 0)
+      save_checkpoint(t, epoch + 1);
+  }
+}
+
+static void finish(Trainer *t) {
+  uint64_t digest = mlp_param_digest(&t->model, &t->ctx);
+  metrics_final(&t->metrics, t->world_size, t->step, digest);
+  metrics_close(&t->metrics);
+  log0("done: %lld steps, param_digest %016llx\n", t->step, (unsigned long long)digest);
+  dev_free(&t->ctx, t->correct);
+  free(t->order);
+  loader_free(&t->test, &t->ctx);
+  loader_free(&t->train, &t->ctx);
+  sgd_free(&t->opt, &t->ctx);
+  mlp_free(&t->model, &t->ctx);
+}
+
+int main(int argc, char **argv) {
+  Trainer t = {0};
+  configure(&t, argc, argv);
+  setup(&t);
+  load_data(&t);
+  build_model(&t);
+  resume(&t);
+  train(&t);
+  finish(&t);
+  cleanup(&t);
+  return 0;
+}

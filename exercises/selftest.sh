@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Proves that scripts/check_exercise.sh can tell a solution from an unsolved exercise (CTest
+# `exercise_checker_0N`):
+#   exercises/selftest.sh N CLAIM [CLAIM...]
+# step N's own files must pass every claim, and the untouched exercise must fail, naming each CLAIM.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+n=$1
+shift
+step=$(basename "$(ls -d steps/"$n"_*)")
+files=(exercises/"$step"/*.c)
+reference=("${files[@]/#exercises/steps}")
+
+echo "== the reference solution: scripts/check_exercise.sh $n ${reference[*]}"
+scripts/check_exercise.sh "$n" "${reference[@]}"
+rc=$?
+[ $rc -eq 0 ] || { echo "selftest: the reference solution of step $n should pass, but exit status is $rc" >&2; exit 1; }
+
+echo "== the untouched exercise: scripts/check_exercise.sh $n ${files[*]}"
+out=$(scripts/check_exercise.sh "$n" "${files[@]}")
+rc=$?
+echo "$out"
+[ $rc -eq 1 ] || { echo "selftest: the untouched exercise should fail (exit 1), but exit status is $rc" >&2; exit 1; }
+for claim in "$@"; do
+  grep -q "^FAIL $claim: " <<< "$out" || { echo "selftest: expected 'FAIL $claim: ...' above" >&2; exit 1; }
+done
+echo "selftest: step $n's checker passes the reference and fails the untouched exercise on: $*"

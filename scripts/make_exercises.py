@@ -1,0 +1,190 @@
+#!/usr/bin/env python3
+"""Generates the workshop exercises in exercises/ from the steps, so they can never drift from them.
+
+    scripts/make_exercises.py           write exercises/0N_<step>/<file> for N = 02..06
+    scripts/make_exercises.py --check   exit 1, naming each problem, when a removal below no longer
+                                        matches its step file or a committed exercise file differs
+                                        from what would be generated (CTest `exercises_fresh`)
+
+An exercise file is the step's own file with the stage cut out. Each cut is described below as
+(first line, last line, stub): the lines from the first line to the next occurrence of the last line,
+both included, are replaced by the stub, which compiles and runs but leaves the stage undone (it
+behaves like the previous step) and says TODO(0N) where the stage goes. Lines are matched exactly,
+whole, and the first line must occur exactly once in the file, so any edit to a step that touches a
+cut makes --check fail instead of producing a stale exercise. The steps themselves carry no markers:
+their diffs stay clean. The exercise READMEs (exercises/*/README.md) are written by hand.
+"""
+import argparse
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def header(n, src):
+    return (f"// Exercise {n}: generated from {src} by scripts/make_exercises.py. Fill in every\n"
+            f"// TODO({n}), then check: scripts/check_exercise.sh {n} <this file> (see README.md here).\n")
+
+
+# (exercise folder, step file it comes from, [(first line, last line, stub), ...])
+EXERCISES = [
+    ("02_init", "steps/02_init/train.c", [
+        ("  dist_init(&t->pg, t->args.backend, dev);  // [init] join the group: who am I, how many are we",
+         "  ctx_init(&t->ctx, dev, gpus == 1 ? 0 : t->local_rank);",
+         "  // TODO(02): join the process group (dist_init, with --backend) and take this process's rank,\n"
+         "  // world size and local rank from it; on CUDA, refuse more ranks on this node than it has GPUs.\n"
+         "  // Until then every process believes it is alone: rank 0 of 1, as in step 01.\n"
+         "  t->rank = 0;\n"
+         "  t->world_size = 1;\n"
+         "  t->local_rank = 0;\n"
+         "  ctx_init(&t->ctx, dev, t->local_rank);\n"),
+        ("  dist_connect(&t->pg, &t->ctx);  // [init] the communicator, on this rank's GPU",
+         "  dist_connect(&t->pg, &t->ctx);  // [init] the communicator, on this rank's GPU",
+         "  // TODO(02): open the communicator on this rank's device (dist_connect)\n"),
+        ("  dist_destroy(&t->pg);  // [init] leave the process group",
+         "  dist_destroy(&t->pg);  // [init] leave the process group",
+         "  // TODO(02): leave the process group (dist_destroy), before the device context goes\n"),
+    ]),
+    ("03_sampler", "steps/03_sampler/sampler.c", [
+        ("  s->num_samples = drop_last ? n / world_size : (n + world_size - 1) / world_size;",
+         "  s->num_samples = drop_last ? n / world_size : (n + world_size - 1) / world_size;",
+         "  // TODO(03): this rank's share of every epoch: floor(N/W) with drop_last, else ceil(N/W)\n"
+         "  // (see sampler.h). Until then every rank takes all N samples, as in step 02.\n"
+         "  s->num_samples = n;\n"),
+        ("  for (int i = 0; i < s->num_samples; i++) {",
+         "  }",
+         "  // TODO(03): rank r takes positions r, r + W, r + 2W, ... of the epoch's permutation s->perm;\n"
+         "  // positions past its end wrap around to its start (the padding). Until then every rank gets\n"
+         "  // the whole permutation, as in step 02.\n"
+         "  for (int i = 0; i < s->num_samples; i++) out[i] = s->perm[i];\n"),
+    ]),
+    ("04_ddp_wrap", "steps/04_ddp_wrap/train.c", [
+        ("  // [ddp] every replica starts from rank 0's parameters, whatever seed each rank was given",
+         "  dist_broadcast(&t->pg, t->model.params, t->model.n_params, DIST_FLOAT, 0);",
+         "  // TODO(04): every replica must start from rank 0's parameters, whatever seed each rank was\n"
+         "  // given (dist_broadcast of the flat parameter buffer from root 0)\n"),
+        ("  Mlp *m = &t->model;",
+         "  }",
+         "  // TODO(04): replace each gradient by its mean over the ranks (dist_all_reduce, DIST_AVG), one\n"
+         "  // tensor at a time, last layer first: layer l's weight gradient starts at m->grads + m->w_off[l],\n"
+         "  // its bias gradient at m->grads + m->b_off[l] (mlp.h has the sizes). Until then every rank\n"
+         "  // steps with its own gradient, as in step 03.\n"
+         "  (void)t;\n"),
+    ]),
+    ("05_metrics_ckpt", "steps/05_metrics_ckpt/train.c", [
+        ("  // [metrics] each rank evaluates every W-th test sample: a shard without padding, none counted twice",
+         "  for (int i = t->rank; i < test.n; i += t->world_size) all[t->n_eval++] = i;",
+         "  // TODO(05): each rank evaluates its own shard of the test set: every W-th sample from its rank\n"
+         "  // on, without padding. Until then every rank evaluates the whole test set, as in step 04.\n"
+         "  for (int i = 0; i < test.n; i++) all[t->n_eval++] = i;\n"),
+        ("  dist_all_reduce(&t->pg, t->model.loss, 1, DIST_FLOAT, DIST_AVG);  // [metrics] the global loss",
+         "  dist_all_reduce(&t->pg, t->model.loss, 1, DIST_FLOAT, DIST_AVG);  // [metrics] the global loss",
+         "  // TODO(05): log the global loss: this step's loss (t->model.loss) averaged over the ranks\n"),
+        ("  dist_all_reduce(&t->pg, t->correct, 1, DIST_INT, DIST_SUM);  // [metrics] all ranks' answers",
+         "  dist_all_reduce(&t->pg, t->correct, 1, DIST_INT, DIST_SUM);  // [metrics] all ranks' answers",
+         "  // TODO(05): once the ranks evaluate shards, add up their correct answers (t->correct)\n"),
+        ("  if (t->rank == 0) write_checkpoint(t, epochs_done);  // [ckpt] one writer: the replicas are equal",
+         "  dist_barrier(&t->pg);  // [ckpt] nobody goes on (or reads the file) before it is complete",
+         "  // TODO(05): the replicas are equal, so one writer is enough; and no rank may go on (or read the\n"
+         "  // file) before it is complete. Until then every rank writes, as in step 04.\n"
+         "  write_checkpoint(t, epochs_done);\n"),
+        ("  dist_barrier(&t->pg);  // [ckpt] every rank has loaded before any trains",
+         "  dist_barrier(&t->pg);  // [ckpt] every rank has loaded before any trains",
+         "  // TODO(05): no rank may start training before every rank has loaded the checkpoint\n"),
+    ]),
+    ("06_full", "steps/06_full/reducer.c", [
+        ("  while (r->next < r->n_buckets && r->buckets[r->next].pending == 0) {",
+         "  }",
+         "  // TODO(06): start, in bucket order (r->next onwards), every bucket none of whose tensors is\n"
+         "  // still pending: an asynchronous DIST_AVG all-reduce of its slice of the flat gradient buffer\n"
+         "  // (dist_all_reduce_async into the bucket's own DistWork). Stop at the first bucket that is not\n"
+         "  // ready, even if a later one is: every rank must start the same buckets in the same order.\n"
+         "  (void)r;\n"),
+        ("  r->buckets[r->bucket_of[2 * layer]].pending--;      // the weight",
+         "  r->buckets[r->bucket_of[2 * layer + 1]].pending--;  // the bias",
+         "  // TODO(06): this layer's weight (tensor 2·layer) and bias (tensor 2·layer + 1) are ready: count\n"
+         "  // them down in their buckets (r->bucket_of, Bucket.pending)\n"),
+        ("  for (int i = 0; i < r->next; i++) dist_test(r->pg, &r->buckets[i].work);  // let MPI progress",
+         "  for (int i = 0; i < r->next; i++) dist_test(r->pg, &r->buckets[i].work);  // let MPI progress",
+         "  // TODO(06): give MPI a chance to advance the all-reduces already started (dist_test)\n"),
+        ("  if (r->next != r->n_buckets)",
+         "  for (int i = 0; i < r->n_buckets; i++) dist_wait(r->pg, &r->buckets[i].work);",
+         "  // TODO(06): every bucket must have been started (if not, a hook was missed: die), then wait\n"
+         "  // for each bucket's all-reduce (dist_wait) before the optimizer may use the gradients\n"),
+    ]),
+    ("06_full", "steps/06_full/train.c", [
+        ("    if (K > 1)  // [accum] weigh the micro-batch so the sum of gradients is the mean over all B",
+         "      ops_scale(&t->ctx, t->model.dact[t->model.n_layers - 1], (size_t)b * t->classes, (float)b / B);",
+         "    // TODO(06): with K > 1 micro-batches, weigh this one by b / B, so that the gradients summed over\n"
+         "    // the K backward passes are the mean over all B samples: scale the loss gradient\n"
+         "    // t->model.dact[t->model.n_layers - 1], (b, classes), with ops_scale before backward.\n"),
+    ]),
+]
+
+
+class Mismatch(Exception):
+    pass
+
+
+def generate(src, cuts):
+    """Returns the exercise text for step file src (relative to the root) with the cuts applied."""
+    n = src.split("/")[1][:2]
+    with open(os.path.join(ROOT, src)) as f:
+        lines = f.read().split("\n")
+    for first, last, stub in cuts:
+        starts = [i for i, line in enumerate(lines) if line == first]
+        if len(starts) != 1:
+            raise Mismatch(f"{src}: the first line of a cut occurs {len(starts)} times, expected once: "
+                           f"{first!r}")
+        start = starts[0]
+        ends = [i for i in range(start, len(lines)) if lines[i] == last]
+        if not ends:
+            raise Mismatch(f"{src}: no line {last!r} after {first!r}")
+        if f"TODO({n})" not in stub:
+            raise Mismatch(f"{src}: the stub for {first!r} lacks TODO({n})")
+        lines[start:ends[0] + 1] = stub.rstrip("\n").split("\n")
+    return header(n, src) + "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--check", action="store_true", help="compare with the committed exercises")
+    a = ap.parse_args()
+    problems, written = [], []
+    for folder, src, cuts in EXERCISES:
+        dest = os.path.join("exercises", folder, os.path.basename(src))
+        try:
+            text = generate(src, cuts)
+        except (Mismatch, OSError) as e:
+            problems.append(str(e))
+            continue
+        path = os.path.join(ROOT, dest)
+        old = open(path).read() if os.path.exists(path) else None
+        if old == text:
+            continue
+        if a.check:
+            problems.append(f"{dest} is {'missing' if old is None else 'out of date'}")
+        else:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w") as f:
+                f.write(text)
+            written.append(dest)
+    for dest in written:
+        print(f"wrote {dest}")
+    if problems:
+        print(f"make_exercises.py{' --check' if a.check else ''}: the exercises do not match the steps:",
+              file=sys.stderr)
+        for p in problems:
+            print(f"  {p}", file=sys.stderr)
+        print("if a step changed on purpose, update the cuts in scripts/make_exercises.py, then run it"
+              if any("line" in p for p in problems) else "run scripts/make_exercises.py", file=sys.stderr)
+        return 1
+    if a.check:
+        print("make_exercises.py --check: exercises/ matches the steps")
+    elif not written:
+        print("exercises/ was already up to date")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
