@@ -312,8 +312,10 @@ static void load_idx_split(Dataset *ds, const char *dir, const char *images, con
   char pi[4096], pl[4096], err[1024];
   data_path(pi, sizeof pi, dir, images, what, hint);
   data_path(pl, sizeof pl, dir, labels, what, hint);
+  // The files exist (data_path checked): they are damaged or not the right data, so the hint is
+  // about replacing them rather than installing.
   if (dataset_load_idx(ds, pi, pl, limit, mean, std, err, sizeof err) != 0)
-    die(1, "%s; %s", err, hint);
+    die(1, "%s; replace the %s files with good copies, or use --data synthetic", err, what);
 }
 
 void dataset_load(DataKind kind, const char *dir, int train_limit, uint64_t seed, Dataset *train,

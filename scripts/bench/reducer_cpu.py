@@ -9,6 +9,11 @@ Fashion-MNIST, one OpenBLAS thread per rank. The step time of a run is the media
 the metrics file's step timestamps after a warm-up; the table reports medians over the repetitions.
 A traced step-06 run gives each bucket's all-reduce time, and build/bin/allreduce_bench measures a
 raw MPI_Allreduce of the same byte count in the same session. Prints Markdown tables.
+
+--variants runs every configuration under each of several environments, e.g.
+    --variants "default;sc=none:OMPI_MCA_btl_vader_single_copy_mechanism=none;thp:GLIBC_TUNABLES=glibc.malloc.hugetlb=1"
+(label:KEY=VAL,KEY=VAL, separated by ';'); --extra LABEL=PATH adds another step-06 binary (e.g. a
+prototype built elsewhere) at the first cap. --no-bandwidth skips the traced run.
 """
 import argparse
 import json
@@ -21,16 +26,17 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def mpi_env():
+def mpi_env(extra=None):
     env = dict(os.environ, OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_btl="self,vader",
                OPENBLAS_NUM_THREADS="1")
+    env.update(extra or {})
     if os.getuid() == 0:
         env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     return env
 
 
-def run(cmd):
-    p = subprocess.run(cmd, capture_output=True, text=True, env=mpi_env(), cwd=ROOT)
+def run(cmd, extra_env=None):
+    p = subprocess.run(cmd, capture_output=True, text=True, env=mpi_env(extra_env), cwd=ROOT)
     if p.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{p.stdout}\n{p.stderr}")
     return p.stdout
@@ -49,29 +55,55 @@ def main():
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--build", default="build")
     ap.add_argument("--caps", default="25,1", help="bucket caps (MiB) for step 06")
+    ap.add_argument("--variants", default="default", help="label:K=V,K=V;label2:... (see above)")
+    ap.add_argument("--extra", action="append", default=[], help="LABEL=PATH of another 06_full")
+    ap.add_argument("--extra_env", action="append", default=[],
+                    help="LABEL=K=V,K=V: another step-06 configuration (first cap) with this environment")
+    ap.add_argument("--no-bandwidth", dest="bandwidth", action="store_false")
     a = ap.parse_args()
     b = os.path.join(ROOT, a.build, "bin")
     tmp = tempfile.mkdtemp(prefix="reducer-bench-")
     common = ["--device", "cpu", "--batch_size", "128", "--epochs", "1", "--max_steps", str(a.steps),
               "--save_interval", "0", "--log_interval", "1000000"]
     mpirun = ["mpirun", "-np", str(a.ranks)]
-    configs = [("step 04 (per-tensor, after backward)", "04_ddp_wrap", [])]
-    configs += [(f"step 06 (buckets of {c} MiB, overlapped)", "06_full", ["--bucket_cap_mb", c])
-                for c in a.caps.split(",")]
-    times = {name: [] for name, _, _ in configs}
+    caps = a.caps.split(",")
+    base_configs = [("step 04 (per-tensor, after backward)", f"{b}/04_ddp_wrap", [], {})]
+    base_configs += [(f"step 06 (buckets of {c} MiB, overlapped)", f"{b}/06_full", ["--bucket_cap_mb", c], {})
+                     for c in caps]
+    for e in a.extra:
+        label, path = e.split("=", 1)
+        base_configs.append((f"{label} (buckets of {caps[0]} MiB)", path, ["--bucket_cap_mb", caps[0]], {}))
+    for e in a.extra_env:
+        label, kvs = e.split("=", 1)
+        env = dict(kv.split("=", 1) for kv in kvs.split(","))
+        base_configs.append((f"step 06, {label} (buckets of {caps[0]} MiB)", f"{b}/06_full",
+                             ["--bucket_cap_mb", caps[0]], env))
+    variants = []
+    for v in a.variants.split(";"):
+        label, _, kvs = v.partition(":")
+        variants.append((label, dict(kv.split("=", 1) for kv in kvs.split(",") if kv)))
+    configs = [(vl, name, exe, extra, {**venv, **cenv})
+               for vl, venv in variants for name, exe, extra, cenv in base_configs]
+    times = {(c[0], c[1]): [] for c in configs}
     for rep in range(a.reps):
-        for name, step, extra in configs:
-            m = f"{tmp}/m_{step}_{rep}_{{rank}}.jsonl"
-            run(mpirun + [f"{b}/{step}"] + common + extra + ["--metrics", m])
-            times[name].append(step_time(m.replace("{rank}", "0")))
-    base = statistics.median(times[configs[0][0]])
+        k = rep % len(configs)  # rotate the order every repetition
+        for i, (vl, name, exe, extra, env) in enumerate(configs[k:] + configs[:k]):
+            m = f"{tmp}/m_{rep}_{i}_{{rank}}.jsonl"
+            run(mpirun + [exe] + common + extra + ["--metrics", m], env)
+            times[(vl, name)].append(step_time(m.replace("{rank}", "0")))
     print(f"## Step time, {a.ranks} CPU ranks, 784-1024-1024-10, batch 128 per rank "
-          f"(median of {a.reps} runs, each the median step after 10 warm-up steps)\n")
-    print("| configuration | step time (ms) | samples/s (global) | vs step 04 |")
-    print("| --- | --- | --- | --- |")
-    for name, _, _ in configs:
-        t = statistics.median(times[name])
-        print(f"| {name} | {1e3 * t:.1f} | {128 * a.ranks / t:.0f} | {base / t:.2f}x |")
+          f"(median of {a.reps} interleaved runs, each the median step after 10 warm-up steps)\n")
+    print("| environment | configuration | step time (ms) | min-max (ms) | samples/s (global) | vs step 04 (same env) |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for vl, venv in variants:
+        base = statistics.median(times[(vl, base_configs[0][0])])
+        for name, _, _, _ in base_configs:
+            ts = times[(vl, name)]
+            t = statistics.median(ts)
+            print(f"| {vl} | {name} | {1e3 * t:.1f} | {1e3 * min(ts):.1f}-{1e3 * max(ts):.1f} | "
+                  f"{128 * a.ranks / t:.0f} | {base / t:.2f}x |")
+    if not a.bandwidth:
+        return
 
     # Bandwidth: traced step-06 run (default cap) vs raw MPI_Allreduce of the same bytes.
     cap = a.caps.split(",")[0]

@@ -13,6 +13,10 @@ disjoint 1/W of every epoch's permutation, and rank 0 prints the line (samples/s
 Launch it either with --ddp --world_size W (spawns W processes) or under a launcher that sets
 RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT (e.g. torchrun, or mpirun with those exported).
 
+--device cuda trains on the GPU (rank r on cuda:r; DDP then uses NCCL), data resident on the GPU, fp32
+with TF32 disabled (torch.backends.cuda.matmul.allow_tf32 = False), as the C steps' plain fp32 cuBLAS.
+The step time still ends with loss.item(), which waits for the GPU.
+
 Run with /usr/bin/python3 (Debian's python3-torch). Example:
   /usr/bin/python3 scripts/bench/torch_mlp.py --steps 60 --warmup 10 --threads 1
 """
@@ -72,17 +76,26 @@ def build_model(hidden, seed):
 
 def train(rank, world, args):
     torch.set_num_threads(args.threads)
+    cuda = args.device == "cuda"
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = False  # plain fp32, as the C steps
+        torch.backends.cudnn.allow_tf32 = False
+        dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)))
+        torch.cuda.set_device(dev)
+    else:
+        dev = torch.device("cpu")
     ddp = world > 1 or args.ddp
     if ddp:
         import torch.distributed as dist
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", str(args.port))
-        dist.init_process_group("gloo", rank=rank, world_size=world)
+        dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world)
     x_all, y_all = load_data(args.data, args.data_dir, args.dataset_size, args.seed)
+    x_all, y_all = x_all.to(dev), y_all.to(dev)
     n = x_all.shape[0]
-    model = build_model([int(h) for h in args.hidden.split(",") if h], args.seed)
+    model = build_model([int(h) for h in args.hidden.split(",") if h], args.seed).to(dev)
     if ddp:
-        model = nn.parallel.DistributedDataParallel(model)
+        model = nn.parallel.DistributedDataParallel(model, device_ids=[dev.index] if cuda else None)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
     B = args.batch_size
@@ -94,7 +107,7 @@ def train(rank, world, args):
     step = 0
     while step < args.steps:
         g = torch.Generator().manual_seed(args.seed + epoch)
-        perm = torch.randperm(n, generator=g)[rank * per_rank:(rank + 1) * per_rank]
+        perm = torch.randperm(n, generator=g)[rank * per_rank:(rank + 1) * per_rank].to(dev)
         for i in range(steps_per_epoch):
             if step >= args.steps:
                 break
@@ -118,7 +131,8 @@ def train(rank, world, args):
         steady[len(steady) // 2 - 1] + steady[len(steady) // 2])
     rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     out = {
-        "impl": "torch", "torch": torch.__version__, "rank": rank, "world_size": world,
+        "impl": "torch", "torch": torch.__version__, "device": args.device, "rank": rank,
+        "world_size": world,
         "threads": torch.get_num_threads(), "batch_size": B, "hidden": args.hidden,
         "data": args.data, "steps": len(times), "warmup": args.warmup,
         "median_step_s": med, "samples_per_s": B * world / med,
@@ -145,7 +159,9 @@ def main():
     p.add_argument("--data", choices=["fashion_mnist", "synthetic"], default="fashion_mnist")
     p.add_argument("--data_dir", default=DATA_DIR)
     p.add_argument("--dataset_size", type=int, default=60000, help="synthetic samples")
-    p.add_argument("--ddp", action="store_true", help="DistributedDataParallel with gloo")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--ddp", action="store_true",
+                   help="DistributedDataParallel (gloo on cpu, nccl on cuda)")
     p.add_argument("--world_size", type=int, default=0,
                    help="with --ddp: spawn this many processes (default: $WORLD_SIZE or 1)")
     p.add_argument("--port", type=int, default=29531)

@@ -92,3 +92,13 @@ endif()
 
 # Fuzz targets' committed corpus, replayed without libFuzzer (label `unit`; see fuzz/replay.cmake).
 include(${PROJECT_SOURCE_DIR}/fuzz/replay.cmake)
+
+# The catalogue of bad inputs (tests/integration/bad_inputs.py, listed in docs/errors.md): every case
+# ends every rank with a one-line reason and a non-zero exit, and changes no file.
+if(DDP_HAVE_MPI)
+  add_test(NAME bad_input_catalogue
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/bad_inputs.py)
+  set_tests_properties(bad_input_catalogue PROPERTIES
+    LABELS integration PROCESSORS 2 TIMEOUT 600
+    ENVIRONMENT "DDP_BIN_DIR=${CMAKE_RUNTIME_OUTPUT_DIRECTORY};DDP_MPIEXEC=${DDP_MPIEXEC};${DDP_MPI_ENV}")
+endif()

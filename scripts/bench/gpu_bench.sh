@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# gpu_bench.sh: steps 01 and 06 on one NVIDIA GPU against the same model trained by PyTorch, fp32.
+#
+# For a machine with an NVIDIA GPU, the CUDA toolkit (or a CUDA build made elsewhere, as
+# scripts/gpu_check.sh reuses), NCCL, and PyTorch with CUDA for $PY. Two models, synthetic data of the
+# Fashion-MNIST shape (784 inputs, 10 classes; the same for both implementations, and no dataset needed):
+#   course  784-1024-1024-10,            batch 128
+#   large   784-4096-4096-4096-4096-10,  batch 1024
+# and four programs per model, run R times interleaved (the order rotates every repetition):
+#   01        build/bin/01_single_gpu --device cuda
+#   06        scripts/launch.sh -n 1 build/bin/06_full --device cuda --backend nccl   (world size 1:
+#             the process group, the bucketed reducer and NCCL all-reduces of a single rank)
+#   torch     scripts/bench/torch_mlp.py --device cuda
+#   torch DDP the same with --ddp at world size 1 (NCCL)
+# Step time: ours, the median gap between consecutive metrics "time" stamps after W warm-up steps (one
+# loop iteration; the loss is read back every step, which waits for the GPU); PyTorch, its median step
+# time (zero_grad .. optimizer step and loss.item()). Prints the medians over repetitions and the
+# ratios PyTorch/ours (> 1: ours is faster), 01 against torch and 06 against torch DDP.
+#
+# fp32 only: our code calls plain fp32 cuBLAS (no TF32), so torch_mlp.py turns TF32 off
+# (torch.backends.cuda.matmul.allow_tf32 = False). A comparison against PyTorch with TF32 on would
+# measure the number format, not the implementation.
+#
+# Usage: scripts/bench/gpu_bench.sh [-r R] [-s S] [-w W] [BUILD_DIR]   (defaults 5, 200, 20, build-gpu)
+# Env:   PY (python with CUDA PyTorch, default python3), CUDA_ARCHS (default "80;90"), OUT (results
+#        folder, default BUILD_DIR/gpu_bench), MASTER_PORT (default 29650).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+R=5 S=200 W=20
+while getopts "r:s:w:" o; do
+  case $o in r) R=$OPTARG ;; s) S=$OPTARG ;; w) W=$OPTARG ;; *) exit 2 ;; esac
+done
+shift $((OPTIND - 1))
+BUILD_DIR=${1:-$ROOT/build-gpu}
+case $BUILD_DIR in /*) ;; *) BUILD_DIR=$PWD/$BUILD_DIR ;; esac
+PY=${PY:-python3}
+OUT=${OUT:-$BUILD_DIR/gpu_bench}
+export MASTER_ADDR=127.0.0.1 MASTER_PORT=${MASTER_PORT:-29650}
+[ "$S" -gt $((W + 1)) ] || { echo "need S > W + 1" >&2; exit 2; }
+mkdir -p "$OUT"
+
+if ! nvidia-smi -L >/dev/null 2>&1; then
+  echo "no NVIDIA GPU (nvidia-smi -L failed)" >&2
+  exit 1
+fi
+"$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' ||
+  { echo "$PY: PyTorch without CUDA (set PY=python-with-cuda-torch)" >&2; exit 1; }
+
+# ---- build (as scripts/gpu_check.sh: CUDA + NCCL, Release) -------------------------------------------
+nvcc=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null || true)
+if [ -n "$nvcc" ]; then
+  gen=(); command -v ninja >/dev/null && [ ! -f "$BUILD_DIR/CMakeCache.txt" ] && gen=(-G Ninja)
+  nccl_hint=()
+  nccl_wheel=$("$PY" -c 'import os, site
+for sp in site.getsitepackages() + [site.getusersitepackages()]:
+    d = os.path.join(sp, "nvidia", "nccl")
+    if os.path.isdir(d): print(d); break' 2>/dev/null || true)
+  [ -n "$nccl_wheel" ] && nccl_hint=(-DNCCL_ROOT="$nccl_wheel")
+  cmake -S "$ROOT" -B "$BUILD_DIR" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
+        -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS:-80;90}" \
+        "${nccl_hint[@]}" > "$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
+  if ! grep -q '\[✓\] CUDA' "$OUT/configure.log" || ! grep -q '\[✓\] NCCL' "$OUT/configure.log"; then
+    echo "the build has no CUDA or no NCCL: see $OUT/configure.log" >&2
+    exit 1
+  fi
+  cmake --build "$BUILD_DIR" -j "$(nproc)" --target 01_single_gpu 06_full > "$OUT/build.log" 2>&1 ||
+    { tail -40 "$OUT/build.log"; exit 1; }
+else
+  [ -x "$BUILD_DIR/bin/06_full" ] || { echo "no nvcc and no prebuilt $BUILD_DIR/bin/06_full" >&2; exit 1; }
+  echo "no nvcc: reusing $BUILD_DIR"
+fi
+BIN=$BUILD_DIR/bin
+
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | head -1 | sed 's/^/GPU: /'
+"$PY" -c 'import torch; print("PyTorch", torch.__version__, "CUDA", torch.version.cuda)'
+
+# ---- runs ---------------------------------------------------------------------------------------------
+MODELS=(course large)
+declare -A HIDDEN=([course]="1024,1024" [large]="4096,4096,4096,4096")
+declare -A BATCH=([course]=128 [large]=1024)
+PROGS=(01 06 torch torch_ddp)
+
+run_one() {  # model prog rep -> writes $OUT/<model>.<prog>.<rep>.json(l)
+  local m=$1 p=$2 rep=$3
+  local h=${HIDDEN[$m]} b=${BATCH[$m]}
+  local n=$(((S + 1) * b))  # synthetic samples: one epoch covers S steps
+  local ours=(--device cuda --hidden "$h" --batch_size "$b" --data synthetic --dataset_size "$n"
+              --epochs 1 --max_steps "$S" --save_interval 0 --log_interval 1000000)
+  local torch_args=(--device cuda --hidden "$h" --batch_size "$b" --data synthetic --dataset_size "$n"
+                    --steps "$S" --warmup "$W")
+  local f=$OUT/$m.$p.$rep
+  MASTER_PORT=$((MASTER_PORT + 2))  # a fresh port pair each run (the store/NCCL port after it)
+  case $p in
+    01) "$BIN/01_single_gpu" "${ours[@]}" --metrics "$f.jsonl" > "$f.log" 2>&1 ;;
+    06) "$ROOT/scripts/launch.sh" -n 1 "$BIN/06_full" "${ours[@]}" --backend nccl \
+          --metrics "$f.jsonl" > "$f.log" 2>&1 ;;
+    torch) "$PY" "$ROOT/scripts/bench/torch_mlp.py" "${torch_args[@]}" > "$f.json" 2> "$f.log" ;;
+    torch_ddp) RANK=0 LOCAL_RANK=0 WORLD_SIZE=1 "$PY" "$ROOT/scripts/bench/torch_mlp.py" \
+          "${torch_args[@]}" --ddp > "$f.json" 2> "$f.log" ;;
+  esac || { echo "$m $p failed, see $f.log:" >&2; tail -20 "$f.log" >&2; exit 1; }
+}
+
+for ((rep = 0; rep < R; rep++)); do
+  for m in "${MODELS[@]}"; do
+    k=$((rep % ${#PROGS[@]}))
+    for p in "${PROGS[@]:k}" "${PROGS[@]:0:k}"; do
+      run_one "$m" "$p" "$rep"
+    done
+  done
+  echo "rep $((rep + 1))/$R done"
+done
+
+"$PY" - "$OUT" "$R" "$W" <<'PYEOF'
+import json, statistics as st, sys
+out, R, W = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+batch = {"course": 128, "large": 1024}
+desc = {"course": "784-1024-1024-10, batch 128", "large": "784-4096x4-10, batch 1024"}
+
+def step_s(m, p, rep):
+    f = f"{out}/{m}.{p}.{rep}"
+    if p.startswith("torch"):
+        with open(f + ".json") as fh:
+            return json.loads(fh.read().strip().splitlines()[-1])["median_step_s"]
+    with open(f + ".jsonl") as fh:
+        t = [o["time"] for o in map(json.loads, fh) if o["type"] == "step"]
+    return st.median([b - a for a, b in zip(t, t[1:])][W:])
+
+print(f"\nfp32 (TF32 off), 1 GPU, synthetic data; medians over {R} interleaved runs "
+      f"(each the median step after {W} warm-up steps)\n")
+print("| model | program | step time (ms) | samples/s | PyTorch / ours |")
+print("| --- | --- | --- | --- | --- |")
+names = {"01": "ours, step 01", "06": "ours, step 06 (NCCL, world 1)", "torch": "PyTorch",
+         "torch_ddp": "PyTorch DDP (NCCL, world 1)"}
+for m in ("course", "large"):
+    t = {p: [step_s(m, p, r) for r in range(R)] for p in names}
+    for p in names:
+        med = st.median(t[p])
+        ref = {"01": "torch", "06": "torch_ddp"}.get(p)
+        ratio = f"{st.median(a / b for a, b in zip(t[ref], t[p])):.2f}x" if ref else ""
+        print(f"| {desc[m]} | {names[p]} | {med * 1e3:.3f} | {batch[m] / med:.0f} | {ratio} |")
+PYEOF

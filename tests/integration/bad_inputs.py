@@ -1,0 +1,221 @@
+#!/usr/bin/env python3
+"""The catalogue of bad inputs: every case must end every rank with a non-zero exit and a one-line
+message that names the problem, within a time limit, and leave the files it was given unchanged.
+
+    bad_inputs.py                 run every case (also CTest's `bad_input_catalogue`)
+    bad_inputs.py --markdown      run every case and print docs/errors.md
+Needs the programs in $DDP_BIN_DIR (default build/bin) and, for multi-rank cases, mpiexec.
+"""
+import gzip
+import hashlib
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import zlib
+
+BIN = os.path.abspath(os.environ.get("DDP_BIN_DIR", "build/bin"))
+MPIEXEC = os.environ.get("DDP_MPIEXEC", "mpiexec")
+SMALL = ["--device", "cpu", "--data", "synthetic", "--dataset_size", "256", "--hidden", "16",
+         "--epochs", "1", "--save_interval", "0"]
+IDX = ["--device", "cpu", "--hidden", "16", "--epochs", "1", "--save_interval", "0"]
+
+# (id, what is wrong, program, arguments, environment, ranks, exit status, words the message names)
+# In arguments, {d} is the case's temporary folder, prepared by prepare() below.
+CASES = [
+    ("F1", "batch size zero", "05_metrics_ckpt", SMALL + ["--batch_size", "0"], {}, 1, 2, ["batch_size"]),
+    ("F2", "batch size not a number", "05_metrics_ckpt", SMALL + ["--batch_size", "abc"], {}, 1, 2, ["abc"]),
+    ("F3", "negative epochs", "05_metrics_ckpt", SMALL + ["--epochs", "-1"], {}, 1, 2, ["epochs"]),
+    ("F4", "learning rate zero", "05_metrics_ckpt", SMALL + ["--lr", "0"], {}, 1, 2, ["lr"]),
+    ("F5", "learning rate not finite", "05_metrics_ckpt", SMALL + ["--lr", "nan"], {}, 1, 2, ["lr"]),
+    ("F6", "momentum out of range", "05_metrics_ckpt", SMALL + ["--momentum", "1.5"], {}, 1, 2, ["momentum"]),
+    ("F7", "unknown device", "05_metrics_ckpt", SMALL + ["--device", "tpu"], {}, 1, 2, ["tpu"]),
+    ("F8", "unknown dataset", "05_metrics_ckpt", SMALL + ["--data", "cifar"], {}, 1, 2, ["cifar"]),
+    ("F9", "malformed hidden sizes", "05_metrics_ckpt", SMALL + ["--hidden", "64,,3"], {}, 1, 2, ["hidden"]),
+    ("F10", "hidden size zero", "05_metrics_ckpt", SMALL + ["--hidden", "0"], {}, 1, 2, ["hidden"]),
+    ("F11", "unknown flag", "05_metrics_ckpt", SMALL + ["--no_such_flag"], {}, 1, 2, ["no_such_flag"]),
+    ("F12", "flag without its value", "05_metrics_ckpt", SMALL + ["--epochs"], {}, 1, 2, ["epochs"]),
+    ("F13", "stray positional argument", "05_metrics_ckpt", SMALL + ["extra"], {}, 1, 2, ["extra"]),
+    ("F14", "a later stage's flag (step 01 has no process group)", "01_single_gpu",
+     SMALL + ["--backend", "mpi"], {}, 1, 2, ["backend", "02"]),
+    ("F15", "unknown backend", "05_metrics_ckpt", SMALL + ["--backend", "gloo"], {}, 1, 2, ["gloo"]),
+    ("F16", "bucket cap zero", "06_full", SMALL + ["--bucket_cap_mb", "0"], {}, 1, 2, ["bucket_cap_mb"]),
+    ("F17", "gradient accumulation zero", "06_full", SMALL + ["--grad_accum", "0"], {}, 1, 2, ["grad_accum"]),
+    ("D1", "dataset folder missing", "05_metrics_ckpt", IDX + ["--data_dir", "{d}/nowhere"], {}, 1, 1,
+     ["{d}/nowhere", "dataset-fashion-mnist", "synthetic"]),
+    ("D2", "image file with a label file's magic", "05_metrics_ckpt", IDX + ["--data_dir", "{d}/magic"], {},
+     1, 1, ["{d}/magic/train-images-idx3-ubyte.gz", "magic"]),
+    ("D3", "truncated image file", "05_metrics_ckpt", IDX + ["--data_dir", "{d}/trunc"], {}, 1, 1,
+     ["{d}/trunc/train-images-idx3-ubyte.gz", "truncated"]),
+    ("D4", "image and label counts disagree", "05_metrics_ckpt", IDX + ["--data_dir", "{d}/count"], {}, 1, 1,
+     ["3 images", "2 labels"]),
+    ("D5", "a folder where the image file should be", "05_metrics_ckpt", IDX + ["--data_dir", "{d}/dir"],
+     {}, 1, 1, ["{d}/dir/train-images-idx3-ubyte.gz", "directory"]),
+    ("D6", "label out of range", "05_metrics_ckpt", IDX + ["--data_dir", "{d}/label"], {}, 1, 1,
+     ["label", "out of range"]),
+    ("D7", "fewer samples than ranks", "05_metrics_ckpt", SMALL + ["--dataset_size", "3"], {}, 4, 1,
+     ["3 training samples for 4 ranks"]),
+    ("C1", "checkpoint missing", "05_metrics_ckpt", SMALL + ["--resume", "{d}/none.bin"], {}, 1, 1,
+     ["{d}/none.bin"]),
+    ("C2", "checkpoint truncated", "05_metrics_ckpt", SMALL + ["--resume", "{d}/trunc.bin"], {}, 2, 1,
+     ["{d}/trunc.bin", "truncated"]),
+    ("C3", "checkpoint with a flipped bit", "05_metrics_ckpt", SMALL + ["--resume", "{d}/flip.bin"], {}, 2, 1,
+     ["{d}/flip.bin", "CRC"]),
+    ("C4", "checkpoint of a newer format version", "05_metrics_ckpt", SMALL + ["--resume", "{d}/version.bin"],
+     {}, 1, 1, ["{d}/version.bin", "version"]),
+    ("C5", "checkpoint of another model shape", "05_metrics_ckpt",
+     SMALL[:-6] + ["--hidden", "32", "--epochs", "1", "--save_interval", "0", "--resume", "{d}/good.bin"],
+     {}, 2, 1, ["784-16-10", "784-32-10"]),
+    ("C6", "checkpoint trained with another seed", "05_metrics_ckpt",
+     SMALL + ["--seed", "7", "--resume", "{d}/good.bin"], {}, 1, 1, ["--seed"]),
+    ("C7", "a folder given as the checkpoint", "05_metrics_ckpt", SMALL + ["--resume", "{d}"], {}, 1, 1, ["{d}"]),
+    ("C8", "a file where the checkpoint folder should be", "05_metrics_ckpt",
+     SMALL + ["--save_interval", "1", "--ckpt_dir", "{d}/good.bin"], {}, 1, 1, ["{d}/good.bin"]),
+    ("C9", "not a checkpoint at all", "05_metrics_ckpt", SMALL + ["--resume", "{d}/text.bin"], {}, 1, 1,
+     ["{d}/text.bin", "not a ddp-in-c checkpoint"]),
+    ("L1", "RANK not below WORLD_SIZE", "05_metrics_ckpt", SMALL, {"RANK": "2", "WORLD_SIZE": "2",
+     "LOCAL_RANK": "0"}, 1, 1, ["RANK=2", "WORLD_SIZE=2"]),
+    ("L2", "RANK without WORLD_SIZE", "05_metrics_ckpt", SMALL, {"RANK": "1"}, 1, 1, ["WORLD_SIZE"]),
+    ("L3", "RANK not a number", "05_metrics_ckpt", SMALL, {"RANK": "x", "WORLD_SIZE": "2"}, 1, 1, ["RANK='x'"]),
+    ("L4", "two ranks launched by environment with the MPI backend", "05_metrics_ckpt",
+     SMALL + ["--backend", "mpi"], {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1",
+     "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}, 1, 1, ["mpirun"]),
+    ("L5", "the NCCL backend with CPU buffers", "05_metrics_ckpt", SMALL + ["--backend", "nccl"], {}, 1, 1,
+     ["nccl"]),
+    ("L6", "a GPU asked for where there is none (or a build without CUDA)", "05_metrics_ckpt",
+     SMALL + ["--device", "cuda", "--backend", "mpi"], {}, 1, 1, ["cuda"]),
+    ("M1", "metrics file in a missing folder", "05_metrics_ckpt",
+     SMALL + ["--metrics", "{d}/no/such/m.jsonl"], {}, 1, 1, ["{d}/no/such/m.jsonl"]),
+]
+
+
+def write_idx(path, magic, dims, payload, gz=True):
+    data = struct.pack(">I", magic) + b"".join(struct.pack(">I", d) for d in dims) + payload
+    with (gzip.open(path, "wb") if gz else open(path, "wb")) as f:
+        f.write(data)
+
+
+def idx_set(folder, images=None, labels=None):
+    """A small Fashion-MNIST-shaped dataset: 3 train and 2 test 28x28 images."""
+    os.makedirs(folder, exist_ok=True)
+    img = images or (2051, [3, 28, 28], bytes(3 * 784))
+    lab = labels or (2049, [3], bytes([1, 2, 3]))
+    write_idx(f"{folder}/train-images-idx3-ubyte.gz", img[0], img[1], img[2])
+    write_idx(f"{folder}/train-labels-idx1-ubyte.gz", lab[0], lab[1], lab[2])
+    write_idx(f"{folder}/t10k-images-idx3-ubyte.gz", 2051, [2, 28, 28], bytes(2 * 784))
+    write_idx(f"{folder}/t10k-labels-idx1-ubyte.gz", 2049, [2], bytes([0, 1]))
+
+
+def checkpoint(d):
+    """Writes {d}/good.bin with step 05 (784-16-10), then damaged copies of it."""
+    subprocess.run([f"{BIN}/05_metrics_ckpt"] + SMALL[:-2] + ["--save_interval", "1", "--ckpt_dir", f"{d}/ck"],
+                   check=True, capture_output=True, env=clean_env())
+    good = open(f"{d}/ck/checkpoint.bin", "rb").read()
+    shutil.rmtree(f"{d}/ck")
+    open(f"{d}/good.bin", "wb").write(good)
+    open(f"{d}/trunc.bin", "wb").write(good[: len(good) // 2])
+    flip = bytearray(good)
+    flip[len(good) // 3] ^= 0x10
+    open(f"{d}/flip.bin", "wb").write(bytes(flip))
+    v = bytearray(good[:-4])
+    v[8:12] = struct.pack("<I", 7)
+    open(f"{d}/version.bin", "wb").write(bytes(v) + struct.pack("<I", zlib.crc32(bytes(v))))
+    open(f"{d}/text.bin", "wb").write(b"these are not the bytes you are looking for\n" * 4)
+
+
+def prepare(d):
+    idx_set(f"{d}/magic", images=(2049, [3, 28, 28], bytes(3 * 784)))
+    idx_set(f"{d}/trunc", images=(2051, [3, 28, 28], bytes(2 * 784 + 5)))
+    idx_set(f"{d}/count", labels=(2049, [2], bytes([1, 2])))
+    idx_set(f"{d}/label", labels=(2049, [3], bytes([1, 12, 3])))
+    idx_set(f"{d}/dir")
+    os.remove(f"{d}/dir/train-images-idx3-ubyte.gz")
+    os.makedirs(f"{d}/dir/train-images-idx3-ubyte.gz")
+    checkpoint(d)
+
+
+def clean_env(extra=None):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("OMPI_COMM_WORLD", "PMI", "PMIX", "SLURM")) and k not in ("RANK", "WORLD_SIZE")}
+    env.update(extra or {})
+    return env
+
+
+def snapshot(d):
+    out = {}
+    for root, _, files in os.walk(d):
+        for f in files:
+            p = os.path.join(root, f)
+            out[p] = hashlib.sha256(open(p, "rb").read()).hexdigest()
+    return out
+
+
+def run_case(case, d):
+    """Runs one case; returns (first stderr line, problems found)."""
+    cid, _, prog, args, env, ranks, want_rc, words = case
+    args = [a.replace("{d}", d) for a in args]
+    cmd = [os.path.join(BIN, prog)] + args
+    if ranks > 1:
+        cmd = [MPIEXEC, "-n", str(ranks)] + cmd
+    before = snapshot(d)
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=clean_env(env), cwd=d)
+    except subprocess.TimeoutExpired:
+        return "", [f"{cid}: no exit within 60 s (a rank hangs)"]
+    problems = []
+    lines = [l for l in p.stderr.splitlines() if l.startswith("error:")]
+    first = lines[0] if lines else (p.stderr.splitlines() or [""])[0]
+    if ranks == 1 and p.returncode != want_rc:
+        problems.append(f"{cid}: exit {p.returncode}, expected {want_rc}")
+    if ranks > 1 and p.returncode == 0:
+        problems.append(f"{cid}: exit 0 at {ranks} ranks")
+    for w in words:
+        if w.replace("{d}", d).lower() not in first.lower():
+            problems.append(f"{cid}: the message does not name '{w}': {first!r}")
+    if snapshot(d) != before:
+        problems.append(f"{cid}: files in its folder changed")
+    return first.replace(d, "DIR"), problems
+
+
+def main():
+    markdown = "--markdown" in sys.argv
+    d = tempfile.mkdtemp(prefix="bad-inputs-")
+    problems, rows = [], []
+    try:
+        prepare(d)
+        for case in CASES:
+            first, probs = run_case(case, d)
+            problems += probs
+            rows.append((case, first))
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    if markdown:
+        print(HEADER)
+        print("| # | bad input | program (ranks) | exit | what it prints (first line, DIR = a temporary folder) |")
+        print("| --- | --- | --- | --- | --- |")
+        for (cid, what, prog, _, env, ranks, rc, _), first in rows:
+            how = f"{prog} ({ranks})" + (" with " + " ".join(f"{k}={v}" for k, v in env.items()) if env else "")
+            msg = first.replace("|", "\\|").replace("`", "'")
+            print(f"| {cid} | {what} | {how} | {rc if ranks == 1 else 'non-zero'} | `{msg}` |")
+    for p in problems:
+        print(p, file=sys.stderr)
+    if not markdown:
+        print(f"{len(CASES) - len({p.split(':')[0] for p in problems})} passed, "
+              f"{len({p.split(':')[0] for p in problems})} failed")
+    return 1 if problems else 0
+
+
+HEADER = """# Bad input: what each program says
+
+Generated by `python3 tests/integration/bad_inputs.py --markdown > docs/errors.md`, which runs every
+case; CTest runs the same cases as `bad_input_catalogue`. Each case must end every rank with a
+non-zero exit (2 for a bad command line, 1 otherwise) and one line that names the problem, within
+60 s, and must leave the files it was given unchanged. Multi-rank cases run under `mpirun`, whose
+abort then ends every rank. Unit tests cover more cases of the same readers (`tests/unit/test_args.cpp`,
+`test_data.cpp`, `test_ckpt.cpp`), and `tests/fault/kill_rank.py` covers a rank that dies.
+"""
+
+if __name__ == "__main__":
+    sys.exit(main())
