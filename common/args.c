@@ -69,6 +69,8 @@ static const Flag FLAGS[] = {
      "optimizer steps between progress lines"},
     {"backend", ARGS_DIST, KIND_STR, F(backend), RANGE_NONE, 0, "auto|nccl|mpi", "NAME",
      "communication backend"},
+    {"timeout", ARGS_DIST, KIND_FLOAT, F(timeout), RANGE_GT, 0, NULL, "SECONDS",
+     "end the job when a collective waits longer than this"},
     {"drop_last", ARGS_SAMPLER, KIND_BOOL, F(drop_last), RANGE_NONE, 0, NULL, NULL,
      "drop the tail of the data instead of padding it"},
     {"bucket_cap_mb", ARGS_REDUCER, KIND_FLOAT, F(bucket_cap_mb), RANGE_GT, 0, NULL, "X",
@@ -111,6 +113,7 @@ static void set_defaults(Args *a) {
   a->max_steps = 0;
   a->log_interval = 50;
   a->backend = "auto";
+  a->timeout = 300.0f;
   a->drop_last = false;
   a->bucket_cap_mb = 25.0f;
   a->grad_accum = 1;

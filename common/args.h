@@ -19,7 +19,7 @@ extern "C" {
 
 /** @brief Flags every step has: training, data, model, checkpoints, logging. */
 #define ARGS_TRAIN 0x1u
-/** @brief `--backend` (from step 02: the process group). */
+/** @brief `--backend`, `--timeout` (from step 02: the process group). */
 #define ARGS_DIST 0x2u
 /** @brief `--drop_last` (from step 03: the distributed sampler). */
 #define ARGS_SAMPLER 0x4u
@@ -46,6 +46,7 @@ typedef struct Args {
   int max_steps;          ///< --max_steps: stop after this many optimizer steps, 0 = no limit
   int log_interval;       ///< --log_interval: steps between progress lines (50)
   const char *backend;    ///< --backend: auto | nccl | mpi (ARGS_DIST; auto)
+  float timeout;          ///< --timeout: seconds a collective may wait before the job ends (ARGS_DIST; 300)
   bool drop_last;         ///< --drop_last: drop the tail instead of padding (ARGS_SAMPLER)
   float bucket_cap_mb;    ///< --bucket_cap_mb: bucket size cap in MiB (ARGS_REDUCER; 25)
   int grad_accum;         ///< --grad_accum: micro-batches per optimizer step (ARGS_REDUCER; 1)

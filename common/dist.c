@@ -10,6 +10,7 @@
 
 #include "check.h"
 #include "dist_backend.h"
+#include "watchdog.h"
 
 const char *dist_backend_name(Backend b) { return b == BACKEND_NCCL ? "nccl" : "mpi"; }
 
@@ -99,8 +100,9 @@ static Backend choose_backend(const ProcessGroup *pg, const char *name, Device d
   return b;
 }
 
-void dist_init(ProcessGroup *pg, const char *backend, Device dev) {
+void dist_init(ProcessGroup *pg, const char *backend, Device dev, double timeout_s) {
   memset(pg, 0, sizeof *pg);
+  pg->timeout = timeout_s > 0 ? timeout_s : 300.0;
   discover(pg);
   check_set_rank(pg->rank);
   if (pg->mpi_up) dist_mpi_set_abort();  // from here on, any failure on any rank ends every rank
@@ -111,6 +113,10 @@ void dist_connect(ProcessGroup *pg, const Ctx *c) {
   pg->ctx = c;
   dev_event_init(c, &pg->ready);
   if (pg->backend == BACKEND_NCCL) dist_nccl_connect(pg);
+  if (pg->world_size > 1) {  // a peer that never joins a collective must not hang this rank
+    bool nccl = pg->backend == BACKEND_NCCL;
+    watchdog_start(pg->timeout, nccl ? dist_nccl_poll : NULL, nccl ? dist_nccl_abort : NULL, pg);
+  }
 }
 
 // A group of one process with the MPI backend and no MPI launcher: every collective is the identity.
@@ -219,6 +225,7 @@ void dist_barrier(ProcessGroup *pg) {
 }
 
 void dist_destroy(ProcessGroup *pg) {
+  watchdog_stop();
   if (pg->backend == BACKEND_NCCL && pg->nccl) dist_nccl_destroy(pg);
   if (pg->stage) host_free(pg->ctx, pg->stage);
   if (pg->ctx) dev_event_free(pg->ctx, &pg->ready);

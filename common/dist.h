@@ -68,6 +68,7 @@ typedef struct ProcessGroup {
   int local_size;    ///< processes on this node
   Launcher launcher; ///< how the job was started
   Backend backend;   ///< collectives library
+  double timeout;    ///< seconds a collective may wait (watchdog)
   bool mpi_up;       ///< MPI was initialised by dist_init()
   void *nccl;        ///< ncclComm_t (BACKEND_NCCL), after dist_connect()
   const Ctx *ctx;    ///< the device context given to dist_connect()
@@ -80,14 +81,16 @@ typedef struct ProcessGroup {
 
 /**
  * @brief Joins the job: finds rank, world size and local rank from the launcher (initialising MPI
- * under mpirun) and resolves the backend. Ends the job with a one-line reason when the launcher's
+ * under mpirun) and resolves the backend. With more than one rank, dist_connect() starts a watchdog
+ * (watchdog.h) that ends this rank when a collective waits longer than @p timeout_s. Ends the job with a one-line reason when the launcher's
  * variables are missing or inconsistent (e.g. RANK >= WORLD_SIZE), or the backend is not built in or
  * cannot work with this launcher (MPI backend without mpirun and more than one rank).
  * @param[out] pg      the process group (not yet connected).
  * @param[in] backend  "auto" (nccl for CUDA, mpi for the CPU), "nccl" or "mpi".
  * @param[in] dev      the device this process will use.
+ * @param[in] timeout_s longest wait of a collective, seconds (`--timeout`).
  */
-void dist_init(ProcessGroup *pg, const char *backend, Device dev);
+void dist_init(ProcessGroup *pg, const char *backend, Device dev, double timeout_s);
 
 /**
  * @brief Creates the communicator for the device of @p c (NCCL: ncclCommInitRank on the current GPU)

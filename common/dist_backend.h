@@ -50,6 +50,11 @@ void dist_nccl_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, i
 void dist_nccl_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type);
 /** @brief NCCL barrier: a one-element all-reduce, then waits for the stream. */
 void dist_nccl_barrier(ProcessGroup *pg);
+/** @brief Watchdog poll for NCCL: the communicator's asynchronous error, and whether the last
+ *  collective finished within the timeout (see watchdog.h). */
+int dist_nccl_poll(void *pg, double timeout, char *why);
+/** @brief Watchdog abort for NCCL: aborts the communicator. */
+void dist_nccl_abort(void *pg);
 /** @brief Destroys the NCCL communicator. */
 void dist_nccl_destroy(ProcessGroup *pg);
 

@@ -8,6 +8,15 @@
 #include "check.h"
 #include "dist_backend.h"
 #include "ops.h"
+#include "watchdog.h"
+
+// A blocking MPI call, announced to the watchdog so that a peer that never joins ends this rank.
+#define WAITING(name, call) \
+  do {                      \
+    watchdog_enter(name);   \
+    mpiCheck(call);         \
+    watchdog_leave();       \
+  } while (0)
 
 bool dist_have_mpi(void) { return true; }
 
@@ -39,7 +48,8 @@ void dist_mpi_init(ProcessGroup *pg) {
   mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &pg->rank));
   mpiCheck(MPI_Comm_size(MPI_COMM_WORLD, &pg->world_size));
   MPI_Comm node;  // the processes that share this node's memory
-  mpiCheck(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, pg->rank, MPI_INFO_NULL, &node));
+  mpiCheck(
+      MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, pg->rank, MPI_INFO_NULL, &node));
   mpiCheck(MPI_Comm_rank(node, &pg->local_rank));
   mpiCheck(MPI_Comm_size(node, &pg->local_size));
   mpiCheck(MPI_Comm_free(&node));
@@ -76,7 +86,8 @@ void dist_mpi_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, D
     host = staging(pg, bytes);
     dev_download(pg->ctx, host, buf, bytes);
   }
-  mpiCheck(MPI_Allreduce(MPI_IN_PLACE, host, (int)n, mpi_type(type), MPI_SUM, MPI_COMM_WORLD));
+  WAITING("MPI_Allreduce",
+          MPI_Allreduce(MPI_IN_PLACE, host, (int)n, mpi_type(type), MPI_SUM, MPI_COMM_WORLD));
   if (op == DIST_AVG) scale_avg(pg, host, n);
   if (on_gpu(pg)) dev_upload(pg->ctx, buf, host, bytes);
 }
@@ -110,13 +121,14 @@ bool dist_mpi_test(ProcessGroup *pg, DistWork *w) {
 }
 
 void dist_mpi_wait(ProcessGroup *pg, DistWork *w) {
-  mpiCheck(MPI_Wait((MPI_Request *)w->req, MPI_STATUS_IGNORE));
+  WAITING("MPI_Wait", MPI_Wait((MPI_Request *)w->req, MPI_STATUS_IGNORE));
   finish(pg, w);
 }
 
 void dist_mpi_all_reduce_host(ProcessGroup *pg, double *v, size_t n) {
   (void)pg;
-  mpiCheck(MPI_Allreduce(MPI_IN_PLACE, v, (int)n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+  WAITING("MPI_Allreduce",
+          MPI_Allreduce(MPI_IN_PLACE, v, (int)n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
 }
 
 void dist_mpi_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, int root) {
@@ -127,27 +139,28 @@ void dist_mpi_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, in
     dev_sync(pg->ctx);  // MPI writes the staging buffer: no queued upload may still read it
     if (pg->rank == root) dev_download(pg->ctx, host, buf, bytes);
   }
-  mpiCheck(MPI_Bcast(host, (int)n, mpi_type(type), root, MPI_COMM_WORLD));
+  WAITING("MPI_Bcast", MPI_Bcast(host, (int)n, mpi_type(type), root, MPI_COMM_WORLD));
   if (on_gpu(pg)) dev_upload(pg->ctx, buf, host, bytes);
 }
 
 void dist_mpi_broadcast_bytes(void *buf, size_t bytes, int root) {
-  mpiCheck(MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, MPI_COMM_WORLD));
+  WAITING("MPI_Bcast", MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, MPI_COMM_WORLD));
 }
 
 void dist_mpi_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type) {
   size_t bytes = n * dist_type_size(type);
   if (!on_gpu(pg)) {
-    mpiCheck(MPI_Allgather(send, (int)n, mpi_type(type), recv, (int)n, mpi_type(type), MPI_COMM_WORLD));
+    WAITING("MPI_Allgather", MPI_Allgather(send, (int)n, mpi_type(type), recv, (int)n,
+                                           mpi_type(type), MPI_COMM_WORLD));
     return;
   }
   char *host = staging(pg, bytes * (size_t)(pg->world_size + 1));  // [mine | everyone's]
   dev_download(pg->ctx, host, send, bytes);
-  mpiCheck(MPI_Allgather(host, (int)n, mpi_type(type), host + bytes, (int)n, mpi_type(type),
-                         MPI_COMM_WORLD));
+  WAITING("MPI_Allgather", MPI_Allgather(host, (int)n, mpi_type(type), host + bytes, (int)n,
+                                         mpi_type(type), MPI_COMM_WORLD));
   dev_upload(pg->ctx, recv, host + bytes, bytes * (size_t)pg->world_size);
 }
 
-void dist_mpi_barrier(void) { mpiCheck(MPI_Barrier(MPI_COMM_WORLD)); }
+void dist_mpi_barrier(void) { WAITING("MPI_Barrier", MPI_Barrier(MPI_COMM_WORLD)); }
 
 void dist_mpi_finalize(void) { mpiCheck(MPI_Finalize()); }

@@ -4,6 +4,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <cuda_runtime.h>
 #include <nccl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 
 #include "check.h"
 #include "dist_backend.h"
+#include "log.h"
 
 bool dist_have_nccl(void) { return true; }
 
@@ -29,6 +31,51 @@ static void nccl_abort(int status) {
   if (g_comm) ncclCommAbort(g_comm);
   fflush(NULL);
   _exit(status ? status : 1);
+}
+
+// For the watchdog: an event recorded after the latest collective, and when. The watchdog thread
+// queries it (the CUDA runtime is thread-safe); a collective still unfinished after the timeout
+// means a peer never joined it.
+static struct {
+  pthread_mutex_t lock;
+  cudaEvent_t event;
+  double when;  // 0: nothing pending
+} g_last = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static void note_collective(cudaStream_t s) {
+  pthread_mutex_lock(&g_last.lock);
+  cudaCheck(cudaEventRecord(g_last.event, s));
+  g_last.when = now_seconds();
+  pthread_mutex_unlock(&g_last.lock);
+}
+
+int dist_nccl_poll(void *user, double timeout, char *why) {
+  ProcessGroup *pg = user;
+  ncclResult_t r = ncclSuccess;
+  if (ncclCommGetAsyncError((ncclComm_t)pg->nccl, &r) == ncclSuccess && r != ncclSuccess &&
+      r != ncclInProgress) {
+    snprintf(why, 256, "NCCL reported an asynchronous error: %s", ncclGetErrorString(r));
+    return 1;
+  }
+  pthread_mutex_lock(&g_last.lock);
+  int stuck = 0;
+  if (g_last.when > 0) {
+    cudaError_t q = cudaEventQuery(g_last.event);
+    if (q == cudaSuccess) {
+      g_last.when = 0;
+    } else if (q == cudaErrorNotReady && now_seconds() - g_last.when > timeout) {
+      snprintf(why, 256, "an NCCL collective has not finished after %g s (--timeout): a peer is "
+               "stuck, dead, or calling other collectives", timeout);
+      stuck = 1;
+    }
+  }
+  pthread_mutex_unlock(&g_last.lock);
+  return stuck;
+}
+
+void dist_nccl_abort(void *user) {
+  ProcessGroup *pg = user;
+  if (pg->nccl) ncclCommAbort((ncclComm_t)pg->nccl);
 }
 
 static ncclDataType_t nccl_type(DistType t) {
@@ -69,6 +116,7 @@ void dist_nccl_connect(ProcessGroup *pg) {
   g_comm = comm;
   pg->scratch = dev_alloc(pg->ctx, DIST_SCRATCH_DOUBLES * sizeof(double));
   pg->comm_stream = dev_stream_create(pg->ctx);  // for collectives that overlap computation
+  cudaCheck(cudaEventCreateWithFlags(&g_last.event, cudaEventDisableTiming));
   if (!pg->mpi_up) check_set_abort(nccl_abort);
 }
 
@@ -76,6 +124,7 @@ void dist_nccl_all_reduce_on(ProcessGroup *pg, void *buf, size_t n, DistType typ
                              void *on) {
   ncclCheck(ncclAllReduce(buf, buf, n, nccl_type(type), op == DIST_AVG ? ncclAvg : ncclSum,
                           (ncclComm_t)pg->nccl, (cudaStream_t)on));
+  note_collective((cudaStream_t)on);
 }
 
 void dist_nccl_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op) {
@@ -84,10 +133,12 @@ void dist_nccl_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, 
 
 void dist_nccl_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, int root) {
   ncclCheck(ncclBroadcast(buf, buf, n, nccl_type(type), root, (ncclComm_t)pg->nccl, stream(pg)));
+  note_collective(stream(pg));
 }
 
 void dist_nccl_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type) {
   ncclCheck(ncclAllGather(send, recv, n, nccl_type(type), (ncclComm_t)pg->nccl, stream(pg)));
+  note_collective(stream(pg));
 }
 
 void dist_nccl_barrier(ProcessGroup *pg) {
@@ -98,6 +149,7 @@ void dist_nccl_barrier(ProcessGroup *pg) {
 void dist_nccl_destroy(ProcessGroup *pg) {
   cudaCheck(cudaStreamSynchronize(stream(pg)));
   dev_stream_free(pg->ctx, pg->comm_stream);
+  cudaCheck(cudaEventDestroy(g_last.event));
   dev_free(pg->ctx, pg->scratch);
   ncclCheck(ncclCommDestroy((ncclComm_t)pg->nccl));
   g_comm = NULL;

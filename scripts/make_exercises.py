@@ -29,7 +29,7 @@ def header(n, src):
 # (exercise folder, step file it comes from, [(first line, last line, stub), ...])
 EXERCISES = [
     ("02_init", "steps/02_init/train.c", [
-        ("  dist_init(&t->pg, t->args.backend, dev);  // [init] join the group: who am I, how many are we",
+        ("  dist_init(&t->pg, t->args.backend, dev, t->args.timeout);  // [init] who am I, how many are we",
          "  ctx_init(&t->ctx, dev, gpus == 1 ? 0 : t->local_rank);",
          "  // TODO(02): join the process group (dist_init, with --backend) and take this process's rank,\n"
          "  // world size and local rank from it; on CUDA, refuse more ranks on this node than it has GPUs.\n"

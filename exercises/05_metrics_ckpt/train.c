@@ -71,7 +71,7 @@ static void configure(Trainer *t, int argc, char **argv) {
 static void setup(Trainer *t) {
   Device dev;
   if (device_parse(t->args.device, &dev) != 0) die(2, "unknown --device '%s'", t->args.device);
-  dist_init(&t->pg, t->args.backend, dev);  // [init] join the group: who am I, how many are we
+  dist_init(&t->pg, t->args.backend, dev, t->args.timeout);  // [init] who am I, how many are we
   t->rank = t->pg.rank;
   t->world_size = t->pg.world_size;
   t->local_rank = t->pg.local_rank;

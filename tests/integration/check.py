@@ -13,6 +13,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 
 BIN = os.environ.get("DDP_BIN_DIR", "build/bin")
 MPIEXEC = os.environ.get("DDP_MPIEXEC", "mpiexec")
@@ -470,8 +471,26 @@ def launchers(tmp):
         print("torchrun not installed: that launcher was not tried")
 
 
+def watchdog_deadlock(tmp):
+    """Ranks that disagree (rank 1 trains 1 epoch, rank 0 two) would hang rank 0 in an all-reduce
+    for ever; with --timeout 3 its watchdog ends the job within 30 s, naming the wait."""
+    cmd = [MPIEXEC]
+    for r, epochs in enumerate(["2", "1"]):
+        cmd += ([":"] if r else []) + ["-n", "1", os.path.join(BIN, "06_full")] + SMALL + [
+            "--epochs", epochs, "--timeout", "3"]
+    t0 = time.time()
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        raise Failure("the job still hangs after 60 s")
+    took = time.time() - t0
+    if p.returncode == 0 or took > 30 or "watchdog" not in p.stderr:
+        raise Failure(f"exit {p.returncode} after {took:.1f} s; stderr: {p.stderr[-800:]!r}")
+    print(f"ended after {took:.1f} s: {[l for l in p.stderr.splitlines() if 'watchdog' in l][0]}")
+
+
 SCENARIOS = {f.__name__: f for f in [
-    launchers, step06_grad_accum, step06_trace, step06_replicas(2), step06_replicas(3), step06_replicas(4),
+    launchers, watchdog_deadlock, step06_grad_accum, step06_trace, step06_replicas(2), step06_replicas(3), step06_replicas(4),
     step06_matches_step04(2), step06_matches_step04(4),
     step01_learns, step01_deterministic, step01_resume, step01_bad_input, step01_fashion_mnist,
     step02_redundant, step03_drift, step04_broadcast, step05_resume, step05_eval_exact,

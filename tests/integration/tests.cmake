@@ -54,6 +54,7 @@ foreach(np 2 4)
   ddp_integration(step06_matches_step04_np${np} PROCESSORS 2)
 endforeach()
 ddp_integration(launchers PROCESSORS 2)
+ddp_integration(watchdog_deadlock PROCESSORS 2)
 
 # Fault injection (tests/fault/kill_rank.py): SIGKILL one rank during training and during checkpoint
 # saving; the job must exit non-zero within 30 s, name the rank, and leave checkpoint.bin complete.
