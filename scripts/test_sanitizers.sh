@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The sanitizer check CI runs after the tests: the `asan` preset (AddressSanitizer, LeakSanitizer,
+# UndefinedBehaviorSanitizer; CUDA off) builds everything, runs the unit tests, then a short 2-rank
+# step 06 run (checkpoints, trace, gradient accumulation, tiny buckets). Any report fails it.
+# Needs what scripts/setup.sh installs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/mpi_env.sh
+cmake --preset asan > /dev/null
+cmake --build --preset asan -j "$(nproc)"
+# The same sanitizer settings as the test preset (Open MPI's own leaks are suppressed).
+export ASAN_OPTIONS="abort_on_error=1:detect_leaks=1:fast_unwind_on_malloc=0:strict_string_checks=1"
+export LSAN_OPTIONS="suppressions=$PWD/scripts/sanitizers/lsan.supp:print_suppressions=0"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+mpirun -np 2 build/asan/bin/06_full --device cpu --data synthetic --dataset_size 1024 --hidden 32 \
+  --epochs 2 --grad_accum 2 --batch_size 32 --bucket_cap_mb 0.01 --save_interval 1 \
+  --ckpt_dir "$tmp/ck" --trace "$tmp/trace_{rank}.json" --metrics "$tmp/m_{rank}.jsonl" > "$tmp/run.log"
+mpirun -np 2 build/asan/bin/06_full --device cpu --data synthetic --dataset_size 1024 --hidden 32 \
+  --epochs 3 --grad_accum 2 --batch_size 32 --save_interval 0 --resume "$tmp/ck/checkpoint.bin" \
+  > "$tmp/resume.log"
+echo "sanitizers: 2-rank step 06 runs (train, checkpoint, trace, resume) clean"
+ctest --preset asan -L unit -j "$(nproc)"
