@@ -7,7 +7,7 @@
 #include "check.h"
 #include "ops.h"
 
-void loader_init(Loader *ld, const Ctx *c, const Dataset *ds, int max_batch, int max_order) {
+void loader_init(Loader *ld, const Ctx *c, Dataset *ds, int max_batch, int max_order) {
   if (ds->n <= 0 || ds->dim <= 0 || max_batch <= 0 || max_order <= 0)
     check_fail("LOADER", __FILE__, __LINE__,
                "loader_init: bad sizes n=%d dim=%d max_batch=%d max_order=%d", ds->n, ds->dim,
@@ -17,11 +17,20 @@ void loader_init(Loader *ld, const Ctx *c, const Dataset *ds, int max_batch, int
   ld->dim = ds->dim;
   ld->max_batch = max_batch;
   ld->max_order = max_order;
-  size_t xbytes = (size_t)ds->n * ds->dim * sizeof(float);
-  ld->x = dev_alloc(c, xbytes);
-  ld->y = dev_alloc(c, (size_t)ds->n * sizeof(int));
-  dev_upload(c, ld->x, ds->x, xbytes);
-  dev_upload(c, ld->y, ds->y, (size_t)ds->n * sizeof(int));
+  if (c->dev == DEVICE_CPU) {
+    // The CPU's "device memory" is host memory: take the arrays over instead of copying them. A
+    // copy of Fashion-MNIST is 188 MB of fresh pages, which cost ~0.7 s to touch on these VMs.
+    ld->x = ds->x;
+    ld->y = ds->y;
+    ds->x = NULL;
+    ds->y = NULL;
+  } else {
+    size_t xbytes = (size_t)ds->n * ds->dim * sizeof(float);
+    ld->x = dev_alloc(c, xbytes);
+    ld->y = dev_alloc(c, (size_t)ds->n * sizeof(int));
+    dev_upload(c, ld->x, ds->x, xbytes);
+    dev_upload(c, ld->y, ds->y, (size_t)ds->n * sizeof(int));
+  }
   ld->order = dev_alloc(c, (size_t)max_order * sizeof(int));
   ld->order_host = host_alloc(c, (size_t)max_order * sizeof(int));
   ld->xb = dev_alloc(c, (size_t)max_batch * ds->dim * sizeof(float));

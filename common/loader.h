@@ -32,14 +32,16 @@ typedef struct Loader {
 } Loader;
 
 /**
- * @brief Copies @p ds to the device and allocates the batch buffers.
+ * @brief Puts @p ds on the device and allocates the batch buffers. On CUDA the samples are copied and
+ * @p ds keeps its arrays; on the CPU the loader takes the arrays over (no copy), leaving `ds->x` and
+ * `ds->y` NULL. Either way the caller may dataset_free() @p ds at once.
  * @param[out] ld        the loader.
  * @param[in] c          context.
- * @param[in] ds         host dataset (not retained).
+ * @param[in,out] ds     host dataset.
  * @param[in] max_batch  largest batch loader_batch() will be asked for.
  * @param[in] max_order  longest order loader_set_order() will be given (e.g. the padded shard size).
  */
-void loader_init(Loader *ld, const Ctx *c, const Dataset *ds, int max_batch, int max_order);
+void loader_init(Loader *ld, const Ctx *c, Dataset *ds, int max_batch, int max_order);
 
 /**
  * @brief Sets the sample order for the next batches (one upload per epoch).
