@@ -4,9 +4,9 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "check.h"
+#include "log.h"
 
 int device_cuda_count(void) { return device_cuda_count_impl(); }
 
@@ -101,12 +101,6 @@ void host_free(const Ctx *c, void *p) {
   }
 }
 
-static double wall_seconds(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 void dev_event_init(const Ctx *c, DevEvent *e) {
   memset(e, 0, sizeof *e);
   if (c->dev == DEVICE_CUDA) dev_event_init_cuda(c, e);
@@ -121,7 +115,7 @@ void dev_event_record(const Ctx *c, DevEvent *e, void *stream) {
   if (c->dev == DEVICE_CUDA) {
     dev_event_record_cuda(c, e, stream);
   } else {
-    e->t = wall_seconds();  // CPU work is synchronous: "after the work so far" is now
+    e->t = now_seconds();  // CPU work is synchronous: "after the work so far" is now
   }
 }
 

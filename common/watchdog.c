@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "log.h"
 
 #define TICK_NS 100000000L  // 100 ms between checks
 
@@ -23,12 +24,6 @@ static struct {
   const char *what;  // the wait in progress, NULL when none
   double since;      // when it began
 } W = {.lock = PTHREAD_MUTEX_INITIALIZER};
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void fire(const char *why) {
   fprintf(stderr, "error: [rank %d] watchdog: %s; ending this rank so the job does not hang\n",
@@ -49,7 +44,7 @@ static void *watch(void *arg) {
       pthread_mutex_unlock(&W.lock);
       return NULL;
     }
-    if (W.what && now() - W.since > W.timeout)
+    if (W.what && now_seconds() - W.since > W.timeout)
       snprintf(why, sizeof why, "%s has waited more than %g s (--timeout): a peer is stuck, dead, or "
                "calling other collectives", W.what, W.timeout);
     WatchdogPoll poll = W.poll;
@@ -78,7 +73,7 @@ void watchdog_start(double timeout_s, WatchdogPoll poll, void (*on_abort)(void *
 void watchdog_enter(const char *what) {
   pthread_mutex_lock(&W.lock);
   W.what = what;
-  W.since = now();
+  W.since = now_seconds();
   pthread_mutex_unlock(&W.lock);
 }
 
