@@ -1,4 +1,10 @@
-// data.c: IDX files (gzip or plain, through zlib's transparent gzread) and the synthetic dataset.
+// data.c: IDX files (gzip or plain) and the synthetic dataset.
+//
+// Two ways to read an IDX file. The fast one, when built with libdeflate: a single-member gzip file
+// is read whole and inflated in one call, about 3x faster than zlib (Fashion-MNIST's 47 MB of train
+// images: 0.10 s instead of 0.30 s here, every rank at every launch). Everything else -- plain files,
+// multi-member or damaged gzip, no libdeflate -- streams through zlib's gzread, which also produces
+// the precise messages for truncated and corrupt files.
 #define _POSIX_C_SOURCE 200809L  // stat()
 
 #include "data.h"
@@ -11,6 +17,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <zlib.h>
+#ifdef HAVE_LIBDEFLATE
+#include <libdeflate.h>
+#endif
 
 #include "check.h"
 #include "rng.h"
@@ -62,30 +71,90 @@ static int fail(char *err, size_t err_len, const char *fmt, ...) {
   return -1;
 }
 
+// An open IDX file: the whole inflated file in memory (fast path), or a zlib stream.
+typedef struct IdxFile {
+  unsigned char *mem;  // the inflated file, or NULL when reading from gz
+  size_t len, pos;     // its size and the read position
+  gzFile gz;           // the stream, when mem is NULL
+} IdxFile;
+
+#ifdef HAVE_LIBDEFLATE
+// Deflate never expands data more than 1032 times, so a gzip trailer that claims more is corrupt.
+#define GZIP_MAX_RATIO 1032u
+
+// The fast path: reads the gzip file at @p path (@p size bytes) whole and inflates it with libdeflate.
+// Returns 0 with f->mem set, or -1 for anything unusual (not gzip, several members, damaged, out of
+// memory): the caller then streams the file through zlib, which reports real errors precisely.
+static int idx_inflate_whole(const char *path, size_t size, IdxFile *f) {
+  if (size < 18 || size > IDX_MAX_BYTES) return -1;  // 18: the smallest gzip member
+  FILE *in = fopen(path, "rb");
+  if (!in) return -1;
+  unsigned char *z = malloc(size);
+  size_t got = z ? fread(z, 1, size, in) : 0;
+  fclose(in);
+  // ISIZE, the trailer's last 4 bytes (little-endian): the inflated size modulo 2^32.
+  size_t isize = got == size ? (size_t)z[size - 4] | (size_t)z[size - 3] << 8 |
+                                   (size_t)z[size - 2] << 16 | (size_t)z[size - 1] << 24
+                             : 0;
+  int rc = -1;
+  if (isize > 0 && z[0] == 0x1f && z[1] == 0x8b && isize / GZIP_MAX_RATIO <= size) {
+    unsigned char *out = malloc(isize);
+    struct libdeflate_decompressor *d = out ? libdeflate_alloc_decompressor() : NULL;
+    size_t used = 0, len = 0;
+    if (d && libdeflate_gzip_decompress_ex(d, z, size, out, isize, &used, &len) ==
+                 LIBDEFLATE_SUCCESS &&
+        used == size && len == isize) {
+      *f = (IdxFile){.mem = out, .len = len};
+      out = NULL;
+      rc = 0;
+    }
+    if (d) libdeflate_free_decompressor(d);
+    free(out);
+  }
+  free(z);
+  return rc;
+}
+#endif
+
 // Opens an IDX file. gzopen() happily opens a directory and only fails on the first read, so stat()
 // first to give a clear message.
-static int idx_open(const char *path, gzFile *out, char *err, size_t err_len) {
+static int idx_open(const char *path, IdxFile *out, char *err, size_t err_len) {
   struct stat st;
   if (stat(path, &st) != 0)
     return fail(err, err_len, "cannot open '%s': %s", path, strerror(errno));
   if (S_ISDIR(st.st_mode))
     return fail(err, err_len, "'%s' is a directory, expected an IDX file", path);
+#ifdef HAVE_LIBDEFLATE
+  if (idx_inflate_whole(path, (size_t)st.st_size, out) == 0) return 0;
+#endif
   gzFile f = gzopen(path, "rb");
   if (!f) return fail(err, err_len, "cannot open '%s': %s", path, strerror(errno ? errno : ENOMEM));
-  *out = f;
+  *out = (IdxFile){.gz = f};
   return 0;
 }
 
+static void idx_close(IdxFile *f) {
+  free(f->mem);
+  if (f->gz) gzclose(f->gz);
+  *f = (IdxFile){0};
+}
+
 // Reads up to @p bytes; *got is what was read before the end of the file. -1 on a read error.
-static int idx_read(gzFile f, const char *path, void *buf, size_t bytes, size_t *got, char *err,
+static int idx_read(IdxFile *f, const char *path, void *buf, size_t bytes, size_t *got, char *err,
                     size_t err_len) {
   *got = 0;
+  if (f->mem) {
+    *got = f->len - f->pos < bytes ? f->len - f->pos : bytes;
+    memcpy(buf, f->mem + f->pos, *got);
+    f->pos += *got;
+    return 0;
+  }
   while (*got < bytes) {
     size_t want = bytes - *got < (1u << 30) ? bytes - *got : (1u << 30);
-    int r = gzread(f, (unsigned char *)buf + *got, (unsigned)want);
+    int r = gzread(f->gz, (unsigned char *)buf + *got, (unsigned)want);
     if (r < 0) {
       int zerr = 0;
-      const char *msg = gzerror(f, &zerr);
+      const char *msg = gzerror(f->gz, &zerr);
       return fail(err, err_len, "cannot read '%s': %s", path,
                   zerr == Z_ERRNO ? strerror(errno) : msg);
     }
@@ -100,7 +169,7 @@ static uint32_t be32(const unsigned char *p) {
 }
 
 // Reads the magic number and @p ndims big-endian dimensions, and checks the magic.
-static int idx_header(gzFile f, const char *path, uint32_t magic, int ndims, uint32_t *dims,
+static int idx_header(IdxFile *f, const char *path, uint32_t magic, int ndims, uint32_t *dims,
                       char *err, size_t err_len) {
   unsigned char h[16];
   size_t want = 4 + 4 * (size_t)ndims, got;
@@ -135,25 +204,24 @@ static int grow(void **p, size_t *cap, size_t need, size_t max, size_t elem) {
   return 0;
 }
 
-// Reads @p total image bytes, converting the first @p keep into normalised floats in *px (allocated
-// here), and reading (to check that the file is complete) the rest.
-static int idx_read_images(gzFile f, const char *path, size_t total, size_t keep, float mean,
-                           float std, float **px, char *err, size_t err_len) {
-  float lut[256];
-  for (int p = 0; p < 256; p++) lut[p] = ((float)p / 255.0f - mean) / std;
+// Reads @p total image bytes, keeping the first @p keep in *px (allocated here) and reading the rest
+// to check that the file is complete.
+static int idx_read_images(IdxFile *f, const char *path, size_t total, size_t keep, uint8_t **px,
+                           char *err, size_t err_len) {
   unsigned char *buf = mallocCheck(IDX_CHUNK);
-  float *x = NULL;
+  uint8_t *x = NULL;
   size_t pos = 0, cap = 0;
   int rc = 0;
   while (pos < total) {
-    size_t want = total - pos < IDX_CHUNK ? total - pos : IDX_CHUNK, got;
-    if ((rc = idx_read(f, path, buf, want, &got, err, err_len)) != 0) break;
-    size_t use = pos >= keep ? 0 : keep - pos < got ? keep - pos : got;
-    if (use && grow((void **)&x, &cap, pos + use, keep, sizeof *x) != 0) {
+    // Kept bytes are read straight into the dataset, the rest into a scratch chunk.
+    size_t want = (pos < keep ? keep : total) - pos, got;
+    if (want > IDX_CHUNK) want = IDX_CHUNK;
+    bool kept = pos < keep;
+    if (kept && grow((void **)&x, &cap, pos + want, keep, sizeof *x) != 0) {
       rc = fail(err, err_len, "'%s': out of memory for %zu pixels", path, keep);
       break;
     }
-    for (size_t i = 0; i < use; i++) x[pos + i] = lut[buf[i]];
+    if ((rc = idx_read(f, path, kept ? x + pos : buf, want, &got, err, err_len)) != 0) break;
     pos += got;
     if (got < want) {
       rc = fail(err, err_len, "'%s' is truncated: expected %zu bytes of image data, found %zu",
@@ -168,7 +236,7 @@ static int idx_read_images(gzFile f, const char *path, size_t total, size_t keep
 }
 
 // Reads and checks all @p n labels, keeping the first @p keep in *py (allocated here).
-static int idx_read_labels(gzFile f, const char *path, size_t n, size_t keep, int **py, char *err,
+static int idx_read_labels(IdxFile *f, const char *path, size_t n, size_t keep, int **py, char *err,
                            size_t err_len) {
   unsigned char *buf = mallocCheck(IDX_CHUNK);
   int *y = NULL;
@@ -198,13 +266,13 @@ static int idx_read_labels(gzFile f, const char *path, size_t n, size_t keep, in
 
 int dataset_load_idx(Dataset *ds, const char *images, const char *labels, int limit, float mean,
                      float std, char *err, size_t err_len) {
-  gzFile fi = NULL, fl = NULL;
+  IdxFile fi = {0}, fl = {0};
   uint32_t di[3] = {0}, dl[1] = {0};
-  float *x = NULL;
+  uint8_t *x = NULL;
   int *y = NULL;
   int rc = -1;
   if (idx_open(images, &fi, err, err_len) != 0) goto out_close;
-  if (idx_header(fi, images, IDX_MAGIC_IMAGES, 3, di, err, err_len) != 0) goto out_close;
+  if (idx_header(&fi, images, IDX_MAGIC_IMAGES, 3, di, err, err_len) != 0) goto out_close;
   if (di[0] == 0 || di[0] > IDX_MAX_ITEMS || di[1] == 0 || di[1] > IDX_MAX_SIDE || di[2] == 0 ||
       di[2] > IDX_MAX_SIDE || (uint64_t)di[0] * di[1] * di[2] > IDX_MAX_BYTES) {
     fail(err, err_len,
@@ -215,7 +283,7 @@ int dataset_load_idx(Dataset *ds, const char *images, const char *labels, int li
     goto out_close;
   }
   if (idx_open(labels, &fl, err, err_len) != 0) goto out_close;
-  if (idx_header(fl, labels, IDX_MAGIC_LABELS, 1, dl, err, err_len) != 0) goto out_close;
+  if (idx_header(&fl, labels, IDX_MAGIC_LABELS, 1, dl, err, err_len) != 0) goto out_close;
   if (dl[0] != di[0]) {
     fail(err, err_len,
          "'%s' has %u images but '%s' has %u labels: the two files do not belong together", images,
@@ -224,14 +292,10 @@ int dataset_load_idx(Dataset *ds, const char *images, const char *labels, int li
   }
   size_t n = di[0], dim = (size_t)di[1] * di[2];
   size_t keep = limit > 0 && (size_t)limit < n ? (size_t)limit : n;
-  if (idx_read_labels(fl, labels, n, keep, &y, err, err_len) != 0) goto out_free;
-  if (idx_read_images(fi, images, n * dim, keep * dim, mean, std, &x, err, err_len) != 0)
-    goto out_free;
-  ds->n = (int)keep;
-  ds->dim = (int)dim;
-  ds->n_classes = IDX_CLASSES;
-  ds->x = x;
-  ds->y = y;
+  if (idx_read_labels(&fl, labels, n, keep, &y, err, err_len) != 0) goto out_free;
+  if (idx_read_images(&fi, images, n * dim, keep * dim, &x, err, err_len) != 0) goto out_free;
+  *ds = (Dataset){.n = (int)keep, .dim = (int)dim, .n_classes = IDX_CLASSES, .pixels = x,
+                  .mean = mean, .std = std, .y = y};
   x = NULL;
   y = NULL;
   rc = 0;
@@ -239,8 +303,8 @@ out_free:
   free(y);
   free(x);
 out_close:
-  if (fl) gzclose(fl);
-  if (fi) gzclose(fi);
+  idx_close(&fl);
+  idx_close(&fi);
   return rc;
 }
 
@@ -269,11 +333,9 @@ void dataset_synthetic(Dataset *ds, int n, int dim, int n_classes, uint64_t seed
   rng_init(&r, seed, RNG_STREAM_DATA);
   for (size_t i = 0; i < (size_t)n_classes * dim; i++)
     centres[i] = SYN_CENTRE_SCALE * rng_normal(&r);
-  ds->n = n;
-  ds->dim = dim;
-  ds->n_classes = n_classes;
-  ds->x = mallocCheck((size_t)n * dim * sizeof *ds->x);
-  ds->y = mallocCheck((size_t)n * sizeof *ds->y);
+  *ds = (Dataset){.n = n, .dim = dim, .n_classes = n_classes,
+                  .x = mallocCheck((size_t)n * dim * sizeof *ds->x),
+                  .y = mallocCheck((size_t)n * sizeof *ds->y)};
   // Labels cycle 0, 1, ..., n_classes-1 so that every class has n/n_classes samples (±1); the order
   // does not matter because every epoch shuffles.
   rng_init(&r, seed, SYN_NOISE_STREAM(split));
@@ -345,6 +407,7 @@ void dataset_load(DataKind kind, const char *dir, int train_limit, uint64_t seed
 
 void dataset_free(Dataset *ds) {
   free(ds->x);
+  free(ds->pixels);
   free(ds->y);
   memset(ds, 0, sizeof *ds);
 }

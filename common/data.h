@@ -3,9 +3,10 @@
  * @brief Datasets in host memory: Fashion-MNIST / MNIST from IDX files (`.gz` or plain) and a learnable
  * synthetic dataset (the analogue of `torchvision.datasets`).
  *
- * Images become float rows of `dim` features: pixels scaled to [0, 1], then normalised with the
- * dataset's mean and standard deviation (Fashion-MNIST 0.2860 / 0.3530, MNIST 0.1307 / 0.3081).
- * Labels are ints in [0, n_classes).
+ * Images stay 8-bit pixels in memory, 1 byte per feature instead of 4; the loader turns the rows of
+ * each batch into floats as it gathers them: scaled to [0, 1], then normalised with the dataset's
+ * mean and standard deviation (Fashion-MNIST 0.2860 / 0.3530, MNIST 0.1307 / 0.3081). The synthetic
+ * dataset is float features. Labels are ints in [0, n_classes).
  */
 #ifndef DDP_DATA_H
 #define DDP_DATA_H
@@ -20,13 +21,16 @@ extern "C" {
 /** @brief Where the Debian/Ubuntu package `dataset-fashion-mnist` installs Fashion-MNIST. */
 #define DATA_FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
 
-/** @brief A dataset in host memory. */
+/** @brief A dataset in host memory: its features are either `x` or `pixels` (the other is NULL). */
 typedef struct Dataset {
-  int n;          ///< number of samples
-  int dim;        ///< features per sample (784 for 28x28 images)
-  int n_classes;  ///< number of classes (10)
-  float *x;       ///< host, (n, dim): normalised features
-  int *y;         ///< host, (n): labels
+  int n;            ///< number of samples
+  int dim;          ///< features per sample (784 for 28x28 images)
+  int n_classes;    ///< number of classes (10)
+  float *x;         ///< host, (n, dim): float features (synthetic data), or NULL
+  uint8_t *pixels;  ///< host, (n, dim): 8-bit pixels (IDX images), or NULL
+  float mean;       ///< with `pixels`: feature = (pixel / 255 - mean) / std
+  float std;        ///< with `pixels`: see `mean`
+  int *y;           ///< host, (n): labels
 } Dataset;
 
 /** @brief Which data `--data` selects. */
@@ -46,7 +50,7 @@ int data_parse(const char *name, DataKind *out);
 
 /**
  * @brief Loads an IDX image file and its label file (each `.gz` or plain; gzip is detected from the
- * content) into @p ds.
+ * content) into @p ds: `pixels`, `mean` and `std` are set, `x` is NULL.
  *
  * Checks the magic numbers (2051 images, 2049 labels), the dimensions, that both files hold the same
  * number of items, that the files are complete, and that every label is < 10.

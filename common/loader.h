@@ -23,7 +23,10 @@ typedef struct Loader {
   int dim;        ///< features per sample
   int max_batch;  ///< capacity of the batch buffers
   int max_order;  ///< capacity of @ref order
-  float *x;       ///< device, (n, dim): all features
+  float *x;       ///< device, (n, dim): all features, when the dataset has float features
+  uint8_t *pixels;  ///< device, (n, dim): all pixels, when the dataset has 8-bit pixels
+  float mean;     ///< with `pixels`: normalisation constants (see @ref Dataset)
+  float std;      ///< with `pixels`: see `mean`
   int *y;         ///< device, (n): all labels
   int *order;     ///< device, (max_order): the sample order set by loader_set_order()
   int *order_host;  ///< host staging for @ref order (pinned on CUDA)
@@ -33,8 +36,9 @@ typedef struct Loader {
 
 /**
  * @brief Puts @p ds on the device and allocates the batch buffers. On CUDA the samples are copied and
- * @p ds keeps its arrays; on the CPU the loader takes the arrays over (no copy), leaving `ds->x` and
- * `ds->y` NULL. Either way the caller may dataset_free() @p ds at once.
+ * @p ds keeps its arrays; on the CPU the loader takes the arrays over (no copy), leaving `ds->x` (or
+ * `ds->pixels`) and `ds->y` NULL. Either way the caller may dataset_free() @p ds at once. Pixels stay
+ * 8-bit on the device and become normalised floats in loader_batch().
  * @param[out] ld        the loader.
  * @param[in] c          context.
  * @param[in,out] ds     host dataset.

@@ -45,3 +45,9 @@ void ops_gather(const Ctx *c, const float *src_x, const int *src_y, const int *i
                 float *dst_x, int *dst_y) {
   (CUDA(c) ? ops_gather_cuda : ops_gather_cpu)(c, src_x, src_y, idx, B, N, dst_x, dst_y);
 }
+
+void ops_gather_pixels(const Ctx *c, const uint8_t *src_p, const int *src_y, const int *idx, int B,
+                       int N, float mean, float std, float *dst_x, int *dst_y) {
+  (CUDA(c) ? ops_gather_pixels_cuda : ops_gather_pixels_cpu)(c, src_p, src_y, idx, B, N, mean, std,
+                                                             dst_x, dst_y);
+}

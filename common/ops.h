@@ -14,6 +14,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "device.h"
 
@@ -134,6 +135,22 @@ void ops_scale(const Ctx *c, float *x, size_t n, float a);
 void ops_gather(const Ctx *c, const float *src_x, const int *src_y, const int *idx, int B, int N,
                 float *dst_x, int *dst_y);
 
+/**
+ * @brief Gathers rows of 8-bit pixels by index and normalises them into floats:
+ * `dst_x[b][k] = ((float)src_p[idx[b]][k] / 255 - mean) / std` (IEEE float32 division, so the CPU
+ * and CUDA versions agree bit for bit), `dst_y[b] = src_y[idx[b]]`.
+ * @param[in] c         context.
+ * @param[in] src_p     device, (rows, N): pixels.
+ * @param[in] src_y     device, (rows).
+ * @param[in] idx       device, (B): row indices.
+ * @param[in] B,N       sizes.
+ * @param[in] mean,std  normalisation constants.
+ * @param[out] dst_x    device, (B, N).
+ * @param[out] dst_y    device, (B).
+ */
+void ops_gather_pixels(const Ctx *c, const uint8_t *src_p, const int *src_y, const int *idx, int B,
+                       int N, float mean, float std, float *dst_x, int *dst_y);
+
 /** @brief CPU reference of ops_gemm(). */
 void ops_gemm_cpu(const Ctx *c, bool ta, bool tb, int M, int N, int K, float alpha, const float *A,
                   const float *B, float beta, float *C);
@@ -180,6 +197,12 @@ void ops_gather_cpu(const Ctx *c, const float *src_x, const int *src_y, const in
 /** @brief CUDA version of ops_gather(). */
 void ops_gather_cuda(const Ctx *c, const float *src_x, const int *src_y, const int *idx, int B, int N,
                      float *dst_x, int *dst_y);
+/** @brief CPU reference of ops_gather_pixels(). */
+void ops_gather_pixels_cpu(const Ctx *c, const uint8_t *src_p, const int *src_y, const int *idx,
+                           int B, int N, float mean, float std, float *dst_x, int *dst_y);
+/** @brief CUDA version of ops_gather_pixels(). */
+void ops_gather_pixels_cuda(const Ctx *c, const uint8_t *src_p, const int *src_y, const int *idx,
+                            int B, int N, float mean, float std, float *dst_x, int *dst_y);
 
 #ifdef __cplusplus
 }

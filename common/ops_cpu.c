@@ -97,3 +97,16 @@ void ops_gather_cpu(const Ctx *c, const float *src_x, const int *src_y, const in
     dst_y[b] = src_y[idx[b]];
   }
 }
+
+void ops_gather_pixels_cpu(const Ctx *c, const uint8_t *src_p, const int *src_y, const int *idx,
+                           int B, int N, float mean, float std, float *dst_x, int *dst_y) {
+  (void)c;
+  float lut[256];  // every pixel value's feature, computed as the CUDA kernel computes it
+  for (int p = 0; p < 256; p++) lut[p] = ((float)p / 255.0f - mean) / std;
+  for (int b = 0; b < B; b++) {
+    const uint8_t *row = src_p + (size_t)idx[b] * N;
+    float *out = dst_x + (size_t)b * N;
+    for (int k = 0; k < N; k++) out[k] = lut[row[k]];
+    dst_y[b] = src_y[idx[b]];
+  }
+}

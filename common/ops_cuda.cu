@@ -135,6 +135,28 @@ extern "C" void ops_gather_cuda(const Ctx *c, const float *src_x, const int *src
   cudaCheck(cudaGetLastError());
 }
 
+// As gather_kernel, normalising 8-bit pixels on the way (the same float32 expression as the CPU).
+static __global__ void gather_pixels_kernel(const uint8_t *src_p, const int *src_y, const int *idx,
+                                            int B, int N, float mean, float std, float *dst_x,
+                                            int *dst_y) {
+  size_t n = (size_t)B * N;
+  GRID_STRIDE_LOOP(i, n) {
+    size_t b = i / (size_t)N, k = i % (size_t)N;
+    dst_x[i] = ((float)src_p[(size_t)idx[b] * N + k] / 255.0f - mean) / std;
+  }
+  GRID_STRIDE_LOOP(b, (size_t)B) { dst_y[b] = src_y[idx[b]]; }
+}
+
+extern "C" void ops_gather_pixels_cuda(const Ctx *c, const uint8_t *src_p, const int *src_y,
+                                       const int *idx, int B, int N, float mean, float std,
+                                       float *dst_x, int *dst_y) {
+  if (B <= 0 || N < 0) return;
+  size_t n = (size_t)B * N;
+  gather_pixels_kernel<<<blocks_for(n > (size_t)B ? n : (size_t)B), THREADS, 0, stream_of(c)>>>(
+      src_p, src_y, idx, B, N, mean, std, dst_x, dst_y);
+  cudaCheck(cudaGetLastError());
+}
+
 // ---------------------------------------------------------------------------------------------------
 // bias gradient: column sums of dy (B, N)
 // ---------------------------------------------------------------------------------------------------

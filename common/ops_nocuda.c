@@ -51,3 +51,9 @@ void ops_gather_cuda(const Ctx *c, const float *src_x, const int *src_y, const i
   (void)c, (void)src_x, (void)src_y, (void)idx, (void)B, (void)N, (void)dst_x, (void)dst_y;
   NO_CUDA();
 }
+void ops_gather_pixels_cuda(const Ctx *c, const uint8_t *src_p, const int *src_y, const int *idx,
+                            int B, int N, float mean, float std, float *dst_x, int *dst_y) {
+  (void)c, (void)src_p, (void)src_y, (void)idx, (void)B, (void)N, (void)mean, (void)std,
+      (void)dst_x, (void)dst_y;
+  NO_CUDA();
+}

@@ -26,7 +26,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (ds.n < 1 || ds.dim < 1 || ds.n_classes != 10) __builtin_trap();
     for (int i = 0; i < ds.n; i++)
       if (ds.y[i] < 0 || ds.y[i] >= ds.n_classes) __builtin_trap();
-    volatile float sink = ds.x[(size_t)ds.n * ds.dim - 1];
+    if (!ds.pixels || ds.x) __builtin_trap();
+    volatile uint8_t sink = ds.pixels[(size_t)ds.n * ds.dim - 1];
     (void)sink;
     dataset_free(&ds);
   } else if (err[0] == '\0') {

@@ -48,6 +48,7 @@ def base_env():
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
                OMPI_MCA_rmaps_base_oversubscribe="1")
     env.setdefault("OMPI_MCA_btl", "self,vader")  # as scripts/mpi_env.sh
+    env.setdefault("OMPI_MCA_pml", "ob1")
     if os.getuid() == 0:
         env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     return env
@@ -155,12 +156,17 @@ def main():
     ap.add_argument("--build", default="build")
     ap.add_argument("--bucket_cap_mb", default="25")
     ap.add_argument("--json", help="write every run and the summary here")
+    ap.add_argument("--impl", default="ours,torch",
+                    help="which trainers to run (ours, torch or both; ratios need both)")
     a = ap.parse_args()
     if a.steps <= a.warmup + 1:
         sys.exit("need --steps > --warmup + 1")
     ranks = [int(r) for r in a.ranks.split(",")]
     tmp = tempfile.mkdtemp(prefix="cpu_ddp.")
-    configs = [(impl, w) for w in ranks for impl in ("ours", "torch")]
+    impls = a.impl.split(",")
+    if not impls or any(i not in ("ours", "torch") for i in impls):
+        sys.exit(f"--impl '{a.impl}': expected ours, torch or ours,torch")
+    configs = [(impl, w) for w in ranks for impl in ("ours", "torch") if impl in impls]
     runs = {c: [] for c in configs}
     load_before = uptime()
     print(f"load before: {load_before}", flush=True)
@@ -191,7 +197,7 @@ def main():
             "rss_mb_per_rank": max(st.median(r["rss_mb"][i] for r in rs) for i in range(w)),
             "rss_mb_total": st.median(sum(r["rss_mb"]) for r in rs),
         })
-    ratio = {w: st.median((B * w / o["step_s"]) / (B * w / t["step_s"])
+    ratio = {} if len(impls) < 2 else {w: st.median((B * w / o["step_s"]) / (B * w / t["step_s"])
                           for o, t in zip(runs[("ours", w)], runs[("torch", w)])) for w in ranks}
     print(f"\n## CPU data-parallel training, 784-1024-1024-10, batch {B} per rank, 1 thread per rank, "
           f"{a.reps} interleaved runs x {a.steps} steps (median over steps > {a.warmup}); "
@@ -208,7 +214,7 @@ def main():
             "PyTorch" if w == 1 else "PyTorch DDP")
         print(f"| {w} | {name} | {s['step_s'] * 1e3:.1f} | {s['step_s_min'] * 1e3:.1f}-"
               f"{s['step_s_max'] * 1e3:.1f} | {s['samples_per_s']:.0f} | "
-              f"{f'{ratio[w]:.2f}x' if s['impl'] == 'ours' else ''} | {s['first_step_s']:.2f} | "
+              f"{f'{ratio[w]:.2f}x' if s['impl'] == 'ours' and ratio else ''} | {s['first_step_s']:.2f} | "
               f"{s['rss_mb_per_rank']:.0f} |")
     if a.json:
         with open(a.json, "w") as f:

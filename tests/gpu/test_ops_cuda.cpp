@@ -270,6 +270,25 @@ TEST_F(OpsCuda, Gather) {
   expect_equal_all(down(d_dst_y, dst_y.size()), dst_y, "dst_y");
 }
 
+TEST_F(OpsCuda, GatherPixels) {
+  if (device_cuda_count() == 0) GTEST_SKIP() << "no CUDA GPU";
+  const int rows = 300, N = 33, B = 64;
+  std::vector<int> pix = rand_ints((size_t)rows * N, 0, 255, 54);
+  std::vector<uint8_t> src_p(pix.begin(), pix.end());
+  std::vector<int> src_y = rand_ints(rows, 0, 9, 55);
+  std::vector<int> idx = rand_ints(B, 0, rows - 1, 56);
+  std::vector<float> dst_x((size_t)B * N);
+  std::vector<int> dst_y(B);
+  float *d_dst_x = up(dst_x);
+  int *d_dst_y = up(dst_y);
+  ops_gather_pixels_cuda(gpu(), up(src_p), up(src_y), up(idx), B, N, 0.2860f, 0.3530f, d_dst_x,
+                         d_dst_y);
+  ops_gather_pixels_cpu(cpu(), src_p.data(), src_y.data(), idx.data(), B, N, 0.2860f, 0.3530f,
+                        dst_x.data(), dst_y.data());
+  expect_equal_all(down(d_dst_x, dst_x.size()), dst_x, "dst_x");  // bit for bit
+  expect_equal_all(down(d_dst_y, dst_y.size()), dst_y, "dst_y");
+}
+
 // ---------------------------------------------------------------------------------------------------
 // SGD: same IEEE operations in the same order on both sides (the kernel uses __fmul_rn/__fadd_rn,
 // so nvcc cannot fuse them into FMAs, and ops_cpu.c is built as ISO C11, where GCC does not

@@ -75,8 +75,6 @@ std::vector<unsigned char> pixels() {
 }
 const std::vector<unsigned char> kLabels = {3, 0, 9, 1, 4};
 
-float normalised(unsigned char p) { return ((float)p / 255.0f - kMean) / kStd; }
-
 struct Files {
   std::string images, labels;
 };
@@ -116,7 +114,7 @@ TEST(Data, ParseNames) {
   EXPECT_EQ(data_parse("cifar", &k), -1);
 }
 
-TEST(DataIdx, LoadsAndNormalises) {
+TEST(DataIdx, LoadsPixelsAndNormalisation) {
   Files f = write_good(false);
   Dataset ds{};
   char err[256];
@@ -127,12 +125,14 @@ TEST(DataIdx, LoadsAndNormalises) {
   ASSERT_EQ(ds.dim, (int)(kRows * kCols));
   EXPECT_EQ(ds.n_classes, 10);
   std::vector<unsigned char> p = pixels();
-  for (size_t i = 0; i < p.size(); i++) ASSERT_EQ(ds.x[i], normalised(p[i])) << "pixel " << i;
-  EXPECT_FLOAT_EQ(ds.x[0], -kMean / kStd);
-  EXPECT_FLOAT_EQ(ds.x[1], (1.0f - kMean) / kStd);
+  ASSERT_EQ(ds.x, nullptr);  // images stay 8-bit: the loader normalises them (test_loader.cpp)
+  ASSERT_NE(ds.pixels, nullptr);
+  for (size_t i = 0; i < p.size(); i++) ASSERT_EQ(ds.pixels[i], p[i]) << "pixel " << i;
+  EXPECT_EQ(ds.mean, kMean);
+  EXPECT_EQ(ds.std, kStd);
   for (size_t i = 0; i < kN; i++) EXPECT_EQ(ds.y[i], kLabels[i]);
   dataset_free(&ds);
-  EXPECT_EQ(ds.x, nullptr);
+  EXPECT_EQ(ds.pixels, nullptr);
   EXPECT_EQ(ds.n, 0);
   dataset_free(&ds);  // safe twice (zeroed)
 }
@@ -148,7 +148,7 @@ TEST(DataIdx, LimitKeepsFirstSamples) {
     ASSERT_EQ(rc, 0) << err;
     int want = limit < (int)kN ? limit : (int)kN;
     ASSERT_EQ(ds.n, want);
-    for (int i = 0; i < want * ds.dim; i++) ASSERT_EQ(ds.x[i], normalised(p[i]));
+    for (int i = 0; i < want * ds.dim; i++) ASSERT_EQ(ds.pixels[i], p[i]);
     for (int i = 0; i < want; i++) ASSERT_EQ(ds.y[i], kLabels[i]);
     dataset_free(&ds);
   }
@@ -167,10 +167,66 @@ TEST(DataIdx, GzipEqualsPlain) {
   ASSERT_EQ(rc, 0) << err;
   ASSERT_EQ(a.n, b.n);
   ASSERT_EQ(a.dim, b.dim);
-  EXPECT_EQ(std::memcmp(a.x, b.x, sizeof(float) * a.n * a.dim), 0);
+  EXPECT_EQ(std::memcmp(a.pixels, b.pixels, (size_t)a.n * a.dim), 0);
   EXPECT_EQ(std::memcmp(a.y, b.y, sizeof(int) * a.n), 0);
   dataset_free(&a);
   dataset_free(&b);
+}
+
+// The gzip files that take zlib's streaming path instead of the whole-file fast path (libdeflate):
+// several members load as one file; a cut stream and a wrong length trailer are errors.
+std::vector<unsigned char> read_bytes(const std::string &path) {
+  std::vector<unsigned char> b;
+  FILE *f = std::fopen(path.c_str(), "rb");
+  if (!f) return b;
+  int ch;
+  while ((ch = std::fgetc(f)) != EOF) b.push_back((unsigned char)ch);
+  std::fclose(f);
+  return b;
+}
+
+void write_raw(const std::string &path, const std::vector<unsigned char> &b) {
+  write_file(path, b, false);
+}
+
+TEST(DataIdx, GzipWithTwoMembersLoads) {
+  Files plain = write_good(false);
+  std::vector<unsigned char> img = idx_images(kN, kRows, kCols, pixels());
+  std::vector<unsigned char> head(img.begin(), img.begin() + 21), tail(img.begin() + 21, img.end());
+  std::string a = tmp("a.gz"), b = tmp("b.gz"), both = tmp("both.gz");
+  write_file(a, head, true);
+  write_file(b, tail, true);
+  std::vector<unsigned char> cat = read_bytes(a), second = read_bytes(b);
+  cat.insert(cat.end(), second.begin(), second.end());
+  write_raw(both, cat);
+  Dataset x{}, y{};
+  char err[256];
+  ASSERT_EQ(dataset_load_idx(&x, plain.images.c_str(), plain.labels.c_str(), 0, kMean, kStd, err,
+                             sizeof err),
+            0)
+      << err;
+  ASSERT_EQ(dataset_load_idx(&y, both.c_str(), plain.labels.c_str(), 0, kMean, kStd, err, sizeof err),
+            0)
+      << err;
+  ASSERT_EQ(x.n, y.n);
+  EXPECT_EQ(std::memcmp(x.pixels, y.pixels, (size_t)x.n * x.dim), 0);
+  dataset_free(&x);
+  dataset_free(&y);
+}
+
+TEST(DataIdx, GzipCutOrWrongLengthIsAnError) {
+  std::vector<unsigned char> img = idx_images(kN, kRows, kCols, pixels());
+  std::string good = tmp("good.gz"), lab = tmp("lab");
+  write_file(good, img, true);
+  write_file(lab, idx_labels(kLabels), false);
+  std::vector<unsigned char> z = read_bytes(good);
+  ASSERT_GT(z.size(), 30u);
+  std::string cut = tmp("cut.gz"), len = tmp("len.gz");
+  write_raw(cut, std::vector<unsigned char>(z.begin(), z.begin() + z.size() - 10));
+  std::vector<unsigned char> wrong = z;
+  wrong[wrong.size() - 4] ^= 1;  // ISIZE, the inflated length in the trailer
+  write_raw(len, wrong);
+  for (const std::string &path : {cut, len}) EXPECT_HAS(load_error(path, lab), path);
 }
 
 TEST(DataIdx, TruncatedImages) {
@@ -364,7 +420,7 @@ TEST(DataLoad, FallsBackToPlainFiles) {
   dataset_load(DATA_FASHION_MNIST, dir.c_str(), 3, 0, &tr, &te);
   EXPECT_EQ(tr.n, 3);
   EXPECT_EQ(te.n, (int)kN);  // the test split is never limited
-  EXPECT_EQ(te.x[1], normalised(255));
+  EXPECT_EQ(te.pixels[1], 255);
   EXPECT_EQ(te.y[2], 9);
   dataset_free(&tr);
   dataset_free(&te);
@@ -419,7 +475,7 @@ TEST(DataReal, FashionMnistFirst1000) {
   }
   for (int k = 0; k < 10; k++) EXPECT_GT(count[k], 50);  // Fashion-MNIST is balanced
   double sum = 0;
-  for (size_t i = 0; i < (size_t)ds.n * ds.dim; i++) sum += ds.x[i];
-  EXPECT_LT(std::fabs(sum / ((double)ds.n * ds.dim)), 0.2);
+  for (size_t i = 0; i < (size_t)ds.n * ds.dim; i++) sum += (ds.pixels[i] / 255.0 - kMean) / kStd;
+  EXPECT_LT(std::fabs(sum / ((double)ds.n * ds.dim)), 0.2);  // the constants fit the data
   dataset_free(&ds);
 }

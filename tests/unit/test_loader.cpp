@@ -69,6 +69,42 @@ TEST(Loader, GathersBatchesInOrder) {
   ctx_free(&c);
 }
 
+// A dataset of 8-bit pixels: the loader keeps the bytes and normalises the gathered rows.
+TEST(Loader, NormalisesPixelsAsItGathers) {
+  Ctx c;
+  ctx_init(&c, DEVICE_CPU, 0);
+  const int n = 4, dim = 3;
+  Dataset ds{};
+  ds.n = n;
+  ds.dim = dim;
+  ds.n_classes = 10;
+  ds.mean = 0.5f;
+  ds.std = 0.25f;
+  ds.pixels = (uint8_t *)malloc((size_t)n * dim);
+  ds.y = (int *)malloc(sizeof(int) * n);
+  const uint8_t px[n * dim] = {0, 255, 51, 102, 0, 0, 255, 255, 255, 0, 0, 0};
+  for (int i = 0; i < n * dim; i++) ds.pixels[i] = px[i];
+  for (int i = 0; i < n; i++) ds.y[i] = 9 - i;
+  Loader ld;
+  loader_init(&ld, &c, &ds, 2, n);
+  EXPECT_EQ(ds.pixels, nullptr);  // taken over on the CPU
+  dataset_free(&ds);
+  const std::vector<int> order = {1, 0};
+  loader_set_order(&ld, &c, order.data(), 2);
+  loader_batch(&ld, &c, 0, 2);
+  std::vector<float> xb(2 * dim);
+  std::vector<int> yb(2);
+  dev_download(&c, xb.data(), ld.xb, sizeof(float) * xb.size());
+  dev_download(&c, yb.data(), ld.yb, sizeof(int) * yb.size());
+  // (p / 255 - 0.5) / 0.25: 102 -> -0.4, 0 -> -2, 255 -> 2, 51 -> -1.2
+  const std::vector<float> want = {(0.4f - 0.5f) / 0.25f, -2, -2, -2, 2, (0.2f - 0.5f) / 0.25f};
+  for (int i = 0; i < 2 * dim; i++) EXPECT_FLOAT_EQ(xb[i], want[i]) << i;
+  EXPECT_EQ(yb, (std::vector<int>{8, 9}));
+  loader_free(&ld, &c);
+  EXPECT_EQ(ld.pixels, nullptr);
+  ctx_free(&c);
+}
+
 TEST(LoaderDeathTest, RejectsBadOrderAndBatch) {
   Ctx c;
   ctx_init(&c, DEVICE_CPU, 0);

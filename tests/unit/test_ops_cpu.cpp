@@ -120,3 +120,30 @@ TEST(OpsCpu, ScaleAndGather) {
   EXPECT_EQ(dst, (std::vector<float>{20, 21, 0, 1}));
   EXPECT_EQ(dy, (std::vector<int>{9, 7}));
 }
+
+// Every pixel value becomes ((float)p / 255 - mean) / std, computed in float32 (the CUDA kernel
+// computes the same expression, tests/gpu/test_ops_cuda.cpp), and rows come in the order given.
+TEST(OpsCpu, GatherPixelsNormalises) {
+  Ctx c = cpu();
+  const int rows = 256, N = 3, B = 5;
+  const float mean = 0.2860f, std_ = 0.3530f;
+  std::vector<uint8_t> src((size_t)rows * N);
+  for (int r = 0; r < rows; r++)
+    for (int k = 0; k < N; k++) src[(size_t)r * N + k] = (uint8_t)((r + k) % 256);
+  std::vector<int> sy(rows), idx = {255, 0, 128, 0, 7}, dy(B);
+  for (int r = 0; r < rows; r++) sy[r] = r % 10;
+  std::vector<float> dst((size_t)B * N);
+  ops_gather_pixels(&c, src.data(), sy.data(), idx.data(), B, N, mean, std_, dst.data(), dy.data());
+  for (int b = 0; b < B; b++) {
+    EXPECT_EQ(dy[b], idx[b] % 10);
+    for (int k = 0; k < N; k++) {
+      volatile float p = (float)((idx[b] + k) % 256);  // volatile: no constant folding in double
+      volatile float scaled = p / 255.0f;
+      volatile float shifted = scaled - mean;
+      float want = shifted / std_;
+      EXPECT_EQ(dst[(size_t)b * N + k], want) << "row " << idx[b] << " col " << k;
+    }
+  }
+  EXPECT_FLOAT_EQ(dst[N], -mean / std_);               // pixel 0
+  EXPECT_FLOAT_EQ(dst[0], (1.0f - mean) / std_);       // pixel 255
+}
