@@ -46,7 +46,7 @@ SETTINGS = {
 
 def base_env():
     env = dict(os.environ, OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_btl="self,vader",
-               OPENBLAS_NUM_THREADS="1")
+               OMPI_MCA_pml="ob1", OPENBLAS_NUM_THREADS="1")
     for k in {k for v in SETTINGS.values() for k in v}:
         env.pop(k, None)
     if os.getuid() == 0:

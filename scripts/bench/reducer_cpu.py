@@ -28,7 +28,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def mpi_env(extra=None):
     env = dict(os.environ, OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_btl="self,vader",
-               OPENBLAS_NUM_THREADS="1")
+               OMPI_MCA_pml="ob1", OPENBLAS_NUM_THREADS="1")
     env.update(extra or {})
     if os.getuid() == 0:
         env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
