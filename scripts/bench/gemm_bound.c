@@ -7,6 +7,11 @@
 //   backward  dW_l   = dy_lᵀ · in_l         (OUT, IN) = (B, OUT)ᵀ·(B, IN)       beta 0 (after zero_grad)
 //             dX_l   = dy_l · W_l (l > 0)   (B, IN)  = (B, OUT)·(OUT, IN)       beta 0
 // Prints one JSON line: median / min time per step, GFLOP/s at the median, and the per-GEMM medians.
+// It also times, separately, the memory floor of the optimizer: one SGD-with-momentum pass over all
+// parameters (m = mu·m + g; p -= lr·m: reads p, g, m and writes p, m, 20 bytes per parameter), as a
+// plain loop the compiler vectorises ("sgd_median_s", "sgd_gbps"). A trainer that runs its optimizer
+// as a separate pass after backward (PyTorch's optimizer.step(), our sgd_step) cannot beat
+// GEMM + SGD time; only fusing the update into the weight-gradient GEMM would remove it.
 //
 // Not built by CMake; scripts/bench/step01_cpu.sh compiles it:
 //   gcc -O2 -std=c11 scripts/bench/gemm_bound.c -o gemm_bound -lopenblas
@@ -117,12 +122,27 @@ int main(int argc, char **argv) {
     }
     if (r >= 0) step_t[r] = t - t0;
   }
+  // The optimizer's memory floor: one SGD-with-momentum pass over all parameters.
+  size_t n_params = 0;
+  for (int l = 0; l < L; l++) n_params += (size_t)sizes[l + 1] * sizes[l] + sizes[l + 1];
+  float *p = buf(n_params, &seed), *gr = buf(n_params, &seed), *m = buf(n_params, &seed);
+  double *sgd_t = malloc(sizeof(double) * reps);
+  for (int r = -warmup; r < reps; r++) {
+    double t0 = now();
+    for (size_t i = 0; i < n_params; i++) {
+      m[i] = 0.9f * m[i] + gr[i];
+      p[i] -= 1e-6f * m[i];  // tiny steps: the values stay normal numbers
+    }
+    if (r >= 0) sgd_t[r] = now() - t0;
+  }
+  double sgd = median(sgd_t, reps);
   double med = median(step_t, reps), mn = step_t[0];
   printf("{\"batch\":%d,\"sizes\":\"%s\",\"gemms\":%d,\"reps\":%d,\"gflop_per_step\":%.6f,"
          "\"median_step_s\":%.9f,\"min_step_s\":%.9f,\"gflops\":%.3f,\"samples_per_s\":%.1f,"
          "\"gemm_median_s\":[",
          batch, spec, n_gemm, reps, flops * 1e-9, med, mn, flops * 1e-9 / med, batch / med);
   for (int g = 0; g < n_gemm; g++) printf("%s%.9f", g ? "," : "", median(g_t + (size_t)g * reps, reps));
-  printf("]}\n");
+  printf("],\"params\":%zu,\"sgd_median_s\":%.9f,\"sgd_gbps\":%.2f}\n", n_params, sgd,
+         20.0 * n_params / sgd * 1e-9);
   return 0;
 }
