@@ -138,19 +138,21 @@ TEST(DataIdx, LoadsPixelsAndNormalisation) {
 }
 
 TEST(DataIdx, LimitKeepsFirstSamples) {
-  Files f = write_good(false);
-  std::vector<unsigned char> p = pixels();
-  for (int limit : {1, 2, 5, 100}) {
-    Dataset ds{};
-    char err[256];
-    int rc = dataset_load_idx(&ds, f.images.c_str(), f.labels.c_str(), limit, kMean, kStd, err,
-                              sizeof err);
-    ASSERT_EQ(rc, 0) << err;
-    int want = limit < (int)kN ? limit : (int)kN;
-    ASSERT_EQ(ds.n, want);
-    for (int i = 0; i < want * ds.dim; i++) ASSERT_EQ(ds.pixels[i], p[i]);
-    for (int i = 0; i < want; i++) ASSERT_EQ(ds.y[i], kLabels[i]);
-    dataset_free(&ds);
+  for (bool gz : {false, true}) {
+    Files f = write_good(gz);
+    std::vector<unsigned char> p = pixels();
+    for (int limit : {1, 2, 5, 100}) {
+      Dataset ds{};
+      char err[256];
+      int rc = dataset_load_idx(&ds, f.images.c_str(), f.labels.c_str(), limit, kMean, kStd, err,
+                                sizeof err);
+      ASSERT_EQ(rc, 0) << err;
+      int want = limit < (int)kN ? limit : (int)kN;
+      ASSERT_EQ(ds.n, want);
+      for (int i = 0; i < want * ds.dim; i++) ASSERT_EQ(ds.pixels[i], p[i]);
+      for (int i = 0; i < want; i++) ASSERT_EQ(ds.y[i], kLabels[i]);
+      dataset_free(&ds);
+    }
   }
 }
 
