@@ -96,9 +96,10 @@ EXERCISES = [
         ("  while (r->next < r->n_buckets && r->buckets[r->next].pending == 0) {",
          "  }",
          "  // TODO(06): start, in bucket order (r->next onwards), every bucket none of whose tensors is\n"
-         "  // still pending: an asynchronous DIST_AVG all-reduce of its slice of the flat gradient buffer\n"
-         "  // (dist_all_reduce_async into the bucket's own DistWork). Stop at the first bucket that is not\n"
-         "  // ready, even if a later one is: every rank must start the same buckets in the same order.\n"
+         "  // still pending: an asynchronous DIST_SUM all-reduce of its slice of the flat gradient buffer\n"
+         "  // (dist_all_reduce_async into the bucket's own DistWork; a sum, because run_batch divides the\n"
+         "  // loss gradient by W). Stop at the first bucket that is not ready, even if a later one is:\n"
+         "  // every rank must start the same buckets in the same order.\n"
          "  (void)r;\n"),
         ("  r->buckets[r->bucket_of[2 * layer]].pending--;      // the weight",
          "  r->buckets[r->bucket_of[2 * layer + 1]].pending--;  // the bias",
@@ -113,11 +114,12 @@ EXERCISES = [
          "  // for each bucket's all-reduce (dist_wait) before the optimizer may use the gradients\n"),
     ]),
     ("06_full", "steps/06_full/train.c", [
-        ("    if (K > 1)  // [accum] weigh the micro-batch so the sum of gradients is the mean over all B",
-         "      ops_scale(&t->ctx, t->model.dact[t->model.n_layers - 1], (size_t)b * t->classes, (float)b / B);",
-         "    // TODO(06): with K > 1 micro-batches, weigh this one by b / B, so that the gradients summed over\n"
-         "    // the K backward passes are the mean over all B samples: scale the loss gradient\n"
-         "    // t->model.dact[t->model.n_layers - 1], (b, classes), with ops_scale before backward.\n"),
+        ("    // [bucket] divide the loss gradient by W: every gradient comes out divided, and the buckets'",
+         "      ops_scale(&t->ctx, t->model.dact[t->model.n_layers - 1], (size_t)b * t->classes, scale);",
+         "    // TODO(06): scale the loss gradient t->model.dact[t->model.n_layers - 1], (b, classes), with\n"
+         "    // ops_scale before backward: by 1 / W, so that the reducer's sum of the ranks' gradients is\n"
+         "    // their average, and, with K > 1 micro-batches, by b / B, so that the gradients summed over\n"
+         "    // the K backward passes are the mean over all B samples.\n"),
     ]),
 ]
 

@@ -84,9 +84,10 @@ void reducer_prepare(Reducer *r, long long step) {
 // Starts, in bucket order, every bucket whose gradients are all ready.
 static void launch_ready(Reducer *r) {
   // TODO(06): start, in bucket order (r->next onwards), every bucket none of whose tensors is
-  // still pending: an asynchronous DIST_AVG all-reduce of its slice of the flat gradient buffer
-  // (dist_all_reduce_async into the bucket's own DistWork). Stop at the first bucket that is not
-  // ready, even if a later one is: every rank must start the same buckets in the same order.
+  // still pending: an asynchronous DIST_SUM all-reduce of its slice of the flat gradient buffer
+  // (dist_all_reduce_async into the bucket's own DistWork; a sum, because run_batch divides the
+  // loss gradient by W). Stop at the first bucket that is not ready, even if a later one is:
+  // every rank must start the same buckets in the same order.
   (void)r;
 }
 

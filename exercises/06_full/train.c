@@ -170,9 +170,10 @@ static float run_batch(Trainer *t, int start, int B) {
     loader_batch(&t->train, &t->ctx, start + k * micro, b);
     mlp_forward(&t->model, &t->ctx, t->train.xb, b);
     mlp_loss(&t->model, &t->ctx, t->train.yb, b);
-    // TODO(06): with K > 1 micro-batches, weigh this one by b / B, so that the gradients summed over
-    // the K backward passes are the mean over all B samples: scale the loss gradient
-    // t->model.dact[t->model.n_layers - 1], (b, classes), with ops_scale before backward.
+    // TODO(06): scale the loss gradient t->model.dact[t->model.n_layers - 1], (b, classes), with
+    // ops_scale before backward: by 1 / W, so that the reducer's sum of the ranks' gradients is
+    // their average, and, with K > 1 micro-batches, by b / B, so that the gradients summed over
+    // the K backward passes are the mean over all B samples.
     if (sync) reducer_prepare(&t->reducer, t->step);
     // [bucket] the hook starts each bucket's all-reduce as soon as its gradients are ready
     mlp_backward(&t->model, &t->ctx, t->train.xb, b, sync ? reducer_grad_ready : NULL, &t->reducer);

@@ -83,7 +83,8 @@ void reducer_prepare(Reducer *r, long long step) {
 static void launch_ready(Reducer *r) {
   while (r->next < r->n_buckets && r->buckets[r->next].pending == 0) {
     Bucket *b = &r->buckets[r->next++];
-    dist_all_reduce_async(r->pg, r->model->grads + b->offset, b->count, DIST_FLOAT, DIST_AVG,
+    // a sum: the gradients are already divided by W (run_batch scales the loss gradient)
+    dist_all_reduce_async(r->pg, r->model->grads + b->offset, b->count, DIST_FLOAT, DIST_SUM,
                           &b->work);
   }
 }

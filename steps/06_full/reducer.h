@@ -12,7 +12,9 @@
  * bucket all of whose tensors are ready is all-reduced at once (asynchronously), and buckets are
  * always started in bucket order so every rank issues the same collectives in the same order.
  * reducer_finish() waits for all of them before the optimizer step. The gradients are the buckets:
- * nothing is copied in or out.
+ * nothing is copied in or out. The all-reduce is a sum: the trainer divides the loss gradient by the
+ * world size W before backward, so the gradients arrive divided by W and their sum is the average
+ * (PyTorch's DDP also divides before it sums), without a pass over the gradients after the sum.
  */
 #ifndef REDUCER_H
 #define REDUCER_H

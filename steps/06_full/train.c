@@ -168,8 +168,12 @@ static float run_batch(Trainer *t, int start, int B) {
     loader_batch(&t->train, &t->ctx, start + k * micro, b);
     mlp_forward(&t->model, &t->ctx, t->train.xb, b);
     mlp_loss(&t->model, &t->ctx, t->train.yb, b);
-    if (K > 1)  // [accum] weigh the micro-batch so the sum of gradients is the mean over all B
-      ops_scale(&t->ctx, t->model.dact[t->model.n_layers - 1], (size_t)b * t->classes, (float)b / B);
+    // [bucket] divide the loss gradient by W: every gradient comes out divided, and the buckets'
+    // all-reduce, a plain sum, is the average with no extra pass over the gradients
+    // [accum] and weigh the micro-batch by b/B, so the sum of K gradients is the mean over all B
+    float scale = (float)b / B / t->world_size;
+    if (scale != 1.0f)
+      ops_scale(&t->ctx, t->model.dact[t->model.n_layers - 1], (size_t)b * t->classes, scale);
     if (sync) reducer_prepare(&t->reducer, t->step);
     // [bucket] the hook starts each bucket's all-reduce as soon as its gradients are ready
     mlp_backward(&t->model, &t->ctx, t->train.xb, b, sync ? reducer_grad_ready : NULL, &t->reducer);

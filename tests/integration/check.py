@@ -491,7 +491,7 @@ def watchdog_deadlock(tmp):
 
 SCENARIOS = {f.__name__: f for f in [
     launchers, watchdog_deadlock, step06_grad_accum, step06_trace, step06_replicas(2), step06_replicas(3), step06_replicas(4),
-    step06_matches_step04(2), step06_matches_step04(4),
+    step06_matches_step04(2), step06_matches_step04(3), step06_matches_step04(4),
     step01_learns, step01_deterministic, step01_resume, step01_bad_input, step01_fashion_mnist,
     step02_redundant, step03_drift, step04_broadcast, step05_resume, step05_eval_exact,
     step05_fashion_mnist, dist_bad_launch,
