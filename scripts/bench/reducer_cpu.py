@@ -8,12 +8,19 @@ step 06 (bucketed, overlapped) at the same configuration: 784-1024-1024-10, batc
 Fashion-MNIST, one OpenBLAS thread per rank. The step time of a run is the median interval between
 the metrics file's step timestamps after a warm-up; the table reports medians over the repetitions.
 A traced step-06 run gives each bucket's all-reduce time, and build/bin/allreduce_bench measures a
-raw MPI_Allreduce of the same byte count in the same session. Prints Markdown tables.
+raw MPI_Allreduce of the same byte count in the same session, with MPI's buffers hot (a loop of
+all-reduces) and cold (--cold: the caches flushed before each call, as backward does in a step). Prints Markdown tables.
 
 --variants runs every configuration under each of several environments, e.g.
     --variants "default;sc=none:OMPI_MCA_btl_vader_single_copy_mechanism=none;thp:GLIBC_TUNABLES=glibc.malloc.hugetlb=1"
 (label:KEY=VAL,KEY=VAL, separated by ';'); --extra LABEL=PATH adds another step-06 binary (e.g. a
 prototype built elsewhere) at the first cap. --no-bandwidth skips the traced run.
+
+The trace covers a run's first REDUCER_TRACE_STEPS (20) steps, where MPI's buffers are still warming
+up. For steady-state bucket times, build step 06 with a longer trace and pass it with --traced_bin:
+    cmake -S . -B build-trace -G Ninja -DCMAKE_BUILD_TYPE=Release -DDDP_ENABLE_CUDA=OFF \
+          -DCMAKE_C_FLAGS=-DREDUCER_TRACE_STEPS=1000 && cmake --build build-trace --target 06_full
+    scripts/bench/reducer_cpu.py ... --traced_bin build-trace/bin/06_full --traced_steps 200
 """
 import argparse
 import json
@@ -60,6 +67,9 @@ def main():
     ap.add_argument("--extra_env", action="append", default=[],
                     help="LABEL=K=V,K=V: another step-06 configuration (first cap) with this environment")
     ap.add_argument("--no-bandwidth", dest="bandwidth", action="store_false")
+    ap.add_argument("--traced_bin", help="06_full for the traced run (default: the build's)")
+    ap.add_argument("--traced_steps", type=int, default=20,
+                    help="steps of the traced run (its first 5 are not counted)")
     a = ap.parse_args()
     b = os.path.join(ROOT, a.build, "bin")
     tmp = tempfile.mkdtemp(prefix="reducer-bench-")
@@ -108,8 +118,9 @@ def main():
     # Bandwidth: traced step-06 run (default cap) vs raw MPI_Allreduce of the same bytes.
     cap = a.caps.split(",")[0]
     trace = f"{tmp}/trace_{{rank}}.json"
-    run(mpirun + [f"{b}/06_full"] + common + ["--bucket_cap_mb", cap, "--trace", trace,
-                                              "--max_steps", "20"])
+    traced = a.traced_bin or f"{b}/06_full"
+    run(mpirun + [traced] + common + ["--bucket_cap_mb", cap, "--trace", trace,
+                                      "--max_steps", str(a.traced_steps)])
     # (bucket, bytes) -> step -> [(start, end) per rank]; the ranks' traces share a time zero (a
     # barrier at reducer_init), so the last rank's start is when the all-reduce can really begin.
     spans = {}
@@ -125,28 +136,31 @@ def main():
         per_bucket[key] = [ends[0][1] - ends[0][0] for ends in steps.values()]  # rank 0's own span
         from_last[key] = [max(e for _, e in v) - max(b for b, _ in v) for v in steps.values()
                           if len(v) == a.ranks]
-    raw = run(mpirun + [f"{b}/allreduce_bench", "--iters", "20"] + [str(k[1]) for k in sorted(per_bucket)])
-    raw_time = {int(l.split()[0]): float(l.split()[2]) * 1e-6 for l in raw.splitlines()
-                if l.strip() and not l.startswith("#")}
+    sizes = [str(k[1]) for k in sorted(per_bucket)]
+    raw_time = {}
+    for flags in ([], ["--cold"]):  # MPI's buffers hot (a loop of all-reduces) and cold (as in a step)
+        out = run(mpirun + [f"{b}/allreduce_bench", "--iters", "20"] + flags + sizes)
+        for line in out.splitlines():
+            if line.strip() and not line.startswith("#"):
+                raw_time[(int(line.split()[0]), bool(flags))] = float(line.split()[2]) * 1e-6
     n = a.ranks
-    print(f"\n## All-reduce bandwidth: step 06's buckets (cap {cap} MiB, traced steps 5-19) vs raw "
+    print(f"\n## All-reduce bandwidth: step 06's buckets (cap {cap} MiB, traced steps 5-"
+          f"{a.traced_steps - 1}) vs raw "
           "MPI_Allreduce of the same bytes\n")
     print("| bucket | bytes | rank 0's span (ms) | from the last rank's start (ms) | its busbw (GB/s) "
-          "| raw time (ms) | raw busbw (GB/s) | raw / reducer |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+          "| raw, hot (ms) | raw, cold (ms) | raw busbw, cold (GB/s) | raw / reducer (hot, cold) |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for (i, nbytes), ts in sorted(per_bucket.items()):
         t, tl = statistics.median(ts), statistics.median(from_last[(i, nbytes)])
         bus = lambda dt: nbytes / dt / 1e9 * 2 * (n - 1) / n
-        rt = raw_time[nbytes]
-        print(f"| {i} | {nbytes} | {1e3 * t:.2f} | {1e3 * tl:.2f} | {bus(tl):.2f} | {1e3 * rt:.2f} | "
-              f"{bus(rt):.2f} | {rt / tl:.2f} |")
+        hot, cold = raw_time[(nbytes, False)], raw_time[(nbytes, True)]
+        print(f"| {i} | {nbytes} | {1e3 * t:.2f} | {1e3 * tl:.2f} | {bus(tl):.2f} | {1e3 * hot:.2f} | "
+              f"{1e3 * cold:.2f} | {bus(cold):.2f} | {hot / tl:.2f}, {cold / tl:.2f} |")
     print("\nRank 0's span runs from its MPI_Iallreduce to the moment it sees the bucket complete "
           "(MPI_Test during backward, MPI_Wait after it): it includes waiting for the other ranks to "
           "start the same bucket, and computation that overlaps it. The span from the last rank's "
           "start to the last rank's completion leaves the waiting out; for the last bucket (launched "
-          "after backward, nothing to overlap) it is the transfer. The trace covers steps 0-19 only, "
-          "so these are early steps (MPI's buffers still warming up); compare over more steps with "
-          "a build whose REDUCER_TRACE_STEPS is raised.")
+          "after backward, nothing to overlap) it is the transfer.")
 
 
 if __name__ == "__main__":

@@ -29,7 +29,9 @@
 
 #define REDUCER_FIRST_BUCKET_BYTES ((size_t)1 << 20)  // PyTorch's _DEFAULT_FIRST_BUCKET_BYTES
 #define REDUCER_MAX_TENSORS (2 * MLP_MAX_LAYERS)      // tensor 2l: layer l's weight, 2l+1: its bias
+#ifndef REDUCER_TRACE_STEPS                           // (a benchmark may build with more)
 #define REDUCER_TRACE_STEPS 20                        // --trace covers the run's first 20 steps
+#endif
 
 typedef struct Bucket {
   size_t offset;   // first float of the bucket in the flat gradient buffer
