@@ -135,14 +135,17 @@ extern "C" void ops_gather_cuda(const Ctx *c, const float *src_x, const int *src
   cudaCheck(cudaGetLastError());
 }
 
-// As gather_kernel, normalising 8-bit pixels on the way (the same float32 expression as the CPU).
+// As gather_kernel, normalising 8-bit pixels on the way: the same float32 operations as the CPU's
+// lookup table, each correctly rounded (__fdiv_rn, __fsub_rn: whatever nvcc's math flags), so both
+// devices produce the same bits.
 static __global__ void gather_pixels_kernel(const uint8_t *src_p, const int *src_y, const int *idx,
                                             int B, int N, float mean, float std, float *dst_x,
                                             int *dst_y) {
   size_t n = (size_t)B * N;
   GRID_STRIDE_LOOP(i, n) {
     size_t b = i / (size_t)N, k = i % (size_t)N;
-    dst_x[i] = ((float)src_p[(size_t)idx[b] * N + k] / 255.0f - mean) / std;
+    float p = (float)src_p[(size_t)idx[b] * N + k];
+    dst_x[i] = __fdiv_rn(__fsub_rn(__fdiv_rn(p, 255.0f), mean), std);
   }
   GRID_STRIDE_LOOP(b, (size_t)B) { dst_y[b] = src_y[idx[b]]; }
 }

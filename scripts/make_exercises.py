@@ -114,7 +114,7 @@ EXERCISES = [
          "  // for each bucket's all-reduce (dist_wait) before the optimizer may use the gradients\n"),
     ]),
     ("06_full", "steps/06_full/train.c", [
-        ("    // [bucket] divide the loss gradient by W: every gradient comes out divided, and the buckets'",
+        ("    // [bucket] divide the loss gradient by W, so that every gradient comes out divided and the",
          "      ops_scale(&t->ctx, t->model.dact[t->model.n_layers - 1], (size_t)b * t->classes, scale);",
          "    // TODO(06): scale the loss gradient t->model.dact[t->model.n_layers - 1], (b, classes), with\n"
          "    // ops_scale before backward: by 1 / W, so that the reducer's sum of the ranks' gradients is\n"

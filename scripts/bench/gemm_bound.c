@@ -9,12 +9,13 @@
 // Prints one JSON line: median / min time per step, GFLOP/s at the median, and the per-GEMM medians.
 // It also times, separately, the memory floor of the optimizer: one SGD-with-momentum pass over all
 // parameters (m = mu·m + g; p -= lr·m: reads p, g, m and writes p, m, 20 bytes per parameter), as a
-// plain loop the compiler vectorises ("sgd_median_s", "sgd_gbps"). A trainer that runs its optimizer
-// as a separate pass after backward (PyTorch's optimizer.step(), our sgd_step) cannot beat
-// GEMM + SGD time; only fusing the update into the weight-gradient GEMM would remove it.
+// plain loop, which GCC vectorises at -O3, the Release build's level ("sgd_median_s", "sgd_gbps").
+// A trainer that runs its optimizer as a separate pass after backward (PyTorch's optimizer.step(),
+// our sgd_step) cannot beat GEMM + SGD time; only fusing the update into the weight-gradient GEMM
+// would remove it.
 //
 // Not built by CMake; scripts/bench/step01_cpu.sh compiles it:
-//   gcc -O2 -std=c11 scripts/bench/gemm_bound.c -o gemm_bound -lopenblas
+//   gcc -O3 -std=c11 scripts/bench/gemm_bound.c -o gemm_bound -lopenblas
 // Usage: gemm_bound [--batch 128] [--sizes 784,1024,1024,10] [--reps 50] [--warmup 5]
 // Threads: OpenBLAS's own (set OPENBLAS_NUM_THREADS=1 for the single-thread bound).
 #define _POSIX_C_SOURCE 200809L

@@ -28,6 +28,7 @@ import os
 import re
 import statistics
 import subprocess
+import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -131,11 +132,14 @@ def main():
                 key = (int(m.group(1)), 4 * int(m.group(2)))
                 spans.setdefault(key, {}).setdefault(e["args"]["step"], []).append(
                     (e["ts"] * 1e-6, (e["ts"] + e["dur"]) * 1e-6))
+    if not spans:
+        sys.exit("reducer_cpu.py: the traced run recorded no all-reduce after step 4")
     per_bucket, from_last = {}, {}
     for key, steps in spans.items():
         per_bucket[key] = [ends[0][1] - ends[0][0] for ends in steps.values()]  # rank 0's own span
         from_last[key] = [max(e for _, e in v) - max(b for b, _ in v) for v in steps.values()
-                          if len(v) == a.ranks]
+                          if len(v) == a.ranks] or [float("nan")]
+    last_traced = max(s for steps in spans.values() for s in steps)
     sizes = [str(k[1]) for k in sorted(per_bucket)]
     raw_time = {}
     for flags in ([], ["--cold"]):  # MPI's buffers hot (a loop of all-reduces) and cold (as in a step)
@@ -145,7 +149,7 @@ def main():
                 raw_time[(int(line.split()[0]), bool(flags))] = float(line.split()[2]) * 1e-6
     n = a.ranks
     print(f"\n## All-reduce bandwidth: step 06's buckets (cap {cap} MiB, traced steps 5-"
-          f"{a.traced_steps - 1}) vs raw "
+          f"{last_traced}) vs raw "
           "MPI_Allreduce of the same bytes\n")
     print("| bucket | bytes | rank 0's span (ms) | from the last rank's start (ms) | its busbw (GB/s) "
           "| raw, hot (ms) | raw, cold (ms) | raw busbw, cold (GB/s) | raw / reducer (hot, cold) |")

@@ -13,8 +13,9 @@
  * always started in bucket order so every rank issues the same collectives in the same order.
  * reducer_finish() waits for all of them before the optimizer step. The gradients are the buckets:
  * nothing is copied in or out. The all-reduce is a sum: the trainer divides the loss gradient by the
- * world size W before backward, so the gradients arrive divided by W and their sum is the average
- * (PyTorch's DDP also divides before it sums), without a pass over the gradients after the sum.
+ * world size W before backward, so the gradients arrive divided by W and their sum is the average,
+ * with no pass over the gradients for the division. (PyTorch's DDP also divides before it sums, as
+ * it copies each gradient into its bucket: a pass that buckets which are the gradients do not need.)
  */
 #ifndef REDUCER_H
 #define REDUCER_H
@@ -29,8 +30,8 @@
 
 #define REDUCER_FIRST_BUCKET_BYTES ((size_t)1 << 20)  // PyTorch's _DEFAULT_FIRST_BUCKET_BYTES
 #define REDUCER_MAX_TENSORS (2 * MLP_MAX_LAYERS)      // tensor 2l: layer l's weight, 2l+1: its bias
-#ifndef REDUCER_TRACE_STEPS                           // (a benchmark may build with more)
-#define REDUCER_TRACE_STEPS 20                        // --trace covers the run's first 20 steps
+#ifndef REDUCER_TRACE_STEPS  // --trace covers the run's first 20 steps (-DREDUCER_TRACE_STEPS=N: N)
+#define REDUCER_TRACE_STEPS 20
 #endif
 
 typedef struct Bucket {

@@ -168,9 +168,9 @@ static float run_batch(Trainer *t, int start, int B) {
     loader_batch(&t->train, &t->ctx, start + k * micro, b);
     mlp_forward(&t->model, &t->ctx, t->train.xb, b);
     mlp_loss(&t->model, &t->ctx, t->train.yb, b);
-    // [bucket] divide the loss gradient by W: every gradient comes out divided, and the buckets'
-    // all-reduce, a plain sum, is the average with no extra pass over the gradients
-    // [accum] and weigh the micro-batch by b/B, so the sum of K gradients is the mean over all B
+    // [bucket] divide the loss gradient by W, so that every gradient comes out divided and the
+    // reducer's all-reduce, a plain sum, yields their average without another pass over them
+    // [accum] also weigh the micro-batch by b/B, so that the K gradients add up to the mean over B
     float scale = (float)b / B / t->world_size;
     if (scale != 1.0f)
       ops_scale(&t->ctx, t->model.dact[t->model.n_layers - 1], (size_t)b * t->classes, scale);

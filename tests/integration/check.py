@@ -376,6 +376,7 @@ def step06_matches_step04(np):
     def scenario(tmp):
         run("04_ddp_wrap", SMALL + ["--epochs", "2", "--metrics", f"{tmp}/a{{rank}}.jsonl"], np=np)
         la = global_losses(f"{tmp}/a", np, 4)
+        da = metrics(f"{tmp}/a0.jsonl")[2]["param_digest"]
         for cap in CAPS:
             run("06_full", SMALL + ["--epochs", "2", "--bucket_cap_mb", cap,
                                     "--metrics", f"{tmp}/b{{rank}}.jsonl"], np=np)
@@ -383,9 +384,16 @@ def step06_matches_step04(np):
             worst = max(abs(x - y) / max(abs(x), 1e-3) for x, y in zip(la, lb))
             if len(la) != len(lb) or worst > LOSS_TOL:
                 raise Failure(f"bucket cap {cap}: per-step loss differs from step 04 by {worst:.2e}")
-            print(f"cap {cap} MiB at {np} ranks: max loss diff from step 04 {worst:.1e}")
+            db = metrics(f"{tmp}/b0.jsonl")[2]["param_digest"]
+            # At 2 ranks each gradient is one addition of two terms whatever the algorithm, and the
+            # division by W = 2 is exact whether before (step 06) or after (step 04) the sum.
+            if np == 2 and db != da:
+                raise Failure(f"bucket cap {cap}: parameters {db} differ from step 04's {da}")
+            print(f"cap {cap} MiB at {np} ranks: max loss diff from step 04 {worst:.1e}, "
+                  f"parameters {'identical' if db == da else 'differ'}")
     scenario.__name__ = f"step06_matches_step04_np{np}"
-    scenario.__doc__ = f"Step 06 at {np} ranks has step 04's per-step loss for every bucket cap."
+    scenario.__doc__ = (f"Step 06 at {np} ranks has step 04's per-step loss for every bucket cap"
+                        + (" and bit-identical parameters." if np == 2 else "."))
     return scenario
 
 

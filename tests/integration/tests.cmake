@@ -50,7 +50,7 @@ ddp_integration(step06_trace PROCESSORS 2)
 foreach(np 2 3 4)
   ddp_integration(step06_replicas_np${np} PROCESSORS 2)
 endforeach()
-# 2 and 4: the gradients' division by W is exact; 3: it rounds, and must stay within the tolerance.
+# 2: bit-identical parameters; 3: step 06's division by W rounds, and must stay within the tolerance.
 foreach(np 2 3 4)
   ddp_integration(step06_matches_step04_np${np} PROCESSORS 2)
 endforeach()

@@ -231,6 +231,39 @@ TEST(DataIdx, GzipCutOrWrongLengthIsAnError) {
   for (const std::string &path : {cut, len}) EXPECT_HAS(load_error(path, lab), path);
 }
 
+// A header CRC (FLG.FHCRC): zlib checks it, libdeflate would skip it, so such files take zlib's path
+// and a wrong one is an error whichever library is built in.
+TEST(DataIdx, GzipHeaderCrcIsChecked) {
+  std::vector<unsigned char> img = idx_images(kN, kRows, kCols, pixels());
+  std::string plain_gz = tmp("plain.gz"), lab = tmp("lab");
+  write_file(plain_gz, img, true);
+  write_file(lab, idx_labels(kLabels), false);
+  std::vector<unsigned char> z = read_bytes(plain_gz);
+  ASSERT_GT(z.size(), 18u);
+  ASSERT_EQ(z[3], 0) << "expected no optional gzip header fields";
+  std::vector<unsigned char> head(z.begin(), z.begin() + 10);
+  head[3] |= 0x02;  // FHCRC
+  uLong crc = crc32(0L, head.data(), (uInt)head.size());
+  for (bool good : {true, false}) {
+    std::vector<unsigned char> with = head;
+    with.push_back(good ? (unsigned char)(crc & 0xff) : (unsigned char)(~crc & 0xff));
+    with.push_back((unsigned char)((crc >> 8) & 0xff));
+    with.insert(with.end(), z.begin() + 10, z.end());
+    std::string path = tmp(good ? "hcrc_good.gz" : "hcrc_bad.gz");
+    write_raw(path, with);
+    if (good) {
+      Dataset ds{};
+      char err[256];
+      ASSERT_EQ(dataset_load_idx(&ds, path.c_str(), lab.c_str(), 0, kMean, kStd, err, sizeof err), 0)
+          << err;
+      EXPECT_EQ(std::memcmp(ds.pixels, pixels().data(), (size_t)ds.n * ds.dim), 0);
+      dataset_free(&ds);
+    } else {
+      EXPECT_HAS(load_error(path, lab), path);
+    }
+  }
+}
+
 TEST(DataIdx, TruncatedImages) {
   for (bool gz : {false, true}) {
     std::string img = tmp(gz ? "img.gz" : "img"), lab = tmp("lab");
