@@ -2,7 +2,8 @@
 # GPU checks, for a machine with an NVIDIA GPU (DESIGN §8). In a few minutes:
 #   1. configure and build with CUDA and NCCL (MPI when present);
 #   2. the `gpu` tests: every CUDA op against its CPU reference, and the MLP on both devices;
-#   3. step 01 for 300 steps on the GPU and on the CPU from the same seed: the loss curves agree;
+#   3. step 01 for up to 300 steps on the GPU and on the CPU from the same seed, on Fashion-MNIST or
+#      IDX files made here (the 8-bit pixel path): the loss curves agree;
 #   4. the process group over NCCL at world size 1 (NCCL refuses two ranks on one GPU): step 05 through
 #      the environment launch, with an exact resume; step 06 through the environment launch and
 #      torchrun, with a trace;
@@ -84,8 +85,31 @@ else
 fi
 
 # ---- 3. step 01, GPU against CPU -------------------------------------------------------------------
-data=(--data synthetic --dataset_size 16384)
-[ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] && data=()
+# Real Fashion-MNIST when installed; otherwise IDX files made here (learnable: each class lights its
+# own rows of the image), so that the 8-bit pixel path (ops_gather_pixels) runs on the GPU as well.
+data=()
+if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+  python3 - "$OUT/idx" <<'PY'
+import gzip, os, random, struct, sys
+out = sys.argv[1]
+os.makedirs(out, exist_ok=True)
+rng = random.Random(1337)
+for split, n in (("train", 16384), ("t10k", 2000)):
+    labels = [i % 10 for i in range(n)]
+    pixels = bytearray()
+    for k in labels:
+        img = bytearray(rng.randrange(0, 200) for _ in range(784))
+        for r in range(2 * k + 4, 2 * k + 6):
+            for c in range(28):
+                img[28 * r + c] = min(255, img[28 * r + c] + 30)
+        pixels += img
+    with gzip.open(f"{out}/{split}-images-idx3-ubyte.gz", "wb") as f:
+        f.write(struct.pack(">IIII", 2051, n, 28, 28) + bytes(pixels))
+    with gzip.open(f"{out}/{split}-labels-idx1-ubyte.gz", "wb") as f:
+        f.write(struct.pack(">II", 2049, n) + bytes(labels))
+PY
+  data=(--data fashion-mnist --data_dir "$OUT/idx")
+fi
 common=(--epochs 1 --max_steps 300 --batch_size 128 --save_interval 0 --log_interval 100 "${data[@]}")
 for dev in cuda cpu; do
   t0=$(date +%s.%N)
