@@ -41,6 +41,10 @@ void ops_scale(const Ctx *c, float *x, size_t n, float a) {
   (CUDA(c) ? ops_scale_cuda : ops_scale_cpu)(c, x, n, a);
 }
 
+void ops_axpy(const Ctx *c, float *y, const float *x, size_t n, float a) {
+  (CUDA(c) ? ops_axpy_cuda : ops_axpy_cpu)(c, y, x, n, a);
+}
+
 void ops_gather(const Ctx *c, const float *src_x, const int *src_y, const int *idx, int B, int N,
                 float *dst_x, int *dst_y) {
   (CUDA(c) ? ops_gather_cuda : ops_gather_cpu)(c, src_x, src_y, idx, B, N, dst_x, dst_y);

@@ -123,6 +123,17 @@ void ops_sgd(const Ctx *c, float *p, const float *g, float *buf, size_t n, float
 void ops_scale(const Ctx *c, float *x, size_t n, float a);
 
 /**
+ * @brief `y += a·x`, elementwise, the product rounded before the sum (no fused multiply-add), so the
+ * CPU and CUDA versions agree bit for bit.
+ * @param[in] c     context.
+ * @param[in,out] y device, (n).
+ * @param[in] x     device, (n).
+ * @param[in] n     number of elements.
+ * @param[in] a     factor.
+ */
+void ops_axpy(const Ctx *c, float *y, const float *x, size_t n, float a);
+
+/**
  * @brief Gathers rows by index: `dst_x[b] = src_x[idx[b]]`, `dst_y[b] = src_y[idx[b]]`.
  * @param[in] c      context.
  * @param[in] src_x  device, (rows, N).
@@ -191,6 +202,10 @@ void ops_sgd_cuda(const Ctx *c, float *p, const float *g, float *buf, size_t n, 
 void ops_scale_cpu(const Ctx *c, float *x, size_t n, float a);
 /** @brief CUDA version of ops_scale(). */
 void ops_scale_cuda(const Ctx *c, float *x, size_t n, float a);
+/** @brief CPU reference of ops_axpy(). */
+void ops_axpy_cpu(const Ctx *c, float *y, const float *x, size_t n, float a);
+/** @brief CUDA version of ops_axpy(). */
+void ops_axpy_cuda(const Ctx *c, float *y, const float *x, size_t n, float a);
 /** @brief CPU reference of ops_gather(). */
 void ops_gather_cpu(const Ctx *c, const float *src_x, const int *src_y, const int *idx, int B, int N,
                     float *dst_x, int *dst_y);

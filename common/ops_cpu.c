@@ -89,6 +89,11 @@ void ops_scale_cpu(const Ctx *c, float *x, size_t n, float a) {
   for (size_t i = 0; i < n; i++) x[i] *= a;
 }
 
+void ops_axpy_cpu(const Ctx *c, float *y, const float *x, size_t n, float a) {
+  (void)c;
+  for (size_t i = 0; i < n; i++) y[i] += a * x[i];  // ISO C11: not contracted into an FMA
+}
+
 void ops_gather_cpu(const Ctx *c, const float *src_x, const int *src_y, const int *idx, int B, int N,
                     float *dst_x, int *dst_y) {
   (void)c;

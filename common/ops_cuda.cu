@@ -89,6 +89,17 @@ extern "C" void ops_scale_cuda(const Ctx *c, float *x, size_t n, float a) {
   cudaCheck(cudaGetLastError());
 }
 
+// y += a·x with the product and the sum rounded separately, as the CPU reference computes it.
+static __global__ void axpy_kernel(float *y, const float *x, size_t n, float a) {
+  GRID_STRIDE_LOOP(i, n) { y[i] = __fadd_rn(y[i], __fmul_rn(a, x[i])); }
+}
+
+extern "C" void ops_axpy_cuda(const Ctx *c, float *y, const float *x, size_t n, float a) {
+  if (n == 0) return;
+  axpy_kernel<<<blocks_for(n), THREADS, 0, stream_of(c)>>>(y, x, n, a);
+  cudaCheck(cudaGetLastError());
+}
+
 // One SGD step per element, in torch.optim.SGD's order. The explicitly rounded intrinsics keep nvcc
 // from fusing a multiply and an add into one FMA, so each step rounds exactly as the CPU reference
 // does (compiled as ISO C, which does not contract either).

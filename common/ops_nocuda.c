@@ -46,6 +46,10 @@ void ops_scale_cuda(const Ctx *c, float *x, size_t n, float a) {
   (void)c, (void)x, (void)n, (void)a;
   NO_CUDA();
 }
+void ops_axpy_cuda(const Ctx *c, float *y, const float *x, size_t n, float a) {
+  (void)c, (void)y, (void)x, (void)n, (void)a;
+  NO_CUDA();
+}
 void ops_gather_cuda(const Ctx *c, const float *src_x, const int *src_y, const int *idx, int B,
                      int N, float *dst_x, int *dst_y) {
   (void)c, (void)src_x, (void)src_y, (void)idx, (void)B, (void)N, (void)dst_x, (void)dst_y;

@@ -29,7 +29,7 @@
 #include "log.h"      // log.h: log0, Progress, progress_start, progress_print
 #include "metrics.h"  // metrics.h: Metrics, metrics_open, metrics_step, metrics_epoch
 #include "mlp.h"      // mlp.h: Mlp, mlp_init, mlp_forward, mlp_loss, mlp_backward
-#include "ops.h"      // ops.h: ops_scale
+#include "ops.h"      // ops.h: ops_scale, ops_axpy
 #include "optim.h"    // optim.h: Sgd, sgd_init, sgd_step
 #include "reducer.h"  // reducer.h: Reducer, reducer_init, reducer_grad_ready, reducer_finish
 #include "sampler.h"  // sampler.h: Sampler, sampler_init, sampler_set_epoch, sampler_indices
@@ -50,6 +50,7 @@ typedef struct Trainer {
   Mlp model;            // parameters, gradients, activations
   Sgd opt;              // momentum buffer
   Reducer reducer;      // gradient buckets and their all-reduces
+  float *loss;          // device, (1): the step's loss, summed over its micro-batches
   Trace trace;          // --trace timeline
   Loader train, test;   // datasets on the device, batch buffers
   int n_train;          // training samples in the dataset
@@ -113,6 +114,7 @@ static void build_model(Trainer *t) {
   log0("reducer: %d buckets (cap %g MiB)\n", t->reducer.n_buckets, t->args.bucket_cap_mb);
   sgd_init(&t->opt, &t->ctx, t->model.n_params, t->args.lr, t->args.momentum, 0.0f,
            t->args.weight_decay, false);
+  t->loss = dev_alloc(&t->ctx, sizeof(float));
   log0("model: %d layers, %zu parameters\n", n_layers, t->model.n_params);
 }
 
@@ -160,14 +162,16 @@ static void epoch_order(Trainer *t, int epoch) {
 // One optimizer step over the B samples at `start`, in micro-batches of at most --batch_size.
 static float run_batch(Trainer *t, int start, int B) {
   int micro = t->args.batch_size, K = (B + micro - 1) / micro;
-  double loss = 0.0;
   mlp_zero_grad(&t->model);
+  dev_zero(&t->ctx, t->loss, sizeof(float));
   for (int k = 0; k < K; k++) {
     int b = B - k * micro < micro ? B - k * micro : micro;
     bool sync = k == K - 1;  // [accum] only the last micro-batch communicates (DDP's no_sync)
     loader_batch(&t->train, &t->ctx, start + k * micro, b);
     mlp_forward(&t->model, &t->ctx, t->train.xb, b);
     mlp_loss(&t->model, &t->ctx, t->train.yb, b);
+    // [accum] the step's loss is the micro-batches' losses weighed by b/B, summed on the device
+    ops_axpy(&t->ctx, t->loss, t->model.loss, 1, (float)b / B);
     // [bucket] divide the loss gradient by W, so that every gradient comes out divided and the
     // reducer's all-reduce, a plain sum, yields their average without another pass over them
     // [accum] also weigh the micro-batch by b/B, so that the K gradients add up to the mean over B
@@ -177,12 +181,13 @@ static float run_batch(Trainer *t, int start, int B) {
     if (sync) reducer_prepare(&t->reducer, t->step);
     // [bucket] the hook starts each bucket's all-reduce as soon as its gradients are ready
     mlp_backward(&t->model, &t->ctx, t->train.xb, b, sync ? reducer_grad_ready : NULL, &t->reducer);
-    loss += (double)b / B * mlp_loss_value(&t->model, &t->ctx);
   }
   reducer_finish(&t->reducer);  // [bucket] wait for the last bucket before the optimizer step
   sgd_step(&t->opt, &t->ctx, t->model.params, t->model.grads);
-  dist_all_reduce_host(&t->pg, &loss, 1);  // [metrics] the global loss
-  return (float)(loss / t->world_size);
+  dist_all_reduce(&t->pg, t->loss, 1, DIST_FLOAT, DIST_AVG);  // [metrics] the global loss
+  float loss;
+  dev_download(&t->ctx, &loss, t->loss, sizeof loss);  // on NCCL, the one wait of the step
+  return loss;
 }
 
 static double evaluate(Trainer *t) {
@@ -318,6 +323,7 @@ static void finish(Trainer *t) {
   trace_close(&t->trace);
   log0("done: %lld steps, param_digest %016llx\n", t->step, (unsigned long long)digest);
   dev_free(&t->ctx, t->correct);
+  dev_free(&t->ctx, t->loss);
   free(t->order);
   sampler_free(&t->sampler);
   loader_free(&t->test, &t->ctx);

@@ -254,6 +254,16 @@ TEST_F(OpsCuda, Scale) {
   expect_equal_all(down(dx, n), x, "x");
 }
 
+TEST_F(OpsCuda, Axpy) {
+  if (device_cuda_count() == 0) GTEST_SKIP() << "no CUDA GPU";
+  const size_t n = 1001;
+  std::vector<float> y = rand_floats(n, -10, 10, 42), x = rand_floats(n, -10, 10, 43);
+  float *dy = up(y);
+  ops_axpy_cuda(gpu(), dy, up(x), n, 0.37f);
+  ops_axpy_cpu(cpu(), y.data(), x.data(), n, 0.37f);
+  expect_equal_all(down(dy, n), y, "y");  // bit for bit: no FMA on either side
+}
+
 TEST_F(OpsCuda, Gather) {
   if (device_cuda_count() == 0) GTEST_SKIP() << "no CUDA GPU";
   const int rows = 50, N = 33, B = 64;  // B > rows: indices repeat

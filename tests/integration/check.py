@@ -377,6 +377,9 @@ def step06_matches_step04(np):
         run("04_ddp_wrap", SMALL + ["--epochs", "2", "--metrics", f"{tmp}/a{{rank}}.jsonl"], np=np)
         la = global_losses(f"{tmp}/a", np, 4)
         da = metrics(f"{tmp}/a0.jsonl")[2]["param_digest"]
+        if np == 2:  # step 05 logs the same global loss, all-reduced on the device as step 06 does
+            run("05_metrics_ckpt", SMALL + ["--epochs", "2", "--metrics", f"{tmp}/c{{rank}}.jsonl"], np=np)
+            lc = global_losses(f"{tmp}/c", np, 5)
         for cap in CAPS:
             run("06_full", SMALL + ["--epochs", "2", "--bucket_cap_mb", cap,
                                     "--metrics", f"{tmp}/b{{rank}}.jsonl"], np=np)
@@ -389,11 +392,14 @@ def step06_matches_step04(np):
             # division by W = 2 is exact whether before (step 06) or after (step 04) the sum.
             if np == 2 and db != da:
                 raise Failure(f"bucket cap {cap}: parameters {db} differ from step 04's {da}")
+            if np == 2 and lb != lc:
+                raise Failure(f"bucket cap {cap}: the logged losses differ from step 05's")
             print(f"cap {cap} MiB at {np} ranks: max loss diff from step 04 {worst:.1e}, "
                   f"parameters {'identical' if db == da else 'differ'}")
     scenario.__name__ = f"step06_matches_step04_np{np}"
     scenario.__doc__ = (f"Step 06 at {np} ranks has step 04's per-step loss for every bucket cap"
-                        + (" and bit-identical parameters." if np == 2 else "."))
+                        + (", bit-identical parameters, and logs step 05's losses exactly."
+                           if np == 2 else "."))
     return scenario
 
 

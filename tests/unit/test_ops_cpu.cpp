@@ -109,6 +109,21 @@ TEST(OpsCpu, CountCorrectFirstMaximumWins) {
   EXPECT_EQ(correct, 13);
 }
 
+TEST(OpsCpu, AxpyRoundsProductThenSum) {
+  Ctx c = cpu();
+  std::vector<float> y = {1, -2, 0.5f}, x = {4, 3, -1};
+  ops_axpy(&c, y.data(), x.data(), 3, 0.25f);
+  EXPECT_EQ(y, (std::vector<float>{2, -1.25f, 0.25f}));
+  // -1 + (1 + 2^-23)·(1 + 2^-22): the exact product 1 + 3·2^-23 + 2^-45 rounds to 1 + 3·2^-23
+  // first, so the sum is 3·2^-23; a fused multiply-add keeps the 2^-45 (3·2^-23 + 2^-45 is a float).
+  // This pins the unfused order that the CUDA kernel (__fmul_rn, __fadd_rn) also follows.
+  const float e = std::ldexp(1.0f, -23);
+  std::vector<float> y1 = {-1.0f}, x1 = {1.0f + 2 * e};
+  ops_axpy(&c, y1.data(), x1.data(), 1, 1.0f + e);
+  EXPECT_EQ(y1[0], 3 * e);
+  EXPECT_EQ(std::fma(1.0f + e, 1.0f + 2 * e, -1.0f), 3 * e + std::ldexp(1.0f, -45));  // fused differs
+}
+
 TEST(OpsCpu, ScaleAndGather) {
   Ctx c = cpu();
   std::vector<float> v = {1, -2, 4};
