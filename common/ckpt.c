@@ -3,13 +3,16 @@
 #define _POSIX_C_SOURCE 200809L
 #include "ckpt.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -144,6 +147,34 @@ static int fsync_dir(const char *dir) {
   return rc;
 }
 
+// Removes the temporary files `PATH.tmp.PID` that savers killed mid-write left next to @p path: those
+// of a process that no longer exists on this machine, untouched for CKPT_STALE_SECONDS (the age
+// spares a saver on another node of a shared file system, whose PID means nothing here). Best effort:
+// a file that cannot be removed stays.
+#define CKPT_STALE_SECONDS 300
+static void remove_stale_tmp(const char *dir, const char *path) {
+  const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+  size_t base_len = strlen(base);
+  DIR *d = opendir(dir);
+  if (!d) return;
+  time_t now = time(NULL);
+  for (struct dirent *e; (e = readdir(d)) != NULL;) {
+    const char *name = e->d_name;
+    if (strncmp(name, base, base_len) != 0 || strncmp(name + base_len, ".tmp.", 5) != 0) continue;
+    const char *digits = name + base_len + 5;
+    char *end;
+    long pid = strtol(digits, &end, 10);
+    if (end == digits || *end != '\0' || pid <= 0 || pid == (long)getpid()) continue;
+    if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to signal)
+    char full[4096];
+    struct stat st;
+    if (snprintf(full, sizeof full, "%s/%s", dir, name) >= (int)sizeof full) continue;
+    if (stat(full, &st) == 0 && S_ISREG(st.st_mode) && now - st.st_mtime >= CKPT_STALE_SECONDS)
+      remove(full);
+  }
+  closedir(d);
+}
+
 int ckpt_save(const char *path, const CkptMeta *meta, const float *params, const float *opt_state,
               char *err, size_t err_len) {
   size_t n = ckpt_param_count(meta);
@@ -182,6 +213,7 @@ int ckpt_save(const char *path, const CkptMeta *meta, const float *params, const
   if (fclose(f) != 0) goto out_fail;
   what = "rename";
   if (rename(tmp, path) != 0) goto out_fail;
+  remove_stale_tmp(dir, path);
   // The new file is already in place; a failed directory fsync only weakens durability across a
   // power loss. EINVAL means the file system cannot fsync directories at all, which is not an error.
   if (fsync_dir(dir) != 0 && errno != EINVAL) {

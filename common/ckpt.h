@@ -60,7 +60,9 @@ typedef struct CkptMeta {
 size_t ckpt_param_count(const CkptMeta *meta);
 
 /**
- * @brief Writes a checkpoint atomically (temporary file, fsync, rename, directory fsync).
+ * @brief Writes a checkpoint atomically (temporary file `PATH.tmp.PID`, fsync, rename, directory
+ * fsync). After a successful rename it also removes the `PATH.tmp.PID` files of savers that were
+ * killed mid-write: those whose process no longer exists on this machine, untouched for 5 minutes.
  * @param[in] path      destination.
  * @param[in] meta      header fields; n_layers and sizes define n.
  * @param[in] params    host, (n): parameters.

@@ -9,7 +9,9 @@
 #include <iterator>
 #include <string>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
+#include <utime.h>
 #include <vector>
 
 #include "ckpt.h"
@@ -134,6 +136,35 @@ TEST(Ckpt, RoundTripIsBitExact) {
   ASSERT_EQ(p.size(), fx.params.size());
   EXPECT_EQ(std::memcmp(p.data(), fx.params.data(), p.size() * 4), 0);
   EXPECT_EQ(std::memcmp(o.data(), fx.opt.data(), o.size() * 4), 0);
+}
+
+// A saver killed mid-write leaves PATH.tmp.PID behind; the next successful save removes those of
+// processes that are gone and older than 5 minutes, and no other file.
+TEST(Ckpt, SaveRemovesStaleTemporaryFiles) {
+  Fixture fx;
+  std::string path = tmp_path("ckpt_stale.bin"), msg;
+  pid_t dead = fork();  // a process id that is surely gone once reaped
+  ASSERT_GE(dead, 0);
+  if (dead == 0) _exit(0);
+  ASSERT_EQ(waitpid(dead, nullptr, 0), dead);
+  const std::string d = std::to_string(dead), alive = std::to_string(getppid());
+  const std::vector<std::string> old_dead = {path + ".tmp." + d},
+                                 kept = {path + ".tmp." + alive,   // its process runs
+                                         path + ".tmp.x" + d,      // not a PID
+                                         tmp_path("other.bin.tmp." + d)};  // another checkpoint's
+  std::string young_dead = path + ".tmp." + std::to_string(dead + 1000000);  // surely no such PID
+  for (const std::string &f : old_dead) write_bytes(f, {1, 2, 3});
+  for (const std::string &f : kept) write_bytes(f, {1, 2, 3});
+  write_bytes(young_dead, {1, 2, 3});
+  struct utimbuf hour_ago = {time(nullptr) - 3600, time(nullptr) - 3600};
+  for (const std::string &f : old_dead) ASSERT_EQ(utime(f.c_str(), &hour_ago), 0);
+  for (const std::string &f : kept) ASSERT_EQ(utime(f.c_str(), &hour_ago), 0);
+  ASSERT_EQ(fx.save(path, &msg), 0) << msg;
+  for (const std::string &f : old_dead) EXPECT_FALSE(exists(f)) << f;
+  for (const std::string &f : kept) EXPECT_TRUE(exists(f)) << f;
+  EXPECT_TRUE(exists(young_dead)) << "a recent file may belong to a saver on another node";
+  for (const std::string &f : kept) std::remove(f.c_str());
+  std::remove(young_dead.c_str());
 }
 
 TEST(Ckpt, LayoutIsLittleEndianAsDocumented) {
