@@ -12,6 +12,8 @@
 #             the process group, the bucketed reducer and NCCL all-reduces of a single rank)
 #   torch     scripts/bench/torch_mlp.py --device cuda
 #   torch DDP the same with --ddp at world size 1 (NCCL)
+# Plus, per model, the GEMM bound: the step's 3L-1 GEMMs alone through the same cuBLAS calls, timed with
+# CUDA events (build/bin/gemm_bound --device cuda, S-W repetitions), and step 01's time against it.
 # Step time: ours, the median gap between consecutive metrics "time" stamps after W warm-up steps (one
 # loop iteration; the loss is read back every step, which waits for the GPU); PyTorch, its median step
 # time (zero_grad .. optimizer step and loss.item()). Prints the medians over repetitions and the
@@ -63,7 +65,7 @@ for sp in site.getsitepackages() + [site.getusersitepackages()]:
     echo "the build has no CUDA or no NCCL: see $OUT/configure.log" >&2
     exit 1
   fi
-  cmake --build "$BUILD_DIR" -j "$(nproc)" --target 01_single_gpu 06_full > "$OUT/build.log" 2>&1 ||
+  cmake --build "$BUILD_DIR" -j "$(nproc)" --target 01_single_gpu 06_full gemm_bound > "$OUT/build.log" 2>&1 ||
     { tail -40 "$OUT/build.log"; exit 1; }
 else
   [ -x "$BUILD_DIR/bin/06_full" ] || { echo "no nvcc and no prebuilt $BUILD_DIR/bin/06_full" >&2; exit 1; }
@@ -99,6 +101,12 @@ run_one() {  # model prog rep -> writes $OUT/<model>.<prog>.<rep>.json(l)
           "${torch_args[@]}" --ddp > "$f.json" 2> "$f.log" ;;
   esac || { echo "$m $p failed, see $f.log:" >&2; tail -20 "$f.log" >&2; exit 1; }
 }
+
+for m in "${MODELS[@]}"; do  # the GEMM bound, once per model
+  "$BIN/gemm_bound" --device cuda --sizes "784,${HIDDEN[$m]},10" --batch "${BATCH[$m]}" \
+    --reps $((S - W)) --warmup "$W" > "$OUT/$m.gemm.json" 2> "$OUT/$m.gemm.log" ||
+    { echo "gemm_bound ($m) failed, see $OUT/$m.gemm.log" >&2; exit 1; }
+done
 
 for ((rep = 0; rep < R; rep++)); do
   for m in "${MODELS[@]}"; do
@@ -138,4 +146,13 @@ for m in ("course", "large"):
         ref = {"01": "torch", "06": "torch_ddp"}.get(p)
         ratio = f"{st.median(a / b for a, b in zip(t[ref], t[p])):.2f}x" if ref else ""
         print(f"| {desc[m]} | {names[p]} | {med * 1e3:.3f} | {batch[m] / med:.0f} | {ratio} |")
+
+print("\n| model | GEMM bound (ms, cuBLAS alone) | GFLOP/s | step 01 (ms) | GEMM bound / step 01 |")
+print("| --- | --- | --- | --- | --- |")
+for m in ("course", "large"):
+    with open(f"{out}/{m}.gemm.json") as fh:
+        g = json.load(fh)
+    s01 = st.median(step_s(m, "01", r) for r in range(R))
+    print(f"| {desc[m]} | {g['median_step_s'] * 1e3:.3f} | {g['gflops']:.0f} | {s01 * 1e3:.3f} | "
+          f"{g['median_step_s'] / s01:.2f} |")
 PYEOF

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # step01_cpu.sh: step 01 on the CPU against the PyTorch reference and the GEMM-only bound, one thread.
 #
-# Builds step 01 (CMake, Release, $BUILD) and scripts/bench/gemm_bound.c (gcc -O3 -lopenblas), then runs
+# Builds step 01 and scripts/bench/gemm_bound.c (CMake targets, Release, $BUILD), then runs
 # R interleaved repetitions (the order rotates every repetition) of
 #   ours   build/bin/01_single_gpu --device cpu --max_steps S --epochs 1 ... on Fashion-MNIST; its
 #          --metrics file is a FIFO read by this script, which stamps every "step" line as it arrives:
@@ -33,9 +33,8 @@ mkdir -p "$BUILD/bench"
   if [ ! -f "$BUILD/build.ninja" ] && [ ! -f "$BUILD/Makefile" ]; then
     cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release
   fi
-  cmake --build "$BUILD" -j2 --target 01_single_gpu
+  cmake --build "$BUILD" -j2 --target 01_single_gpu gemm_bound
 } >"$BUILD/bench/build.log" 2>&1 || { cat "$BUILD/bench/build.log" >&2; exit 1; }
-gcc -O3 -std=c11 -Wall "$ROOT/scripts/bench/gemm_bound.c" -o "$BUILD/bench/gemm_bound" -lopenblas
 
 echo "load before: $(uptime)"
 echo "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset (auto-detected)}  $(getconf _NPROCESSORS_ONLN) CPUs"
@@ -102,7 +101,7 @@ def run_torch(rep):
 
 
 def run_gemm(rep):
-    out = subprocess.run([os.path.join(build, "bench", "gemm_bound"), "--batch", str(B),
+    out = subprocess.run([os.path.join(build, "bin", "gemm_bound"), "--batch", str(B),
                           "--reps", str(S - W), "--warmup", str(W)],
                          check=True, capture_output=True, text=True).stdout
     r = json.loads(out)
