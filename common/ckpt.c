@@ -153,7 +153,7 @@ static int fsync_dir(const char *dir) {
 // a file that cannot be removed stays.
 #define CKPT_STALE_SECONDS 300
 static void remove_stale_tmp(const char *dir, const char *path) {
-  const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+  const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
   size_t base_len = strlen(base);
   DIR *d = opendir(dir);
   if (!d) return;

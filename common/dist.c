@@ -184,19 +184,6 @@ void dist_wait(ProcessGroup *pg, DistWork *w) {
   w->active = false;
 }
 
-void dist_all_reduce_host(ProcessGroup *pg, double *v, size_t n) {
-  if (n == 0 || solo(pg) || pg->world_size == 1) return;
-  if (pg->mpi_up) {
-    dist_mpi_all_reduce_host(pg, v, n);
-    return;
-  }
-  // NCCL without MPI: through the device scratch buffer allocated at connect time.
-  if (n > DIST_SCRATCH_DOUBLES) die(1, "dist_all_reduce_host: at most %d values", DIST_SCRATCH_DOUBLES);
-  dev_upload(pg->ctx, pg->scratch, v, n * sizeof *v);  // v may be pageable: the download below syncs
-  dist_nccl_all_reduce(pg, pg->scratch, n, DIST_DOUBLE, DIST_SUM);
-  dev_download(pg->ctx, v, pg->scratch, n * sizeof *v);
-}
-
 void dist_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, int root) {
   if (n == 0 || solo(pg)) return;
   if (pg->backend == BACKEND_NCCL) {

@@ -30,9 +30,6 @@
 extern "C" {
 #endif
 
-/** @brief Most values dist_all_reduce_host() reduces in one call. */
-#define DIST_SCRATCH_DOUBLES 16
-
 /** @brief Which library carries the collectives. */
 typedef enum Backend {
   BACKEND_MPI = 0,  ///< MPI on host buffers (device buffers are staged through pinned host memory)
@@ -72,7 +69,7 @@ typedef struct ProcessGroup {
   bool mpi_up;       ///< MPI was initialised by dist_init()
   void *nccl;        ///< ncclComm_t (BACKEND_NCCL), after dist_connect()
   const Ctx *ctx;    ///< the device context given to dist_connect()
-  void *scratch;     ///< device, DIST_SCRATCH_DOUBLES doubles: NCCL barrier, dist_all_reduce_host()
+  void *scratch;     ///< device, one int: the NCCL barrier's all-reduce
   void *comm_stream; ///< cudaStream_t for asynchronous NCCL collectives (BACKEND_NCCL)
   DevEvent ready;    ///< recorded on the compute stream before each asynchronous collective
   void *stage;       ///< pinned host staging buffer (BACKEND_MPI with device buffers)
@@ -160,14 +157,6 @@ bool dist_test(ProcessGroup *pg, DistWork *w);
  * @param[in,out] w an active handle.
  */
 void dist_wait(ProcessGroup *pg, DistWork *w);
-
-/**
- * @brief All-reduce of a small host array, blocking (for metrics such as a loss and a count).
- * @param[in] pg      process group.
- * @param[in,out] v   host, (n) doubles, summed over ranks.
- * @param[in] n       element count.
- */
-void dist_all_reduce_host(ProcessGroup *pg, double *v, size_t n);
 
 /**
  * @brief Broadcast from @p root in place (device memory of the connected context).

@@ -24,8 +24,6 @@ void dist_mpi_all_reduce_start(ProcessGroup *pg, DistWork *w);
 bool dist_mpi_test(ProcessGroup *pg, DistWork *w);
 /** @brief MPI_Wait on @p w; then as dist_mpi_test(). */
 void dist_mpi_wait(ProcessGroup *pg, DistWork *w);
-/** @brief MPI all-reduce of host doubles (sum). */
-void dist_mpi_all_reduce_host(ProcessGroup *pg, double *v, size_t n);
 /** @brief MPI broadcast of device or host memory; see dist_broadcast(). */
 void dist_mpi_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, int root);
 /** @brief MPI broadcast of host bytes (used to share the NCCL unique id). */

@@ -125,12 +125,6 @@ void dist_mpi_wait(ProcessGroup *pg, DistWork *w) {
   finish(pg, w);
 }
 
-void dist_mpi_all_reduce_host(ProcessGroup *pg, double *v, size_t n) {
-  (void)pg;
-  WAITING("MPI_Allreduce",
-          MPI_Allreduce(MPI_IN_PLACE, v, (int)n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
-}
-
 void dist_mpi_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, int root) {
   size_t bytes = n * dist_type_size(type);
   void *host = buf;

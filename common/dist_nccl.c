@@ -114,7 +114,7 @@ void dist_nccl_connect(ProcessGroup *pg) {
   ncclCheck(ncclCommInitRank(&comm, pg->world_size, id, pg->rank));
   pg->nccl = comm;
   g_comm = comm;
-  pg->scratch = dev_alloc(pg->ctx, DIST_SCRATCH_DOUBLES * sizeof(double));
+  pg->scratch = dev_alloc(pg->ctx, sizeof(int));
   pg->comm_stream = dev_stream_create(pg->ctx);  // for collectives that overlap computation
   cudaCheck(cudaEventCreateWithFlags(&g_last.event, cudaEventDisableTiming));
   if (!pg->mpi_up) check_set_abort(nccl_abort);

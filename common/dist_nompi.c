@@ -20,7 +20,6 @@ void dist_mpi_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, D
   (void)pg, (void)buf, (void)n, (void)type, (void)op;
   NO_MPI();
 }
-void dist_mpi_all_reduce_host(ProcessGroup *pg, double *v, size_t n) { (void)pg, (void)v, (void)n, NO_MPI(); }
 void dist_mpi_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, int root) {
   (void)pg, (void)buf, (void)n, (void)type, (void)root;
   NO_MPI();
