@@ -26,6 +26,10 @@ import argparse
 import os
 import statistics
 import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cpu_ddp  # noqa: E402  (the benchmarks' one MPI environment)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SETTINGS = {
@@ -45,12 +49,9 @@ SETTINGS = {
 
 
 def base_env():
-    env = dict(os.environ, OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_btl="self,vader",
-               OMPI_MCA_pml="ob1", OPENBLAS_NUM_THREADS="1")
-    for k in {k for v in SETTINGS.values() for k in v}:
+    env = cpu_ddp.base_env()
+    for k in {k for v in SETTINGS.values() for k in v}:  # each setting is chosen here, not inherited
         env.pop(k, None)
-    if os.getuid() == 0:
-        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     return env
 
 

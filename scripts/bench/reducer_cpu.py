@@ -31,15 +31,15 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cpu_ddp import base_env  # noqa: E402  (the benchmarks' one MPI environment)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def mpi_env(extra=None):
-    env = dict(os.environ, OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_btl="self,vader",
-               OMPI_MCA_pml="ob1", OPENBLAS_NUM_THREADS="1")
+    env = base_env()
     env.update(extra or {})
-    if os.getuid() == 0:
-        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     return env
 
 
