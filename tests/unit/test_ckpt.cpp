@@ -5,8 +5,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <string>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -15,20 +13,11 @@
 #include <vector>
 
 #include "ckpt.h"
+#include "test_files.h"
 
 namespace {
 
 std::string tmp_path(const std::string &name) { return std::string(DDP_TEST_TMPDIR) + "/" + name; }
-
-std::vector<unsigned char> read_bytes(const std::string &path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::vector<unsigned char>(std::istreambuf_iterator<char>(in), {});
-}
-
-void write_bytes(const std::string &path, const std::vector<unsigned char> &b) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char *>(b.data()), (std::streamsize)b.size());
-}
 
 bool exists(const std::string &path) {
   struct stat st;

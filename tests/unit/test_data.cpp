@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "data.h"
+#include "test_files.h"
 
 namespace {
 
@@ -177,20 +178,6 @@ TEST(DataIdx, GzipEqualsPlain) {
 
 // The gzip files that take zlib's streaming path instead of the whole-file fast path (libdeflate):
 // several members load as one file; a cut stream and a wrong length trailer are errors.
-std::vector<unsigned char> read_bytes(const std::string &path) {
-  std::vector<unsigned char> b;
-  FILE *f = std::fopen(path.c_str(), "rb");
-  if (!f) return b;
-  int ch;
-  while ((ch = std::fgetc(f)) != EOF) b.push_back((unsigned char)ch);
-  std::fclose(f);
-  return b;
-}
-
-void write_raw(const std::string &path, const std::vector<unsigned char> &b) {
-  write_file(path, b, false);
-}
-
 TEST(DataIdx, GzipWithTwoMembersLoads) {
   Files plain = write_good(false);
   std::vector<unsigned char> img = idx_images(kN, kRows, kCols, pixels());
@@ -200,7 +187,7 @@ TEST(DataIdx, GzipWithTwoMembersLoads) {
   write_file(b, tail, true);
   std::vector<unsigned char> cat = read_bytes(a), second = read_bytes(b);
   cat.insert(cat.end(), second.begin(), second.end());
-  write_raw(both, cat);
+  write_bytes(both, cat);
   Dataset x{}, y{};
   char err[256];
   ASSERT_EQ(dataset_load_idx(&x, plain.images.c_str(), plain.labels.c_str(), 0, kMean, kStd, err,
@@ -224,10 +211,10 @@ TEST(DataIdx, GzipCutOrWrongLengthIsAnError) {
   std::vector<unsigned char> z = read_bytes(good);
   ASSERT_GT(z.size(), 30u);
   std::string cut = tmp("cut.gz"), len = tmp("len.gz");
-  write_raw(cut, std::vector<unsigned char>(z.begin(), z.begin() + z.size() - 10));
+  write_bytes(cut, std::vector<unsigned char>(z.begin(), z.begin() + z.size() - 10));
   std::vector<unsigned char> wrong = z;
   wrong[wrong.size() - 4] ^= 1;  // ISIZE, the inflated length in the trailer
-  write_raw(len, wrong);
+  write_bytes(len, wrong);
   for (const std::string &path : {cut, len}) EXPECT_HAS(load_error(path, lab), path);
 }
 
@@ -250,7 +237,7 @@ TEST(DataIdx, GzipHeaderCrcIsChecked) {
     with.push_back((unsigned char)((crc >> 8) & 0xff));
     with.insert(with.end(), z.begin() + 10, z.end());
     std::string path = tmp(good ? "hcrc_good.gz" : "hcrc_bad.gz");
-    write_raw(path, with);
+    write_bytes(path, with);
     if (good) {
       Dataset ds{};
       char err[256];
