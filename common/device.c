@@ -32,6 +32,11 @@ void ctx_init(Ctx *c, Device dev, int gpu) {
   if (dev == DEVICE_CUDA) ctx_init_cuda(c, gpu);
 }
 
+void ctx_set_tf32(Ctx *c, bool on) {
+  c->tf32 = on;
+  if (c->dev == DEVICE_CUDA) ctx_set_tf32_cuda(c, on);
+}
+
 void ctx_free(Ctx *c) {
   if (c->dev == DEVICE_CUDA) ctx_free_cuda(c);
   memset(c, 0, sizeof *c);
@@ -62,6 +67,14 @@ void dev_upload(const Ctx *c, void *dst, const void *src, size_t bytes) {
 void dev_download(const Ctx *c, void *dst, const void *src, size_t bytes) {
   if (c->dev == DEVICE_CUDA) {
     dev_download_cuda(c, dst, src, bytes);
+  } else {
+    memcpy(dst, src, bytes);
+  }
+}
+
+void dev_download_async(const Ctx *c, void *dst, const void *src, size_t bytes) {
+  if (c->dev == DEVICE_CUDA) {
+    dev_download_async_cuda(c, dst, src, bytes);
   } else {
     memcpy(dst, src, bytes);
   }
@@ -121,6 +134,14 @@ void dev_event_record(const Ctx *c, DevEvent *e, void *stream) {
 
 void dev_stream_wait(const Ctx *c, void *stream, const DevEvent *e) {
   if (c->dev == DEVICE_CUDA) dev_stream_wait_cuda(c, stream, e);
+}
+
+bool dev_event_done(const Ctx *c, const DevEvent *e) {
+  return c->dev == DEVICE_CUDA ? dev_event_done_cuda(c, e) : true;
+}
+
+void dev_event_wait(const Ctx *c, const DevEvent *e) {
+  if (c->dev == DEVICE_CUDA) dev_event_wait_cuda(c, e);
 }
 
 double dev_event_elapsed(const Ctx *c, const DevEvent *from, const DevEvent *to) {

@@ -32,6 +32,7 @@ typedef struct Ctx {
   int gpu;       ///< CUDA device ordinal (DEVICE_CUDA only), -1 for the CPU
   void *stream;  ///< cudaStream_t for compute (DEVICE_CUDA), NULL on the CPU
   void *blas;    ///< cublasHandle_t bound to @ref stream (DEVICE_CUDA), NULL on the CPU
+  bool tf32;     ///< GEMMs may round their inputs to TF32 on tensor cores (ctx_set_tf32)
 } Ctx;
 
 /**
@@ -64,10 +65,23 @@ void ctx_init(Ctx *c, Device dev, int gpu);
 /** @brief Releases what ctx_init() created (waits for queued work first). */
 void ctx_free(Ctx *c);
 
+/**
+ * @brief Lets the context's GEMMs use TF32 tensor cores (`--tf32`, PyTorch's
+ * `torch.backends.cuda.matmul.allow_tf32`): much faster on Ampere and later, but the GEMM inputs are
+ * rounded to 10 mantissa bits, so results no longer match the fp32 CPU reference to fp32 rounding.
+ * Replicas still agree bit for bit (every rank rounds the same way). The CPU has no TF32: there the
+ * flag is recorded and changes nothing.
+ * @param[in,out] c  the context.
+ * @param[in]     on true for TF32, false for plain fp32 (the default).
+ */
+void ctx_set_tf32(Ctx *c, bool on);
+
 /** @brief CUDA half of ctx_init(). @pre dev is DEVICE_CUDA. */
 void ctx_init_cuda(Ctx *c, int gpu);
 /** @brief CUDA half of ctx_free(). */
 void ctx_free_cuda(Ctx *c);
+/** @brief CUDA half of ctx_set_tf32(): the cuBLAS handle's math mode. */
+void ctx_set_tf32_cuda(Ctx *c, bool on);
 
 /**
  * @brief Allocates @p bytes of zero-filled memory on the context's device (touched once, now).
@@ -80,6 +94,13 @@ void dev_free(const Ctx *c, void *p);
 void dev_upload(const Ctx *c, void *dst, const void *src, size_t bytes);
 /** @brief Copies device→host and waits for it (and for all work queued before it). */
 void dev_download(const Ctx *c, void *dst, const void *src, size_t bytes);
+/**
+ * @brief Queues a device→host copy on the context's stream and returns without waiting (a plain
+ * memcpy on the CPU). @p dst must come from host_alloc() (pinned: a pageable destination would make
+ * CUDA copy synchronously), and it is valid only once an event recorded after the copy is done
+ * (dev_event_done(), dev_event_wait()).
+ */
+void dev_download_async(const Ctx *c, void *dst, const void *src, size_t bytes);
 /** @brief Queues a device→device copy on the context's stream. */
 void dev_copy(const Ctx *c, void *dst, const void *src, size_t bytes);
 /** @brief Queues a fill with zero bytes on the context's stream. */
@@ -124,6 +145,12 @@ void dev_event_record(const Ctx *c, DevEvent *e, void *stream);
  */
 void dev_stream_wait(const Ctx *c, void *stream, const DevEvent *e);
 /**
+ * @brief Whether the work before a recorded event has finished; never waits (always true on the CPU).
+ */
+bool dev_event_done(const Ctx *c, const DevEvent *e);
+/** @brief Waits on the host until the work before a recorded event has finished (no-op on the CPU). */
+void dev_event_wait(const Ctx *c, const DevEvent *e);
+/**
  * @brief Seconds from event @p from to event @p to; waits for @p to to complete.
  * @return the elapsed time (negative when @p to happened first).
  */
@@ -141,6 +168,10 @@ void dev_event_free_cuda(const Ctx *c, DevEvent *e);
 void dev_event_record_cuda(const Ctx *c, DevEvent *e, void *stream);
 /** @brief CUDA implementation of dev_stream_wait(). */
 void dev_stream_wait_cuda(const Ctx *c, void *stream, const DevEvent *e);
+/** @brief CUDA implementation of dev_event_done(). */
+bool dev_event_done_cuda(const Ctx *c, const DevEvent *e);
+/** @brief CUDA implementation of dev_event_wait(). */
+void dev_event_wait_cuda(const Ctx *c, const DevEvent *e);
 /** @brief CUDA implementation of dev_event_elapsed(). */
 double dev_event_elapsed_cuda(const Ctx *c, const DevEvent *from, const DevEvent *to);
 /** @brief CUDA implementation of dev_stream_create(). */
@@ -156,6 +187,8 @@ void dev_free_cuda(const Ctx *c, void *p);
 void dev_upload_cuda(const Ctx *c, void *dst, const void *src, size_t bytes);
 /** @brief CUDA implementation of dev_download(). */
 void dev_download_cuda(const Ctx *c, void *dst, const void *src, size_t bytes);
+/** @brief CUDA implementation of dev_download_async(). */
+void dev_download_async_cuda(const Ctx *c, void *dst, const void *src, size_t bytes);
 /** @brief CUDA implementation of dev_copy(). */
 void dev_copy_cuda(const Ctx *c, void *dst, const void *src, size_t bytes);
 /** @brief CUDA implementation of dev_zero(). */

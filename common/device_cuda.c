@@ -70,6 +70,12 @@ void ctx_init_cuda(Ctx *c, int gpu) {
   c->blas = blas;
 }
 
+void ctx_set_tf32_cuda(Ctx *c, bool on) {
+  // cuBLAS's fp32 GEMMs may then round their inputs to TF32 and run on tensor cores.
+  cublasCheck(cublasSetMathMode((cublasHandle_t)c->blas,
+                                on ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+}
+
 void ctx_free_cuda(Ctx *c) {
   if (c->stream) cudaCheck(cudaStreamSynchronize((cudaStream_t)c->stream));
   if (c->blas) cublasCheck(cublasDestroy((cublasHandle_t)c->blas));
@@ -131,6 +137,11 @@ void dev_download_cuda(const Ctx *c, void *dst, const void *src, size_t bytes) {
   cudaCheck(cudaStreamSynchronize((cudaStream_t)c->stream));  // dst is ready when we return
 }
 
+void dev_download_async_cuda(const Ctx *c, void *dst, const void *src, size_t bytes) {
+  if (bytes == 0) return;
+  cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, (cudaStream_t)c->stream));
+}
+
 void dev_copy_cuda(const Ctx *c, void *dst, const void *src, size_t bytes) {
   if (bytes == 0) return;
   cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, (cudaStream_t)c->stream));
@@ -167,6 +178,19 @@ void dev_event_record_cuda(const Ctx *c, DevEvent *e, void *stream) {
 
 void dev_stream_wait_cuda(const Ctx *c, void *stream, const DevEvent *e) {
   cudaCheck(cudaStreamWaitEvent(stream_or_compute(c, stream), (cudaEvent_t)e->ev, 0));
+}
+
+bool dev_event_done_cuda(const Ctx *c, const DevEvent *e) {
+  (void)c;
+  cudaError_t q = cudaEventQuery((cudaEvent_t)e->ev);
+  if (q == cudaErrorNotReady) return false;
+  cudaCheck(q);  // any other answer than "ready" or "not yet" is an error
+  return true;
+}
+
+void dev_event_wait_cuda(const Ctx *c, const DevEvent *e) {
+  (void)c;
+  cudaCheck(cudaEventSynchronize((cudaEvent_t)e->ev));
 }
 
 double dev_event_elapsed_cuda(const Ctx *c, const DevEvent *from, const DevEvent *to) {

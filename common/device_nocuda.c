@@ -14,6 +14,10 @@ void ctx_init_cuda(Ctx *c, int gpu) {
   (void)c, (void)gpu;
   NO_CUDA();
 }
+void ctx_set_tf32_cuda(Ctx *c, bool on) {
+  (void)c, (void)on;
+  NO_CUDA();
+}
 void ctx_free_cuda(Ctx *c) {
   (void)c;
   NO_CUDA();
@@ -31,6 +35,10 @@ void dev_upload_cuda(const Ctx *c, void *dst, const void *src, size_t bytes) {
   NO_CUDA();
 }
 void dev_download_cuda(const Ctx *c, void *dst, const void *src, size_t bytes) {
+  (void)c, (void)dst, (void)src, (void)bytes;
+  NO_CUDA();
+}
+void dev_download_async_cuda(const Ctx *c, void *dst, const void *src, size_t bytes) {
   (void)c, (void)dst, (void)src, (void)bytes;
   NO_CUDA();
 }
@@ -77,6 +85,14 @@ void dev_event_record_cuda(const Ctx *c, DevEvent *e, void *stream) {
 }
 void dev_stream_wait_cuda(const Ctx *c, void *stream, const DevEvent *e) {
   (void)c, (void)stream, (void)e;
+  NO_CUDA();
+}
+bool dev_event_done_cuda(const Ctx *c, const DevEvent *e) {
+  (void)c, (void)e;
+  NO_CUDA();
+}
+void dev_event_wait_cuda(const Ctx *c, const DevEvent *e) {
+  (void)c, (void)e;
   NO_CUDA();
 }
 double dev_event_elapsed_cuda(const Ctx *c, const DevEvent *from, const DevEvent *to) {

@@ -17,6 +17,7 @@
 #include "device.h"  // device.h: Ctx, ctx_init, dev_alloc, dev_upload, dev_download, ...
 #include "mlp.h"     // mlp.h: mlp_init, mlp_forward, mlp_loss, mlp_backward, ...
 #include "ops.h"     // ops.h: ops_*_cpu, ops_*_cuda
+#include "readback.h"  // readback.h: readback_init, readback_push, readback_take
 
 namespace {
 
@@ -139,6 +140,32 @@ TEST_F(OpsCuda, MemoryRoundTrip) {
   dev_free(gpu(), b);
 }
 
+// Values read back asynchronously are those the stream had produced when each read was queued, even
+// when later work on the stream overwrites the device value; they come back oldest first.
+TEST_F(OpsCuda, ReadbackKeepsStreamOrder) {
+  if (device_cuda_count() == 0) GTEST_SKIP() << "no CUDA GPU";
+  const size_t n = 1 << 22;  // some work before each read, so that reads are still in flight
+  std::vector<float> big = rand_floats(n, -1, 1, 7);
+  float *dbig = up(big), *dv = up(std::vector<float>(1, 1.0f));
+  Readback r;
+  readback_init(&r, gpu());
+  for (int i = 0; i < READBACK_SLOTS; i++) {
+    ops_scale_cuda(gpu(), dbig, n, 1.0f);  // keeps the stream busy for a while
+    ops_scale_cuda(gpu(), dv, 1, 2.0f);    // dv = 2^(i+1)
+    readback_push(&r, gpu(), dv, i);
+  }
+  ops_scale_cuda(gpu(), dv, 1, 0.0f);  // queued after the reads: must not reach them
+  float v;
+  long long tag;
+  for (int i = 0; i < READBACK_SLOTS; i++) {
+    ASSERT_TRUE(readback_take(&r, gpu(), 0, &v, &tag)) << i;  // max_ahead 0: waits
+    EXPECT_EQ(tag, i);
+    EXPECT_EQ(v, (float)(2 << i));
+  }
+  EXPECT_FALSE(readback_take(&r, gpu(), 0, &v, &tag));
+  readback_free(&r, gpu());
+}
+
 // ctx_init must end the job with a clear message, not crash, when the GPU does not exist (no
 // driver, no GPU, or a build without CUDA). The death tests re-run the binary ("threadsafe"), so
 // the child does not inherit this process's CUDA state.
@@ -213,6 +240,29 @@ INSTANTIATE_TEST_SUITE_P(
              (std::get<2>(info.param) == 0.0f ? "0" : "1") + "_" + std::to_string(s.M) + "x" +
              std::to_string(s.N) + "x" + std::to_string(s.K);
     });
+
+// TF32 (ctx_set_tf32, --tf32): each product's inputs are rounded to 10 mantissa bits (a relative
+// error of at most 2^-11 each), so a product is within 2^-10 (plus fp32 rounding) of the exact one.
+TEST_F(OpsCuda, GemmTf32WithinTf32Rounding) {
+  if (device_cuda_count() == 0) GTEST_SKIP() << "no CUDA GPU";
+  const int M = 128, N = 300, K = 784;
+  std::vector<float> A = rand_floats((size_t)M * K, -1, 1, 14), B = rand_floats((size_t)K * N, -1, 1, 15);
+  std::vector<float> C((size_t)M * N, 0.0f);
+  float *dA = up(A), *dB = up(B), *dC = up(C);
+  Ctx tf32 = *gpu();
+  ctx_set_tf32(&tf32, true);  // the same cuBLAS handle: set back to fp32 below
+  ops_gemm_cuda(&tf32, false, false, M, N, K, 1.0f, dA, dB, 0.0f, dC);
+  std::vector<float> got = down(dC, C.size());
+  ctx_set_tf32(&tf32, false);
+  ops_gemm_cpu(cpu(), false, false, M, N, K, 1.0f, A.data(), B.data(), 0.0f, C.data());
+  auto tol = [&](size_t idx) {
+    int i = (int)(idx / N), j = (int)(idx % N);
+    double s = 0.0;
+    for (int k = 0; k < K; k++) s += std::fabs((double)A[(size_t)i * K + k] * B[(size_t)k * N + j]);
+    return (std::ldexp(1.0, -10) + (K + 2) * EPS) * s + 1e-30;
+  };
+  expect_near_all(got, C, tol, "C (TF32)");
+}
 
 // ---------------------------------------------------------------------------------------------------
 // element-wise ops: one IEEE operation per element on both sides, so the results are bit-identical
