@@ -36,6 +36,7 @@ typedef struct Args {
   int dataset_size;       ///< --dataset_size: train samples to use, 0 = all (synthetic: 10000)
   int save_interval;      ///< --save_interval: save a checkpoint every N epochs, 0 = never (1)
   const char *device;     ///< --device: auto | cpu | cuda (auto)
+  bool tf32;              ///< --tf32: GPU GEMMs may use TF32 tensor cores (off)
   const char *data;       ///< --data: fashion-mnist | mnist | synthetic (fashion-mnist)
   const char *data_dir;   ///< --data_dir: IDX directory (NULL: the dataset's default)
   const char *hidden;     ///< --hidden: hidden layer sizes, comma-separated ("1024,1024")

@@ -7,7 +7,9 @@
  * it. They are grouped into buckets (--bucket_cap_mb), and a bucket is all-reduced asynchronously as
  * soon as backward has produced all of its gradients, while backward goes on with the earlier layers;
  * the optimizer waits for the last bucket. --grad_accum K takes K micro-batches per optimizer step and
- * communicates only after the last one (DDP's no_sync). --trace writes a timeline of both.
+ * communicates only after the last one (DDP's no_sync). --trace writes a timeline of both. And the
+ * loop never waits for the device: each step's loss is copied to the host in the background and
+ * logged when it arrives, so on a GPU the host queues the next steps while the current one runs.
  *
  * Run:  mpirun -np 2 build/bin/06_full --device cpu                (2 CPU ranks, Fashion-MNIST)
  *       mpirun -np 4 build/bin/06_full                             (4 GPUs, NCCL)
@@ -25,7 +27,7 @@
 #include "check.h"    // check.h: die, check_set_rank
 #include "ckpt.h"     // ckpt.h: CkptMeta, ckpt_save, ckpt_load
 #include "data.h"     // data.h: Dataset, data_parse, dataset_load, dataset_free
-#include "device.h"   // device.h: Ctx, ctx_init, device_parse, dev_alloc, dev_download
+#include "device.h"   // device.h: Ctx, ctx_init, ctx_set_tf32, device_parse, dev_alloc, ...
 #include "dist.h"     // dist.h: ProcessGroup, dist_init, dist_all_reduce, dist_barrier
 #include "loader.h"   // loader.h: Loader, loader_init, loader_set_order, loader_batch
 #include "log.h"      // log.h: log0, Progress, progress_start, progress_print
@@ -33,6 +35,7 @@
 #include "mlp.h"      // mlp.h: Mlp, mlp_init, mlp_forward, mlp_loss, mlp_backward
 #include "ops.h"      // ops.h: ops_scale, ops_axpy
 #include "optim.h"    // optim.h: Sgd, sgd_init, sgd_step
+#include "readback.h" // readback.h: Readback, readback_init, readback_push, readback_take
 #include "reducer.h"  // reducer.h: Reducer, reducer_init, reducer_grad_ready, reducer_finish
 #include "sampler.h"  // sampler.h: Sampler, sampler_init, sampler_set_epoch, sampler_indices
 #include "trace.h"    // trace.h: Trace, trace_open, trace_close
@@ -41,6 +44,7 @@
 // Configuration
 
 #define EVAL_BATCH 500  // test-set batch size: evaluation needs no gradients, so bigger is cheaper
+#define RUN_AHEAD 2     // steps the host may queue before it waits to read a step's loss
 
 typedef struct Trainer {
   Args args;            // command-line flags
@@ -53,6 +57,7 @@ typedef struct Trainer {
   Sgd opt;              // momentum buffer
   Reducer reducer;      // gradient buckets and their all-reduces
   float *loss;          // device, (1): the step's loss, summed over its micro-batches
+  Readback losses;      // the steps' losses on their way to the host
   Trace trace;          // --trace timeline
   Loader train, test;   // datasets on the device, batch buffers
   int n_train;          // training samples in the dataset
@@ -90,6 +95,7 @@ static void setup(Trainer *t) {
     die(1, "%d ranks on this node but only %d GPUs: start at most one rank per GPU",
         t->pg.local_size, gpus);
   ctx_init(&t->ctx, dev, gpus == 1 ? 0 : t->local_rank);
+  ctx_set_tf32(&t->ctx, t->args.tf32);  // --tf32: faster GPU GEMMs, inputs rounded to TF32
   dist_connect(&t->pg, &t->ctx);  // [init] the communicator, on this rank's GPU
   log0("rank %d of %d (local rank %d) on %s\n", t->rank, t->world_size, t->local_rank,
        device_name(dev));
@@ -117,6 +123,7 @@ static void build_model(Trainer *t) {
   sgd_init(&t->opt, &t->ctx, t->model.n_params, t->args.lr, t->args.momentum, 0.0f,
            t->args.weight_decay, false);
   t->loss = dev_alloc(&t->ctx, sizeof(float));
+  readback_init(&t->losses, &t->ctx);
   log0("model: %d layers, %zu parameters\n", n_layers, t->model.n_params);
 }
 
@@ -162,7 +169,7 @@ static void epoch_order(Trainer *t, int epoch) {
 // Train step
 
 // One optimizer step over the B samples at `start`, in micro-batches of at most --batch_size.
-static float run_batch(Trainer *t, int start, int B) {
+static void run_batch(Trainer *t, int start, int B) {
   int micro = t->args.batch_size, K = (B + micro - 1) / micro;
   mlp_zero_grad(&t->model);
   dev_zero(&t->ctx, t->loss, sizeof(float));
@@ -185,9 +192,9 @@ static float run_batch(Trainer *t, int start, int B) {
   reducer_finish(&t->reducer);  // [bucket] wait for the last bucket before the optimizer step
   sgd_step(&t->opt, &t->ctx, t->model.params, t->model.grads);
   dist_all_reduce(&t->pg, t->loss, 1, DIST_FLOAT, DIST_AVG);  // [metrics] the global loss
-  float loss;
-  dev_download(&t->ctx, &loss, t->loss, sizeof loss);  // on NCCL, the one wait of the step
-  return loss;
+  // [overlap] queue the loss's copy to the host, and do not wait for it: on a GPU the host goes on
+  // to queue the next step while this one runs
+  readback_push(&t->losses, &t->ctx, t->loss, t->step + 1);
 }
 
 static double evaluate(Trainer *t) {
@@ -217,6 +224,21 @@ static bool out_of_steps(const Trainer *t) {
   return t->args.max_steps > 0 && t->step >= t->args.max_steps;
 }
 
+// [overlap] Logs every step whose loss has reached the host; waits only while more than
+// `max_ahead` steps are in flight. Returns the sum of the losses it logged.
+static double log_losses(Trainer *t, int epoch, int max_ahead) {
+  double sum = 0.0;
+  float loss;
+  long long step;
+  while (readback_take(&t->losses, &t->ctx, max_ahead, &loss, &step)) {
+    sum += loss;
+    metrics_step(&t->metrics, step, epoch, loss);
+    if (step % t->args.log_interval == 0)
+      progress_print(&t->progress, epoch + 1, t->args.epochs, step, loss);
+  }
+  return sum;
+}
+
 // Returns whether the whole epoch ran (--max_steps may stop it early).
 static bool run_epoch(Trainer *t, int epoch) {
   epoch_order(t, epoch);
@@ -224,16 +246,14 @@ static bool run_epoch(Trainer *t, int epoch) {
   long long batches = 0, samples = 0;
   for (int start = 0; start < t->n_order && !out_of_steps(t); start += step_size(t)) {
     int B = t->n_order - start < step_size(t) ? t->n_order - start : step_size(t);
-    float loss = run_batch(t, start, B);
+    run_batch(t, start, B);
     t->step++;
     batches++;
     samples += (long long)B * t->world_size;  // [metrics] the global batch
-    loss_sum += loss;
-    metrics_step(&t->metrics, t->step, epoch, loss);
     progress_add(&t->progress, (long long)B * t->world_size);
-    if (t->step % t->args.log_interval == 0)
-      progress_print(&t->progress, epoch + 1, t->args.epochs, t->step, loss);
+    loss_sum += log_losses(t, epoch, RUN_AHEAD);  // [overlap] the host stays RUN_AHEAD steps ahead
   }
+  loss_sum += log_losses(t, epoch, 0);  // [overlap] the epoch's last steps
   double samples_per_s = (double)samples / (now_seconds() - t0);
   double acc = evaluate(t);
   log0("epoch %d/%d  train loss %.4f  test accuracy %.4f  %.0f samples/s\n", epoch + 1,
@@ -323,6 +343,7 @@ static void finish(Trainer *t) {
   trace_close(&t->trace);
   log0("done: %lld steps, param_digest %016llx\n", t->step, (unsigned long long)digest);
   dev_free(&t->ctx, t->correct);
+  readback_free(&t->losses, &t->ctx);
   dev_free(&t->ctx, t->loss);
   free(t->order);
   sampler_free(&t->sampler);

@@ -20,7 +20,7 @@
 #include "check.h"    // check.h: die, check_set_rank
 #include "ckpt.h"     // ckpt.h: CkptMeta, ckpt_save, ckpt_load
 #include "data.h"     // data.h: Dataset, data_parse, dataset_load, dataset_free
-#include "device.h"   // device.h: Ctx, ctx_init, device_parse, dev_alloc, dev_download
+#include "device.h"   // device.h: Ctx, ctx_init, ctx_set_tf32, device_parse, dev_alloc, ...
 #include "loader.h"   // loader.h: Loader, loader_init, loader_set_order, loader_batch
 #include "log.h"      // log.h: log0, Progress, progress_start, progress_print
 #include "metrics.h"  // metrics.h: Metrics, metrics_open, metrics_step, metrics_epoch
@@ -68,6 +68,7 @@ static void setup(Trainer *t) {
   t->world_size = 1;
   t->local_rank = 0;
   ctx_init(&t->ctx, dev, t->local_rank);
+  ctx_set_tf32(&t->ctx, t->args.tf32);  // --tf32: faster GPU GEMMs, inputs rounded to TF32
   log0("rank %d of %d (local rank %d) on %s\n", t->rank, t->world_size, t->local_rank,
        device_name(dev));
 }

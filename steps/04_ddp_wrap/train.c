@@ -21,7 +21,7 @@
 #include "check.h"    // check.h: die, check_set_rank
 #include "ckpt.h"     // ckpt.h: CkptMeta, ckpt_save, ckpt_load
 #include "data.h"     // data.h: Dataset, data_parse, dataset_load, dataset_free
-#include "device.h"   // device.h: Ctx, ctx_init, device_parse, dev_alloc, dev_download
+#include "device.h"   // device.h: Ctx, ctx_init, ctx_set_tf32, device_parse, dev_alloc, ...
 #include "dist.h"     // dist.h: ProcessGroup, dist_init, dist_broadcast, dist_all_reduce
 #include "loader.h"   // loader.h: Loader, loader_init, loader_set_order, loader_batch
 #include "log.h"      // log.h: log0, Progress, progress_start, progress_print
@@ -79,6 +79,7 @@ static void setup(Trainer *t) {
     die(1, "%d ranks on this node but only %d GPUs: start at most one rank per GPU",
         t->pg.local_size, gpus);
   ctx_init(&t->ctx, dev, gpus == 1 ? 0 : t->local_rank);
+  ctx_set_tf32(&t->ctx, t->args.tf32);  // --tf32: faster GPU GEMMs, inputs rounded to TF32
   dist_connect(&t->pg, &t->ctx);  // [init] the communicator, on this rank's GPU
   log0("rank %d of %d (local rank %d) on %s\n", t->rank, t->world_size, t->local_rank,
        device_name(dev));
