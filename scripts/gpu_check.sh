@@ -14,7 +14,7 @@
 # already holds a CUDA build (made elsewhere with the same CUDA major version), it is reused and the
 # wheels' libraries are put on LD_LIBRARY_PATH.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 BUILD_DIR=${1:-build-gpu}
 OUT=${OUT:-$BUILD_DIR/gpu_check}
 mkdir -p "$OUT"
@@ -120,6 +120,13 @@ for dev in cuda cpu; do
     fail "step 01 on $dev (300 steps)" "see $OUT/step01_$dev.log"; tail -20 "$OUT/step01_$dev.log"
   fi
 done
+t0=$(date +%s.%N)
+if "$BIN/01_single_gpu" --device cuda --tf32 "${common[@]}" --metrics "$OUT/step01_tf32.jsonl" \
+     > "$OUT/step01_tf32.log" 2>&1; then
+  note "step 01 on cuda --tf32 (300 steps)" "ok, $(python3 -c "import time; print(round(time.time() - $t0, 1))") s wall"
+else
+  fail "step 01 on cuda --tf32 (300 steps)" "see $OUT/step01_tf32.log"; tail -20 "$OUT/step01_tf32.log"
+fi
 python3 - "$OUT" > "$OUT/compare.txt" 2>&1 <<'PY'
 import json, sys
 out = sys.argv[1]
@@ -133,6 +140,14 @@ for k in (1, 10, 100, 300):
 first = max(abs(a - b) for a, b in zip(g[:10], c[:10]))
 # fp32 on both sides, different summation orders: ~1e-6 per step at first, growing with training.
 print(f"  max |loss diff| over the first 10 steps: {first:.2e} ({'ok' if first < 1e-4 else 'TOO LARGE'})")
+try:
+    t = losses("tf32")
+    d = max(abs(a - b) for a, b in zip(t[:10], g[:10]))
+    # TF32 rounds each GEMM input to 10 mantissa bits (2^-11 relative): ~1e-3 on the loss, not 1e-1.
+    print(f"  --tf32 against fp32 on the GPU, max |loss diff| over the first 10 steps: {d:.2e} "
+          f"({'ok' if d < 2e-2 else 'TOO LARGE'})")
+except Exception as e:
+    print(f"  --tf32 comparison failed: {e} (TOO LARGE)")
 PY
 
 # ---- 4. the process group over NCCL, world size 1 ------------------------------------------------
@@ -173,6 +188,20 @@ try:
           f"{'identical' if a == d else 'DIFFERENT'}")
 except Exception as e:
     print(f"  step 05 resume comparison failed: {e}")
+try:
+    # world size 1: step 06 (buckets, a sum, losses read back asynchronously) trains exactly as
+    # step 05 (one all-reduce, an average, the loss read every step), and logs every step in order
+    def steps(name):
+        with open(f"{out}/{name}_0.jsonl") as f:
+            return [(o["step"], o["loss"]) for o in map(json.loads, f) if o["type"] == "step"]
+    s5, s6 = steps("step05c"), steps("step06")
+    same = s5 == s6 and [s for s, _ in s6] == list(range(1, len(s6) + 1))
+    c, e = final("step05c"), final("step06")
+    print(f"  step 06 against step 05 on the GPU: {len(s6)} step losses "
+          f"{'identical, in order' if same else 'DIFFERENT'}; digests {c} {e}: "
+          f"{'identical' if c == e else 'DIFFERENT'}")
+except Exception as e:
+    print(f"  step 06 against step 05 comparison failed: {e} (DIFFERENT)")
 try:
     ev = json.load(open(f"{out}/trace06_0.json"))["traceEvents"]
     spans = [e for e in ev if e["ph"] == "X"]

@@ -18,8 +18,9 @@
 // time; only fusing the update into the weight-gradient GEMM would remove it.
 //
 // Built by CMake (target gemm_bound); scripts/bench/step01_cpu.sh and gpu_bench.sh run it.
+// --tf32 lets cuBLAS use TF32 tensor cores (ctx_set_tf32, the trainers' --tf32); no effect on the CPU.
 // Usage: gemm_bound [--device cpu|cuda] [--batch 128] [--sizes 784,1024,1024,10] [--reps 50]
-//                   [--warmup 5]
+//                   [--warmup 5] [--tf32]
 // Threads: OpenBLAS's own (set OPENBLAS_NUM_THREADS=1 for the single-thread bound).
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,7 +85,12 @@ static double sgd_floor(size_t n, int reps, int warmup, unsigned *seed) {
 int main(int argc, char **argv) {
   int batch = 128, reps = 50, warmup = 5, sizes[MAXL + 1], L = 0;
   const char *spec = "784,1024,1024,10", *device = "cpu";
+  bool tf32 = false;
   for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--tf32") == 0) {
+      tf32 = true;
+      continue;
+    }
     if (i + 1 < argc && strcmp(argv[i], "--batch") == 0) batch = atoi(argv[++i]);
     else if (i + 1 < argc && strcmp(argv[i], "--sizes") == 0) spec = argv[++i];
     else if (i + 1 < argc && strcmp(argv[i], "--reps") == 0) reps = atoi(argv[++i]);
@@ -92,7 +98,7 @@ int main(int argc, char **argv) {
     else if (i + 1 < argc && strcmp(argv[i], "--device") == 0) device = argv[++i];
     else {
       fprintf(stderr, "usage: %s [--device cpu|cuda] [--batch B] [--sizes I,H...,O] [--reps N] "
-              "[--warmup N]\n", argv[0]);
+              "[--warmup N] [--tf32]\n", argv[0]);
       return 2;
     }
   }
@@ -114,6 +120,7 @@ int main(int argc, char **argv) {
   }
   Ctx c;
   ctx_init(&c, dev, 0);
+  ctx_set_tf32(&c, tf32);
   unsigned seed = 12345u;
   float *x = buf(&c, (size_t)batch * sizes[0], &seed), *W[MAXL], *dW[MAXL], *act[MAXL], *dact[MAXL];
   size_t n_params = 0;
@@ -159,10 +166,11 @@ int main(int argc, char **argv) {
   double mn = step_t[0];
   for (int r = 1; r < reps; r++) mn = step_t[r] < mn ? step_t[r] : mn;
   double med = median(step_t, reps);
-  printf("{\"device\":\"%s\",\"batch\":%d,\"sizes\":\"%s\",\"gemms\":%d,\"reps\":%d,"
+  printf("{\"device\":\"%s\",\"tf32\":%s,\"batch\":%d,\"sizes\":\"%s\",\"gemms\":%d,\"reps\":%d,"
          "\"gflop_per_step\":%.6f,\"median_step_s\":%.9f,\"min_step_s\":%.9f,\"gflops\":%.3f,"
          "\"samples_per_s\":%.1f,\"gemm_median_s\":[",
-         device_name(dev), batch, spec, n_gemm, reps, flops * 1e-9, med, mn, flops * 1e-9 / med,
+         device_name(dev), tf32 && dev == DEVICE_CUDA ? "true" : "false", batch, spec, n_gemm,
+         reps, flops * 1e-9, med, mn, flops * 1e-9 / med,
          batch / med);
   for (int k = 0; k < n_gemm; k++) printf("%s%.9f", k ? "," : "", median(g_t + (size_t)k * reps, reps));
   printf("],\"params\":%zu", n_params);

@@ -1,34 +1,39 @@
 #!/usr/bin/env bash
-# gpu_bench.sh: steps 01 and 06 on one NVIDIA GPU against the same model trained by PyTorch, fp32.
+# gpu_bench.sh: steps 01 and 06 on one NVIDIA GPU against the same model trained by PyTorch, in fp32
+# and in TF32.
 #
 # For a machine with an NVIDIA GPU, the CUDA toolkit (or a CUDA build made elsewhere, as
 # scripts/gpu_check.sh reuses), NCCL, and PyTorch with CUDA for $PY. Two models, synthetic data of the
 # Fashion-MNIST shape (784 inputs, 10 classes; the same for both implementations, and no dataset needed):
 #   course  784-1024-1024-10,            batch 128
 #   large   784-4096-4096-4096-4096-10,  batch 1024
-# and four programs per model, run R times interleaved (the order rotates every repetition):
-#   01        build/bin/01_single_gpu --device cuda
-#   06        scripts/launch.sh -n 1 build/bin/06_full --device cuda --backend nccl   (world size 1:
-#             the process group, the bucketed reducer and NCCL all-reduces of a single rank)
-#   torch     scripts/bench/torch_mlp.py --device cuda
-#   torch DDP the same with --ddp at world size 1 (NCCL)
-# Plus, per model, the GEMM bound: the step's 3L-1 GEMMs alone through the same cuBLAS calls, timed with
-# CUDA events (build/bin/gemm_bound --device cuda, S-W repetitions), and step 01's time against it.
-# Step time: ours, the median gap between consecutive metrics "time" stamps after W warm-up steps (one
-# loop iteration; the loss is read back every step, which waits for the GPU); PyTorch, its median step
-# time (zero_grad .. optimizer step and loss.item()). Prints the medians over repetitions and the
-# ratios PyTorch/ours (> 1: ours is faster), 01 against torch and 06 against torch DDP.
+# two number formats: fp32 (plain fp32 GEMMs on both sides) and tf32 (our --tf32; PyTorch's
+# torch.backends.cuda.matmul.allow_tf32 = True), and five programs per model and format, run R times
+# interleaved (the order rotates every repetition):
+#   01          build/bin/01_single_gpu --device cuda     (reads the loss every step: waits for the GPU)
+#   06          scripts/launch.sh -n 1 build/bin/06_full --device cuda --backend nccl   (world size 1:
+#               the process group, the bucketed reducer and NCCL all-reduces of a single rank; the
+#               loss is read back asynchronously, so the host queues up to 2 steps ahead)
+#   torch       scripts/bench/torch_mlp.py --device cuda  (loss.item() every step, as step 01)
+#   torch_ddp   the same with --ddp at world size 1 (NCCL)
+#   torch_ddp_async  the same with --sync end: no read in the loop, as step 06
+# Plus, per model and format, the GEMM bound: the step's 3L-1 GEMMs alone through the same cuBLAS calls,
+# timed with CUDA events (build/bin/gemm_bound --device cuda [--tf32], S-W repetitions), and step 01's
+# time against it.
+# Step time: ours, the median gap between consecutive metrics "time" stamps after W warm-up steps (a
+# step's record is written when its loss reaches the host: at step 01 right after the step, at step 06
+# up to 2 steps later, when the GPU has finished it); PyTorch, its median step time (zero_grad ..
+# optimizer step and loss.item()), or with --sync end the mean over the steps after W. Prints the
+# medians over repetitions and the ratios PyTorch/ours (> 1: ours is faster): 01 against torch, 06
+# against torch_ddp and torch_ddp_async.
 #
-# fp32 only: our code calls plain fp32 cuBLAS (no TF32), so torch_mlp.py turns TF32 off
-# (torch.backends.cuda.matmul.allow_tf32 = False). A comparison against PyTorch with TF32 on would
-# measure the number format, not the implementation.
-#
-# Usage: scripts/bench/gpu_bench.sh [-r R] [-s S] [-w W] [BUILD_DIR]   (defaults 5, 200, 20, build-gpu)
+# Usage: scripts/bench/gpu_bench.sh [-r R] [-s S] [-w W] [BUILD_DIR]   (defaults 3, 200, 20, build-gpu)
 # Env:   PY (python with CUDA PyTorch, default python3), CUDA_ARCHS (default "80;90"), OUT (results
-#        folder, default BUILD_DIR/gpu_bench), MASTER_PORT (default 29650).
+#        folder, default BUILD_DIR/gpu_bench), MASTER_PORT (default 29650), PRECS (default
+#        "fp32 tf32"), MODELS (default "course large").
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-R=5 S=200 W=20
+R=3 S=200 W=20
 while getopts "r:s:w:" o; do
   case $o in r) R=$OPTARG ;; s) S=$OPTARG ;; w) W=$OPTARG ;; *) exit 2 ;; esac
 done
@@ -77,20 +82,26 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader |
 "$PY" -c 'import torch; print("PyTorch", torch.__version__, "CUDA", torch.version.cuda)'
 
 # ---- runs ---------------------------------------------------------------------------------------------
-MODELS=(course large)
+read -r -a MODELS <<< "${MODELS:-course large}"
+read -r -a PRECS <<< "${PRECS:-fp32 tf32}"
 declare -A HIDDEN=([course]="1024,1024" [large]="4096,4096,4096,4096")
 declare -A BATCH=([course]=128 [large]=1024)
-PROGS=(01 06 torch torch_ddp)
+PROGS=(01 06 torch torch_ddp torch_ddp_async)
+for m in "${MODELS[@]}"; do [ -n "${HIDDEN[$m]:-}" ] || { echo "unknown model '$m'" >&2; exit 2; }; done
+for q in "${PRECS[@]}"; do
+  case $q in fp32 | tf32) ;; *) echo "unknown precision '$q' (fp32, tf32)" >&2; exit 2 ;; esac
+done
 
-run_one() {  # model prog rep -> writes $OUT/<model>.<prog>.<rep>.json(l)
-  local m=$1 p=$2 rep=$3
+run_one() {  # model precision prog rep -> writes $OUT/<model>.<precision>.<prog>.<rep>.json(l)
+  local m=$1 q=$2 p=$3 rep=$4
   local h=${HIDDEN[$m]} b=${BATCH[$m]}
   local n=$(((S + 1) * b))  # synthetic samples: one epoch covers S steps
+  local fmt=(); [ "$q" = tf32 ] && fmt=(--tf32)
   local ours=(--device cuda --hidden "$h" --batch_size "$b" --data synthetic --dataset_size "$n"
-              --epochs 1 --max_steps "$S" --save_interval 0 --log_interval 1000000)
+              --epochs 1 --max_steps "$S" --save_interval 0 --log_interval 1000000 "${fmt[@]}")
   local torch_args=(--device cuda --hidden "$h" --batch_size "$b" --data synthetic --dataset_size "$n"
-                    --steps "$S" --warmup "$W")
-  local f=$OUT/$m.$p.$rep
+                    --steps "$S" --warmup "$W" "${fmt[@]}")
+  local f=$OUT/$m.$q.$p.$rep
   MASTER_PORT=$((MASTER_PORT + 2))  # a fresh port pair each run (the store/NCCL port after it)
   case $p in
     01) "$BIN/01_single_gpu" "${ours[@]}" --metrics "$f.jsonl" > "$f.log" 2>&1 ;;
@@ -99,33 +110,41 @@ run_one() {  # model prog rep -> writes $OUT/<model>.<prog>.<rep>.json(l)
     torch) "$PY" "$ROOT/scripts/bench/torch_mlp.py" "${torch_args[@]}" > "$f.json" 2> "$f.log" ;;
     torch_ddp) RANK=0 LOCAL_RANK=0 WORLD_SIZE=1 "$PY" "$ROOT/scripts/bench/torch_mlp.py" \
           "${torch_args[@]}" --ddp > "$f.json" 2> "$f.log" ;;
-  esac || { echo "$m $p failed, see $f.log:" >&2; tail -20 "$f.log" >&2; exit 1; }
+    torch_ddp_async) RANK=0 LOCAL_RANK=0 WORLD_SIZE=1 "$PY" "$ROOT/scripts/bench/torch_mlp.py" \
+          "${torch_args[@]}" --ddp --sync end > "$f.json" 2> "$f.log" ;;
+  esac || { echo "$m $q $p failed, see $f.log:" >&2; tail -20 "$f.log" >&2; exit 1; }
 }
 
-for m in "${MODELS[@]}"; do  # the GEMM bound, once per model
-  "$BIN/gemm_bound" --device cuda --sizes "784,${HIDDEN[$m]},10" --batch "${BATCH[$m]}" \
-    --reps $((S - W)) --warmup "$W" > "$OUT/$m.gemm.json" 2> "$OUT/$m.gemm.log" ||
-    { echo "gemm_bound ($m) failed, see $OUT/$m.gemm.log" >&2; exit 1; }
+for m in "${MODELS[@]}"; do  # the GEMM bound, once per model and format
+  for q in "${PRECS[@]}"; do
+    fmt=(); [ "$q" = tf32 ] && fmt=(--tf32)
+    "$BIN/gemm_bound" --device cuda --sizes "784,${HIDDEN[$m]},10" --batch "${BATCH[$m]}" \
+      --reps $((S - W)) --warmup "$W" "${fmt[@]}" > "$OUT/$m.$q.gemm.json" 2> "$OUT/$m.$q.gemm.log" ||
+      { echo "gemm_bound ($m, $q) failed, see $OUT/$m.$q.gemm.log" >&2; exit 1; }
+  done
 done
 
 for ((rep = 0; rep < R; rep++)); do
   for m in "${MODELS[@]}"; do
-    k=$((rep % ${#PROGS[@]}))
-    for p in "${PROGS[@]:k}" "${PROGS[@]:0:k}"; do
-      run_one "$m" "$p" "$rep"
+    for q in "${PRECS[@]}"; do
+      k=$((rep % ${#PROGS[@]}))
+      for p in "${PROGS[@]:k}" "${PROGS[@]:0:k}"; do
+        run_one "$m" "$q" "$p" "$rep"
+      done
     done
   done
   echo "rep $((rep + 1))/$R done"
 done
 
-"$PY" - "$OUT" "$R" "$W" <<'PYEOF'
+"$PY" - "$OUT" "$R" "$W" "${MODELS[*]}" "${PRECS[*]}" <<'PYEOF'
 import json, statistics as st, sys
 out, R, W = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+models, precs = sys.argv[4].split(), sys.argv[5].split()
 batch = {"course": 128, "large": 1024}
 desc = {"course": "784-1024-1024-10, batch 128", "large": "784-4096x4-10, batch 1024"}
 
-def step_s(m, p, rep):
-    f = f"{out}/{m}.{p}.{rep}"
+def step_s(m, q, p, rep):
+    f = f"{out}/{m}.{q}.{p}.{rep}"
     if p.startswith("torch"):
         with open(f + ".json") as fh:
             return json.loads(fh.read().strip().splitlines()[-1])["median_step_s"]
@@ -133,26 +152,30 @@ def step_s(m, p, rep):
         t = [o["time"] for o in map(json.loads, fh) if o["type"] == "step"]
     return st.median([b - a for a, b in zip(t, t[1:])][W:])
 
-print(f"\nfp32 (TF32 off), 1 GPU, synthetic data; medians over {R} interleaved runs "
-      f"(each the median step after {W} warm-up steps)\n")
-print("| model | program | step time (ms) | samples/s | PyTorch / ours |")
-print("| --- | --- | --- | --- | --- |")
 names = {"01": "ours, step 01", "06": "ours, step 06 (NCCL, world 1)", "torch": "PyTorch",
-         "torch_ddp": "PyTorch DDP (NCCL, world 1)"}
-for m in ("course", "large"):
-    t = {p: [step_s(m, p, r) for r in range(R)] for p in names}
-    for p in names:
-        med = st.median(t[p])
-        ref = {"01": "torch", "06": "torch_ddp"}.get(p)
-        ratio = f"{st.median(a / b for a, b in zip(t[ref], t[p])):.2f}x" if ref else ""
-        print(f"| {desc[m]} | {names[p]} | {med * 1e3:.3f} | {batch[m] / med:.0f} | {ratio} |")
+         "torch_ddp": "PyTorch DDP (NCCL, world 1)",
+         "torch_ddp_async": "PyTorch DDP, no read in the loop"}
+refs = {"01": ["torch"], "06": ["torch_ddp", "torch_ddp_async"]}
+print(f"\n1 GPU, synthetic data; medians over {R} interleaved runs (each the median step after {W} "
+      "warm-up steps; PyTorch without reads in the loop: the mean step after them)\n")
+print("| model | format | program | step time (ms) | samples/s | PyTorch / ours |")
+print("| --- | --- | --- | --- | --- | --- |")
+for m in models:
+    for q in precs:
+        t = {p: [step_s(m, q, p, r) for r in range(R)] for p in names}
+        for p in names:
+            med = st.median(t[p])
+            ratio = ", ".join(f"{st.median(a / b for a, b in zip(t[ref], t[p])):.2f}x vs {ref}"
+                              for ref in refs.get(p, []))
+            print(f"| {desc[m]} | {q} | {names[p]} | {med * 1e3:.3f} | {batch[m] / med:.0f} | {ratio} |")
 
-print("\n| model | GEMM bound (ms, cuBLAS alone) | GFLOP/s | step 01 (ms) | GEMM bound / step 01 |")
-print("| --- | --- | --- | --- | --- |")
-for m in ("course", "large"):
-    with open(f"{out}/{m}.gemm.json") as fh:
-        g = json.load(fh)
-    s01 = st.median(step_s(m, "01", r) for r in range(R))
-    print(f"| {desc[m]} | {g['median_step_s'] * 1e3:.3f} | {g['gflops']:.0f} | {s01 * 1e3:.3f} | "
-          f"{g['median_step_s'] / s01:.2f} |")
+print("\n| model | format | GEMM bound (ms, cuBLAS alone) | GFLOP/s | step 01 (ms) | GEMM bound / step 01 |")
+print("| --- | --- | --- | --- | --- | --- |")
+for m in models:
+    for q in precs:
+        with open(f"{out}/{m}.{q}.gemm.json") as fh:
+            g = json.load(fh)
+        s01 = st.median(step_s(m, q, "01", r) for r in range(R))
+        print(f"| {desc[m]} | {q} | {g['median_step_s'] * 1e3:.3f} | {g['gflops']:.0f} | "
+              f"{s01 * 1e3:.3f} | {g['median_step_s'] / s01:.2f} |")
 PYEOF

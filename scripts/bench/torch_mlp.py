@@ -14,8 +14,12 @@ Launch it either with --ddp --world_size W (spawns W processes) or under a launc
 RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT (e.g. torchrun, or mpirun with those exported).
 
 --device cuda trains on the GPU (rank r on cuda:r; DDP then uses NCCL), data resident on the GPU, fp32
-with TF32 disabled (torch.backends.cuda.matmul.allow_tf32 = False), as the C steps' plain fp32 cuBLAS.
-The step time still ends with loss.item(), which waits for the GPU.
+with TF32 disabled (torch.backends.cuda.matmul.allow_tf32 = False), as the C steps' plain fp32 cuBLAS,
+or with it enabled under --tf32 (as the C steps' --tf32).
+--sync step (the default) ends every step with loss.item(), which waits for the GPU, and reports the
+median step time. --sync end keeps the losses on the device and reads them after the loop, so the host
+queues steps ahead of the GPU (as step 06 does); per-step times are then meaningless, and the reported
+step time is the mean over the steps after --warmup, between two torch.cuda.synchronize() calls.
 
 Run with /usr/bin/python3 (Debian's python3-torch). Example:
   /usr/bin/python3 scripts/bench/torch_mlp.py --steps 60 --warmup 10 --threads 1
@@ -78,8 +82,8 @@ def train(rank, world, args):
     torch.set_num_threads(args.threads)
     cuda = args.device == "cuda"
     if cuda:
-        torch.backends.cuda.matmul.allow_tf32 = False  # plain fp32, as the C steps
-        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = args.tf32  # plain fp32 unless --tf32, as the C steps
+        torch.backends.cudnn.allow_tf32 = args.tf32
         dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)))
         torch.cuda.set_device(dev)
     else:
@@ -105,12 +109,17 @@ def train(rank, world, args):
     first_step_s = None
     epoch = 0
     step = 0
+    sync = (lambda: torch.cuda.synchronize(dev)) if cuda else (lambda: None)
+    window_t0 = None  # --sync end: the start of the timed window
     while step < args.steps:
         g = torch.Generator().manual_seed(args.seed + epoch)
         perm = torch.randperm(n, generator=g)[rank * per_rank:(rank + 1) * per_rank].to(dev)
         for i in range(steps_per_epoch):
             if step >= args.steps:
                 break
+            if step == args.warmup and args.sync == "end":
+                sync()
+                window_t0 = time.perf_counter()
             t0 = time.perf_counter()
             idx = perm[i * B:(i + 1) * B]
             xb, yb = x_all.index_select(0, idx), y_all.index_select(0, idx)
@@ -118,7 +127,10 @@ def train(rank, world, args):
             loss = loss_fn(model(xb), yb)
             loss.backward()
             opt.step()
-            lv = loss.item()  # the C trainers read the loss back every step too
+            if args.sync == "step" or step == 0:
+                lv = loss.item()  # waits for the GPU, as step 01's read of the loss
+            else:
+                lv = loss.detach()  # stays on the device, read after the loop (as step 06)
             dt = time.perf_counter() - t0
             if first_step_s is None:
                 first_step_s = process_age_s()
@@ -126,15 +138,24 @@ def train(rank, world, args):
             losses.append(lv)
             step += 1
         epoch += 1
-    steady = sorted(times[args.warmup:] or times)
-    med = steady[len(steady) // 2] if len(steady) % 2 else 0.5 * (
-        steady[len(steady) // 2 - 1] + steady[len(steady) // 2])
+    sync()
+    losses = [float(v) for v in losses]
+    if args.sync == "end":
+        if window_t0 is None:
+            raise SystemExit("--sync end needs --steps > --warmup")
+        med = (time.perf_counter() - window_t0) / (len(times) - args.warmup)
+    else:
+        steady = sorted(times[args.warmup:] or times)
+        med = steady[len(steady) // 2] if len(steady) % 2 else 0.5 * (
+            steady[len(steady) // 2 - 1] + steady[len(steady) // 2])
     rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     out = {
         "impl": "torch", "torch": torch.__version__, "device": args.device, "rank": rank,
         "world_size": world,
         "threads": torch.get_num_threads(), "batch_size": B, "hidden": args.hidden,
         "data": args.data, "steps": len(times), "warmup": args.warmup,
+        "tf32": bool(cuda and args.tf32), "sync": args.sync,
+        "timing": "median step" if args.sync == "step" else "mean step, no per-step sync",
         "median_step_s": med, "samples_per_s": B * world / med,
         "peak_rss_mb": rss_kb / 1024.0, "first_step_s": first_step_s,
         "first_loss": losses[0] if losses else None,
@@ -165,6 +186,9 @@ def main():
     p.add_argument("--world_size", type=int, default=0,
                    help="with --ddp: spawn this many processes (default: $WORLD_SIZE or 1)")
     p.add_argument("--port", type=int, default=29531)
+    p.add_argument("--tf32", action="store_true", help="cuda: let matmuls use TF32 tensor cores")
+    p.add_argument("--sync", choices=["step", "end"], default="step",
+                   help="read the loss every step (loss.item()) or only after the loop")
     args = p.parse_args()
     if args.ddp and "RANK" in os.environ and "WORLD_SIZE" in os.environ and not args.world_size:
         train(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), args)
