@@ -30,6 +30,7 @@ Look at the load lines printed first and last: the machine is shared.
 """
 import argparse
 import datetime
+import functools
 import json
 import os
 import select
@@ -44,14 +45,17 @@ TORCH_PY = "/usr/bin/python3"  # Debian's python3-torch
 B = 128
 
 
+@functools.lru_cache(maxsize=None)
+def _mpi_env():
+    out = subprocess.run(["bash", "-c", 'source "$0" && env -0', f"{ROOT}/scripts/mpi_env.sh"],
+                         capture_output=True, check=True).stdout.decode()
+    return dict(kv.split("=", 1) for kv in out.split("\0") if "=" in kv)
+
+
 def base_env():
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
-               OMPI_MCA_rmaps_base_oversubscribe="1")
-    env.setdefault("OMPI_MCA_btl", "self,vader")  # as scripts/mpi_env.sh
-    env.setdefault("OMPI_MCA_pml", "ob1")
-    if os.getuid() == 0:
-        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    return env
+    """The benchmarks' environment: scripts/mpi_env.sh's Open MPI settings (the project's one copy of
+    them), and one thread per rank for every math library, whatever the caller's environment says."""
+    return dict(_mpi_env(), OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
 
 
 def uptime():

@@ -1,7 +1,5 @@
 # Integration tests: tests/integration/check.py runs the real programs (label `integration`).
 find_package(Python3 COMPONENTS Interpreter REQUIRED)
-set(DDP_MPI_ENV
-  "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1;OMPI_MCA_btl=self,vader;OMPI_MCA_pml=ob1;OPENBLAS_NUM_THREADS=1")
 set(DDP_MPIEXEC "${MPIEXEC_EXECUTABLE}")
 if(NOT DDP_MPIEXEC)
   set(DDP_MPIEXEC mpiexec)
