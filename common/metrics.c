@@ -37,13 +37,17 @@ int metrics_expand_path(char *out, size_t out_len, const char *tmpl, int rank) {
   return 0;
 }
 
+FILE *metrics_open_rank_file(const char *flag, const char *path_template, int rank) {
+  char path[4096];
+  if (metrics_expand_path(path, sizeof path, path_template, rank) != 0)
+    die(1, "%s: path '%s' is too long", flag, path_template);
+  return fopenCheck(path, "w");
+}
+
 void metrics_open(Metrics *m, const char *path_template, int rank) {
   m->f = NULL;
   if (!path_template) return;
-  char path[4096];
-  if (metrics_expand_path(path, sizeof path, path_template, rank) != 0)
-    die(1, "--metrics: path '%s' is too long", path_template);
-  m->f = fopenCheck(path, "w");
+  m->f = metrics_open_rank_file("--metrics", path_template, rank);
   m->t0 = now_seconds();
 }
 

@@ -64,6 +64,17 @@ void metrics_close(Metrics *m);
  */
 int metrics_expand_path(char *out, size_t out_len, const char *tmpl, int rank);
 
+/**
+ * @brief Creates (or truncates) the file a per-rank path template names, for writing: the template
+ * with `{rank}` expanded. Ends the job with a message naming @p flag when the path is too long or
+ * the file cannot be created.
+ * @param[in] flag          the command-line flag the template came from, e.g. "--metrics".
+ * @param[in] path_template the template.
+ * @param[in] rank          this process's rank.
+ * @return the open file, never NULL.
+ */
+FILE *metrics_open_rank_file(const char *flag, const char *path_template, int rank);
+
 #ifdef __cplusplus
 }
 #endif

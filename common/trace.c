@@ -10,10 +10,7 @@ void trace_open(Trace *t, const char *path_template, int rank) {
   memset(t, 0, sizeof *t);
   t->rank = rank;
   if (!path_template) return;
-  char path[4096];
-  if (metrics_expand_path(path, sizeof path, path_template, rank) != 0)
-    die(2, "--trace path too long: %s", path_template);
-  t->f = fopenCheck(path, "w");
+  t->f = metrics_open_rank_file("--trace", path_template, rank);
   fputs("{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n", t->f);
 }
 

@@ -227,3 +227,25 @@ TEST(Metrics, OpenFailureEndsTheJob) {
       },
       ::testing::ExitedWithCode(1), "cannot open '/nonexistent_dir_ddp/m_1.jsonl'");
 }
+
+TEST(Metrics, RankFileTooLongNamesTheFlag) {
+  std::string long_path(5000, 'a');  // longer than any path the toolkit builds
+  EXPECT_EXIT(
+      {
+        (void)metrics_open_rank_file("--trace", long_path.c_str(), 0);
+        std::exit(100);
+      },
+      ::testing::ExitedWithCode(1), "--trace: path 'a+' is too long");
+}
+
+TEST(Metrics, RankFileExpandsTheRank) {
+  std::string tmpl = std::string(DDP_TEST_TMPDIR) + "/rank_file_{rank}.txt";
+  FILE *f = metrics_open_rank_file("--trace", tmpl.c_str(), 7);
+  ASSERT_NE(f, nullptr);
+  fputs("x", f);
+  fclose(f);
+  FILE *g = fopen((std::string(DDP_TEST_TMPDIR) + "/rank_file_7.txt").c_str(), "r");
+  ASSERT_NE(g, nullptr) << "the file is named after the rank";
+  EXPECT_EQ(fgetc(g), 'x');
+  fclose(g);
+}
