@@ -32,8 +32,7 @@ void ctx_init(Ctx *c, Device dev, int gpu) {
   if (dev == DEVICE_CUDA) ctx_init_cuda(c, gpu);
 }
 
-void ctx_set_tf32(Ctx *c, bool on) {
-  c->tf32 = on;
+void ctx_set_tf32(const Ctx *c, bool on) {
   if (c->dev == DEVICE_CUDA) ctx_set_tf32_cuda(c, on);
 }
 

@@ -32,7 +32,6 @@ typedef struct Ctx {
   int gpu;       ///< CUDA device ordinal (DEVICE_CUDA only), -1 for the CPU
   void *stream;  ///< cudaStream_t for compute (DEVICE_CUDA), NULL on the CPU
   void *blas;    ///< cublasHandle_t bound to @ref stream (DEVICE_CUDA), NULL on the CPU
-  bool tf32;     ///< GEMMs may round their inputs to TF32 on tensor cores (ctx_set_tf32)
 } Ctx;
 
 /**
@@ -66,22 +65,23 @@ void ctx_init(Ctx *c, Device dev, int gpu);
 void ctx_free(Ctx *c);
 
 /**
- * @brief Lets the context's GEMMs use TF32 tensor cores (`--tf32`, PyTorch's
- * `torch.backends.cuda.matmul.allow_tf32`): much faster on Ampere and later, but the GEMM inputs are
- * rounded to 10 mantissa bits, so results no longer match the fp32 CPU reference to fp32 rounding.
- * Replicas still agree bit for bit (every rank rounds the same way). The CPU has no TF32: there the
- * flag is recorded and changes nothing.
- * @param[in,out] c  the context.
- * @param[in]     on true for TF32, false for plain fp32 (the default).
+ * @brief Lets the context's GEMMs use TF32 tensor cores (`--tf32`, like PyTorch's
+ * `torch.backends.cuda.matmul.allow_tf32`): much faster on Ampere and later GPUs, but the GEMM
+ * inputs keep only 10 mantissa bits, so results no longer match the fp32 CPU reference to fp32
+ * rounding. Replicas still agree bit for bit (every rank rounds the same way). The CPU has no TF32:
+ * there the call changes nothing.
+ * @pre ctx_init() on @p c.
+ * @param[in] c  the context (its cuBLAS handle's math mode changes).
+ * @param[in] on true for TF32, false for plain fp32 (the default).
  */
-void ctx_set_tf32(Ctx *c, bool on);
+void ctx_set_tf32(const Ctx *c, bool on);
 
 /** @brief CUDA half of ctx_init(). @pre dev is DEVICE_CUDA. */
 void ctx_init_cuda(Ctx *c, int gpu);
 /** @brief CUDA half of ctx_free(). */
 void ctx_free_cuda(Ctx *c);
 /** @brief CUDA half of ctx_set_tf32(): the cuBLAS handle's math mode. */
-void ctx_set_tf32_cuda(Ctx *c, bool on);
+void ctx_set_tf32_cuda(const Ctx *c, bool on);
 
 /**
  * @brief Allocates @p bytes of zero-filled memory on the context's device (touched once, now).
@@ -145,10 +145,17 @@ void dev_event_record(const Ctx *c, DevEvent *e, void *stream);
  */
 void dev_stream_wait(const Ctx *c, void *stream, const DevEvent *e);
 /**
- * @brief Whether the work before a recorded event has finished; never waits (always true on the CPU).
+ * @brief Whether the work before a recorded event has finished; never waits.
+ * @param[in] c context.
+ * @param[in] e a recorded event.
+ * @return true when it has finished (always on the CPU), false while it is still queued or running.
  */
 bool dev_event_done(const Ctx *c, const DevEvent *e);
-/** @brief Waits on the host until the work before a recorded event has finished (no-op on the CPU). */
+/**
+ * @brief Waits on the host until the work before a recorded event has finished (no-op on the CPU).
+ * @param[in] c context.
+ * @param[in] e a recorded event.
+ */
 void dev_event_wait(const Ctx *c, const DevEvent *e);
 /**
  * @brief Seconds from event @p from to event @p to; waits for @p to to complete.

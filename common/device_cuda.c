@@ -70,7 +70,7 @@ void ctx_init_cuda(Ctx *c, int gpu) {
   c->blas = blas;
 }
 
-void ctx_set_tf32_cuda(Ctx *c, bool on) {
+void ctx_set_tf32_cuda(const Ctx *c, bool on) {
   // cuBLAS's fp32 GEMMs may then round their inputs to TF32 and run on tensor cores.
   cublasCheck(cublasSetMathMode((cublasHandle_t)c->blas,
                                 on ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));

@@ -14,7 +14,7 @@ void ctx_init_cuda(Ctx *c, int gpu) {
   (void)c, (void)gpu;
   NO_CUDA();
 }
-void ctx_set_tf32_cuda(Ctx *c, bool on) {
+void ctx_set_tf32_cuda(const Ctx *c, bool on) {
   (void)c, (void)on;
   NO_CUDA();
 }

@@ -12,6 +12,8 @@ void readback_init(Readback *r, const Ctx *c) {
 }
 
 void readback_free(Readback *r, const Ctx *c) {
+  for (int k = 0; k < r->count; k++)  // copies still in flight write into r->host: let them land
+    dev_event_wait(c, &r->arrived[(r->head + k) % READBACK_SLOTS]);
   for (int i = READBACK_SLOTS - 1; i >= 0; i--) dev_event_free(c, &r->arrived[i]);
   host_free(c, r->host);
   memset(r, 0, sizeof *r);

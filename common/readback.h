@@ -1,14 +1,14 @@
 /**
  * @file
  * @brief Reading device values back without stalling the device (the analogue of PyTorch's
- * `loss.to("cpu", non_blocking=True)` plus an event): the copy is queued on the stream, and the host
- * takes the value later, once it has arrived.
+ * `loss.to("cpu", non_blocking=True)` plus an event): the copy is queued on the stream, and the
+ * host takes the value later, once it has arrived.
  *
- * A training loop that reads its loss with dev_download() every step waits for the GPU to finish that
- * step before it can queue the next one, so the GPU idles while the host launches work. With a
- * Readback the loop queues the read and goes on; it takes each value when it is there, and waits only
- * when it has run too far ahead. On the CPU, where work is synchronous, a value has arrived as soon
- * as it is queued, so nothing changes there.
+ * A training loop that reads its loss with dev_download() every step waits for the GPU to finish
+ * that step before it can queue the next one, so the GPU idles while the host launches work. With a
+ * Readback the loop queues the read and goes on; it takes each value when it is there, and waits
+ * only when it has run too far ahead. On the CPU, where work is synchronous, a value has arrived as
+ * soon as it is queued, so nothing changes there.
  */
 #ifndef DDP_READBACK_H
 #define DDP_READBACK_H
@@ -33,10 +33,19 @@ typedef struct Readback {
   int count;                         ///< values queued and not yet taken
 } Readback;
 
-/** @brief Creates an empty queue on the context's device. */
+/**
+ * @brief Creates an empty queue on the context's device.
+ * @param[out] r the queue.
+ * @param[in]  c the context whose stream will produce the values.
+ */
 void readback_init(Readback *r, const Ctx *c);
 
-/** @brief Releases the queue (values not taken are dropped). */
+/**
+ * @brief Releases the queue. Values not taken are dropped, after their copies have landed (it waits
+ * for them: the copies write into the memory it frees).
+ * @param[in,out] r the queue.
+ * @param[in]     c its context.
+ */
 void readback_free(Readback *r, const Ctx *c);
 
 /**

@@ -168,8 +168,10 @@ launch "step05 env launch, 1 epoch" scripts/launch.sh -n 1 "$BIN/05_metrics_ckpt
   --epochs 1 --save_interval 1 --ckpt_dir "$OUT/ck05one" --metrics "$OUT/step05c_{rank}.jsonl"
 launch "step05 env launch, resumed epoch 2" scripts/launch.sh -n 1 "$BIN/05_metrics_ckpt" "${small[@]}" \
   --epochs 2 --save_interval 0 --resume "$OUT/ck05one/checkpoint.bin" --metrics "$OUT/step05d_{rank}.jsonl"
+launch "step06 env launch" scripts/launch.sh -n 1 "$BIN/06_full" "${small[@]}" --epochs 1 \
+  --bucket_cap_mb 1 --save_interval 0 --metrics "$OUT/step06_{rank}.jsonl"
 launch "step06 env launch, trace" scripts/launch.sh -n 1 "$BIN/06_full" "${small[@]}" --epochs 1 \
-  --bucket_cap_mb 1 --save_interval 0 --trace "$OUT/trace06_{rank}.json" --metrics "$OUT/step06_{rank}.jsonl"
+  --bucket_cap_mb 1 --save_interval 0 --trace "$OUT/trace06_{rank}.json"
 if command -v torchrun >/dev/null; then
   launch "step06 torchrun" torchrun --nproc_per_node 1 --no_python "$BIN/06_full" "${small[@]}" \
     --epochs 1 --save_interval 0 --trace "$OUT/trace06t_{rank}.json"
@@ -189,15 +191,18 @@ try:
 except Exception as e:
     print(f"  step 05 resume comparison failed: {e}")
 try:
-    # world size 1: step 06 (buckets, a sum, losses read back asynchronously) trains exactly as
-    # step 05 (one all-reduce, an average, the loss read every step), and logs every step in order
-    def steps(name):
+    # world size 1: step 06 (buckets, a sum, losses read back asynchronously; no --trace, which
+    # would wait for the GPU) trains exactly as step 05 (one all-reduce, an average, the loss read
+    # every step), and logs every step in order and the same epoch mean
+    def records(name):
         with open(f"{out}/{name}_0.jsonl") as f:
-            return [(o["step"], o["loss"]) for o in map(json.loads, f) if o["type"] == "step"]
-    s5, s6 = steps("step05c"), steps("step06")
-    same = s5 == s6 and [s for s, _ in s6] == list(range(1, len(s6) + 1))
+            recs = [o for o in map(json.loads, f) if o["type"] in ("step", "epoch")]
+        return [(o["type"], o.get("step"), o.get("loss", o.get("train_loss"))) for o in recs]
+    s5, s6 = records("step05c"), records("step06")
+    steps6 = [s for kind, s, _ in s6 if kind == "step"]
+    same = s5 == s6 and steps6 == list(range(1, len(steps6) + 1))
     c, e = final("step05c"), final("step06")
-    print(f"  step 06 against step 05 on the GPU: {len(s6)} step losses "
+    print(f"  step 06 against step 05 on the GPU: {len(steps6)} step losses and the epoch mean "
           f"{'identical, in order' if same else 'DIFFERENT'}; digests {c} {e}: "
           f"{'identical' if c == e else 'DIFFERENT'}")
 except Exception as e:

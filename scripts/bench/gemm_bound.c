@@ -18,7 +18,8 @@
 // time; only fusing the update into the weight-gradient GEMM would remove it.
 //
 // Built by CMake (target gemm_bound); scripts/bench/step01_cpu.sh and gpu_bench.sh run it.
-// --tf32 lets cuBLAS use TF32 tensor cores (ctx_set_tf32, the trainers' --tf32); no effect on the CPU.
+// --tf32 lets cuBLAS use TF32 tensor cores (ctx_set_tf32, as the trainers' --tf32); the CPU ignores
+// it.
 // Usage: gemm_bound [--device cpu|cuda] [--batch 128] [--sizes 784,1024,1024,10] [--reps 50]
 //                   [--warmup 5] [--tf32]
 // Threads: OpenBLAS's own (set OPENBLAS_NUM_THREADS=1 for the single-thread bound).

@@ -139,11 +139,12 @@ def train(rank, world, args):
             step += 1
         epoch += 1
     sync()
+    end_t = time.perf_counter()  # before the losses are read back: not part of the steps
     losses = [float(v) for v in losses]
     if args.sync == "end":
         if window_t0 is None:
             raise SystemExit("--sync end needs --steps > --warmup")
-        med = (time.perf_counter() - window_t0) / (len(times) - args.warmup)
+        med = (end_t - window_t0) / (len(times) - args.warmup)
     else:
         steady = sorted(times[args.warmup:] or times)
         med = steady[len(steady) // 2] if len(steady) % 2 else 0.5 * (

@@ -33,7 +33,7 @@
 #include "mlp.h"      // mlp.h: Mlp, mlp_init, mlp_forward, mlp_loss, mlp_backward
 #include "ops.h"      // ops.h: ops_scale, ops_axpy
 #include "optim.h"    // optim.h: Sgd, sgd_init, sgd_step
-#include "readback.h" // readback.h: Readback, readback_init, readback_push, readback_take
+#include "readback.h"  // readback.h: Readback, readback_init, readback_push, readback_take
 #include "reducer.h"  // reducer.h: Reducer, reducer_init, reducer_grad_ready, reducer_finish
 #include "sampler.h"  // sampler.h: Sampler, sampler_init, sampler_set_epoch, sampler_indices
 #include "trace.h"    // trace.h: Trace, trace_open, trace_close
@@ -43,6 +43,7 @@
 
 #define EVAL_BATCH 500  // test-set batch size: evaluation needs no gradients, so bigger is cheaper
 #define RUN_AHEAD 2     // steps the host may queue before it waits to read a step's loss
+_Static_assert(RUN_AHEAD < READBACK_SLOTS, "the losses of RUN_AHEAD + 1 steps must fit in flight");
 
 typedef struct Trainer {
   Args args;            // command-line flags
