@@ -7,7 +7,10 @@
 #   4. the process group over NCCL at world size 1 (NCCL refuses two ranks on one GPU): step 05 through
 #      the environment launch, with an exact resume; step 06 through the environment launch and
 #      torchrun, with a trace;
-# then a summary table. Usage: scripts/gpu_check.sh [BUILD_DIR]
+# then a summary table. With BENCH=R (R > 0) it then runs scripts/bench/gpu_bench.sh -r R on the same
+# build, so that one command does every GPU check and the benchmark (needs PyTorch with CUDA for
+# python3, or PY=...; R=1 adds an estimated 2-4 minutes, not yet measured).
+# Usage: [BENCH=R] scripts/gpu_check.sh [BUILD_DIR]
 #
 # CUDA libraries may come from the toolkit (/usr/local/cuda) or from PyTorch's pip wheels (nvidia-*):
 # NCCL is looked for in the wheels when the toolkit has none. When nvcc is missing but BUILD_DIR
@@ -224,4 +227,10 @@ for r in "${results[@]}"; do echo "$r"; done
 echo "# step 01: GPU against CPU (same seed, same data order); step 05 resume; step 06 trace"
 cat "$OUT/compare.txt"
 grep -q "DIFFERENT\|TOO LARGE" "$OUT/compare.txt" && failed=1
+
+if [ "${BENCH:-0}" -gt 0 ]; then
+  echo
+  echo "# GPU benchmark (scripts/bench/gpu_bench.sh -r $BENCH)"
+  OUT=$OUT/bench scripts/bench/gpu_bench.sh -r "$BENCH" "$BUILD_DIR" || failed=1
+fi
 exit $failed
