@@ -131,15 +131,14 @@ void dev_upload_cuda(const Ctx *c, void *dst, const void *src, size_t bytes) {
   cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, (cudaStream_t)c->stream));
 }
 
-void dev_download_cuda(const Ctx *c, void *dst, const void *src, size_t bytes) {
-  if (bytes > 0)
-    cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, (cudaStream_t)c->stream));
-  cudaCheck(cudaStreamSynchronize((cudaStream_t)c->stream));  // dst is ready when we return
-}
-
 void dev_download_async_cuda(const Ctx *c, void *dst, const void *src, size_t bytes) {
   if (bytes == 0) return;
   cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, (cudaStream_t)c->stream));
+}
+
+void dev_download_cuda(const Ctx *c, void *dst, const void *src, size_t bytes) {
+  dev_download_async_cuda(c, dst, src, bytes);  // (into pageable memory too: CUDA stages it)
+  dev_sync_cuda(c);                             // dst is ready when we return
 }
 
 void dev_copy_cuda(const Ctx *c, void *dst, const void *src, size_t bytes) {
