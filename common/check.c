@@ -33,13 +33,19 @@ void check_fail(const char *kind, const char *file, int line, const char *fmt, .
 }
 
 void die(int status, const char *fmt, ...) {
-  fprintf(stderr, "error: ");
-  if (g_rank != 0) fprintf(stderr, "[rank %d] ", g_rank);
-  va_list ap;
+  // One write of the whole line, so that the lines of several ranks do not interleave.
+  char prefix[32] = "error: ";
+  if (g_rank != 0) snprintf(prefix, sizeof prefix, "error: [rank %d] ", g_rank);
+  va_list ap, again;
   va_start(ap, fmt);
-  vfprintf(stderr, fmt, ap);
+  va_copy(again, ap);
+  int len = vsnprintf(NULL, 0, fmt, ap);
   va_end(ap);
-  fputc('\n', stderr);
+  char *text = len >= 0 ? malloc((size_t)len + 1) : NULL;
+  if (text) vsnprintf(text, (size_t)len + 1, fmt, again);
+  va_end(again);
+  fprintf(stderr, "%s%s\n", prefix, text ? text : fmt);
+  free(text);
   end_job(status);
 }
 

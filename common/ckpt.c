@@ -18,6 +18,7 @@
 
 #define CKPT_MAGIC "DDPCKPT"            // 7 characters + NUL = 8 bytes
 #define CKPT_FIXED 56                   // header bytes before the layer sizes
+#define CKPT_DATA_ID 24                 // version 2: the DataId's six u32 after the layer sizes
 #define CKPT_CHUNK 16384                // floats converted per fwrite when saving
 
 static void put_u32(unsigned char *p, uint32_t v) {
@@ -44,7 +45,15 @@ static void set_err(char *err, size_t err_len, const char *fmt, ...) {
   va_end(ap);
 }
 
-static size_t header_bytes(int n_layers) { return CKPT_FIXED + 4 * ((size_t)n_layers + 1); }
+static size_t header_bytes(uint32_t version, int n_layers) {
+  return CKPT_FIXED + 4 * ((size_t)n_layers + 1) + (version >= 2 ? CKPT_DATA_ID : 0);
+}
+
+// The DataId's fields in file order.
+static void data_id_fields(const DataId *id, uint32_t out[6]) {
+  uint32_t v[6] = {id->kind, id->n_train, id->n_test, id->dim, id->n_classes, id->labels_crc};
+  memcpy(out, v, sizeof v);
+}
 
 size_t ckpt_param_count(const CkptMeta *meta) {
   if (meta->n_layers < 1 || meta->n_layers > MLP_MAX_LAYERS) return 0;
@@ -105,8 +114,8 @@ static int write_floats(FILE *f, const float *x, size_t n, uLong *crc, unsigned 
 // Writes header, arrays and CRC to an open stream; 0 or -1 (errno set by the failing call).
 static int write_body(FILE *f, const CkptMeta *meta, size_t n, const float *params,
                       const float *opt_state) {
-  unsigned char hdr[CKPT_FIXED + 4 * (MLP_MAX_LAYERS + 1)] = {0};
-  size_t hsize = header_bytes(meta->n_layers);
+  unsigned char hdr[CKPT_FIXED + 4 * (MLP_MAX_LAYERS + 1) + CKPT_DATA_ID] = {0};
+  size_t hsize = header_bytes(CKPT_VERSION, meta->n_layers);
   memcpy(hdr, CKPT_MAGIC, 8);
   put_u32(hdr + 8, CKPT_VERSION);
   put_u32(hdr + 12, (uint32_t)hsize);
@@ -119,6 +128,9 @@ static int write_body(FILE *f, const CkptMeta *meta, size_t n, const float *para
   put_u32(hdr + 48, meta->optim_steps);
   put_u32(hdr + 52, (uint32_t)meta->n_layers);
   for (int l = 0; l <= meta->n_layers; l++) put_u32(hdr + CKPT_FIXED + 4 * l, (uint32_t)meta->sizes[l]);
+  uint32_t data[6];
+  data_id_fields(&meta->data, data);
+  for (int i = 0; i < 6; i++) put_u32(hdr + hsize - CKPT_DATA_ID + 4 * i, data[i]);
 
   unsigned char *chunk = malloc(4 * CKPT_CHUNK);
   if (!chunk) return -1;
@@ -303,13 +315,14 @@ static int parse_header(const char *path, const unsigned char *buf, size_t size,
     return -1;
   }
   uint32_t version = get_u32(buf + 8);
-  if (version != CKPT_VERSION) {
-    set_err(err, err_len, "checkpoint '%s' has format version %u, this program reads version %d",
-            path, version, CKPT_VERSION);
+  if (version < 1 || version > CKPT_VERSION) {
+    set_err(err, err_len,
+            "checkpoint '%s' has format version %u, this program reads versions 1 to %d", path,
+            version, CKPT_VERSION);
     return -1;
   }
   uint32_t hsize = get_u32(buf + 12), n_layers = get_u32(buf + 52);
-  uint64_t want = CKPT_FIXED + 4 * ((uint64_t)n_layers + 1);
+  uint64_t want = CKPT_FIXED + 4 * ((uint64_t)n_layers + 1) + (version >= 2 ? CKPT_DATA_ID : 0);
   if (hsize != want) {
     set_err(err, err_len,
             "checkpoint '%s' is corrupt: header size %u does not match %u layers (expected %llu)",
@@ -343,7 +356,29 @@ static int parse_header(const char *path, const unsigned char *buf, size_t size,
     }
     meta->sizes[l] = (int)s;
   }
+  if (version >= 2) {
+    const unsigned char *d = buf + hsize - CKPT_DATA_ID;
+    meta->data = (DataId){get_u32(d), get_u32(d + 4), get_u32(d + 8), get_u32(d + 12),
+                          get_u32(d + 16), get_u32(d + 20)};
+  }
   return 0;
+}
+
+// A version 2 checkpoint must come from the data this run loaded (a version 1 file does not say).
+static int check_data(const char *path, const CkptMeta *expect, const CkptMeta *meta, char *err,
+                      size_t err_len) {
+  uint32_t a[6], b[6];
+  data_id_fields(&meta->data, a);
+  data_id_fields(&expect->data, b);
+  if (meta->data.n_train == 0 || memcmp(a, b, sizeof a) == 0) return 0;
+  char have[160], run[160];
+  dataset_id_str(have, sizeof have, &meta->data);
+  dataset_id_str(run, sizeof run, &expect->data);
+  set_err(err, err_len,
+          "checkpoint '%s' was trained on other data (%s); this run loaded %s; pass the same --data, "
+          "--data_dir and --dataset_size",
+          path, have, run);
+  return -1;
 }
 
 int ckpt_load(const char *path, const CkptMeta *expect, CkptMeta *meta, float *params,
@@ -354,7 +389,7 @@ int ckpt_load(const char *path, const CkptMeta *expect, CkptMeta *meta, float *p
   int rc = -1;
   if (parse_header(path, buf, size, meta, err, err_len)) goto out_free_buf;
 
-  size_t hsize = header_bytes(meta->n_layers), n = ckpt_param_count(meta);
+  size_t hsize = header_bytes(get_u32(buf + 8), meta->n_layers), n = ckpt_param_count(meta);
   size_t want = hsize + 2 * n * 4 + 4;
   if (size != want) {
     if (size < want)
@@ -387,6 +422,7 @@ int ckpt_load(const char *path, const CkptMeta *expect, CkptMeta *meta, float *p
             path, have, run);
     goto out_free_buf;
   }
+  if (check_data(path, expect, meta, err, err_len)) goto out_free_buf;
   read_floats(params, buf + hsize, n);
   read_floats(opt_state, buf + hsize + 4 * n, n);
   rc = 0;

@@ -8,7 +8,7 @@
  * | --- | --- | --- |
  * | 0 | char[8] | magic `DDPCKPT` + NUL |
  * | 8 | u32 | format version (CKPT_VERSION) |
- * | 12 | u32 | header size in bytes (56 + 4 · (n_layers + 1)) |
+ * | 12 | u32 | header size in bytes (56 + 4 · (n_layers + 1), + 24 from version 2) |
  * | 16 | u32 | epochs completed |
  * | 20 | u32 | optimizer steps into the current epoch (0: saved at an epoch boundary) |
  * | 24 | u64 | global optimizer step |
@@ -18,9 +18,12 @@
  * | 48 | u32 | optimizer steps taken (momentum buffer valid when > 0), low 32 bits |
  * | 52 | u32 | n_layers L |
  * | 56 | u32[L+1] | layer sizes I, H…, O |
+ * | 60 + 4L | u32[6] | version 2: the data set (DataId: kind, train and test samples, features, classes, labels CRC) |
  * | header size | f32[n] | parameters: for each layer, weight [out][in] then bias [out] |
  * | … | f32[n] | optimizer state (momentum buffer), same layout |
  * | … | u32 | CRC-32 (zlib's) of every preceding byte |
+ *
+ * Version 1 files (no data set identity) are still read; every file written is version 2.
  *
  * Saving writes `PATH.tmp.PID` (PID: the saving process's id), flushes, fsyncs, renames it to PATH and
  * fsyncs the directory, so a crash never leaves a half-written file under the real name.
@@ -31,6 +34,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "data.h"
 #include "mlp.h"
 
 #ifdef __cplusplus
@@ -38,7 +42,7 @@ extern "C" {
 #endif
 
 /** @brief Current checkpoint format version. */
-#define CKPT_VERSION 1
+#define CKPT_VERSION 2
 
 /** @brief Everything in a checkpoint besides the float arrays. */
 typedef struct CkptMeta {
@@ -51,6 +55,7 @@ typedef struct CkptMeta {
   uint32_t optim_steps;             ///< optimizer steps taken (momentum buffer valid when > 0)
   int n_layers;                     ///< L
   int sizes[MLP_MAX_LAYERS + 1];    ///< layer sizes I, H…, O
+  DataId data;                      ///< the data set trained on (all zero in a version 1 file)
 } CkptMeta;
 
 /**
@@ -75,10 +80,11 @@ int ckpt_save(const char *path, const CkptMeta *meta, const float *params, const
               char *err, size_t err_len);
 
 /**
- * @brief Reads and verifies a checkpoint: magic, version, header size, file size, CRC, and that its
- * layer sizes equal those of @p expect.
+ * @brief Reads and verifies a checkpoint: magic, version, header size, file size, CRC, that its
+ * layer sizes equal those of @p expect, and (version 2) that it was trained on the data of @p expect.
  * @param[in] path      source.
- * @param[in] expect    the model shape the caller has (n_layers, sizes); other fields ignored.
+ * @param[in] expect    the model shape and data the caller has (n_layers, sizes, data); other fields
+ *                      ignored.
  * @param[out] meta     the header fields.
  * @param[out] params   host, (n): parameters.
  * @param[out] opt_state host, (n): momentum buffer.

@@ -433,3 +433,29 @@ void dataset_free(Dataset *ds) {
   free(ds->y);
   memset(ds, 0, sizeof *ds);
 }
+
+// ---- identity -----------------------------------------------------------------------------------
+
+static uLong crc_labels(uLong crc, const Dataset *ds) {
+  unsigned char chunk[4096];
+  for (int i = 0; i < ds->n;) {
+    int m = 0;
+    for (; m < (int)sizeof chunk && i < ds->n; m++, i++) chunk[m] = (unsigned char)ds->y[i];
+    crc = crc32(crc, chunk, (uInt)m);
+  }
+  return crc;
+}
+
+DataId dataset_id(DataKind kind, const Dataset *train, const Dataset *test) {
+  DataId id = {(uint32_t)kind, (uint32_t)train->n, (uint32_t)test->n, (uint32_t)train->dim,
+               (uint32_t)train->n_classes, 0};
+  id.labels_crc = (uint32_t)crc_labels(crc_labels(crc32(0L, Z_NULL, 0), train), test);
+  return id;
+}
+
+void dataset_id_str(char *buf, size_t len, const DataId *id) {
+  static const char *const names[] = {"fashion-mnist", "mnist", "synthetic"};
+  const char *name = id->kind < 3 ? names[id->kind] : "unknown data";
+  snprintf(buf, len, "%s: %u train / %u test samples of %u features, %u classes, labels crc %08x",
+           name, id->n_train, id->n_test, id->dim, id->n_classes, id->labels_crc);
+}

@@ -93,6 +93,37 @@ void dataset_synthetic(Dataset *ds, int n, int dim, int n_classes, uint64_t seed
 void dataset_load(DataKind kind, const char *dir, int train_limit, uint64_t seed, Dataset *train,
                   Dataset *test);
 
+/**
+ * @brief What identifies the data a run trains on: recorded in checkpoints and compared across ranks,
+ * so that a resume on other data, or ranks that loaded different data, are refused.
+ */
+typedef struct DataId {
+  uint32_t kind;        ///< DataKind
+  uint32_t n_train;     ///< training samples (after `--dataset_size`)
+  uint32_t n_test;      ///< test samples
+  uint32_t dim;         ///< features per sample
+  uint32_t n_classes;   ///< number of classes
+  uint32_t labels_crc;  ///< CRC-32 of the train labels, then the test labels (one byte each)
+} DataId;
+
+/**
+ * @brief The identity of a loaded train/test pair.
+ * @param[in] kind  the data set's kind.
+ * @param[in] train the training split.
+ * @param[in] test  the test split.
+ * @return its DataId.
+ */
+DataId dataset_id(DataKind kind, const Dataset *train, const Dataset *test);
+
+/**
+ * @brief Writes a DataId as one readable phrase, e.g.
+ * `fashion-mnist: 60000 train / 10000 test samples of 784 features, 10 classes, labels crc 1a2b3c4d`.
+ * @param[out] buf the text.
+ * @param[in] len  size of @p buf.
+ * @param[in] id   the identity.
+ */
+void dataset_id_str(char *buf, size_t len, const DataId *id);
+
 /** @brief Frees a dataset's memory (safe on a zeroed Dataset). */
 void dataset_free(Dataset *ds);
 

@@ -19,7 +19,7 @@
 #include "args.h"     // args.h: Args, args_parse, ARGS_*
 #include "check.h"    // check.h: die, check_set_rank
 #include "ckpt.h"     // ckpt.h: CkptMeta, ckpt_save, ckpt_load
-#include "data.h"     // data.h: Dataset, data_parse, dataset_load, dataset_free
+#include "data.h"     // data.h: Dataset, DataId, data_parse, dataset_load, dataset_id
 #include "device.h"   // device.h: Ctx, ctx_init, ctx_set_tf32, device_parse, dev_alloc, ...
 #include "loader.h"   // loader.h: Loader, loader_init, loader_set_order, loader_batch
 #include "log.h"      // log.h: log0, Progress, progress_start, progress_print
@@ -44,6 +44,7 @@ typedef struct Trainer {
   Loader train, test;   // datasets on the device, batch buffers
   int n_train;          // training samples in the dataset
   int in, classes;      // features per sample, number of classes
+  DataId data_id;       // which data was loaded: recorded in checkpoints
   int *order;           // host, (n_train): the samples this process visits this epoch, in order
   int n_order;          // length of this epoch's order
   int *correct;         // device, (1): evaluation counter
@@ -100,6 +101,7 @@ static void load_data(Trainer *t) {
   t->n_train = train.n;
   t->in = train.dim;
   t->classes = train.n_classes;
+  t->data_id = dataset_id(kind, &train, &test);  // before the loaders take the arrays
   loader_init(&t->train, &t->ctx, &train, t->args.batch_size, train.n);
   loader_init(&t->test, &t->ctx, &test, EVAL_BATCH, test.n);
   int *all = mallocCheck((size_t)test.n * sizeof *all);  // the test set is visited in order
@@ -197,6 +199,7 @@ static CkptMeta checkpoint_meta(const Trainer *t, int epochs_done) {
   meta.optim_steps = (uint32_t)t->opt.steps;
   meta.n_layers = t->model.n_layers;
   memcpy(meta.sizes, t->model.sizes, sizeof meta.sizes);
+  meta.data = t->data_id;
   return meta;
 }
 

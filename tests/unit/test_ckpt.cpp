@@ -50,6 +50,7 @@ struct Fixture {
     meta.sizes[0] = in;
     meta.sizes[1] = hid;
     meta.sizes[2] = out;
+    meta.data = DataId{2, 256, 100, (uint32_t)in, (uint32_t)out, 0xabcdef01u};
     size_t n = ckpt_param_count(&meta);
     params.resize(n);
     opt.resize(n);
@@ -81,8 +82,8 @@ struct Fixture {
   }
 };
 
-// Header size of the 2-layer fixture: 56 + 4 * 3.
-constexpr size_t kHeader = 68;
+// Header size of the 2-layer fixture: 56 + 4 * 3, then the data set's identity (6 x u32).
+constexpr size_t kHeader = 92;
 
 }  // namespace
 
@@ -181,6 +182,12 @@ TEST(Ckpt, LayoutIsLittleEndianAsDocumented) {
   EXPECT_EQ(u32(56), 5u);
   EXPECT_EQ(u32(60), 4u);
   EXPECT_EQ(u32(64), 3u);
+  EXPECT_EQ(u32(68), 2u);  // DataId: kind, train and test samples, features, classes, labels CRC
+  EXPECT_EQ(u32(72), 256u);
+  EXPECT_EQ(u32(76), 100u);
+  EXPECT_EQ(u32(80), 5u);
+  EXPECT_EQ(u32(84), 3u);
+  EXPECT_EQ(u32(88), 0xabcdef01u);
   float second;
   uint32_t bits = u32(kHeader + 4);
   std::memcpy(&second, &bits, 4);
@@ -210,7 +217,8 @@ TEST(Ckpt, TruncationAtSeveralOffsets) {
   } cases[] = {
       {0, "too short for a header"},
       {30, "too short for a header"},              // inside the fixed header
-      {60, "header needs 68 bytes, file has 60"},  // inside the layer sizes
+      {60, "header needs 92 bytes, file has 60"},  // inside the layer sizes
+      {80, "header needs 92 bytes, file has 80"},  // inside the data set's identity
       {kHeader, "truncated: expected"},            // no arrays at all
       {kHeader + 4 * n / 2, "truncated: expected"},  // inside params
       {kHeader + 4 * n + 12, "truncated: expected"},  // inside the optimizer state
@@ -275,7 +283,7 @@ TEST(Ckpt, WrongVersion) {
   fix_crc(b);  // only the version is wrong
   write_bytes(path, b);
   EXPECT_EQ(fx.load(path, &msg), -1);
-  EXPECT_NE(msg.find("format version 7, this program reads version 1"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("format version 7, this program reads versions 1 to 2"), std::string::npos) << msg;
   EXPECT_NE(msg.find(path), std::string::npos) << msg;
 }
 
@@ -309,7 +317,7 @@ TEST(Ckpt, LayerCountOutOfRange) {
   ASSERT_EQ(fx.save(path, &msg), 0) << msg;
   auto b = read_bytes(path);
   put_u32(b, 52, 0);
-  put_u32(b, 12, 56 + 4);  // consistent with 0 layers, so the range check is what fails
+  put_u32(b, 12, 56 + 4 + 24);  // consistent with 0 layers, so the range check is what fails
   fix_crc(b);
   write_bytes(path, b);
   EXPECT_EQ(fx.load(path, &msg), -1);
@@ -388,4 +396,50 @@ TEST(Ckpt, SaveFailureLeavesPreviousFileIntact) {
   CkptMeta m;
   ASSERT_EQ(fx.load(path, &msg, &m), 0) << msg;
   EXPECT_EQ(m.epoch, fx.meta.epoch);
+}
+
+// A version 1 file (written before checkpoints recorded their data) still loads, with no DataId.
+TEST(Ckpt, VersionOneStillLoads) {
+  Fixture fx;
+  std::string path = tmp_path("ckpt_v1.bin"), msg;
+  ASSERT_EQ(fx.save(path, &msg), 0) << msg;
+  auto b = read_bytes(path);
+  b.erase(b.begin() + 68, b.begin() + 92);  // version 1 has no DataId after the layer sizes
+  put_u32(b, 8, 1);
+  put_u32(b, 12, 68);
+  fix_crc(b);
+  write_bytes(path, b);
+  CkptMeta m{};
+  std::vector<float> p, o;
+  ASSERT_EQ(fx.load(path, &msg, &m, &p, &o), 0) << msg;
+  EXPECT_EQ(m.data.n_train, 0u);
+  EXPECT_EQ(m.step, fx.meta.step);
+  EXPECT_EQ(std::memcmp(p.data(), fx.params.data(), 4 * p.size()), 0);
+  EXPECT_EQ(std::memcmp(o.data(), fx.opt.data(), 4 * o.size()), 0);
+}
+
+// Resuming on other data is refused, and the message names both data sets.
+TEST(Ckpt, OtherDataIsRefused) {
+  Fixture saved;
+  std::string path = tmp_path("ckpt_data.bin"), msg;
+  ASSERT_EQ(saved.save(path, &msg), 0) << msg;
+  struct Case {
+    DataId data;
+    const char *expect;
+  } cases[] = {
+      {{0, 256, 100, 5, 3, 0xabcdef01u}, "fashion-mnist: 256 train"},  // another kind
+      {{2, 255, 100, 5, 3, 0xabcdef01u}, "255 train"},                 // another --dataset_size
+      {{2, 256, 100, 5, 3, 0xabcdef02u}, "labels crc abcdef02"},       // other labels
+  };
+  for (const Case &c : cases) {
+    Fixture run;
+    run.meta.data = c.data;
+    EXPECT_EQ(run.load(path, &msg), -1);
+    EXPECT_NE(msg.find("was trained on other data (synthetic: 256 train / 100 test samples of 5 "
+                       "features, 3 classes, labels crc abcdef01)"),
+              std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find(c.expect), std::string::npos) << msg;
+    EXPECT_NE(msg.find("--dataset_size"), std::string::npos) << msg;
+  }
 }

@@ -1,0 +1,182 @@
+// agree.c: the start-up comparison of agree.h. Each rank's list is a fixed-size table of text; one
+// all-gather brings every rank's table to every rank, and every rank compares them the same way, so
+// every rank reaches the same verdict and ends with the same message.
+#include "agree.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+#include "check.h"
+
+// 64-bit FNV-1a: keeps a value that is too long to show comparable by its tail.
+static uint64_t fnv1a(const char *s) {
+  uint64_t h = 1469598103934665603ull;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  return h;
+}
+
+void agree_add(Agreement *a, const char *name, const char *fmt, ...) {
+  if (a->n >= AGREE_MAX) die(1, "agree_add: more than %d settings (raise AGREE_MAX)", AGREE_MAX);
+  char full[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(full, sizeof full, fmt, ap);
+  va_end(ap);
+  snprintf(a->name[a->n], AGREE_NAME, "%s", name);
+  if (strlen(full) < AGREE_VALUE)
+    snprintf(a->value[a->n], AGREE_VALUE, "%s", full);
+  else
+    snprintf(a->value[a->n], AGREE_VALUE, "%.*s... (hash %016llx)", AGREE_VALUE - 32, full,
+             (unsigned long long)fnv1a(full));
+  a->n++;
+}
+
+// The running executable: its file name and the CRC-32 of its bytes ("unreadable" if /proc is not
+// there; then every rank says so and only the name is compared).
+static void program_identity(Agreement *a) {
+  char path[4096] = "";
+  const char *base = "unknown";
+  FILE *f = fopen("/proc/self/exe", "rb");
+  uLong crc = crc32(0L, Z_NULL, 0);
+  if (f) {
+    unsigned char buf[65536];
+    for (size_t got; (got = fread(buf, 1, sizeof buf, f)) > 0;) crc = crc32(crc, buf, (uInt)got);
+    fclose(f);
+  }
+  FILE *cmd = fopen("/proc/self/comm", "r");
+  if (cmd && fgets(path, sizeof path, cmd)) {
+    path[strcspn(path, "\n")] = '\0';
+    base = path;
+  }
+  if (cmd) fclose(cmd);
+  if (f)
+    agree_add(a, "the program", "%s (executable crc %08lx)", base, (unsigned long)crc);
+  else
+    agree_add(a, "the program", "%s (executable unreadable)", base);
+}
+
+void agree_init(Agreement *a) {
+  memset(a, 0, sizeof *a);
+  program_identity(a);
+}
+
+// A float as its user wrote it ("0.05"), unless that text would not tell it from a neighbour; then
+// with 9 significant digits, which always do.
+static void add_float(Agreement *a, const char *name, float x) {
+  char text[32];
+  snprintf(text, sizeof text, "%g", (double)x);
+  if (strtof(text, NULL) != x) snprintf(text, sizeof text, "%.9g", (double)x);
+  agree_add(a, name, "%s", text);
+}
+
+void agree_args(Agreement *a, const Args *g) {
+  agree_add(a, "--epochs", "%d", g->epochs);
+  agree_add(a, "--batch_size", "%d", g->batch_size);
+  add_float(a, "--lr", g->lr);
+  add_float(a, "--momentum", g->momentum);
+  add_float(a, "--weight_decay", g->weight_decay);
+  agree_add(a, "--dataset_size", "%d", g->dataset_size);
+  agree_add(a, "--data", "%s", g->data);
+  agree_add(a, "--seed", "%llu", (unsigned long long)g->seed);
+  agree_add(a, "--max_steps", "%d", g->max_steps);
+  agree_add(a, "--save_interval", "%d", g->save_interval);
+  agree_add(a, "--device", "%s", g->device);
+  agree_add(a, "--tf32", "%s", g->tf32 ? "on" : "off");
+  agree_add(a, "--drop_last", "%s", g->drop_last ? "on" : "off");
+  add_float(a, "--bucket_cap_mb", g->bucket_cap_mb);
+  agree_add(a, "--grad_accum", "%d", g->grad_accum);
+  agree_add(a, "--trace", "%s", g->trace ? "on" : "off");
+}
+
+void agree_model(Agreement *a, const int *sizes, int n_layers) {
+  char shape[AGREE_VALUE] = "";
+  size_t used = 0;
+  for (int l = 0; l <= n_layers && used < sizeof shape; l++)
+    used += (size_t)snprintf(shape + used, sizeof shape - used, l ? "-%d" : "%d", sizes[l]);
+  agree_add(a, "the model", "%s", shape);
+}
+
+void agree_data(Agreement *a, const DataId *id) {
+  char text[AGREE_VALUE];
+  dataset_id_str(text, sizeof text, id);
+  agree_add(a, "the data", "%s", text);
+}
+
+// Appends "ranks 0, 2: VALUE; rank 1: VALUE2" for setting i to msg: each distinct value once, with
+// the ranks that hold it (at most 8 named per value).
+static void describe(char *msg, size_t len, const Agreement *all, int world_size, int i) {
+  size_t used = strlen(msg);
+  for (int r = 0; r < world_size && used < len; r++) {
+    int seen = 0;
+    for (int q = 0; q < r && !seen; q++) seen = strcmp(all[q].value[i], all[r].value[i]) == 0;
+    if (seen) continue;
+    int count = 0;
+    for (int q = r; q < world_size; q++) count += strcmp(all[q].value[i], all[r].value[i]) == 0;
+    used += (size_t)snprintf(msg + used, len - used, "%s%s ", used && msg[used - 1] != '(' ? "; " : "",
+                             count > 1 ? "ranks" : "rank");
+    int shown = 0;
+    for (int q = r; q < world_size && used < len; q++) {
+      if (strcmp(all[q].value[i], all[r].value[i]) != 0) continue;
+      if (shown++ == 8) {
+        used += (size_t)snprintf(msg + used, len - used, ", ...");
+        break;
+      }
+      used += (size_t)snprintf(msg + used, len - used, "%s%d", shown > 1 ? ", " : "", q);
+    }
+    if (used < len) used += (size_t)snprintf(msg + used, len - used, ": %s", all[r].value[i]);
+  }
+}
+
+int agree_compare(char *msg, size_t len, const Agreement *all, int world_size) {
+  msg[0] = '\0';
+  for (int r = 1; r < world_size; r++) {
+    if (all[r].n != all[0].n) {  // different programs add different settings: show "program"
+      snprintf(msg, len, "the ranks disagree on %s (", all[0].name[0]);
+      describe(msg, len, all, world_size, 0);
+      strncat(msg, ")", len - strlen(msg) - 1);
+      return 1;
+    }
+  }
+  int first = -1;
+  char also[256] = "";
+  for (int i = 0; i < all[0].n; i++) {
+    int differs = 0;
+    for (int r = 1; r < world_size && !differs; r++)
+      differs = strcmp(all[r].name[i], all[0].name[i]) != 0 || strcmp(all[r].value[i], all[0].value[i]) != 0;
+    if (!differs) continue;
+    if (first < 0) {
+      first = i;
+    } else if (strlen(also) + strlen(all[0].name[i]) + 3 < sizeof also) {
+      strcat(also, also[0] ? ", " : "");
+      strcat(also, all[0].name[i]);
+    }
+  }
+  if (first < 0) return 0;
+  snprintf(msg, len, "the ranks disagree on %s (", all[0].name[first]);
+  describe(msg, len, all, world_size, first);
+  size_t used = strlen(msg);
+  snprintf(msg + used, len - used, ")%s%s: start every rank with the same settings, model and data",
+           also[0] ? "; also on " : "", also);
+  return 1;
+}
+
+void agree_check(const Agreement *a, ProcessGroup *pg, const Ctx *c) {
+  int W = pg->world_size;
+  if (W == 1) return;
+  size_t bytes = sizeof *a;  // a multiple of 4: gathered as ints
+  _Static_assert(sizeof(Agreement) % 4 == 0, "Agreement is gathered as int32");
+  Agreement *all = mallocCheck(bytes * (size_t)W);
+  void *send = dev_alloc(c, bytes), *recv = dev_alloc(c, bytes * (size_t)W);
+  dev_upload(c, send, a, bytes);
+  dist_all_gather(pg, send, recv, bytes / 4, DIST_INT);
+  dev_download(c, all, recv, bytes * (size_t)W);
+  dev_free(c, recv);
+  dev_free(c, send);
+  char msg[1024];
+  int differ = agree_compare(msg, sizeof msg, all, W);
+  free(all);
+  if (differ) die(1, "%s", msg);
+}
