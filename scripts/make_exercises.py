@@ -59,10 +59,12 @@ EXERCISES = [
          "  for (int i = 0; i < s->num_samples; i++) out[i] = s->perm[i];\n"),
     ]),
     ("04_ddp_wrap", "steps/04_ddp_wrap/train.c", [
-        ("  // [ddp] every replica starts from rank 0's parameters, whatever seed each rank was given",
-         "  dist_broadcast(&t->pg, t->model.params, t->model.n_params, DIST_FLOAT, 0);",
-         "  // TODO(04): every replica must start from rank 0's parameters, whatever seed each rank was\n"
-         "  // given (dist_broadcast of the flat parameter buffer from root 0)\n"),
+        ("  dist_broadcast(&t->pg, t->model.params, t->model.n_params, DIST_FLOAT, 0);",
+         "  dist_broadcast(&t->pg, t->opt.buf, t->model.n_params, DIST_FLOAT, 0);",
+         "  // TODO(04): every replica must continue from rank 0's state, whatever seed each rank was\n"
+         "  // given or checkpoint it loaded: broadcast (dist_broadcast, root 0) the flat parameter buffer\n"
+         "  // and the optimizer's momentum buffer (t->opt.buf). Until then the replicas start apart.\n"
+         "  (void)t;\n"),
         ("  Mlp *m = &t->model;",
          "  }",
          "  // TODO(04): replace each gradient by its mean over the ranks (dist_all_reduce, DIST_AVG), one\n"

@@ -18,10 +18,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "agree.h"    // agree.h: Agreement, agree_init, agree_args, agree_model, agree_check
 #include "args.h"     // args.h: Args, args_parse, ARGS_*
 #include "check.h"    // check.h: die, check_set_rank
 #include "ckpt.h"     // ckpt.h: CkptMeta, ckpt_save, ckpt_load
-#include "data.h"     // data.h: Dataset, data_parse, dataset_load, dataset_free
+#include "data.h"     // data.h: Dataset, DataId, data_parse, dataset_load, dataset_id
 #include "device.h"   // device.h: Ctx, ctx_init, ctx_set_tf32, device_parse, dev_alloc, ...
 #include "dist.h"     // dist.h: ProcessGroup, dist_init, dist_connect, dist_destroy
 #include "loader.h"   // loader.h: Loader, loader_init, loader_set_order, loader_batch
@@ -48,6 +49,7 @@ typedef struct Trainer {
   Loader train, test;   // datasets on the device, batch buffers
   int n_train;          // training samples in the dataset
   int in, classes;      // features per sample, number of classes
+  DataId data_id;       // which data was loaded: recorded in checkpoints
   int *order;           // host, (n_train): the samples this process visits this epoch, in order
   int n_order;          // length of this epoch's order
   int *correct;         // device, (1): evaluation counter
@@ -81,6 +83,19 @@ static void setup(Trainer *t) {
        device_name(dev));
 }
 
+// [init] Every rank must train the same model on the same data with the same settings, or the
+// replicas part without a word: compare them across the process group, and stop every rank if one
+// differs (PyTorch's DDP compares the ranks' parameter shapes the same way when it wraps a model).
+static void check_ranks_agree(Trainer *t) {
+  Agreement a;
+  agree_init(&a);                                      // the program itself
+  agree_args(&a, &t->args);                            // every flag that changes training
+  agree_model(&a, t->model.sizes, t->model.n_layers);  // the layer sizes
+  agree_data(&a, &t->data_id);                         // what was loaded
+  agree_add(&a, "the resume point", "epoch %d, step %lld", t->epoch0, t->step);
+  agree_check(&a, &t->pg, &t->ctx);
+}
+
 static void cleanup(Trainer *t) {
   // TODO(02): leave the process group (dist_destroy), before the device context goes
   ctx_free(&t->ctx);
@@ -111,6 +126,7 @@ static void load_data(Trainer *t) {
   t->n_train = train.n;
   t->in = train.dim;
   t->classes = train.n_classes;
+  t->data_id = dataset_id(kind, &train, &test);  // before the loaders take the arrays
   loader_init(&t->train, &t->ctx, &train, t->args.batch_size, train.n);
   loader_init(&t->test, &t->ctx, &test, EVAL_BATCH, test.n);
   int *all = mallocCheck((size_t)test.n * sizeof *all);  // the test set is visited in order
@@ -208,6 +224,7 @@ static CkptMeta checkpoint_meta(const Trainer *t, int epochs_done) {
   meta.optim_steps = (uint32_t)t->opt.steps;
   meta.n_layers = t->model.n_layers;
   memcpy(meta.sizes, t->model.sizes, sizeof meta.sizes);
+  meta.data = t->data_id;
   return meta;
 }
 
@@ -282,6 +299,7 @@ int main(int argc, char **argv) {
   load_data(&t);
   build_model(&t);
   resume(&t);
+  check_ranks_agree(&t);
   train(&t);
   finish(&t);
   cleanup(&t);

@@ -60,7 +60,6 @@ void reducer_init(Reducer *r, ProcessGroup *pg, const Ctx *c, Mlp *m, double cap
   dev_event_init(c, &r->origin);
   dev_event_init(c, &r->backward_start);
   for (int l = 0; l < m->n_layers; l++) dev_event_init(c, &r->layer_done[l]);
-  dist_barrier(pg);  // the ranks leave it together: their traces share (nearly) the same time zero
   dev_event_record(c, &r->origin, NULL);
 }
 

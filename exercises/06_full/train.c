@@ -23,10 +23,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "agree.h"    // agree.h: Agreement, agree_init, agree_args, agree_model, agree_check
 #include "args.h"     // args.h: Args, args_parse, ARGS_*
 #include "check.h"    // check.h: die, check_set_rank
 #include "ckpt.h"     // ckpt.h: CkptMeta, ckpt_save, ckpt_load
-#include "data.h"     // data.h: Dataset, data_parse, dataset_load, dataset_free
+#include "data.h"     // data.h: Dataset, DataId, data_parse, dataset_load, dataset_id
 #include "device.h"   // device.h: Ctx, ctx_init, ctx_set_tf32, device_parse, dev_alloc, ...
 #include "dist.h"     // dist.h: ProcessGroup, dist_init, dist_all_reduce, dist_barrier
 #include "loader.h"   // loader.h: Loader, loader_init, loader_set_order, loader_batch
@@ -64,6 +65,7 @@ typedef struct Trainer {
   int n_train;          // training samples in the dataset
   Sampler sampler;      // this rank's shard of every epoch
   int in, classes;      // features per sample, number of classes
+  DataId data_id;       // which data was loaded: recorded in checkpoints
   int *order;           // host, (n_train): the samples this process visits this epoch, in order
   int n_order;          // length of this epoch's order
   int n_eval;           // test samples this rank evaluates
@@ -102,6 +104,19 @@ static void setup(Trainer *t) {
        device_name(dev));
 }
 
+// [init] Every rank must train the same model on the same data with the same settings, or the
+// replicas part without a word: compare them across the process group, and stop every rank if one
+// differs (PyTorch's DDP compares the ranks' parameter shapes the same way when it wraps a model).
+static void check_ranks_agree(Trainer *t) {
+  Agreement a;
+  agree_init(&a);                                      // the program itself
+  agree_args(&a, &t->args);                            // every flag that changes training
+  agree_model(&a, t->model.sizes, t->model.n_layers);  // the layer sizes
+  agree_data(&a, &t->data_id);                         // what was loaded
+  agree_add(&a, "the resume point", "epoch %d, step %lld", t->epoch0, t->step);
+  agree_check(&a, &t->pg, &t->ctx);
+}
+
 static void cleanup(Trainer *t) {
   dist_destroy(&t->pg);  // [init] leave the process group
   ctx_free(&t->ctx);
@@ -116,8 +131,6 @@ static void build_model(Trainer *t) {
   if (n_layers < 0) die(2, "--hidden '%s': expected positive sizes such as 1024,1024", t->args.hidden);
   int max_batch = t->args.batch_size > EVAL_BATCH ? t->args.batch_size : EVAL_BATCH;
   mlp_init(&t->model, &t->ctx, sizes, n_layers, max_batch, t->args.seed);
-  // [ddp] every replica starts from rank 0's parameters, whatever seed each rank was given
-  dist_broadcast(&t->pg, t->model.params, t->model.n_params, DIST_FLOAT, 0);
   // [bucket] gradient buckets of at most --bucket_cap_mb, each with its own all-reduce
   reducer_init(&t->reducer, &t->pg, &t->ctx, &t->model, t->args.bucket_cap_mb, &t->trace);
   log0("reducer: %d buckets (cap %g MiB)\n", t->reducer.n_buckets, t->args.bucket_cap_mb);
@@ -126,6 +139,14 @@ static void build_model(Trainer *t) {
   t->loss = dev_alloc(&t->ctx, sizeof(float));
   readback_init(&t->losses, &t->ctx);
   log0("model: %d layers, %zu parameters\n", n_layers, t->model.n_params);
+}
+
+// [ddp] Wrapping the model (PyTorch: DDP(model)): every replica continues from rank 0's parameters,
+// whatever seed each rank was given or checkpoint it loaded, so main calls this after resume(). The
+// momentum buffer follows too (PyTorch leaves the optimizer to you: load the same checkpoint everywhere).
+static void wrap_model(Trainer *t) {
+  dist_broadcast(&t->pg, t->model.params, t->model.n_params, DIST_FLOAT, 0);
+  dist_broadcast(&t->pg, t->opt.buf, t->model.n_params, DIST_FLOAT, 0);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -141,6 +162,7 @@ static void load_data(Trainer *t) {
                t->args.seed);
   t->in = train.dim;
   t->classes = train.n_classes;
+  t->data_id = dataset_id(kind, &train, &test);  // before the loaders take the arrays
   loader_init(&t->train, &t->ctx, &train, t->args.batch_size, train.n);
   loader_init(&t->test, &t->ctx, &test, EVAL_BATCH, test.n);
   int *all = mallocCheck((size_t)test.n * sizeof *all);  // the test set is visited in order
@@ -276,6 +298,7 @@ static CkptMeta checkpoint_meta(const Trainer *t, int epochs_done) {
   meta.optim_steps = (uint32_t)t->opt.steps;
   meta.n_layers = t->model.n_layers;
   memcpy(meta.sizes, t->model.sizes, sizeof meta.sizes);
+  meta.data = t->data_id;
   return meta;
 }
 
@@ -362,6 +385,8 @@ int main(int argc, char **argv) {
   load_data(&t);
   build_model(&t);
   resume(&t);
+  check_ranks_agree(&t);
+  wrap_model(&t);
   train(&t);
   finish(&t);
   cleanup(&t);

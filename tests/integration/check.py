@@ -252,21 +252,30 @@ def matches_baseline(step, np):
 
 
 def step04_broadcast(tmp):
-    """Step 04 with a different --seed per rank still ends bit-identical (rank 0's start is broadcast);
-    step 03 under the same launch does not."""
+    """The course's "load, then wrap": two ranks resume from two different checkpoint files (same
+    point, different parameters and momentum); step 04 broadcasts rank 0's state after loading, so its
+    replicas end bit-identical to a run where both ranks loaded rank 0's file; step 03 does not."""
+    for lr in ("0.05", "0.1"):  # two checkpoints after 1 epoch: same seed and step, other values
+        run("01_single_gpu", SMALL + ["--epochs", "1", "--lr", lr, "--save_interval", "1",
+                                      "--ckpt_dir", f"{tmp}/ck{lr}"])
+    files = [f"{tmp}/ck0.05/checkpoint.bin", f"{tmp}/ck0.1/checkpoint.bin"]
     for step in ("03_sampler", "04_ddp_wrap"):
-        cmd = [MPIEXEC]
-        for r, seed in enumerate(["1", "2"]):
-            cmd += (([":"] if r else []) + ["-n", "1", os.path.join(BIN, step)] + SMALL +
-                    ["--epochs", "1", "--seed", seed, "--metrics", f"{tmp}/{step}_{{rank}}.jsonl"])
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-        if p.returncode != 0:
-            raise Failure(f"{' '.join(cmd)} failed:\n{p.stderr}")
-    d3, d4 = digests(f"{tmp}/03_sampler_", 2), digests(f"{tmp}/04_ddp_wrap_", 2)
+        for tag, ranks_files in (("mixed", files), ("same", files[:1] * 2)):
+            cmd = [MPIEXEC]
+            for r, ck in enumerate(ranks_files):
+                cmd += (([":"] if r else []) + ["-n", "1", os.path.join(BIN, step)] + SMALL +
+                        ["--epochs", "2", "--resume", ck, "--metrics", f"{tmp}/{step}_{tag}_{{rank}}.jsonl"])
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+            if p.returncode != 0:
+                raise Failure(f"{' '.join(cmd)} failed:\n{p.stderr}")
+    d3 = digests(f"{tmp}/03_sampler_mixed_", 2)
+    d4, same = digests(f"{tmp}/04_ddp_wrap_mixed_", 2), digests(f"{tmp}/04_ddp_wrap_same_", 2)
     if d4[0] != d4[1]:
-        raise Failure(f"step 04 with different seeds per rank: replicas differ {d4}")
+        raise Failure(f"step 04 resuming different checkpoints per rank: replicas differ {d4}")
+    if d4 != same:
+        raise Failure(f"step 04 did not continue from rank 0's checkpoint: {d4} vs {same}")
     if d3[0] == d3[1]:
-        raise Failure("step 03 with different seeds per rank: replicas are identical")
+        raise Failure("step 03 resuming different checkpoints per rank: replicas are identical")
 
 
 def step05_resume(tmp):
