@@ -288,6 +288,9 @@ static void resume(Trainer *t) {
   t->epoch0 = (int)meta.epoch;
   t->step = (long long)meta.step;
   log0("resumed from %s at epoch %d, step %lld\n", t->args.resume, t->epoch0, t->step);
+  if (t->epoch0 >= t->args.epochs)
+    log0("warning: %s has already completed %d epochs and --epochs is %d: nothing to train (raise "
+         "--epochs to go on)\n", t->args.resume, t->epoch0, t->args.epochs);
   free(state);
   free(params);
 }
@@ -302,6 +305,9 @@ static void train(Trainer *t) {
     bool complete = run_epoch(t, epoch);  // checkpoints mark epoch boundaries: save complete epochs
     if (complete && t->args.save_interval > 0 && (epoch + 1) % t->args.save_interval == 0)
       save_checkpoint(t, epoch + 1);
+    else if (!complete && t->args.save_interval > 0)
+      log0("warning: --max_steps %d ended epoch %d before its end; checkpoints hold whole epochs, so "
+           "the steps of this partial epoch are not saved\n", t->args.max_steps, epoch + 1);
   }
 }
 

@@ -512,7 +512,24 @@ def watchdog_deadlock(tmp):
     print(f"ended after {took:.1f} s: {[l for l in p.stderr.splitlines() if 'watchdog' in l][0]}")
 
 
-SCENARIOS = {f.__name__: f for f in [
+def step01_warnings(tmp):
+    """A resume that has nothing left to train, and a --max_steps stop in the middle of an epoch,
+    each say so instead of ending in silence."""
+    run("01_single_gpu", SMALL + ["--epochs", "1", "--save_interval", "1", "--ckpt_dir", f"{tmp}/ck"])
+    out, _ = run("01_single_gpu", SMALL + ["--epochs", "1", "--resume", f"{tmp}/ck/checkpoint.bin"])
+    if "nothing to train" not in out or "--epochs" not in out:
+        raise Failure(f"a finished run resumed should warn that there is nothing to train: {out!r}")
+    out, _ = run("01_single_gpu", SMALL + ["--epochs", "2", "--max_steps", "20", "--save_interval", "1",
+                                           "--ckpt_dir", f"{tmp}/ck2"])
+    if "--max_steps 20 ended epoch 2 before its end" not in out:
+        raise Failure(f"a --max_steps stop mid-epoch should say the partial epoch is not saved: {out!r}")
+    out, _ = run("01_single_gpu", SMALL + ["--epochs", "2", "--max_steps", "16", "--save_interval", "1",
+                                           "--ckpt_dir", f"{tmp}/ck3"])
+    if "warning:" in out:
+        raise Failure(f"--max_steps at an epoch boundary loses nothing and should not warn: {out!r}")
+
+
+SCENARIOS = {f.__name__: f for f in [step01_warnings, 
     launchers, watchdog_deadlock, step06_grad_accum, step06_trace, step06_replicas(2), step06_replicas(3), step06_replicas(4),
     step06_matches_step04(2), step06_matches_step04(3), step06_matches_step04(4),
     step01_learns, step01_deterministic, step01_resume, step01_bad_input, step01_fashion_mnist,

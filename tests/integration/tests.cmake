@@ -25,6 +25,7 @@ ddp_integration(step01_learns)
 ddp_integration(step01_deterministic)
 ddp_integration(step01_resume)
 ddp_integration(step01_bad_input)
+ddp_integration(step01_warnings)
 ddp_integration(step01_fashion_mnist)
 
 ddp_integration(step02_redundant PROCESSORS 2)
