@@ -91,6 +91,71 @@ CASES = [
 ]
 
 
+
+def mpmd(prog, rank_args, ranks=2):
+    """Per-rank programs and arguments for an MPMD launch: rank r gets rank_args[r] (the last one for
+    the ranks beyond). prog is one program or a list, one per rank."""
+    progs = prog if isinstance(prog, list) else [prog] * ranks
+    return [(progs[r], rank_args[min(r, len(rank_args) - 1)]) for r in range(ranks)]
+
+
+def differ(cid, what, prog, args0, args1, words, ranks=2):
+    """A case where rank 0 is started with args0 and every other rank with args1."""
+    return (cid, what, prog, mpmd(prog, [args0, args1], ranks), {}, ranks, 1,
+            ["the ranks disagree on"] + words)
+
+
+def disagree(cid, what, prog, flag, a, b, words, base=SMALL, ranks=2):
+    """A case where rank 0 is started with `flag a` and every other rank with `flag b`."""
+    return differ(cid, what, prog, base + [flag, a], base + [flag, b], words, ranks)
+
+
+# Ranks that disagree (from step 02 on): every rank ends with one line naming the setting and the
+# ranks, before any collective of the wrong size can crash or hang.
+DISAGREE = [
+    disagree("A1", "ranks with different learning rates", "06_full", "--lr", "0.05", "0.1",
+             ["--lr (rank 0: 0.05; rank 1: 0.1)"]),
+    disagree("A2", "ranks with different momentum", "05_metrics_ckpt", "--momentum", "0.9", "0.5",
+             ["--momentum"]),
+    disagree("A3", "ranks with different weight decay", "04_ddp_wrap", "--weight_decay", "0", "0.001",
+             ["--weight_decay"]),
+    disagree("A4", "ranks with different bucket caps (crashed inside Open MPI before)", "06_full",
+             "--bucket_cap_mb", "25", "0.001", ["--bucket_cap_mb"]),
+    disagree("A5", "ranks with different hidden layers", "06_full", "--hidden", "11", "11,5",
+             ["the model", "784-11-10", "784-11-5-10"], base=SMALL[:-6] + ["--epochs", "1", "--save_interval", "0"]),
+    disagree("A6", "ranks with different batch sizes", "05_metrics_ckpt", "--batch_size", "32", "64",
+             ["--batch_size"]),
+    disagree("A7", "ranks with different gradient accumulation", "06_full", "--grad_accum", "1", "2",
+             ["--grad_accum"]),
+    disagree("A8", "ranks with different epoch counts", "04_ddp_wrap", "--epochs", "1", "2", ["--epochs"],
+             base=SMALL[:-4] + ["--save_interval", "0"]),
+    disagree("A9", "ranks with different step limits", "06_full", "--max_steps", "0", "3", ["--max_steps"]),
+    disagree("A10", "ranks with different save intervals", "05_metrics_ckpt", "--save_interval", "0", "1",
+             ["--save_interval"], base=SMALL[:-2] + ["--ckpt_dir", "{d}/never"]),
+    disagree("A11", "ranks with different seeds (the sampler needs one permutation)", "03_sampler",
+             "--seed", "1", "2", ["--seed"]),
+    disagree("A12", "ranks with different dataset sizes", "02_init", "--dataset_size", "256", "128",
+             ["--dataset_size"], base=SMALL[:4] + SMALL[6:]),
+    disagree("A13", "ranks with the same flags but different data files", "05_metrics_ckpt", "--data_dir",
+             "{d}/labels_a", "{d}/labels_b", ["the data", "labels crc"], base=IDX),
+    differ("A14", "ranks with and without --drop_last", "03_sampler", SMALL, SMALL + ["--drop_last"],
+           ["--drop_last"]),
+    differ("A15", "ranks with and without TF32", "06_full", SMALL, SMALL + ["--tf32"], ["--tf32"]),
+    differ("A16", "a trace on one rank only", "06_full", SMALL, SMALL + ["--trace", "{d}/never_{rank}.json"],
+           ["--trace"]),
+    ("A17", "two different steps in one job", ["05_metrics_ckpt", "06_full"],
+     mpmd(["05_metrics_ckpt", "06_full"], [SMALL]), {}, 2, 1,
+     ["the ranks disagree on the program", "05_metrics_ckpt", "06_full"]),
+    ("A18", "ranks resuming checkpoints of different epochs", "06_full",
+     mpmd("06_full", [SMALL[:-4] + ["--epochs", "3", "--save_interval", "0", "--resume", "{d}/good.bin"],
+                      SMALL[:-4] + ["--epochs", "3", "--save_interval", "0", "--resume", "{d}/good2.bin"]]),
+     {}, 2, 1, ["the ranks disagree on the resume point", "rank 0: epoch 1", "rank 1: epoch 2"]),
+    disagree("A19", "one rank of three with another learning rate", "06_full", "--lr", "0.05", "0.1",
+             ["--lr (rank 0: 0.05; ranks 1, 2: 0.1)"], ranks=3),
+]
+CASES += DISAGREE
+
+
 def write_idx(path, magic, dims, payload, gz=True):
     data = struct.pack(">I", magic) + b"".join(struct.pack(">I", d) for d in dims) + payload
     with (gzip.open(path, "wb") if gz else open(path, "wb")) as f:
@@ -119,6 +184,10 @@ def checkpoint(d):
     flip = bytearray(good)
     flip[len(good) // 3] ^= 0x10
     open(f"{d}/flip.bin", "wb").write(bytes(flip))
+    subprocess.run([f"{BIN}/05_metrics_ckpt"] + SMALL[:-4] + ["--epochs", "2", "--save_interval", "2",
+                    "--ckpt_dir", f"{d}/ck2"], check=True, capture_output=True, env=clean_env())
+    shutil.move(f"{d}/ck2/checkpoint.bin", f"{d}/good2.bin")
+    shutil.rmtree(f"{d}/ck2")
     v = bytearray(good[:-4])
     v[8:12] = struct.pack("<I", 7)
     open(f"{d}/version.bin", "wb").write(bytes(v) + struct.pack("<I", zlib.crc32(bytes(v))))
@@ -130,6 +199,8 @@ def prepare(d):
     idx_set(f"{d}/trunc", images=(2051, [3, 28, 28], bytes(2 * 784 + 5)))
     idx_set(f"{d}/count", labels=(2049, [2], bytes([1, 2])))
     idx_set(f"{d}/label", labels=(2049, [3], bytes([1, 12, 3])))
+    idx_set(f"{d}/labels_a")
+    idx_set(f"{d}/labels_b", labels=(2049, [3], bytes([3, 2, 1])))
     idx_set(f"{d}/dir")
     os.remove(f"{d}/dir/train-images-idx3-ubyte.gz")
     os.makedirs(f"{d}/dir/train-images-idx3-ubyte.gz")
@@ -155,10 +226,15 @@ def snapshot(d):
 def run_case(case, d):
     """Runs one case; returns (first stderr line, problems found)."""
     cid, _, prog, args, env, ranks, want_rc, words = case
-    args = [a.replace("{d}", d) for a in args]
-    cmd = [os.path.join(BIN, prog)] + args
-    if ranks > 1:
-        cmd = [MPIEXEC, "-n", str(ranks)] + cmd
+    if isinstance(args[0], tuple):  # MPMD: (program, arguments) per rank
+        cmd = [MPIEXEC]
+        for r, (p, a) in enumerate(args):
+            cmd += ([":"] if r else []) + ["-n", "1", os.path.join(BIN, p)] + [x.replace("{d}", d) for x in a]
+    else:
+        args = [a.replace("{d}", d) for a in args]
+        cmd = [os.path.join(BIN, prog)] + args
+        if ranks > 1:
+            cmd = [MPIEXEC, "-n", str(ranks)] + cmd
     before = snapshot(d)
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=clean_env(env), cwd=d)
@@ -196,6 +272,7 @@ def main():
         print("| # | bad input | program (ranks) | exit | what it prints (first line, DIR = a temporary folder) |")
         print("| --- | --- | --- | --- | --- |")
         for (cid, what, prog, _, env, ranks, rc, _), first in rows:
+            prog = prog if isinstance(prog, str) else " and ".join(prog)
             how = f"{prog} ({ranks})" + (" with " + " ".join(f"{k}={v}" for k, v in env.items()) if env else "")
             msg = first.replace("|", "\\|").replace("`", "'")
             print(f"| {cid} | {what} | {how} | {rc if ranks == 1 else 'non-zero'} | `{msg}` |")
