@@ -57,6 +57,10 @@ void mlp_init(Mlp *m, const Ctx *c, const int *sizes, int n_layers, int max_batc
 }
 
 void mlp_free(Mlp *m, const Ctx *c) {
+  if (m->timed) {
+    for (int l = m->n_layers - 1; l >= 0; l--) dev_event_free(c, &m->layer_done[l]);
+    dev_event_free(c, &m->backward_start);
+  }
   dev_free(c, m->loss);
   dev_free(c, m->row_loss);
   for (int l = m->n_layers - 1; l >= 0; l--) {
@@ -88,14 +92,19 @@ void mlp_loss(Mlp *m, const Ctx *c, const int *y, int B) {
 
 void mlp_zero_grad(Mlp *m) { m->grads_none = true; }
 
-void mlp_backward(Mlp *m, const Ctx *c, const float *x, int B, MlpGradHook hook, void *user) {
+void mlp_backward(Mlp *m, const Ctx *c, const float *x, int B, float scale, MlpGradHook hook,
+                  void *user) {
   float beta = m->grads_none ? 0.0f : 1.0f;  // write after zero_grad, else accumulate
-  for (int l = m->n_layers - 1; l >= 0; l--) {
+  int L = m->n_layers;
+  if (m->timed) dev_event_record(c, &m->backward_start, NULL);
+  if (scale != 1.0f) ops_scale(c, m->dact[L - 1], (size_t)B * m->sizes[L], scale);
+  for (int l = L - 1; l >= 0; l--) {
     const float *in = l > 0 ? m->act[l - 1] : x;  // (B, IN(l))
     const float *dy = m->dact[l];                 // (B, OUT(l))
     // dW_l = dyᵀ · in, db_l = Σ_b dy: this layer's gradients are complete after these two ops.
     ops_gemm(c, true, false, OUT(m, l), IN(m, l), B, 1.0f, dy, in, beta, m->grads + m->w_off[l]);
     ops_bias_grad(c, dy, m->grads + m->b_off[l], B, OUT(m, l), beta);
+    if (m->timed) dev_event_record(c, &m->layer_done[l], NULL);
     if (hook) hook(l, user);
     if (l > 0) {
       // d(in) = dy · W_l, then through the previous layer's ReLU.
@@ -105,6 +114,13 @@ void mlp_backward(Mlp *m, const Ctx *c, const float *x, int B, MlpGradHook hook,
     }
   }
   m->grads_none = false;
+}
+
+void mlp_time_backward(Mlp *m, const Ctx *c) {
+  if (m->timed) return;
+  dev_event_init(c, &m->backward_start);
+  for (int l = 0; l < m->n_layers; l++) dev_event_init(c, &m->layer_done[l]);
+  m->timed = true;
 }
 
 float mlp_loss_value(const Mlp *m, const Ctx *c) {

@@ -51,6 +51,9 @@ typedef struct Mlp {
   float *row_loss;                     ///< device, (max_batch): scratch for the loss
   float *loss;                         ///< device, (1): mean loss of the last mlp_loss()
   bool grads_none;                     ///< next backward writes grads instead of accumulating
+  bool timed;                          ///< backward records the events below (mlp_time_backward())
+  DevEvent backward_start;             ///< recorded when the last backward began
+  DevEvent layer_done[MLP_MAX_LAYERS]; ///< recorded when that backward had queued layer l's gradients
 } Mlp;
 
 /**
@@ -97,17 +100,31 @@ void mlp_loss(Mlp *m, const Ctx *c, const int *y, int B);
 void mlp_zero_grad(Mlp *m);
 
 /**
- * @brief Backward pass from `m->dact[L-1]` (set by mlp_loss()), layer L-1 down to 0. Gradients are
- * written after mlp_zero_grad() and accumulated otherwise (gradient accumulation). After each layer's
- * weight and bias gradients are queued, calls @p hook (if not NULL) before propagating further.
+ * @brief Backward pass of `scale` × the loss of the last mlp_loss(): the C form of PyTorch's
+ * `(loss * scale).backward()`. The loss gradient `m->dact[L-1]` is multiplied by @p scale (when it
+ * is not 1), then propagated from layer L-1 down to 0, so every gradient comes out multiplied by
+ * @p scale. Gradients are written after mlp_zero_grad() and accumulated otherwise (gradient
+ * accumulation). After each layer's weight and bias gradients are queued, calls @p hook (if not
+ * NULL) before propagating further.
  * @param[in,out] m model.
  * @param[in] c     context.
  * @param[in] x     device, (B, I): the input of the last forward.
  * @param[in] B     batch size of the last forward.
+ * @param[in] scale factor of the loss (1: its plain gradient).
  * @param[in] hook  "gradients ready" callback, or NULL.
  * @param[in] user  passed to @p hook.
  */
-void mlp_backward(Mlp *m, const Ctx *c, const float *x, int B, MlpGradHook hook, void *user);
+void mlp_backward(Mlp *m, const Ctx *c, const float *x, int B, float scale, MlpGradHook hook,
+                  void *user);
+
+/**
+ * @brief From now on, every backward records `m->backward_start` when it begins and
+ * `m->layer_done[l]` when layer l's gradients are queued, on the context's stream, for timelines
+ * (trace.h). The events are freed by mlp_free().
+ * @param[in,out] m model.
+ * @param[in] c     context.
+ */
+void mlp_time_backward(Mlp *m, const Ctx *c);
 
 /**
  * @brief Reads the mean loss of the last mlp_loss() (waits for the device).

@@ -6,12 +6,14 @@
 #include "check.h"
 #include "metrics.h"
 
-void trace_open(Trace *t, const char *path_template, int rank) {
+void trace_open(Trace *t, const Ctx *c, const char *path_template, int rank) {
   memset(t, 0, sizeof *t);
   t->rank = rank;
   if (!path_template) return;
   t->f = metrics_open_rank_file("--trace", path_template, rank);
   fputs("{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n", t->f);
+  dev_event_init(c, &t->origin);
+  dev_event_record(c, &t->origin, NULL);
 }
 
 bool trace_on(const Trace *t) { return t->f != NULL; }
@@ -35,8 +37,32 @@ void trace_span(Trace *t, int track, const char *name, double begin, double end,
           1e6 * (end > begin ? end - begin : 0.0), step);
 }
 
-void trace_close(Trace *t) {
+void trace_backward(Trace *t, const Ctx *c, const Mlp *m, const DistWork *const *work, int n_work,
+                    long long step) {
+  if (!t->f || t->steps >= TRACE_STEPS) return;
+  if (t->steps++ == 0) {
+    trace_track(t, 1, "compute: backward");
+    trace_track(t, 2, "communication: all-reduce");
+  }
+  char name[96];
+  const DevEvent *prev = &m->backward_start;
+  for (int l = m->n_layers - 1; l >= 0; l--) {
+    snprintf(name, sizeof name, "backward layer %d", l);
+    trace_span(t, 1, name, dev_event_elapsed(c, &t->origin, prev),
+               dev_event_elapsed(c, &t->origin, &m->layer_done[l]), step);
+    prev = &m->layer_done[l];
+  }
+  for (int i = 0; i < n_work; i++) {
+    snprintf(name, sizeof name, "all-reduce bucket %d: %zu floats (%.2f MiB)", i, work[i]->n,
+             (double)work[i]->n * sizeof(float) / (1 << 20));
+    trace_span(t, 2, name, dev_event_elapsed(c, &t->origin, &work[i]->start),
+               dev_event_elapsed(c, &t->origin, &work[i]->end), step);
+  }
+}
+
+void trace_close(Trace *t, const Ctx *c) {
   if (!t->f) return;
+  dev_event_free(c, &t->origin);
   fputs("\n]}\n", t->f);
   if (fclose(t->f) != 0) die(1, "cannot write the trace file");
   t->f = NULL;

@@ -6,6 +6,10 @@
  * The file is `{"traceEvents": [...]}` with one complete event (`"ph": "X"`) per span, times in
  * microseconds, `pid` = rank, `tid` = track, and `"args": {"step": S}`; track names are metadata
  * events (`"ph": "M"`, `thread_name`).
+ *
+ * trace_backward() writes the timeline of data-parallel training: when each layer's backward
+ * finished and when each gradient all-reduce started and ended. Reading those times waits for the
+ * device, so only the first TRACE_STEPS optimizer steps are written.
  */
 #ifndef DDP_TRACE_H
 #define DDP_TRACE_H
@@ -13,25 +17,37 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+#include "device.h"
+#include "dist.h"
+#include "mlp.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
+/** @brief Optimizer steps trace_backward() writes (-DTRACE_STEPS=N changes it). */
+#ifndef TRACE_STEPS
+#define TRACE_STEPS 20
+#endif
+
 /** @brief An open trace file (or a disabled one). */
 typedef struct Trace {
-  FILE *f;     ///< output, NULL when disabled
-  int rank;    ///< pid of every event
-  long count;  ///< events written so far
+  FILE *f;          ///< output, NULL when disabled
+  int rank;         ///< pid of every event
+  long count;       ///< events written so far
+  DevEvent origin;  ///< time zero: recorded by trace_open() (when enabled)
+  int steps;        ///< steps trace_backward() has written
 } Trace;
 
 /**
  * @brief Opens `path_template` with `{rank}` replaced; disabled when the template is NULL. Ends the
- * job when the file cannot be created.
+ * job when the file cannot be created. An enabled trace's time zero is now, on @p c's stream.
  * @param[out] t            the trace.
+ * @param[in] c             the device context whose events the spans will be timed with.
  * @param[in] path_template path, `{rank}` replaced by @p rank.
  * @param[in] rank          this process's rank (the event's pid).
  */
-void trace_open(Trace *t, const char *path_template, int rank);
+void trace_open(Trace *t, const Ctx *c, const char *path_template, int rank);
 
 /** @brief True when the trace is enabled. */
 bool trace_on(const Trace *t);
@@ -55,8 +71,23 @@ void trace_track(Trace *t, int track, const char *name);
  */
 void trace_span(Trace *t, int track, const char *name, double begin, double end, long long step);
 
+/**
+ * @brief Writes one optimizer step of data-parallel training, for the first TRACE_STEPS steps (later
+ * calls, and calls on a disabled trace, return at once): on track 1 a span per layer of the model's
+ * last backward (mlp_time_backward() must have been called before it), on track 2 a span per
+ * all-reduce, from its start to its end events. Waits for the device (the events' times).
+ * @param[in,out] t  trace.
+ * @param[in] c      context of the events.
+ * @param[in] m      the model, with its backward's events.
+ * @param[in] work   the step's all-reduces, in the order they were started: (n_work) pointers.
+ * @param[in] n_work number of all-reduces.
+ * @param[in] step   optimizer step (0-based), stored in each span.
+ */
+void trace_backward(Trace *t, const Ctx *c, const Mlp *m, const DistWork *const *work, int n_work,
+                    long long step);
+
 /** @brief Finishes the JSON document and closes the file. */
-void trace_close(Trace *t);
+void trace_close(Trace *t, const Ctx *c);
 
 #ifdef __cplusplus
 }

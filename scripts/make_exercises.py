@@ -95,33 +95,37 @@ EXERCISES = [
          "  // TODO(05): no rank may start training before every rank has loaded the checkpoint\n"),
     ]),
     ("06_full", "steps/06_full/reducer.c", [
-        ("  while (r->next < r->n_buckets && r->buckets[r->next].pending == 0) {",
+        ("  while (r->next_bucket < r->n_buckets && r->buckets[r->next_bucket].pending == 0) {",
          "  }",
-         "  // TODO(06): start, in bucket order (r->next onwards), every bucket none of whose tensors is\n"
-         "  // still pending: an asynchronous DIST_SUM all-reduce of its slice of the flat gradient buffer\n"
-         "  // (dist_all_reduce_async into the bucket's own DistWork; a sum, because run_batch divides the\n"
-         "  // loss gradient by W). Stop at the first bucket that is not ready, even if a later one is:\n"
-         "  // every rank must start the same buckets in the same order.\n"
+         "  // TODO(06): start, in bucket order (r->next_bucket onwards), every bucket none of whose\n"
+         "  // tensors is still pending: an asynchronous DIST_SUM all-reduce of its slice of the flat\n"
+         "  // gradient buffer (dist_all_reduce_async into the bucket's own DistWork; a sum, because\n"
+         "  // backward ran on the loss times 1/W). Stop at the first bucket that is not ready, even if a\n"
+         "  // later one is: every rank must start the same buckets in the same order.\n"
          "  (void)r;\n"),
-        ("  r->buckets[r->bucket_of[2 * layer]].pending--;      // the weight",
-         "  r->buckets[r->bucket_of[2 * layer + 1]].pending--;  // the bias",
-         "  // TODO(06): this layer's weight (tensor 2·layer) and bias (tensor 2·layer + 1) are ready: count\n"
-         "  // them down in their buckets (r->bucket_of, Bucket.pending)\n"),
-        ("  for (int i = 0; i < r->next; i++) dist_test(r->pg, &r->buckets[i].work);  // let MPI progress",
-         "  for (int i = 0; i < r->next; i++) dist_test(r->pg, &r->buckets[i].work);  // let MPI progress",
+        ("static void mark_variable_ready(Reducer *r, int tensor) { r->buckets[r->bucket_of[tensor]].pending--; }",
+         "static void mark_variable_ready(Reducer *r, int tensor) { r->buckets[r->bucket_of[tensor]].pending--; }",
+         "static void mark_variable_ready(Reducer *r, int tensor) {\n"
+         "  // TODO(06): count the tensor down in its bucket (r->bucket_of, Bucket.pending)\n"
+         "  (void)r;\n"
+         "  (void)tensor;\n"
+         "}\n"),
+        ("  for (int i = 0; i < r->next_bucket; i++) dist_test(r->pg, &r->buckets[i].work);  // let MPI progress",
+         "  for (int i = 0; i < r->next_bucket; i++) dist_test(r->pg, &r->buckets[i].work);  // let MPI progress",
          "  // TODO(06): give MPI a chance to advance the all-reduces already started (dist_test)\n"),
-        ("  if (r->next != r->n_buckets)",
+        ("  if (r->next_bucket != r->n_buckets)",
          "  for (int i = 0; i < r->n_buckets; i++) dist_wait(r->pg, &r->buckets[i].work);",
          "  // TODO(06): every bucket must have been started (if not, a hook was missed: die), then wait\n"
-         "  // for each bucket's all-reduce (dist_wait) before the optimizer may use the gradients\n"),
+         "  // for each bucket's all-reduce (dist_wait) before the optimizer may use the gradients\n"
+         "  (void)r;\n"),
     ]),
     ("06_full", "steps/06_full/train.c", [
-        ("    // [bucket] divide the loss gradient by W, so that every gradient comes out divided and the",
-         "      ops_scale(&t->ctx, t->model.dact[t->model.n_layers - 1], (size_t)b * t->classes, scale);",
-         "    // TODO(06): scale the loss gradient t->model.dact[t->model.n_layers - 1], (b, classes), with\n"
-         "    // ops_scale before backward: by 1 / W, so that the reducer's sum of the ranks' gradients is\n"
-         "    // their average, and, with K > 1 micro-batches, by b / B, so that the gradients summed over\n"
-         "    // the K backward passes are the mean over all B samples.\n"),
+        ("    // [bucket] backward of the loss times 1/W: every gradient comes out divided by W, so the",
+         "    float scale = (float)b / B / t->world_size;",
+         "    // TODO(06): the factor backward multiplies the loss by: 1 / W, so that the reducer's sum of\n"
+         "    // the ranks' gradients is their average, and, with K > 1 micro-batches, also b / B, so that\n"
+         "    // the gradients summed over the K backward passes are the mean over all B samples.\n"
+         "    float scale = 1.0f;\n"),
     ]),
 ]
 

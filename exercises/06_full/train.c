@@ -31,22 +31,20 @@
 #include "device.h"   // device.h: Ctx, ctx_init, ctx_set_tf32, device_parse, dev_alloc, ...
 #include "dist.h"     // dist.h: ProcessGroup, dist_init, dist_all_reduce, dist_barrier
 #include "loader.h"   // loader.h: Loader, loader_init, loader_set_order, loader_batch
-#include "log.h"      // log.h: log0, Progress, progress_start, progress_print
+#include "log.h"      // log.h: log0, Progress, progress_start, progress_add
+#include "loss_log.h"  // loss_log.h: LossLog, loss_log_init, loss_log_push, loss_log_epoch
 #include "metrics.h"  // metrics.h: Metrics, metrics_open, metrics_step, metrics_epoch
 #include "mlp.h"      // mlp.h: Mlp, mlp_init, mlp_forward, mlp_loss, mlp_backward
-#include "ops.h"      // ops.h: ops_scale, ops_axpy
+#include "ops.h"      // ops.h: ops_axpy
 #include "optim.h"    // optim.h: Sgd, sgd_init, sgd_step
-#include "readback.h"  // readback.h: Readback, readback_init, readback_push, readback_take
-#include "reducer.h"  // reducer.h: Reducer, reducer_init, reducer_grad_ready, reducer_finish
+#include "reducer.h"  // reducer.h: Reducer, reducer_init, reducer_autograd_hook, reducer_finalize_backward
 #include "sampler.h"  // sampler.h: Sampler, sampler_init, sampler_set_epoch, sampler_indices
-#include "trace.h"    // trace.h: Trace, trace_open, trace_close
+#include "trace.h"    // trace.h: Trace, trace_open, trace_backward, trace_close
 
 // ---------------------------------------------------------------------------------------------------
 // Configuration
 
 #define EVAL_BATCH 500  // test-set batch size: evaluation needs no gradients, so bigger is cheaper
-#define RUN_AHEAD 2     // steps the host may queue before it waits to read a step's loss
-_Static_assert(RUN_AHEAD < READBACK_SLOTS, "the losses of RUN_AHEAD + 1 steps must fit in flight");
 
 typedef struct Trainer {
   Args args;            // command-line flags
@@ -59,7 +57,6 @@ typedef struct Trainer {
   Sgd opt;              // momentum buffer
   Reducer reducer;      // gradient buckets and their all-reduces
   float *loss;          // device, (1): the step's loss, summed over its micro-batches
-  Readback losses;      // the steps' losses on their way to the host
   Trace trace;          // --trace timeline
   Loader train, test;   // datasets on the device, batch buffers
   int n_train;          // training samples in the dataset
@@ -74,6 +71,7 @@ typedef struct Trainer {
   long long step;       // optimizer steps done
   Metrics metrics;      // --metrics file
   Progress progress;    // progress line state
+  LossLog losses;       // each step's loss, on its way to the metrics file and the progress line
 } Trainer;
 
 static void configure(Trainer *t, int argc, char **argv) {
@@ -123,33 +121,6 @@ static void cleanup(Trainer *t) {
 }
 
 // ---------------------------------------------------------------------------------------------------
-// Model
-
-static void build_model(Trainer *t) {
-  int sizes[MLP_MAX_LAYERS + 1];
-  int n_layers = mlp_parse_sizes(t->args.hidden, t->in, t->classes, sizes);
-  if (n_layers < 0) die(2, "--hidden '%s': expected positive sizes such as 1024,1024", t->args.hidden);
-  int max_batch = t->args.batch_size > EVAL_BATCH ? t->args.batch_size : EVAL_BATCH;
-  mlp_init(&t->model, &t->ctx, sizes, n_layers, max_batch, t->args.seed);
-  // [bucket] gradient buckets of at most --bucket_cap_mb, each with its own all-reduce
-  reducer_init(&t->reducer, &t->pg, &t->ctx, &t->model, t->args.bucket_cap_mb, &t->trace);
-  log0("reducer: %d buckets (cap %g MiB)\n", t->reducer.n_buckets, t->args.bucket_cap_mb);
-  sgd_init(&t->opt, &t->ctx, t->model.n_params, t->args.lr, t->args.momentum, 0.0f,
-           t->args.weight_decay, false);
-  t->loss = dev_alloc(&t->ctx, sizeof(float));
-  readback_init(&t->losses, &t->ctx);
-  log0("model: %d layers, %zu parameters\n", n_layers, t->model.n_params);
-}
-
-// [ddp] Wrapping the model (PyTorch: DDP(model)): every replica continues from rank 0's parameters,
-// whatever seed each rank was given or checkpoint it loaded, so main calls this after resume(). The
-// momentum buffer follows too (PyTorch leaves the optimizer to you: load the same checkpoint everywhere).
-static void wrap_model(Trainer *t) {
-  dist_broadcast(&t->pg, t->model.params, t->model.n_params, DIST_FLOAT, 0);
-  dist_broadcast(&t->pg, t->opt.buf, t->model.n_params, DIST_FLOAT, 0);
-}
-
-// ---------------------------------------------------------------------------------------------------
 // Data
 
 static void load_data(Trainer *t) {
@@ -189,10 +160,44 @@ static void epoch_order(Trainer *t, int epoch) {
 }
 
 // ---------------------------------------------------------------------------------------------------
+// Model
+
+static void build_model(Trainer *t) {
+  int sizes[MLP_MAX_LAYERS + 1];
+  int n_layers = mlp_parse_sizes(t->args.hidden, t->in, t->classes, sizes);
+  if (n_layers < 0) die(2, "--hidden '%s': expected positive sizes such as 1024,1024", t->args.hidden);
+  int max_batch = t->args.batch_size > EVAL_BATCH ? t->args.batch_size : EVAL_BATCH;
+  mlp_init(&t->model, &t->ctx, sizes, n_layers, max_batch, t->args.seed);
+  // [bucket] gradient buckets of at most --bucket_cap_mb, each with its own all-reduce
+  reducer_init(&t->reducer, &t->pg, &t->model, t->args.bucket_cap_mb);
+  log0("reducer: %d buckets (cap %g MiB)\n", t->reducer.n_buckets, t->args.bucket_cap_mb);
+  sgd_init(&t->opt, &t->ctx, t->model.n_params, t->args.lr, t->args.momentum, 0.0f,
+           t->args.weight_decay, false);
+  t->loss = dev_alloc(&t->ctx, sizeof(float));
+  log0("model: %d layers, %zu parameters\n", n_layers, t->model.n_params);
+}
+
+// [ddp] Wrapping the model (PyTorch: DDP(model)): every replica continues from rank 0's parameters,
+// whatever seed each rank was given or checkpoint it loaded, so main calls this after resume(). The
+// momentum buffer follows too (PyTorch leaves the optimizer to you: load the same checkpoint everywhere).
+static void wrap_model(Trainer *t) {
+  dist_broadcast(&t->pg, t->model.params, t->model.n_params, DIST_FLOAT, 0);
+  dist_broadcast(&t->pg, t->opt.buf, t->model.n_params, DIST_FLOAT, 0);
+}
+
+// ---------------------------------------------------------------------------------------------------
 // Train step
 
-// One optimizer step over the B samples at `start`, in micro-batches of at most --batch_size.
-static void run_batch(Trainer *t, int start, int B) {
+// --trace: this step's backward layers and bucket all-reduces, as spans (its first TRACE_STEPS steps)
+static void trace_step(Trainer *t) {
+  const DistWork *work[REDUCER_MAX_TENSORS];
+  for (int i = 0; i < t->reducer.n_buckets; i++) work[i] = &t->reducer.buckets[i].work;
+  trace_backward(&t->trace, &t->ctx, &t->model, work, t->reducer.n_buckets, t->step);
+}
+
+// One optimizer step over the B samples at `start`, in micro-batches of at most --batch_size;
+// returns the step's loss, on the device.
+static const float *run_batch(Trainer *t, int start, int B) {
   int micro = t->args.batch_size, K = (B + micro - 1) / micro;
   mlp_zero_grad(&t->model);
   dev_zero(&t->ctx, t->loss, sizeof(float));
@@ -204,20 +209,20 @@ static void run_batch(Trainer *t, int start, int B) {
     mlp_loss(&t->model, &t->ctx, t->train.yb, b);
     // [accum] the step's loss is the micro-batches' losses weighed by b/B, summed on the device
     ops_axpy(&t->ctx, t->loss, t->model.loss, 1, (float)b / B);
-    // TODO(06): scale the loss gradient t->model.dact[t->model.n_layers - 1], (b, classes), with
-    // ops_scale before backward: by 1 / W, so that the reducer's sum of the ranks' gradients is
-    // their average, and, with K > 1 micro-batches, by b / B, so that the gradients summed over
-    // the K backward passes are the mean over all B samples.
-    if (sync) reducer_prepare(&t->reducer, t->step);
+    // TODO(06): the factor backward multiplies the loss by: 1 / W, so that the reducer's sum of
+    // the ranks' gradients is their average, and, with K > 1 micro-batches, also b / B, so that
+    // the gradients summed over the K backward passes are the mean over all B samples.
+    float scale = 1.0f;
+    if (sync) reducer_prepare_for_backward(&t->reducer);
     // [bucket] the hook starts each bucket's all-reduce as soon as its gradients are ready
-    mlp_backward(&t->model, &t->ctx, t->train.xb, b, sync ? reducer_grad_ready : NULL, &t->reducer);
+    mlp_backward(&t->model, &t->ctx, t->train.xb, b, scale, sync ? reducer_autograd_hook : NULL,
+                 &t->reducer);
   }
-  reducer_finish(&t->reducer);  // [bucket] wait for the last bucket before the optimizer step
+  reducer_finalize_backward(&t->reducer);  // [bucket] the last bucket is in before the optimizer
+  trace_step(t);
   sgd_step(&t->opt, &t->ctx, t->model.params, t->model.grads);
   dist_all_reduce(&t->pg, t->loss, 1, DIST_FLOAT, DIST_AVG);  // [metrics] the global loss
-  // [overlap] queue the loss's copy to the host, and do not wait for it: on a GPU the host goes on
-  // to queue the next step while this one runs
-  readback_push(&t->losses, &t->ctx, t->loss, t->step + 1);
+  return t->loss;
 }
 
 static double evaluate(Trainer *t) {
@@ -247,41 +252,26 @@ static bool out_of_steps(const Trainer *t) {
   return t->args.max_steps > 0 && t->step >= t->args.max_steps;
 }
 
-// [overlap] Logs every step whose loss has reached the host; waits only while more than
-// `max_ahead` steps are in flight. Returns the sum of the losses it logged.
-static double log_losses(Trainer *t, int epoch, int max_ahead) {
-  double sum = 0.0;
-  float loss;
-  long long step;
-  while (readback_take(&t->losses, &t->ctx, max_ahead, &loss, &step)) {
-    sum += loss;
-    metrics_step(&t->metrics, step, epoch, loss);
-    if (step % t->args.log_interval == 0)
-      progress_print(&t->progress, epoch + 1, t->args.epochs, step, loss);
-  }
-  return sum;
-}
-
 // Returns whether the whole epoch ran (--max_steps may stop it early).
 static bool run_epoch(Trainer *t, int epoch) {
   epoch_order(t, epoch);
-  double t0 = now_seconds(), loss_sum = 0.0;
+  double t0 = now_seconds();
   long long batches = 0, samples = 0;
   for (int start = 0; start < t->n_order && !out_of_steps(t); start += step_size(t)) {
     int B = t->n_order - start < step_size(t) ? t->n_order - start : step_size(t);
-    run_batch(t, start, B);
+    const float *loss = run_batch(t, start, B);
     t->step++;
     batches++;
     samples += (long long)B * t->world_size;  // [metrics] the global batch
     progress_add(&t->progress, (long long)B * t->world_size);
-    loss_sum += log_losses(t, epoch, RUN_AHEAD);  // [overlap] the host stays RUN_AHEAD steps ahead
+    loss_log_push(&t->losses, &t->ctx, loss, t->step, epoch);  // logged once it reaches the host
   }
-  loss_sum += log_losses(t, epoch, 0);  // [overlap] the epoch's last steps
+  double train_loss = loss_log_epoch(&t->losses, &t->ctx);  // the last steps' losses; their mean
   double samples_per_s = (double)samples / (now_seconds() - t0);
   double acc = evaluate(t);
   log0("epoch %d/%d  train loss %.4f  test accuracy %.4f  %.0f samples/s\n", epoch + 1,
-       t->args.epochs, loss_sum / (batches ? batches : 1), acc, samples_per_s);
-  metrics_epoch(&t->metrics, epoch, (float)(loss_sum / (batches ? batches : 1)), acc, samples_per_s);
+       t->args.epochs, train_loss, acc, samples_per_s);
+  metrics_epoch(&t->metrics, epoch, (float)train_loss, acc, samples_per_s);
   return batches == steps_per_epoch(t);
 }
 
@@ -354,8 +344,10 @@ static void resume(Trainer *t) {
 
 static void train(Trainer *t) {
   metrics_open(&t->metrics, t->args.metrics, t->rank);
-  trace_open(&t->trace, t->args.trace, t->rank);
+  trace_open(&t->trace, &t->ctx, t->args.trace, t->rank);
+  if (trace_on(&t->trace)) mlp_time_backward(&t->model, &t->ctx);  // its layers' times, for the trace
   progress_start(&t->progress, t->step + (t->args.epochs - t->epoch0) * steps_per_epoch(t), t->step);
+  loss_log_init(&t->losses, &t->ctx, &t->metrics, &t->progress, t->args.log_interval, t->args.epochs);
   for (int epoch = t->epoch0; epoch < t->args.epochs && !out_of_steps(t); epoch++) {
     bool complete = run_epoch(t, epoch);  // checkpoints mark epoch boundaries: save complete epochs
     if (complete && t->args.save_interval > 0 && (epoch + 1) % t->args.save_interval == 0)
@@ -370,10 +362,10 @@ static void finish(Trainer *t) {
   uint64_t digest = mlp_param_digest(&t->model, &t->ctx);
   metrics_final(&t->metrics, t->world_size, t->step, digest);
   metrics_close(&t->metrics);
-  trace_close(&t->trace);
+  loss_log_free(&t->losses, &t->ctx);
+  trace_close(&t->trace, &t->ctx);
   log0("done: %lld steps, param_digest %016llx\n", t->step, (unsigned long long)digest);
   dev_free(&t->ctx, t->correct);
-  readback_free(&t->losses, &t->ctx);
   dev_free(&t->ctx, t->loss);
   free(t->order);
   sampler_free(&t->sampler);

@@ -16,10 +16,10 @@ all-reduces) and cold (--cold: the caches flushed before each call, as backward 
 (label:KEY=VAL,KEY=VAL, separated by ';'); --extra LABEL=PATH adds another step-06 binary (e.g. a
 prototype built elsewhere) at the first cap. --no-bandwidth skips the traced run.
 
-The trace covers a run's first REDUCER_TRACE_STEPS (20) steps, where MPI's buffers are still warming
+The trace covers a run's first TRACE_STEPS (20) steps, where MPI's buffers are still warming
 up. For steady-state bucket times, build step 06 with a longer trace and pass it with --traced_bin:
     cmake -S . -B build-trace -G Ninja -DCMAKE_BUILD_TYPE=Release -DDDP_ENABLE_CUDA=OFF \
-          -DCMAKE_C_FLAGS=-DREDUCER_TRACE_STEPS=1000 && cmake --build build-trace --target 06_full
+          -DCMAKE_C_FLAGS=-DTRACE_STEPS=1000 && cmake --build build-trace --target 06_full
     scripts/bench/reducer_cpu.py ... --traced_bin build-trace/bin/06_full --traced_steps 200
 """
 import argparse

@@ -22,7 +22,8 @@
 #include "data.h"     // data.h: Dataset, DataId, data_parse, dataset_load, dataset_id
 #include "device.h"   // device.h: Ctx, ctx_init, ctx_set_tf32, device_parse, dev_alloc, ...
 #include "loader.h"   // loader.h: Loader, loader_init, loader_set_order, loader_batch
-#include "log.h"      // log.h: log0, Progress, progress_start, progress_print
+#include "log.h"      // log.h: log0, Progress, progress_start, progress_add
+#include "loss_log.h"  // loss_log.h: LossLog, loss_log_init, loss_log_push, loss_log_epoch
 #include "metrics.h"  // metrics.h: Metrics, metrics_open, metrics_step, metrics_epoch
 #include "mlp.h"      // mlp.h: Mlp, mlp_init, mlp_forward, mlp_loss, mlp_backward
 #include "optim.h"    // optim.h: Sgd, sgd_init, sgd_step
@@ -52,6 +53,7 @@ typedef struct Trainer {
   long long step;       // optimizer steps done
   Metrics metrics;      // --metrics file
   Progress progress;    // progress line state
+  LossLog losses;       // each step's loss, on its way to the metrics file and the progress line
 } Trainer;
 
 static void configure(Trainer *t, int argc, char **argv) {
@@ -75,20 +77,6 @@ static void setup(Trainer *t) {
 }
 
 static void cleanup(Trainer *t) { ctx_free(&t->ctx); }
-
-// ---------------------------------------------------------------------------------------------------
-// Model
-
-static void build_model(Trainer *t) {
-  int sizes[MLP_MAX_LAYERS + 1];
-  int n_layers = mlp_parse_sizes(t->args.hidden, t->in, t->classes, sizes);
-  if (n_layers < 0) die(2, "--hidden '%s': expected positive sizes such as 1024,1024", t->args.hidden);
-  int max_batch = t->args.batch_size > EVAL_BATCH ? t->args.batch_size : EVAL_BATCH;
-  mlp_init(&t->model, &t->ctx, sizes, n_layers, max_batch, t->args.seed);
-  sgd_init(&t->opt, &t->ctx, t->model.n_params, t->args.lr, t->args.momentum, 0.0f,
-           t->args.weight_decay, false);
-  log0("model: %d layers, %zu parameters\n", n_layers, t->model.n_params);
-}
 
 // ---------------------------------------------------------------------------------------------------
 // Data
@@ -126,16 +114,31 @@ static void epoch_order(Trainer *t, int epoch) {
 }
 
 // ---------------------------------------------------------------------------------------------------
+// Model
+
+static void build_model(Trainer *t) {
+  int sizes[MLP_MAX_LAYERS + 1];
+  int n_layers = mlp_parse_sizes(t->args.hidden, t->in, t->classes, sizes);
+  if (n_layers < 0) die(2, "--hidden '%s': expected positive sizes such as 1024,1024", t->args.hidden);
+  int max_batch = t->args.batch_size > EVAL_BATCH ? t->args.batch_size : EVAL_BATCH;
+  mlp_init(&t->model, &t->ctx, sizes, n_layers, max_batch, t->args.seed);
+  sgd_init(&t->opt, &t->ctx, t->model.n_params, t->args.lr, t->args.momentum, 0.0f,
+           t->args.weight_decay, false);
+  log0("model: %d layers, %zu parameters\n", n_layers, t->model.n_params);
+}
+
+// ---------------------------------------------------------------------------------------------------
 // Train step
 
-static float run_batch(Trainer *t, int start, int B) {
+// One optimizer step on the B samples at `start`; returns the step's loss, on the device.
+static const float *run_batch(Trainer *t, int start, int B) {
   loader_batch(&t->train, &t->ctx, start, B);
   mlp_zero_grad(&t->model);
   mlp_forward(&t->model, &t->ctx, t->train.xb, B);
   mlp_loss(&t->model, &t->ctx, t->train.yb, B);
-  mlp_backward(&t->model, &t->ctx, t->train.xb, B, NULL, NULL);
+  mlp_backward(&t->model, &t->ctx, t->train.xb, B, 1.0f, NULL, NULL);
   sgd_step(&t->opt, &t->ctx, t->model.params, t->model.grads);
-  return mlp_loss_value(&t->model, &t->ctx);
+  return t->model.loss;
 }
 
 static double evaluate(Trainer *t) {
@@ -164,25 +167,23 @@ static bool out_of_steps(const Trainer *t) {
 // Returns whether the whole epoch ran (--max_steps may stop it early).
 static bool run_epoch(Trainer *t, int epoch) {
   epoch_order(t, epoch);
-  double t0 = now_seconds(), loss_sum = 0.0;
+  double t0 = now_seconds();
   long long batches = 0, samples = 0;
   for (int start = 0; start < t->n_order && !out_of_steps(t); start += t->args.batch_size) {
     int B = t->n_order - start < t->args.batch_size ? t->n_order - start : t->args.batch_size;
-    float loss = run_batch(t, start, B);
+    const float *loss = run_batch(t, start, B);
     t->step++;
     batches++;
     samples += B;
-    loss_sum += loss;
-    metrics_step(&t->metrics, t->step, epoch, loss);
     progress_add(&t->progress, B);
-    if (t->step % t->args.log_interval == 0)
-      progress_print(&t->progress, epoch + 1, t->args.epochs, t->step, loss);
+    loss_log_push(&t->losses, &t->ctx, loss, t->step, epoch);  // logged once it reaches the host
   }
+  double train_loss = loss_log_epoch(&t->losses, &t->ctx);  // the last steps' losses; their mean
   double samples_per_s = (double)samples / (now_seconds() - t0);
   double acc = evaluate(t);
   log0("epoch %d/%d  train loss %.4f  test accuracy %.4f  %.0f samples/s\n", epoch + 1,
-       t->args.epochs, loss_sum / (batches ? batches : 1), acc, samples_per_s);
-  metrics_epoch(&t->metrics, epoch, (float)(loss_sum / (batches ? batches : 1)), acc, samples_per_s);
+       t->args.epochs, train_loss, acc, samples_per_s);
+  metrics_epoch(&t->metrics, epoch, (float)train_loss, acc, samples_per_s);
   return batches == steps_per_epoch(t);
 }
 
@@ -250,6 +251,7 @@ static void resume(Trainer *t) {
 static void train(Trainer *t) {
   metrics_open(&t->metrics, t->args.metrics, t->rank);
   progress_start(&t->progress, t->step + (t->args.epochs - t->epoch0) * steps_per_epoch(t), t->step);
+  loss_log_init(&t->losses, &t->ctx, &t->metrics, &t->progress, t->args.log_interval, t->args.epochs);
   for (int epoch = t->epoch0; epoch < t->args.epochs && !out_of_steps(t); epoch++) {
     bool complete = run_epoch(t, epoch);  // checkpoints mark epoch boundaries: save complete epochs
     if (complete && t->args.save_interval > 0 && (epoch + 1) % t->args.save_interval == 0)
@@ -264,6 +266,7 @@ static void finish(Trainer *t) {
   uint64_t digest = mlp_param_digest(&t->model, &t->ctx);
   metrics_final(&t->metrics, t->world_size, t->step, digest);
   metrics_close(&t->metrics);
+  loss_log_free(&t->losses, &t->ctx);
   log0("done: %lld steps, param_digest %016llx\n", t->step, (unsigned long long)digest);
   dev_free(&t->ctx, t->correct);
   free(t->order);

@@ -616,8 +616,8 @@ TEST(MlpCuda, ForwardLossBackwardMatchCpu) {
     EXPECT_NEAR(loss_g, loss_c, 1e-5 * std::fabs(loss_c)) << "loss";
 
     std::vector<int> order_c, order_g;
-    mlp_backward(&mc, &cpu, x.data(), B, record_layer, &order_c);
-    mlp_backward(&mg, &gpu, dx, B, record_layer, &order_g);
+    mlp_backward(&mc, &cpu, x.data(), B, 1.0f, record_layer, &order_c);
+    mlp_backward(&mg, &gpu, dx, B, 1.0f, record_layer, &order_g);
     EXPECT_EQ(order_g, (std::vector<int>{2, 1, 0})) << "hook order";
     EXPECT_EQ(order_g, order_c);
     for (int l = 0; l < L; l++) {  // each layer's weight and bias separately: different scales

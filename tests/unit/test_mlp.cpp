@@ -149,7 +149,7 @@ TEST_F(MlpTest, ForwardBackwardMatchFloat64Reference) {
   int calls = 0;
   g_hook_order.clear();
   mlp_zero_grad(&m);
-  mlp_backward(&m, &c, x.data(), B, record_hook, &calls);
+  mlp_backward(&m, &c, x.data(), B, 1.0f, record_hook, &calls);
   EXPECT_NEAR(mlp_loss_value(&m, &c), r.loss, 1e-5 * std::fabs(r.loss));
   double gmax = 0;
   for (double g : r.grad) gmax = std::max(gmax, std::fabs(g));
@@ -167,13 +167,13 @@ TEST_F(MlpTest, BackwardAccumulatesUntilZeroGrad) {
   for (int pass = 0; pass < 2; pass++) {
     mlp_forward(&m, &c, x.data(), B);
     mlp_loss(&m, &c, y.data(), B);
-    mlp_backward(&m, &c, x.data(), B, nullptr, nullptr);
+    mlp_backward(&m, &c, x.data(), B, 1.0f, nullptr, nullptr);
     dev_download(&c, (pass ? g2 : g1).data(), m.grads, g1.size() * sizeof(float));
   }
   mlp_zero_grad(&m);
   mlp_forward(&m, &c, x.data(), B);
   mlp_loss(&m, &c, y.data(), B);
-  mlp_backward(&m, &c, x.data(), B, nullptr, nullptr);
+  mlp_backward(&m, &c, x.data(), B, 1.0f, nullptr, nullptr);
   dev_download(&c, g3.data(), m.grads, g3.size() * sizeof(float));
   // Accumulating GEMMs (beta = 1) may add their K-blocks into C one by one, so g1 + g1' can differ
   // from 2·g1 in the last bit; a missing or doubled term would be off by 100%.

@@ -1,0 +1,52 @@
+// loss_log.c: the loss logger of loss_log.h.
+#include "loss_log.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "check.h"
+
+_Static_assert(LOSS_LOG_AHEAD < READBACK_SLOTS, "the losses of AHEAD + 1 steps must fit in flight");
+
+void loss_log_init(LossLog *g, const Ctx *c, Metrics *metrics, Progress *progress, int log_interval,
+                   int epochs) {
+  memset(g, 0, sizeof *g);
+  readback_init(&g->ring, c);
+  g->metrics = metrics;
+  g->progress = progress;
+  g->log_interval = log_interval;
+  g->epochs = epochs;
+}
+
+// Logs every loss that has arrived, waiting while more than max_ahead are in flight.
+static void take_arrived(LossLog *g, const Ctx *c, int max_ahead) {
+  float loss;
+  long long step;
+  for (int slot = g->ring.head; readback_take(&g->ring, c, max_ahead, &loss, &step);
+       slot = g->ring.head) {
+    int epoch = g->epoch_of[slot];
+    if (!isfinite(loss))
+      die(1, "step %lld: the loss is %g: training diverged (try a smaller --lr); the checkpoint of "
+          "this epoch was not written", step, (double)loss);
+    g->sum += loss;
+    g->count++;
+    metrics_step(g->metrics, step, epoch, loss);
+    if (step % g->log_interval == 0) progress_print(g->progress, epoch + 1, g->epochs, step, loss);
+  }
+}
+
+void loss_log_push(LossLog *g, const Ctx *c, const float *loss, long long step, int epoch) {
+  g->epoch_of[(g->ring.head + g->ring.count) % READBACK_SLOTS] = epoch;
+  readback_push(&g->ring, c, loss, step);
+  take_arrived(g, c, LOSS_LOG_AHEAD);
+}
+
+double loss_log_epoch(LossLog *g, const Ctx *c) {
+  take_arrived(g, c, 0);
+  double mean = g->count ? g->sum / (double)g->count : 0.0;
+  g->sum = 0.0;
+  g->count = 0;
+  return mean;
+}
+
+void loss_log_free(LossLog *g, const Ctx *c) { readback_free(&g->ring, c); }

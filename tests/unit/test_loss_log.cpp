@@ -1,0 +1,72 @@
+// loss_log.h on the CPU: every pushed step is logged once, in order, with its epoch; the epoch's
+// mean is returned and the next epoch starts afresh; a non-finite loss ends the job naming the step.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "device.h"
+#include "loss_log.h"
+
+namespace {
+class LossLogCpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path = std::string(DDP_TEST_TMPDIR) + "/loss_log.jsonl";
+    ctx_init(&c, DEVICE_CPU, 0);
+    metrics_open(&m, path.c_str(), 0);
+    progress_start(&p, 100, 0);
+    loss_log_init(&g, &c, &m, &p, 1000, 2);
+  }
+  void TearDown() override {
+    loss_log_free(&g, &c);
+    ctx_free(&c);
+  }
+  // The "step" records of the metrics file, as (step, epoch, loss) text triples.
+  std::vector<std::string> steps() {
+    metrics_close(&m);
+    std::ifstream in(path);
+    std::vector<std::string> out;
+    for (std::string line; std::getline(in, line);)
+      if (line.find("\"type\":\"step\"") != std::string::npos) out.push_back(line);
+    return out;
+  }
+  std::string path;
+  Ctx c = {};
+  Metrics m = {};
+  Progress p = {};
+  LossLog g = {};
+};
+}  // namespace
+
+TEST_F(LossLogCpu, EveryStepOnceInOrderAndTheEpochMean) {
+  float dev = 0.0f;  // on the CPU, "device memory" is host memory
+  for (int i = 1; i <= 5; i++) {
+    dev = (float)i;
+    loss_log_push(&g, &c, &dev, i, 0);
+  }
+  EXPECT_DOUBLE_EQ(loss_log_epoch(&g, &c), 3.0);  // (1 + 2 + 3 + 4 + 5) / 5
+  dev = 10.0f;
+  loss_log_push(&g, &c, &dev, 6, 1);
+  EXPECT_DOUBLE_EQ(loss_log_epoch(&g, &c), 10.0);  // a new epoch, a new mean
+  EXPECT_DOUBLE_EQ(loss_log_epoch(&g, &c), 0.0);   // an epoch without steps
+  auto s = steps();
+  ASSERT_EQ(s.size(), 6u);
+  for (int i = 0; i < 6; i++)
+    EXPECT_NE(s[i].find("\"step\":" + std::to_string(i + 1) + ","), std::string::npos) << s[i];
+  EXPECT_NE(s[4].find("\"epoch\":0"), std::string::npos) << s[4];
+  EXPECT_NE(s[5].find("\"epoch\":1"), std::string::npos) << s[5];
+}
+
+TEST_F(LossLogCpu, NonFiniteLossEndsTheJobNamingTheStep) {
+  float dev = 1.0f;
+  loss_log_push(&g, &c, &dev, 1, 0);
+  dev = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EXIT(loss_log_push(&g, &c, &dev, 2, 0), ::testing::ExitedWithCode(1),
+              "step 2: the loss is nan: training diverged");
+  dev = std::numeric_limits<float>::infinity();
+  EXPECT_EXIT(loss_log_push(&g, &c, &dev, 7, 0), ::testing::ExitedWithCode(1), "step 7: the loss is inf");
+}
