@@ -29,7 +29,8 @@
 #include "ckpt.h"     // ckpt.h: CkptMeta, ckpt_save, ckpt_load
 #include "data.h"     // data.h: Dataset, DataId, data_parse, dataset_load, dataset_id
 #include "device.h"   // device.h: Ctx, ctx_init, ctx_set_tf32, device_parse, dev_alloc, ...
-#include "dist.h"     // dist.h: ProcessGroup, dist_init, dist_all_reduce, dist_barrier
+#include "dist.h"     // dist.h: ProcessGroup, dist_init, dist_connect, dist_broadcast, dist_all_reduce,
+                      //         dist_barrier, dist_destroy
 #include "loader.h"   // loader.h: Loader, loader_init, loader_set_order, loader_batch
 #include "log.h"      // log.h: log0, Progress, progress_start, progress_add
 #include "loss_log.h"  // loss_log.h: LossLog, loss_log_init, loss_log_push, loss_log_epoch
@@ -343,6 +344,9 @@ static void resume(Trainer *t) {
 // Main
 
 static void train(Trainer *t) {
+  // [accum] the global batch: W ranks each take K micro-batches of their own shard per step
+  log0("global batch: %d ranks x %d x %d micro-batches = %lld samples per step\n", t->world_size,
+       t->args.batch_size, t->args.grad_accum, (long long)t->world_size * step_size(t));
   metrics_open(&t->metrics, t->args.metrics, t->rank);
   trace_open(&t->trace, &t->ctx, t->args.trace, t->rank);
   if (trace_on(&t->trace)) mlp_time_backward(&t->model, &t->ctx);  // its layers' times, for the trace

@@ -249,6 +249,7 @@ static void resume(Trainer *t) {
 // Main
 
 static void train(Trainer *t) {
+  log0("batch: %d samples per step\n", t->args.batch_size);
   metrics_open(&t->metrics, t->args.metrics, t->rank);
   progress_start(&t->progress, t->step + (t->args.epochs - t->epoch0) * steps_per_epoch(t), t->step);
   loss_log_init(&t->losses, &t->ctx, &t->metrics, &t->progress, t->args.log_interval, t->args.epochs);

@@ -23,7 +23,8 @@
 #include "ckpt.h"     // ckpt.h: CkptMeta, ckpt_save, ckpt_load
 #include "data.h"     // data.h: Dataset, DataId, data_parse, dataset_load, dataset_id
 #include "device.h"   // device.h: Ctx, ctx_init, ctx_set_tf32, device_parse, dev_alloc, ...
-#include "dist.h"     // dist.h: ProcessGroup, dist_init, dist_broadcast, dist_all_reduce
+#include "dist.h"     // dist.h: ProcessGroup, dist_init, dist_connect, dist_broadcast, dist_all_reduce,
+                      //         dist_barrier, dist_destroy
 #include "loader.h"   // loader.h: Loader, loader_init, loader_set_order, loader_batch
 #include "log.h"      // log.h: log0, Progress, progress_start, progress_add
 #include "loss_log.h"  // loss_log.h: LossLog, loss_log_init, loss_log_push, loss_log_epoch
@@ -300,6 +301,9 @@ static void resume(Trainer *t) {
 // Main
 
 static void train(Trainer *t) {
+  // [sampler] the global batch: W ranks each take a batch of their own shard per step
+  log0("global batch: %d ranks x %d = %lld samples per step\n", t->world_size, t->args.batch_size,
+       (long long)t->world_size * t->args.batch_size);
   metrics_open(&t->metrics, t->args.metrics, t->rank);
   progress_start(&t->progress, t->step + (t->args.epochs - t->epoch0) * steps_per_epoch(t), t->step);
   loss_log_init(&t->losses, &t->ctx, &t->metrics, &t->progress, t->args.log_interval, t->args.epochs);
