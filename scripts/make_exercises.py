@@ -64,10 +64,11 @@ EXERCISES = [
          "  // TODO(04): every replica must start from rank 0's parameters, whatever seed each rank was\n"
          "  // given (dist_broadcast of the flat parameter buffer from root 0)\n"),
         ("  Mlp *m = &t->model;",
-         "  }",
+         "  dist_group_end(&t->pg);  // [ddp] the group's all-reduces are queued here",
          "  // TODO(04): replace each gradient by its mean over the ranks (dist_all_reduce, DIST_AVG), one\n"
          "  // tensor at a time, last layer first: layer l's weight gradient starts at m->grads + m->w_off[l],\n"
-         "  // its bias gradient at m->grads + m->b_off[l] (mlp.h has the sizes). Until then every rank\n"
+         "  // its bias gradient at m->grads + m->b_off[l] (mlp.h has the sizes), between dist_group_start\n"
+         "  // and dist_group_end (NCCL then launches them as one). Until then every rank\n"
          "  // steps with its own gradient, as in step 03.\n"
          "  (void)t;\n"),
     ]),
