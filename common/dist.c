@@ -2,6 +2,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "dist.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -58,14 +59,75 @@ static void from_env(ProcessGroup *pg, const char *rank, const char *size, const
   if (pg->local_size < 0) pg->local_size = pg->local_rank + 1;
 }
 
+// A TCP port number from the environment: 1..65535, digits only; -1 when unset.
+static int env_port(const char *name) {
+  const char *s = getenv(name);
+  if (!s || !*s) return -1;
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno || *end || s[0] < '0' || s[0] > '9' || v < 1 || v > 65535)
+    die(1, "%s='%s' is not a TCP port (a number from 1 to 65535)", name, s);
+  return (int)v;
+}
+
+// MASTER_ADDR as NCCL_COMM_ID wants it: a host name or IPv4 address as it is, an IPv6 literal (with
+// or without brackets, with an optional %zone) in brackets.
+static void bootstrap_host(const char *addr, char *host, size_t size) {
+  size_t n = strlen(addr);
+  bool bracketed = n >= 2 && addr[0] == '[' && addr[n - 1] == ']';
+  if (n == 0 || strspn(addr, " \t") == n)
+    die(1, "MASTER_ADDR is empty: set it to rank 0's host name or address");
+  if (!bracketed && !strchr(addr, ':')) {  // a host name or an IPv4 address
+    if (strpbrk(addr, " \t[]/"))
+      die(1, "MASTER_ADDR='%s' is not a host name or an IP address", addr);
+    snprintf(host, size, "%s", addr);
+    return;
+  }
+  char ip[INET6_ADDRSTRLEN + 64] = "";  // the literal without brackets and zone
+  size_t len = bracketed ? n - 2 : n;
+  if (len >= sizeof ip) die(1, "MASTER_ADDR='%s' is too long for an IPv6 address", addr);
+  memcpy(ip, bracketed ? addr + 1 : addr, len);
+  ip[len] = 0;
+  char *zone = strchr(ip, '%');
+  if (zone) *zone = 0;
+  unsigned char buf[16];
+  if (inet_pton(AF_INET6, ip, buf) != 1)
+    die(1, "MASTER_ADDR='%s' is neither a host name nor an IPv4 or IPv6 address (give the port in "
+           "MASTER_PORT, not in MASTER_ADDR)", addr);
+  snprintf(host, size, "[%.*s]", (int)len, bracketed ? addr + 1 : addr);
+}
+
+// Environment launch with several ranks: NCCL bootstraps from NCCL_COMM_ID=host:port, which every
+// rank builds the same way here, before any CUDA or NCCL call, so that a bad MASTER_ADDR or
+// MASTER_PORT is reported at once on every rank (on the CPU too). The port is MASTER_PORT + 1, since
+// torchrun's own store already listens on MASTER_PORT, or DDP_NCCL_PORT when set. A user's own
+// NCCL_COMM_ID is kept.
+static void set_bootstrap_address(const ProcessGroup *pg) {
+  if (getenv("NCCL_COMM_ID")) return;
+  const char *addr = getenv("MASTER_ADDR");
+  int master = env_port("MASTER_PORT"), port = env_port("DDP_NCCL_PORT");
+  if (!addr || (master < 0 && port < 0))
+    die(1, "rank %d of %d: set MASTER_ADDR and MASTER_PORT (the address and a free port of rank 0's "
+           "node) so that NCCL can bootstrap", pg->rank, pg->world_size);
+  if (port < 0) {
+    if (master == 65535)
+      die(1, "MASTER_PORT=65535: NCCL bootstraps on MASTER_PORT + 1, which is not a port; choose a "
+             "lower MASTER_PORT, or set DDP_NCCL_PORT");
+    port = master + 1;
+  }
+  char host[INET6_ADDRSTRLEN + 80], id[INET6_ADDRSTRLEN + 96];
+  bootstrap_host(addr, host, sizeof host);
+  snprintf(id, sizeof id, "%s:%d", host, port);
+  setenv("NCCL_COMM_ID", id, 1);
+}
+
 static void discover(ProcessGroup *pg) {
   if (launched_by_mpirun()) {
     if (!dist_have_mpi())
       die(1, "started by mpirun, but this program was built without MPI; rebuild with MPI installed "
              "or launch with torchrun-style variables (RANK, WORLD_SIZE, LOCAL_RANK)");
     pg->launcher = LAUNCH_MPI;
-    dist_mpi_init(pg);
-    pg->mpi_up = true;
   } else if (getenv("RANK") || getenv("WORLD_SIZE")) {
     pg->launcher = LAUNCH_ENV;
     from_env(pg, "RANK", "WORLD_SIZE", "LOCAL_RANK");
@@ -75,6 +137,16 @@ static void discover(ProcessGroup *pg) {
   } else {
     pg->launcher = LAUNCH_NONE;
     pg->world_size = pg->local_size = 1;
+  }
+  if ((pg->launcher == LAUNCH_ENV || pg->launcher == LAUNCH_SLURM) && pg->world_size > 1)
+    set_bootstrap_address(pg);
+  // From here until dist_destroy() has left the job, a peer that never arrives, freezes or dies
+  // ends this rank after the timeout instead of hanging it: MPI_Init and the NCCL start-up wait for
+  // every rank.
+  if (pg->launcher != LAUNCH_NONE) watchdog_start(pg->timeout, NULL, NULL, NULL, NULL);
+  if (pg->launcher == LAUNCH_MPI) {
+    dist_mpi_init(pg);
+    pg->mpi_up = true;
   }
 }
 
@@ -113,10 +185,10 @@ void dist_connect(ProcessGroup *pg, const Ctx *c) {
   pg->ctx = c;
   dev_event_init(c, &pg->ready);
   if (pg->backend == BACKEND_NCCL) dist_nccl_connect(pg);
-  if (pg->world_size > 1) {  // a peer that never joins a collective must not hang this rank
-    bool nccl = pg->backend == BACKEND_NCCL;
-    watchdog_start(pg->timeout, nccl ? dist_nccl_poll : NULL, nccl ? dist_nccl_abort : NULL, pg);
-  }
+  // The watchdog (running since dist_init) now also polls the communicator; its thread selects this
+  // rank's GPU before its first CUDA call, so that it makes no CUDA context on GPU 0.
+  if (pg->launcher != LAUNCH_NONE && pg->backend == BACKEND_NCCL)
+    watchdog_start(pg->timeout, dist_nccl_poll, dist_nccl_bind, dist_nccl_abort, pg);
 }
 
 // A group of one process with the MPI backend and no MPI launcher: every collective is the identity.
@@ -211,12 +283,27 @@ void dist_barrier(ProcessGroup *pg) {
   }
 }
 
+void dist_group_start(ProcessGroup *pg) {
+  if (pg->backend == BACKEND_NCCL && pg->nccl) dist_nccl_group_start(pg);
+}
+
+void dist_group_end(ProcessGroup *pg) {
+  if (pg->backend == BACKEND_NCCL && pg->nccl) dist_nccl_group_end(pg);
+}
+
 void dist_destroy(ProcessGroup *pg) {
-  watchdog_stop();
-  if (pg->backend == BACKEND_NCCL && pg->nccl) dist_nccl_destroy(pg);
+  // Shutdown waits for the peers too (the last collectives, MPI_Finalize): the watchdog stays, without
+  // the poll of a communicator that is about to go.
+  if (pg->launcher != LAUNCH_NONE) watchdog_start(pg->timeout, NULL, NULL, NULL, NULL);
+  if (pg->backend == BACKEND_NCCL && pg->nccl) {
+    watchdog_enter("the NCCL shutdown (last collectives, ncclCommDestroy)");
+    dist_nccl_destroy(pg);
+    watchdog_leave();
+  }
   if (pg->stage) host_free(pg->ctx, pg->stage);
   if (pg->ctx) dev_event_free(pg->ctx, &pg->ready);
   check_set_abort(NULL);
   if (pg->mpi_up) dist_mpi_finalize();
+  watchdog_stop();
   memset(pg, 0, sizeof *pg);
 }

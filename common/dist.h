@@ -78,8 +78,9 @@ typedef struct ProcessGroup {
 
 /**
  * @brief Joins the job: finds rank, world size and local rank from the launcher (initialising MPI
- * under mpirun) and resolves the backend. With more than one rank, dist_connect() starts a watchdog
- * (watchdog.h) that ends this rank when a collective waits longer than @p timeout_s. Ends the job with a one-line reason when the launcher's
+ * under mpirun) and resolves the backend. Under any launcher a watchdog (watchdog.h) runs from here
+ * until dist_destroy() has left the job: it ends this rank when start-up, a collective or shutdown
+ * waits longer than @p timeout_s. Ends the job with a one-line reason when the launcher's
  * variables are missing or inconsistent (e.g. RANK >= WORLD_SIZE), or the backend is not built in or
  * cannot work with this launcher (MPI backend without mpirun and more than one rank).
  * @param[out] pg      the process group (not yet connected).
@@ -177,6 +178,21 @@ void dist_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, int ro
  * @param[in] type  element type.
  */
 void dist_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type);
+
+/**
+ * @brief Opens a group of collectives: on NCCL (`ncclGroupStart`), the collectives called until
+ * dist_group_end() are launched together, as one operation, instead of one after another; on MPI it
+ * does nothing. Only dist_all_reduce() may be called inside a group, and the values it produces are
+ * there only after dist_group_end().
+ * @param[in] pg process group.
+ */
+void dist_group_start(ProcessGroup *pg);
+
+/**
+ * @brief Closes the group opened by dist_group_start() (`ncclGroupEnd`): its collectives are queued.
+ * @param[in] pg process group.
+ */
+void dist_group_end(ProcessGroup *pg);
 
 /**
  * @brief Waits until every rank has reached this call (and, on NCCL, until queued work finished).

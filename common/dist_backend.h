@@ -51,8 +51,14 @@ void dist_nccl_barrier(ProcessGroup *pg);
 /** @brief Watchdog poll for NCCL: the communicator's asynchronous error, and whether the last
  *  collective finished within the timeout (see watchdog.h). */
 int dist_nccl_poll(void *pg, double timeout, char *why);
+/** @brief Watchdog bind for NCCL: selects the rank's GPU on the calling thread. */
+void dist_nccl_bind(void *pg);
 /** @brief Watchdog abort for NCCL: aborts the communicator. */
 void dist_nccl_abort(void *pg);
+/** @brief ncclGroupStart; see dist_group_start(). */
+void dist_nccl_group_start(ProcessGroup *pg);
+/** @brief ncclGroupEnd, then what the group's collectives left to do; see dist_group_end(). */
+void dist_nccl_group_end(ProcessGroup *pg);
 /** @brief Destroys the NCCL communicator. */
 void dist_nccl_destroy(ProcessGroup *pg);
 

@@ -42,7 +42,7 @@ void dist_mpi_init(ProcessGroup *pg) {
   setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", 0);
   int up = 0;
   mpiCheck(MPI_Initialized(&up));
-  if (!up) mpiCheck(MPI_Init(NULL, NULL));
+  if (!up) WAITING("MPI_Init", MPI_Init(NULL, NULL));  // waits for every rank of the job
   // Return errors to mpiCheck, which names the rank and the call before aborting the job.
   mpiCheck(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
   mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &pg->rank));
@@ -157,4 +157,4 @@ void dist_mpi_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t 
 
 void dist_mpi_barrier(void) { WAITING("MPI_Barrier", MPI_Barrier(MPI_COMM_WORLD)); }
 
-void dist_mpi_finalize(void) { mpiCheck(MPI_Finalize()); }
+void dist_mpi_finalize(void) { WAITING("MPI_Finalize", MPI_Finalize()); }  // waits for all ranks

@@ -13,22 +13,48 @@
 #include "check.h"
 #include "dist_backend.h"
 #include "log.h"
+#include "ops.h"
+#include "watchdog.h"
+
+// Older NCCL headers lack NCCL_VERSION; ncclAvg needs 2.10, ncclGetLastError 2.13.
+#ifndef NCCL_VERSION
+#define NCCL_VERSION(X, Y, Z) ((X) * 1000 + (Y) * 100 + (Z))
+#endif
+#define HEADER_HAS_AVG (NCCL_VERSION_CODE >= NCCL_VERSION(2, 10, 0))
 
 bool dist_have_nccl(void) { return true; }
 
 void nccl_check_impl(int result, const char *call, const char *file, int line) {
   if (result == ncclSuccess) return;
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 13, 0)
   const char *last = ncclGetLastError(NULL);
+#else
+  const char *last = "";
+#endif
   check_fail("NCCL", file, line, "%s: %s%s%s", call, ncclGetErrorString((ncclResult_t)result),
              last && *last ? ": " : "", last ? last : "");
 }
 
-static ncclComm_t g_comm;  // for the abort hook, which takes no arguments
+static ProcessGroup *g_pg;  // for the abort hook, which takes no arguments
 
-// Without mpirun: abort this rank's communicator (its queued NCCL work) and exit. NCCL does not tell
-// the peers; the launcher stops them when this process exits with an error (see dist.h).
+void dist_nccl_bind(void *user) {
+  const ProcessGroup *pg = user;
+  cudaCheck(cudaSetDevice(pg->ctx->gpu));  // this thread's CUDA calls go to the rank's GPU
+}
+
+// On a thread of its own (watchdog_call_bounded): select the GPU, then abort. No check: the job is
+// already ending, and a failure here must not start a second ending.
+static void abort_comm(void *user) {
+  const ProcessGroup *pg = user;
+  (void)cudaSetDevice(pg->ctx->gpu);
+  (void)ncclCommAbort((ncclComm_t)pg->nccl);
+}
+
+// Without mpirun: abort this rank's communicator (its queued NCCL work) and exit. ncclCommAbort can
+// hang when peers are dead, so it gets at most WATCHDOG_ABORT_S seconds. NCCL does not tell the
+// peers; the launcher stops them when this process exits with an error (see dist.h).
 static void nccl_abort(int status) {
-  if (g_comm) ncclCommAbort(g_comm);
+  if (g_pg && g_pg->nccl) watchdog_call_bounded(abort_comm, g_pg, WATCHDOG_ABORT_S);
   fflush(NULL);
   _exit(status ? status : 1);
 }
@@ -42,11 +68,40 @@ static struct {
   double when;  // 0: nothing pending
 } g_last = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
+// Inside a group (dist_group_start) the collectives are only queued at ncclGroupEnd, so what must
+// follow them on their stream (the watchdog's event, the division of the DIST_AVG fallback) waits
+// for the group's end.
+#define MAX_PENDING 64
+static struct {
+  int depth;                 // dist_group_start() calls not yet ended
+  cudaStream_t stream;       // the stream of the group's collectives (NULL: none yet)
+  int n_scale;               // pending divisions by the world size
+  struct { float *buf; size_t n; } scale[MAX_PENDING];
+} g_group;
+
 static void note_collective(cudaStream_t s) {
+  if (g_group.depth > 0) {
+    if (g_group.stream && g_group.stream != s)
+      die(1, "dist_group_start: all collectives of a group must use one stream");
+    g_group.stream = s;
+    return;
+  }
   pthread_mutex_lock(&g_last.lock);
   cudaCheck(cudaEventRecord(g_last.event, s));
   g_last.when = now_seconds();
   pthread_mutex_unlock(&g_last.lock);
+}
+
+// ncclAvg needs NCCL >= 2.10 in the header we compiled with and in the library we loaded; without
+// it DIST_AVG is a sum followed by a division by the world size on the same stream (the same
+// operations on every rank, so the replicas stay bit-identical). DDP_NCCL_NO_AVG=1 forces the
+// fallback, so that a GPU check can run it on a new NCCL.
+static bool g_have_avg;
+
+static void divide_by_world(const ProcessGroup *pg, float *buf, size_t n, cudaStream_t on) {
+  Ctx c = *pg->ctx;
+  c.stream = on;
+  ops_scale_cuda(&c, buf, n, 1.0f / (float)pg->world_size);
 }
 
 int dist_nccl_poll(void *user, double timeout, char *why) {
@@ -75,7 +130,7 @@ int dist_nccl_poll(void *user, double timeout, char *why) {
 
 void dist_nccl_abort(void *user) {
   ProcessGroup *pg = user;
-  if (pg->nccl) ncclCommAbort((ncclComm_t)pg->nccl);
+  if (pg->nccl) (void)ncclCommAbort((ncclComm_t)pg->nccl);  // bounded and followed by _exit
 }
 
 static ncclDataType_t nccl_type(DistType t) {
@@ -84,46 +139,83 @@ static ncclDataType_t nccl_type(DistType t) {
 
 static cudaStream_t stream(const ProcessGroup *pg) { return (cudaStream_t)pg->ctx->stream; }
 
-// Environment launch: every rank points NCCL_COMM_ID at MASTER_ADDR and the port after MASTER_PORT
-// (torchrun's store already listens on MASTER_PORT), or at DDP_NCCL_PORT when set.
-static void set_comm_id_from_env(const ProcessGroup *pg) {
-  if (getenv("NCCL_COMM_ID")) return;  // the user chose one
-  const char *addr = getenv("MASTER_ADDR"), *port = getenv("MASTER_PORT");
-  const char *nccl_port = getenv("DDP_NCCL_PORT");
-  if (!addr || (!port && !nccl_port))
-    die(1, "rank %d of %d: set MASTER_ADDR and MASTER_PORT (the address and a free port of rank 0's "
-           "node) so that NCCL can bootstrap", pg->rank, pg->world_size);
-  char id[512];
-  int p = nccl_port ? atoi(nccl_port) : atoi(port) + 1;
-  if (p <= 0 || p > 65535) die(1, "NCCL bootstrap port %d is not a valid port", p);
-  snprintf(id, sizeof id, "%s:%d", addr, p);
-  setenv("NCCL_COMM_ID", id, 1);
+// NCCL refuses two ranks on one GPU ("Duplicate GPU detected") unless NCCL >= 2.30 is told that
+// this is wanted; say what to do instead of NCCL's internal message.
+static void explain_init_failure(const ProcessGroup *pg, ncclResult_t r, int version) {
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 13, 0)
+  const char *last = ncclGetLastError(NULL);
+#else
+  const char *last = "";
+#endif
+  if (r == ncclInvalidUsage && last && strstr(last, "Duplicate GPU")) {
+    const char *visible = getenv("CUDA_VISIBLE_DEVICES");
+    die(1, "rank %d: several ranks of this node are on the same GPU (GPU %d; %d visible, "
+           "CUDA_VISIBLE_DEVICES=%s), and NCCL %d allows one rank per GPU: start at most one rank "
+           "per visible GPU, or, with NCCL >= 2.30, set NCCL_MULTI_RANK_GPU_ENABLE=1",
+        pg->rank, pg->ctx->gpu, device_cuda_count(), visible ? visible : "unset", version);
+  }
 }
 
 void dist_nccl_connect(ProcessGroup *pg) {
+  g_pg = pg;
   cudaCheck(cudaSetDevice(pg->ctx->gpu));  // NCCL binds the communicator to the current GPU
+  int version = 0;
+  ncclCheck(ncclGetVersion(&version));
+  g_have_avg = HEADER_HAS_AVG && version >= NCCL_VERSION(2, 10, 0) && !getenv("DDP_NCCL_NO_AVG");
   ncclUniqueId id;
   if (pg->launcher == LAUNCH_MPI) {
     if (pg->rank == 0) ncclCheck(ncclGetUniqueId(&id));
     dist_mpi_broadcast_bytes(&id, sizeof id, 0);
   } else {
-    if (pg->world_size > 1) set_comm_id_from_env(pg);
-    ncclCheck(ncclGetUniqueId(&id));  // with NCCL_COMM_ID set, the same id on every rank
+    ncclCheck(ncclGetUniqueId(&id));  // with NCCL_COMM_ID (set by dist_init), the same id everywhere
   }
   ncclComm_t comm;
-  ncclCheck(ncclCommInitRank(&comm, pg->world_size, id, pg->rank));
+  watchdog_enter("ncclCommInitRank (every rank must join)");
+  ncclResult_t r = ncclCommInitRank(&comm, pg->world_size, id, pg->rank);
+  watchdog_leave();
+  if (r != ncclSuccess) explain_init_failure(pg, r, version);
+  ncclCheck(r);
   pg->nccl = comm;
-  g_comm = comm;
   pg->scratch = dev_alloc(pg->ctx, sizeof(int));
   pg->comm_stream = dev_stream_create(pg->ctx);  // for collectives that overlap computation
   cudaCheck(cudaEventCreateWithFlags(&g_last.event, cudaEventDisableTiming));
   if (!pg->mpi_up) check_set_abort(nccl_abort);
 }
 
+void dist_nccl_group_start(ProcessGroup *pg) {
+  (void)pg;
+  ncclCheck(ncclGroupStart());
+  g_group.depth++;
+}
+
+void dist_nccl_group_end(ProcessGroup *pg) {
+  ncclCheck(ncclGroupEnd());
+  if (--g_group.depth > 0 || !g_group.stream) return;
+  cudaStream_t s = g_group.stream;
+  g_group.stream = NULL;
+  for (int i = 0; i < g_group.n_scale; i++)
+    divide_by_world(pg, g_group.scale[i].buf, g_group.scale[i].n, s);
+  g_group.n_scale = 0;
+  note_collective(s);
+}
+
 void dist_nccl_all_reduce_on(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op,
                              void *on) {
-  ncclCheck(ncclAllReduce(buf, buf, n, nccl_type(type), op == DIST_AVG ? ncclAvg : ncclSum,
-                          (ncclComm_t)pg->nccl, (cudaStream_t)on));
+  ncclRedOp_t red = ncclSum;
+#if HEADER_HAS_AVG
+  if (op == DIST_AVG && g_have_avg) red = ncclAvg;
+#endif
+  ncclCheck(ncclAllReduce(buf, buf, n, nccl_type(type), red, (ncclComm_t)pg->nccl, (cudaStream_t)on));
+  if (op == DIST_AVG && red == ncclSum) {
+    if (g_group.depth == 0) {
+      divide_by_world(pg, buf, n, (cudaStream_t)on);
+    } else if (g_group.n_scale < MAX_PENDING) {
+      g_group.scale[g_group.n_scale].buf = buf;
+      g_group.scale[g_group.n_scale++].n = n;
+    } else {
+      die(1, "dist_group_start: more than %d averaged all-reduces in one group", MAX_PENDING);
+    }
+  }
   note_collective((cudaStream_t)on);
 }
 
@@ -152,6 +244,6 @@ void dist_nccl_destroy(ProcessGroup *pg) {
   cudaCheck(cudaEventDestroy(g_last.event));
   dev_free(pg->ctx, pg->scratch);
   ncclCheck(ncclCommDestroy((ncclComm_t)pg->nccl));
-  g_comm = NULL;
   pg->nccl = NULL;
+  g_pg = NULL;
 }

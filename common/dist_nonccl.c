@@ -35,4 +35,7 @@ int dist_nccl_poll(void *pg, double timeout, char *why) {
   (void)pg, (void)timeout, (void)why;
   NO_NCCL();
 }
+void dist_nccl_bind(void *pg) { (void)pg, NO_NCCL(); }
 void dist_nccl_abort(void *pg) { (void)pg, NO_NCCL(); }
+void dist_nccl_group_start(ProcessGroup *pg) { (void)pg, NO_NCCL(); }
+void dist_nccl_group_end(ProcessGroup *pg) { (void)pg, NO_NCCL(); }

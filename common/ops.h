@@ -3,7 +3,7 @@
  * @brief The numeric operations of an MLP training step, CPU and CUDA side by side.
  *
  * Each operation `ops_x` dispatches on the context's device to `ops_x_cpu` (the plain reference: a
- * `cblas_sgemm` call or a loop) or `ops_x_cuda` (cuBLAS or one of our kernels, queued on `Ctx.stream`).
+ * `cblas_sgemm` call, or a plain C GEMM in a build without OpenBLAS, or a loop) or `ops_x_cuda` (cuBLAS or one of our kernels, queued on `Ctx.stream`).
  * Both take the same arguments in the same order, so the tests call them side by side. All matrices are
  * row-major, as PyTorch stores them. Pointers are device memory of the context's device.
  *
@@ -162,9 +162,16 @@ void ops_gather(const Ctx *c, const float *src_x, const int *src_y, const int *i
 void ops_gather_pixels(const Ctx *c, const uint8_t *src_p, const int *src_y, const int *idx, int B,
                        int N, float mean, float std, float *dst_x, int *dst_y);
 
-/** @brief CPU reference of ops_gemm(). */
+/** @brief CPU reference of ops_gemm(): OpenBLAS's `cblas_sgemm` when the build has it, else
+ *  ops_gemm_plain_cpu(). */
 void ops_gemm_cpu(const Ctx *c, bool ta, bool tb, int M, int N, int K, float alpha, const float *A,
                   const float *B, float beta, float *C);
+/** @brief ops_gemm() in plain C (the CPU GEMM of a build without OpenBLAS: correct, several times
+ *  slower); every element's sum runs over k in order, in fp32. Same arguments as ops_gemm(). */
+void ops_gemm_plain_cpu(const Ctx *c, bool ta, bool tb, int M, int N, int K, float alpha,
+                        const float *A, const float *B, float beta, float *C);
+/** @brief True when ops_gemm_cpu() is OpenBLAS's, false when it is ops_gemm_plain_cpu(). */
+bool ops_have_blas(void);
 /** @brief CUDA version of ops_gemm() (cuBLAS, fp32). */
 void ops_gemm_cuda(const Ctx *c, bool ta, bool tb, int M, int N, int K, float alpha, const float *A,
                    const float *B, float beta, float *C);

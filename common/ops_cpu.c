@@ -1,11 +1,15 @@
 // ops_cpu.c: the CPU reference of every op in ops.h: one cblas_sgemm call, or a plain loop.
 // These are the definitions the CUDA kernels are tested against, so they favour clarity; the GEMMs,
-// where the time goes, are OpenBLAS's.
-#include <cblas.h>
+// where the time goes, are OpenBLAS's when the build has it (HAVE_OPENBLAS), else plain C.
 #include <math.h>
 #include <string.h>
 
 #include "ops.h"
+
+#ifdef HAVE_OPENBLAS
+#include <cblas.h>
+
+bool ops_have_blas(void) { return true; }
 
 void ops_gemm_cpu(const Ctx *c, bool ta, bool tb, int M, int N, int K, float alpha, const float *A,
                   const float *B, float beta, float *C) {
@@ -13,6 +17,50 @@ void ops_gemm_cpu(const Ctx *c, bool ta, bool tb, int M, int N, int K, float alp
   // Dense row-major storage: A is (M, K), or (K, M) when transposed; likewise B.
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K,
               alpha, A, ta ? M : K, B, tb ? K : N, beta, C, N);
+}
+#else
+bool ops_have_blas(void) { return false; }
+
+void ops_gemm_cpu(const Ctx *c, bool ta, bool tb, int M, int N, int K, float alpha, const float *A,
+                  const float *B, float beta, float *C) {
+  ops_gemm_plain_cpu(c, ta, tb, M, N, K, alpha, A, B, beta, C);
+}
+#endif
+
+// C's row i starts as beta·C (beta 0: zeros, whatever C held, NaNs included).
+static void gemm_scale_row(float *crow, int N, float beta) {
+  if (beta == 0.0f) {
+    memset(crow, 0, (size_t)N * sizeof *crow);
+  } else if (beta != 1.0f) {
+    for (int j = 0; j < N; j++) crow[j] *= beta;
+  }
+}
+
+void ops_gemm_plain_cpu(const Ctx *c, bool ta, bool tb, int M, int N, int K, float alpha,
+                        const float *A, const float *B, float beta, float *C) {
+  (void)c;
+  // op(A)[i][k] is A[i*K + k], or A[k*M + i] when transposed; op(B)[k][j] is B[k*N + j], or
+  // B[j*K + k]. The loops are ordered so that the innermost one walks memory contiguously where it
+  // can: rows of B (not transposed) are added to C's row; with B transposed, each C element is a
+  // dot product along B's row.
+  for (int i = 0; i < M; i++) {
+    float *crow = C + (size_t)i * N;
+    if (!tb) {
+      gemm_scale_row(crow, N, beta);
+      for (int k = 0; k < K; k++) {
+        float a = alpha * (ta ? A[(size_t)k * M + i] : A[(size_t)i * K + k]);
+        const float *brow = B + (size_t)k * N;
+        for (int j = 0; j < N; j++) crow[j] += a * brow[j];
+      }
+    } else {
+      for (int j = 0; j < N; j++) {
+        const float *bcol = B + (size_t)j * K;
+        float s = 0.0f;
+        for (int k = 0; k < K; k++) s += (ta ? A[(size_t)k * M + i] : A[(size_t)i * K + k]) * bcol[k];
+        crow[j] = alpha * s + (beta == 0.0f ? 0.0f : beta * crow[j]);
+      }
+    }
+  }
 }
 
 void ops_bias_act_cpu(const Ctx *c, float *y, const float *bias, int B, int N, bool relu) {

@@ -2,9 +2,10 @@
 #define _POSIX_C_SOURCE 200809L
 #include "watchdog.h"
 
+#include <errno.h>
 #include <pthread.h>
-#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -12,74 +13,162 @@
 #include "log.h"
 
 #define TICK_NS 100000000L  // 100 ms between checks
+#define MAX_DEPTH 8         // nested waits (e.g. an MPI_Bcast inside the NCCL start-up)
 
 static struct {
-  pthread_mutex_t lock;
+  pthread_mutex_t lock;     // guards the fields below
+  pthread_mutex_t polling;  // held by the thread while it binds and polls, and by watchdog_start()
   pthread_t thread;
   bool running;
   double timeout;
   WatchdogPoll poll;
-  void (*on_abort)(void *user);
+  WatchdogHook bind;
+  WatchdogHook on_abort;
   void *user;
-  const char *what;  // the wait in progress, NULL when none
-  double since;      // when it began
-} W = {.lock = PTHREAD_MUTEX_INITIALIZER};
+  unsigned settings;      // incremented by every watchdog_start(): the thread binds again
+  int depth;              // waits in progress (only the first MAX_DEPTH are timed)
+  const char *what[MAX_DEPTH];
+  double since[MAX_DEPTH];
+} W = {.lock = PTHREAD_MUTEX_INITIALIZER, .polling = PTHREAD_MUTEX_INITIALIZER};
 
-static void fire(const char *why) {
+// ---- bounded calls ------------------------------------------------------------------------------------
+
+typedef struct Call {
+  WatchdogHook fn;
+  void *arg;
+  pthread_mutex_t lock;
+  pthread_cond_t done_cv;
+  bool done;
+} Call;
+
+static void *call_thread(void *p) {
+  Call *c = p;
+  c->fn(c->arg);
+  pthread_mutex_lock(&c->lock);
+  c->done = true;
+  pthread_cond_signal(&c->done_cv);
+  pthread_mutex_unlock(&c->lock);
+  return NULL;
+}
+
+bool watchdog_call_bounded(WatchdogHook fn, void *arg, double seconds) {
+  // On time-out the thread still uses the Call, so it is never freed then (the process is ending).
+  Call *c = calloc(1, sizeof *c);
+  if (!c) return false;
+  c->fn = fn;
+  c->arg = arg;
+  pthread_mutex_init(&c->lock, NULL);
+  pthread_cond_init(&c->done_cv, NULL);
+  pthread_t t;
+  if (pthread_create(&t, NULL, call_thread, c) != 0) return false;
+  pthread_detach(t);
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);  // the clock of pthread_cond_timedwait
+  double end = until.tv_sec + until.tv_nsec * 1e-9 + seconds;
+  until.tv_sec = (time_t)end;
+  until.tv_nsec = (long)((end - (double)until.tv_sec) * 1e9);
+  pthread_mutex_lock(&c->lock);
+  int err = 0;
+  while (!c->done && err != ETIMEDOUT) err = pthread_cond_timedwait(&c->done_cv, &c->lock, &until);
+  bool done = c->done;
+  pthread_mutex_unlock(&c->lock);
+  if (done) free(c);
+  return done;
+}
+
+// ---- the thread -----------------------------------------------------------------------------------------
+
+typedef struct Settings {
+  WatchdogHook bind, on_abort;
+  void *user;
+} Settings;
+
+static void bound_abort(void *p) {
+  const Settings *s = p;
+  if (s->bind) s->bind(s->user);  // a thread of its own: select the rank's GPU first
+  s->on_abort(s->user);
+}
+
+static void fire(const char *why, Settings s, double timeout) {
   fprintf(stderr, "error: [rank %d] watchdog: %s; ending this rank so the job does not hang\n",
           check_rank(), why);
   fflush(stderr);
-  if (W.on_abort) W.on_abort(W.user);
+  double bound = timeout < WATCHDOG_ABORT_S ? timeout : WATCHDOG_ABORT_S;
+  if (s.on_abort && !watchdog_call_bounded(bound_abort, &s, bound)) {
+    fprintf(stderr, "error: [rank %d] watchdog: the abort did not finish within %g s; exiting "
+            "without it\n", check_rank(), bound);
+    fflush(stderr);
+  }
   _exit(1);
 }
 
 static void *watch(void *arg) {
   (void)arg;
   struct timespec tick = {0, TICK_NS};
+  unsigned bound = 0;  // settings the thread has bound for (0: none yet)
   for (;;) {
     nanosleep(&tick, NULL);
     char why[256] = "";
+    pthread_mutex_lock(&W.polling);
     pthread_mutex_lock(&W.lock);
     if (!W.running) {
       pthread_mutex_unlock(&W.lock);
+      pthread_mutex_unlock(&W.polling);
       return NULL;
     }
-    if (W.what && now_seconds() - W.since > W.timeout)
-      snprintf(why, sizeof why, "%s has waited more than %g s (--timeout): a peer is stuck, dead, or "
-               "calling other collectives", W.what, W.timeout);
+    double t = now_seconds();
+    int depth = W.depth < MAX_DEPTH ? W.depth : MAX_DEPTH;
+    for (int i = 0; i < depth && !why[0]; i++)
+      if (t - W.since[i] > W.timeout)
+        snprintf(why, sizeof why, "%s has waited more than %g s (--timeout): a peer is stuck, "
+                 "dead, missing, or calling other collectives", W.what[i], W.timeout);
+    Settings s = {W.bind, W.on_abort, W.user};
     WatchdogPoll poll = W.poll;
     double timeout = W.timeout;
-    void *user = W.user;
+    unsigned settings = W.settings;
     pthread_mutex_unlock(&W.lock);
-    if (!why[0] && poll && poll(user, timeout, why) != 0 && !why[0])
-      snprintf(why, sizeof why, "the process group reported an error");
-    if (why[0]) fire(why);
+    if (!why[0] && poll) {
+      if (bound != settings && s.bind) s.bind(s.user);  // before this thread's first CUDA call
+      bound = settings;
+      if (poll(s.user, timeout, why) != 0 && !why[0])
+        snprintf(why, sizeof why, "the process group reported an error");
+    }
+    pthread_mutex_unlock(&W.polling);
+    if (why[0]) fire(why, s, timeout);
   }
 }
 
-void watchdog_start(double timeout_s, WatchdogPoll poll, void (*on_abort)(void *user), void *user) {
+void watchdog_start(double timeout_s, WatchdogPoll poll, WatchdogHook bind, WatchdogHook on_abort,
+                    void *user) {
+  pthread_mutex_lock(&W.polling);  // no poll with the old settings runs after this returns
   pthread_mutex_lock(&W.lock);
   W.timeout = timeout_s;
   W.poll = poll;
+  W.bind = bind;
   W.on_abort = on_abort;
   W.user = user;
+  W.settings++;
   bool start = !W.running;
   W.running = true;
   pthread_mutex_unlock(&W.lock);
+  pthread_mutex_unlock(&W.polling);
   if (start && pthread_create(&W.thread, NULL, watch, NULL) != 0)
     die(1, "cannot start the watchdog thread");
 }
 
 void watchdog_enter(const char *what) {
   pthread_mutex_lock(&W.lock);
-  W.what = what;
-  W.since = now_seconds();
+  if (W.depth < MAX_DEPTH) {
+    W.what[W.depth] = what;
+    W.since[W.depth] = now_seconds();
+  }
+  W.depth++;
   pthread_mutex_unlock(&W.lock);
 }
 
 void watchdog_leave(void) {
   pthread_mutex_lock(&W.lock);
-  W.what = NULL;
+  if (W.depth > 0) W.depth--;
   pthread_mutex_unlock(&W.lock);
 }
 
@@ -87,8 +176,10 @@ void watchdog_stop(void) {
   pthread_mutex_lock(&W.lock);
   bool was = W.running;
   W.running = false;
-  W.what = NULL;
+  W.depth = 0;
   W.poll = NULL;
+  W.bind = NULL;
+  W.on_abort = NULL;
   pthread_mutex_unlock(&W.lock);
   if (was) pthread_join(W.thread, NULL);
 }

@@ -1,26 +1,39 @@
 /**
  * @file
- * @brief A watchdog thread that ends this process when a collective waits too long, so that a job
- * whose peer is stuck (or whose ranks disagree about which collectives to call) fails with a message
- * instead of hanging for ever (the analogue of the `timeout` of `init_process_group` and PyTorch's
- * NCCL watchdog).
+ * @brief A watchdog thread that ends this process when a wait takes too long, so that a job whose
+ * peer is stuck, dead or missing (or whose ranks disagree about which collectives to call) fails with
+ * a message instead of hanging for ever (the analogue of the `timeout` of `init_process_group` and
+ * PyTorch's NCCL watchdog).
  *
- * The process group announces every blocking wait with watchdog_enter() / watchdog_leave(), and may
- * register a poll function (NCCL: the communicator's asynchronous error, and whether the last
- * collective has finished on the GPU). The thread wakes up every 100 ms; when a wait has lasted more
- * than the timeout, or the poll reports an error, it prints one line naming the rank and the wait,
- * calls the registered abort function (e.g. `ncclCommAbort`) and ends the process with `_exit(1)`.
- * The launcher then ends the other ranks (mpirun does; see dist.h for the others).
+ * The process group starts it before it joins the job and stops it only after it has left, so that
+ * start-up (`MPI_Init`, `ncclCommInitRank`), every collective and shutdown (`ncclCommDestroy`,
+ * `MPI_Finalize`) are covered. Each blocking wait is announced with watchdog_enter() /
+ * watchdog_leave() (they nest). Once the communicator exists the process group may register a poll
+ * function (NCCL: the communicator's asynchronous error, and whether the last collective has
+ * finished on the GPU), a bind function that every thread of this module calls before its first
+ * poll or abort (NCCL: `cudaSetDevice` to the rank's GPU, so that no thread makes a context on GPU 0)
+ * and an abort function (NCCL: `ncclCommAbort`).
+ *
+ * The thread wakes up every 100 ms. When a wait has lasted more than the timeout, or the poll reports
+ * an error, it prints one line naming the rank and the wait, runs the abort function on a thread of
+ * its own for at most min(timeout, 10 s) (`ncclCommAbort` can hang when peers are dead), and ends the
+ * process with `_exit(1)` whatever the abort did. The launcher then ends the other ranks (mpirun
+ * does; see dist.h for the others).
  */
 #ifndef DDP_WATCHDOG_H
 #define DDP_WATCHDOG_H
+
+#include <stdbool.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
+/** @brief Longest time, in seconds, that the abort function may take before the process exits. */
+#define WATCHDOG_ABORT_S 10.0
+
 /**
- * @brief Polled by the watchdog thread every tick, from that thread.
+ * @brief Polled by the watchdog thread every tick, from that thread, after the bind function.
  * @param[in] user     the pointer given to watchdog_start().
  * @param[in] timeout  the timeout in seconds.
  * @param[out] why     on a problem, a short description (at most 255 characters).
@@ -29,25 +42,45 @@ extern "C" {
 typedef int (*WatchdogPoll)(void *user, double timeout, char *why);
 
 /**
- * @brief Starts the watchdog thread (once per process; later calls only change the settings).
- * @param[in] timeout_s  longest allowed wait in seconds, > 0.
- * @param[in] poll       extra check, or NULL.
- * @param[in] on_abort   called before exiting (e.g. to abort a communicator), or NULL.
- * @param[in] user       passed to @p poll and @p on_abort.
+ * @brief A bind or abort function of the watchdog.
+ * @param[in] user the pointer given to watchdog_start().
  */
-void watchdog_start(double timeout_s, WatchdogPoll poll, void (*on_abort)(void *user), void *user);
+typedef void (*WatchdogHook)(void *user);
 
 /**
- * @brief A blocking wait begins.
+ * @brief Starts the watchdog thread, or changes its settings when it runs. When this returns, no poll
+ * with the previous settings is still running, so the caller may free what they used.
+ * @param[in] timeout_s  longest allowed wait in seconds, > 0.
+ * @param[in] poll       extra check, or NULL.
+ * @param[in] bind       run once on the watchdog thread before its first poll with these settings,
+ *                       and on the abort thread before @p on_abort; or NULL.
+ * @param[in] on_abort   run (bounded, see above) before the process exits; or NULL.
+ * @param[in] user       passed to @p poll, @p bind and @p on_abort.
+ */
+void watchdog_start(double timeout_s, WatchdogPoll poll, WatchdogHook bind, WatchdogHook on_abort,
+                    void *user);
+
+/**
+ * @brief A blocking wait begins. Waits nest (up to 8 deep): each is timed from its own start.
  * @param[in] what what is being waited for (a string literal, e.g. "MPI_Allreduce").
  */
 void watchdog_enter(const char *what);
 
-/** @brief The wait announced by watchdog_enter() is over. */
+/** @brief The innermost wait announced by watchdog_enter() is over. */
 void watchdog_leave(void);
 
-/** @brief Stops the watchdog thread (before the process group is destroyed). */
+/** @brief Stops the watchdog thread (after the process group has left the job). */
 void watchdog_stop(void);
+
+/**
+ * @brief Runs `fn(arg)` on a new thread and waits for it at most @p seconds. On time-out the thread is
+ * left running (the caller is about to exit). Used for aborts that may hang (`ncclCommAbort`).
+ * @param[in] fn       the function.
+ * @param[in] arg      its argument.
+ * @param[in] seconds  longest wait, > 0.
+ * @return true when @p fn returned in time, false when it did not (or no thread could be started).
+ */
+bool watchdog_call_bounded(WatchdogHook fn, void *arg, double seconds);
 
 #ifdef __cplusplus
 }

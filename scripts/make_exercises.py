@@ -66,10 +66,11 @@ EXERCISES = [
          "  // and the optimizer's momentum buffer (t->opt.buf). Until then the replicas start apart.\n"
          "  (void)t;\n"),
         ("  Mlp *m = &t->model;",
-         "  }",
+         "  dist_group_end(&t->pg);  // [ddp] the group's all-reduces are queued here",
          "  // TODO(04): replace each gradient by its mean over the ranks (dist_all_reduce, DIST_AVG), one\n"
          "  // tensor at a time, last layer first: layer l's weight gradient starts at m->grads + m->w_off[l],\n"
-         "  // its bias gradient at m->grads + m->b_off[l] (mlp.h has the sizes). Until then every rank\n"
+         "  // its bias gradient at m->grads + m->b_off[l] (mlp.h has the sizes), between dist_group_start\n"
+         "  // and dist_group_end (NCCL then launches them as one). Until then every rank\n"
          "  // steps with its own gradient, as in step 03.\n"
          "  (void)t;\n"),
     ]),

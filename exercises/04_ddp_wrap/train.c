@@ -180,7 +180,8 @@ static void wrap_model(Trainer *t) {
 static void average_gradients(Trainer *t) {
   // TODO(04): replace each gradient by its mean over the ranks (dist_all_reduce, DIST_AVG), one
   // tensor at a time, last layer first: layer l's weight gradient starts at m->grads + m->w_off[l],
-  // its bias gradient at m->grads + m->b_off[l] (mlp.h has the sizes). Until then every rank
+  // its bias gradient at m->grads + m->b_off[l] (mlp.h has the sizes), between dist_group_start
+  // and dist_group_end (NCCL then launches them as one). Until then every rank
   // steps with its own gradient, as in step 03.
   (void)t;
 }

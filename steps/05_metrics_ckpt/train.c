@@ -177,10 +177,12 @@ static void wrap_model(Trainer *t) {
 // per tensor, last layer first (the order backward produced them).
 static void average_gradients(Trainer *t) {
   Mlp *m = &t->model;
+  dist_group_start(&t->pg);  // [ddp] NCCL: launch the 2L all-reduces as one operation (MPI: no-op)
   for (int l = m->n_layers - 1; l >= 0; l--) {
     dist_all_reduce(&t->pg, m->grads + m->w_off[l], m->b_off[l] - m->w_off[l], DIST_FLOAT, DIST_AVG);
     dist_all_reduce(&t->pg, m->grads + m->b_off[l], (size_t)m->sizes[l + 1], DIST_FLOAT, DIST_AVG);
   }
+  dist_group_end(&t->pg);  // [ddp] the group's all-reduces are queued here
 }
 
 // One optimizer step on the B samples at `start`; returns the step's loss, on the device.

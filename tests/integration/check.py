@@ -347,6 +347,18 @@ def dist_bad_launch(tmp):
     env_run({"RANK": "x", "WORLD_SIZE": "2"}, [], "RANK='x'")
     env_run({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_ADDR": "127.0.0.1",
              "MASTER_PORT": "29500"}, ["--backend", "mpi"], "mpirun")
+    # NCCL's bootstrap address (NCCL_COMM_ID) is built from MASTER_ADDR and MASTER_PORT before any
+    # backend is chosen, so these are refused on the CPU too, on every rank, with the variable named.
+    two = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_ADDR": "127.0.0.1"}
+    env_run(dict(two, MASTER_PORT="abc"), [], "MASTER_PORT='abc' is not a TCP port")
+    env_run(dict(two, MASTER_PORT="70000"), [], "MASTER_PORT='70000' is not a TCP port")
+    env_run(dict(two, MASTER_PORT="65535"), [], "MASTER_PORT + 1, which is not a port")
+    env_run(dict(two, MASTER_PORT="29500", DDP_NCCL_PORT="0"), [], "DDP_NCCL_PORT='0'")
+    env_run(dict(two, MASTER_PORT="29500", MASTER_ADDR="127.0.0.1:29500"), [], "port in MASTER_PORT")
+    env_run(dict(two, MASTER_PORT="29500", MASTER_ADDR="fe80::1::2"), [], "MASTER_ADDR='fe80::1::2'")
+    # IPv6 literals, bare or in brackets, pass (and the run stops later, at --backend mpi)
+    for addr in ("::1", "[::1]", "fe80::1%eth0"):
+        env_run(dict(two, MASTER_PORT="29500", MASTER_ADDR=addr), ["--backend", "mpi"], "mpirun")
     env_run({}, ["--backend", "nccl"], "nccl")
     env_run({}, ["--device", "cuda", "--backend", "mpi"], "cuda")  # no GPU here, or no CUDA build
     run("05_metrics_ckpt", SMALL + ["--epochs", "1", "--save_interval", "1", "--ckpt_dir", f"{tmp}/ck"])

@@ -1,6 +1,11 @@
-// The watchdog ends a rank whose collective waits too long, and lets normal waits through.
+// The watchdog ends a rank whose wait takes too long, and lets normal waits through; its threads
+// bind (select the rank's GPU) before they poll or abort; an abort that hangs does not keep the rank
+// alive.
 #include <gtest/gtest.h>
 
+#include <pthread.h>
+
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <unistd.h>
@@ -13,10 +18,27 @@ int poll_error(void *, double, char *why) {
   return 1;
 }
 void announce_abort(void *) { std::fprintf(stderr, "abort hook ran\n"); }
+void hang(void *) {
+  for (;;) pause();  // like ncclCommAbort waiting for peers that are gone
+}
+
+// The bind hook records the thread it ran on; the poll and the abort say whether it ran on theirs.
+thread_local bool bound_here = false;
+void bind(void *) { bound_here = true; }
+int poll_reports_binding(void *, double, char *why) {
+  std::snprintf(why, 256, "%s", bound_here ? "poll ran after bind on its thread" : "poll ran UNBOUND");
+  return 1;
+}
+void abort_reports_binding(void *) {
+  std::fprintf(stderr, "%s\n", bound_here ? "abort ran after bind on its thread" : "abort ran UNBOUND");
+}
+
+std::atomic<int> calls{0};
+void count(void *) { calls++; }
 }  // namespace
 
 TEST(Watchdog, ShortWaitsPass) {
-  watchdog_start(0.5, nullptr, nullptr, nullptr);
+  watchdog_start(0.5, nullptr, nullptr, nullptr, nullptr);
   for (int i = 0; i < 5; i++) {
     watchdog_enter("MPI_Allreduce");
     usleep(50 * 1000);  // well under the timeout
@@ -27,23 +49,70 @@ TEST(Watchdog, ShortWaitsPass) {
   SUCCEED();
 }
 
+TEST(Watchdog, BoundedCallReturnsWhatFinished) {
+  calls = 0;
+  EXPECT_TRUE(watchdog_call_bounded(count, nullptr, 30.0));
+  EXPECT_EQ(calls.load(), 1);
+  EXPECT_FALSE(watchdog_call_bounded(hang, nullptr, 0.2));  // returns although fn never does
+}
+
 TEST(WatchdogDeathTest, EndsAStuckWait) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(
       {
-        watchdog_start(0.3, nullptr, announce_abort, nullptr);
+        watchdog_start(0.3, nullptr, nullptr, announce_abort, nullptr);
         watchdog_enter("MPI_Allreduce");
         sleep(10);  // a peer that never joins
       },
       ::testing::ExitedWithCode(1), "MPI_Allreduce has waited more than 0.3 s(.|\n)*abort hook ran");
 }
 
+// Waits nest (an MPI_Bcast inside the NCCL start-up): leaving the inner one keeps the outer one timed.
+TEST(WatchdogDeathTest, NestedWaitsKeepTheOuterOne) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        watchdog_start(0.3, nullptr, nullptr, nullptr, nullptr);
+        watchdog_enter("ncclCommInitRank");
+        watchdog_enter("MPI_Bcast");
+        watchdog_leave();
+        sleep(10);
+      },
+      ::testing::ExitedWithCode(1), "ncclCommInitRank has waited more than 0.3 s");
+}
+
 TEST(WatchdogDeathTest, EndsOnAReportedError) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(
       {
-        watchdog_start(60, poll_error, nullptr, nullptr);
+        watchdog_start(60, poll_error, nullptr, nullptr, nullptr);
         sleep(10);
       },
       ::testing::ExitedWithCode(1), "watchdog: injected error");
+}
+
+// A hanging abort (ncclCommAbort with dead peers) is given up after its bound: the rank still ends.
+// Without the bound this test would hang until CTest's timeout.
+TEST(WatchdogDeathTest, AHangingAbortDoesNotKeepTheRankAlive) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        watchdog_start(0.3, nullptr, nullptr, hang, nullptr);
+        watchdog_enter("MPI_Allreduce");
+        for (;;) pause();
+      },
+      ::testing::ExitedWithCode(1), "the abort did not finish within 0.3 s; exiting without it");
+}
+
+// Every thread of the watchdog that may touch CUDA calls the bind hook first (NCCL: cudaSetDevice to
+// the rank's GPU; without it, the thread's first CUDA call makes a context on GPU 0).
+TEST(WatchdogDeathTest, PollAndAbortRunAfterBindOnTheirThreads) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        watchdog_start(60, poll_reports_binding, bind, abort_reports_binding, nullptr);
+        sleep(10);
+      },
+      ::testing::ExitedWithCode(1),
+      "poll ran after bind on its thread(.|\n)*abort ran after bind on its thread");
 }
