@@ -58,7 +58,8 @@ def verify_checkpoint(path):
         return "bad magic"
     version, hsize = struct.unpack_from("<II", data, 8)
     n_layers = struct.unpack_from("<I", data, 52)[0]
-    if version != 1 or not 1 <= n_layers <= 16 or hsize != 56 + 4 * (n_layers + 1) or len(data) < hsize:
+    want = 56 + 4 * (n_layers + 1) + (24 if version >= 2 else 0)  # version 2: the data's identity
+    if version not in (1, 2) or not 1 <= n_layers <= 16 or hsize != want or len(data) < hsize:
         return f"bad header (version {version}, header size {hsize}, {n_layers} layers)"
     sizes = struct.unpack_from(f"<{n_layers + 1}I", data, 56)
     n = sum(sizes[i] * sizes[i + 1] + sizes[i + 1] for i in range(n_layers))

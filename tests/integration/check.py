@@ -9,6 +9,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import struct
 import subprocess
 import sys
@@ -506,22 +507,56 @@ def launchers(tmp):
         print("torchrun not installed: that launcher was not tried")
 
 
+def rank_pid(tag, rank):
+    """The pid of the MPI rank whose command line contains tag, or None."""
+    for d in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                if tag.encode() not in f.read():
+                    continue
+            with open(f"/proc/{d}/environ", "rb") as f:
+                if f"OMPI_COMM_WORLD_RANK={rank}".encode() in f.read().split(b"\0"):
+                    return int(d)
+        except OSError:
+            continue
+    return None
+
+
 def watchdog_deadlock(tmp):
-    """Ranks that disagree (rank 1 trains 1 epoch, rank 0 two) would hang rank 0 in an all-reduce
-    for ever; with --timeout 3 its watchdog ends the job within 30 s, naming the wait."""
-    cmd = [MPIEXEC]
-    for r, epochs in enumerate(["2", "1"]):
-        cmd += ([":"] if r else []) + ["-n", "1", os.path.join(BIN, "06_full")] + SMALL + [
-            "--epochs", epochs, "--timeout", "3"]
-    t0 = time.time()
+    """A rank that freezes mid-training (SIGSTOP) would leave its peer waiting in an all-reduce for
+    ever; with --timeout 3 the peer's watchdog ends the whole job within 30 s, naming the wait.
+    (Ranks started with different settings can no longer make a hang: the agreement check refuses
+    them at start-up, so the peer is frozen instead.)"""
+    tag = f"{tmp}/frozen_{{rank}}.jsonl"
+    cmd = [MPIEXEC, "-n", "2", os.path.join(BIN, "06_full")] + SMALL + [
+        "--epochs", "100000", "--timeout", "3", "--metrics", tag]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-    except subprocess.TimeoutExpired:
-        raise Failure("the job still hangs after 60 s")
-    took = time.time() - t0
-    if p.returncode == 0 or took > 30 or "watchdog" not in p.stderr:
-        raise Failure(f"exit {p.returncode} after {took:.1f} s; stderr: {p.stderr[-800:]!r}")
-    print(f"ended after {took:.1f} s: {[l for l in p.stderr.splitlines() if 'watchdog' in l][0]}")
+        t0 = time.time()
+        while not os.path.exists(f"{tmp}/frozen_1.jsonl") or os.path.getsize(f"{tmp}/frozen_1.jsonl") == 0:
+            if time.time() - t0 > 60 or p.poll() is not None:
+                raise Failure("the job did not start training")
+            time.sleep(0.05)
+        pid = rank_pid(tag, 1)
+        if pid is None:
+            raise Failure("rank 1's process was not found")
+        os.kill(pid, signal.SIGSTOP)
+        t0 = time.time()
+        try:
+            _, err = p.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            raise Failure("the job still hangs 60 s after rank 1 froze")
+        took = time.time() - t0
+    finally:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        p.wait()
+    if p.returncode == 0 or took > 30 or "watchdog" not in err:
+        raise Failure(f"exit {p.returncode} after {took:.1f} s; stderr: {err[-800:]!r}")
+    print(f"ended {took:.1f} s after rank 1 froze: {[l for l in err.splitlines() if 'watchdog' in l][0]}")
 
 
 def step01_warnings(tmp):
