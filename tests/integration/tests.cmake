@@ -53,6 +53,7 @@ foreach(np 2 3 4)
   ddp_integration(step06_matches_step04_np${np} PROCESSORS 2)
 endforeach()
 ddp_integration(launchers PROCESSORS 2)
+ddp_integration(launcher_signal PROCESSORS 2)
 ddp_integration(watchdog_deadlock PROCESSORS 2)
 
 # Fault injection (tests/fault/kill_rank.py): SIGKILL one rank during training and during checkpoint
