@@ -253,7 +253,7 @@ static void resume(Trainer *t) {
 // Main
 
 static void train(Trainer *t) {
-  metrics_open(&t->metrics, t->args.metrics, t->rank);
+  metrics_open(&t->metrics, t->args.metrics, t->rank, t->world_size);
   progress_start(&t->progress, t->step + (t->args.epochs - t->epoch0) * steps_per_epoch(t), t->step);
   for (int epoch = t->epoch0; epoch < t->args.epochs && !out_of_steps(t); epoch++) {
     bool complete = run_epoch(t, epoch);  // checkpoints mark epoch boundaries: save complete epochs
