@@ -204,12 +204,11 @@ static void idx_close(IdxFile *f) {
   *f = (IdxFile){0};
 }
 
-// zlib's message for a failed read, without the "path: " that gzerror puts in front of it.
+// zlib's message for a failed read, without the "<fd:N>: " that gzerror puts in front of it.
 static int gz_fail(IdxFile *f, const char *path, char *err, size_t err_len) {
   int zerr = 0;
-  const char *msg = gzerror(f->gz, &zerr);
-  size_t n = strlen(path);
-  if (strncmp(msg, path, n) == 0 && strncmp(msg + n, ": ", 2) == 0) msg += n + 2;
+  const char *msg = gzerror(f->gz, &zerr), *colon = strstr(msg, ": ");
+  if (strncmp(msg, "<fd:", 4) == 0 && colon) msg = colon + 2;
   if (zerr == Z_ERRNO) return fail(err, err_len, "cannot read '%s': %s", path, strerror(errno));
   if (zerr == Z_DATA_ERROR)  // includes "incorrect data check" (CRC-32) and "incorrect length check"
     return fail(err, err_len, "'%s' is corrupt: gzip says '%s'", path, msg);
