@@ -262,7 +262,8 @@ TEST(Metrics, SharedPathAtSeveralRanksIsRefused) {
         std::exit(100);
       },
       ::testing::ExitedWithCode(2),
-      "error: --metrics .*shared_metrics.jsonl: at 4 ranks the path must contain \\{rank\\}");
+      "error: --metrics .*shared_metrics.jsonl: at 4 ranks the path must contain \\{rank\\} "
+      "\\(e.g. .*shared_metrics_\\{rank\\}.jsonl\\)");
   EXPECT_EXIT(
       {
         (void)metrics_open_rank_file("--trace", plain.c_str(), 0, 2);
