@@ -25,7 +25,8 @@ extern "C" {
 typedef struct Dataset {
   int n;            ///< number of samples
   int dim;          ///< features per sample (784 for 28x28 images)
-  int rows, cols;   ///< image height and width (IDX images; rows · cols = dim), 0 for synthetic data
+  int rows;         ///< image height (IDX images; rows · cols = dim), 0 for synthetic data
+  int cols;         ///< image width (IDX images), 0 for synthetic data
   int n_classes;    ///< number of classes (10)
   float *x;         ///< host, (n, dim): float features (synthetic data), or NULL
   uint8_t *pixels;  ///< host, (n, dim): 8-bit pixels (IDX images), or NULL
