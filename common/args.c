@@ -1,4 +1,4 @@
-// args.c: the flags of args.h. One table describes every flag (name, group, kind, field, lower bound,
+// args.c: the flags of args.h. One table describes every flag (name, group, kind, field, bounds,
 // help); parsing, validation and the usage text are all generated from it, so they cannot disagree.
 #include "args.h"
 
@@ -8,6 +8,7 @@
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,62 +26,78 @@ typedef struct Flag {
   unsigned group;       // ARGS_*
   Kind kind;            // how the value is parsed
   size_t off;           // offsetof(Args, field)
-  Range range;          // bound on numbers
-  double min;           // the bound
+  Range range;          // lower bound on numbers
+  double min;           // the lower bound
+  double max;           // upper bound, inclusive (NO_MAX: none)
   const char *choices;  // "a|b|c" for enumerations, NULL for free text
   const char *meta;     // value placeholder in the usage ("N", "PATH")
   const char *help;     // one line for the usage
 } Flag;
 
+// Upper bounds: each keeps the values the trainers compute from the flag inside an int (or a size
+// the reducer and the watchdog can represent), with room to spare for any real run.
+#define NO_MAX INFINITY
+#define STR_(x) #x
+#define STR(x) STR_(x)  // a macro's value as a string literal
+#define MAX_EPOCHS 1000000          // a checkpoint's epoch stays far below 2^31
+#define MAX_BATCH (1 << 20)         // samples per micro-batch per process
+#define MAX_ACCUM (1 << 16)         // micro-batches per optimizer step
+#define MAX_STEP_SAMPLES (1 << 24)  // --batch_size x --grad_accum: start + step size fits an int
+#define MAX_DATASET 100000000       // the IDX reader's own limit on items
+#define MAX_STEPS 1000000000        // --max_steps, --log_interval
+#define MAX_BUCKET_MB 1024.0        // one bucket of 2^28 floats: an MPI count well below INT_MAX
+#define MAX_TIMEOUT 604800.0        // one week, in seconds
+
 #define F(field) offsetof(Args, field)
 static const Flag FLAGS[] = {
-    {"epochs", ARGS_TRAIN, KIND_INT, F(epochs), RANGE_GE, 1, NULL, "N",
+    {"epochs", ARGS_TRAIN, KIND_INT, F(epochs), RANGE_GE, 1, MAX_EPOCHS, NULL, "N",
      "passes over the training data"},
-    {"batch_size", ARGS_TRAIN, KIND_INT, F(batch_size), RANGE_GE, 1, NULL, "N",
+    {"batch_size", ARGS_TRAIN, KIND_INT, F(batch_size), RANGE_GE, 1, MAX_BATCH, NULL, "N",
      "samples per optimizer step per process"},
-    {"lr", ARGS_TRAIN, KIND_FLOAT, F(lr), RANGE_GT, 0, NULL, "X", "learning rate"},
-    {"momentum", ARGS_TRAIN, KIND_FLOAT, F(momentum), RANGE_UNIT, 0, NULL, "X",
-     "SGD momentum, in [0, 1)"},
-    {"weight_decay", ARGS_TRAIN, KIND_FLOAT, F(weight_decay), RANGE_GE, 0, NULL, "X",
+    {"lr", ARGS_TRAIN, KIND_FLOAT, F(lr), RANGE_GT, 0, NO_MAX, NULL, "X", "learning rate"},
+    {"momentum", ARGS_TRAIN, KIND_FLOAT, F(momentum), RANGE_UNIT, 0, NO_MAX, NULL, "X",
+     "SGD momentum"},
+    {"weight_decay", ARGS_TRAIN, KIND_FLOAT, F(weight_decay), RANGE_GE, 0, NO_MAX, NULL, "X",
      "L2 weight decay"},
-    {"dataset_size", ARGS_TRAIN, KIND_INT, F(dataset_size), RANGE_GE, 0, NULL, "N",
+    {"dataset_size", ARGS_TRAIN, KIND_INT, F(dataset_size), RANGE_GE, 0, MAX_DATASET, NULL, "N",
      "training samples to use, 0 = all (synthetic: 10000)"},
-    {"save_interval", ARGS_TRAIN, KIND_INT, F(save_interval), RANGE_GE, 0, NULL, "N",
+    {"save_interval", ARGS_TRAIN, KIND_INT, F(save_interval), RANGE_GE, 0, MAX_EPOCHS, NULL, "N",
      "save a checkpoint every N epochs, 0 = never"},
-    {"device", ARGS_TRAIN, KIND_STR, F(device), RANGE_NONE, 0, "auto|cpu|cuda", "NAME",
+    {"device", ARGS_TRAIN, KIND_STR, F(device), RANGE_NONE, 0, NO_MAX, "auto|cpu|cuda", "NAME",
      "where to train"},
-    {"tf32", ARGS_TRAIN, KIND_BOOL, F(tf32), RANGE_NONE, 0, NULL, NULL,
+    {"tf32", ARGS_TRAIN, KIND_BOOL, F(tf32), RANGE_NONE, 0, NO_MAX, NULL, NULL,
      "let GPU GEMMs use TF32 tensor cores (faster, less precise; no effect on the CPU)"},
-    {"data", ARGS_TRAIN, KIND_STR, F(data), RANGE_NONE, 0, "fashion-mnist|mnist|synthetic", "NAME",
-     "data set"},
-    {"data_dir", ARGS_TRAIN, KIND_STR, F(data_dir), RANGE_NONE, 0, NULL, "DIR",
+    {"data", ARGS_TRAIN, KIND_STR, F(data), RANGE_NONE, 0, NO_MAX, "fashion-mnist|mnist|synthetic",
+     "NAME", "data set"},
+    {"data_dir", ARGS_TRAIN, KIND_STR, F(data_dir), RANGE_NONE, 0, NO_MAX, NULL, "DIR",
      "directory with the IDX files (default: the data set's own)"},
-    {"hidden", ARGS_TRAIN, KIND_STR, F(hidden), RANGE_NONE, 0, NULL, "LIST",
-     "hidden layer sizes, comma-separated (\"\" = none)"},
-    {"seed", ARGS_TRAIN, KIND_U64, F(seed), RANGE_NONE, 0, NULL, "N",
+    {"hidden", ARGS_TRAIN, KIND_STR, F(hidden), RANGE_NONE, 0, NO_MAX, NULL, "LIST",
+     "hidden layer sizes, comma-separated (\"\" = none); each 1.." STR(MLP_MAX_WIDTH)},
+    {"seed", ARGS_TRAIN, KIND_U64, F(seed), RANGE_NONE, 0, NO_MAX, NULL, "N",
      "seed for initialisation and shuffling"},
-    {"metrics", ARGS_TRAIN, KIND_STR, F(metrics), RANGE_NONE, 0, NULL, "PATH",
-     "write JSON Lines metrics, {rank} replaced by the rank"},
-    {"ckpt_dir", ARGS_TRAIN, KIND_STR, F(ckpt_dir), RANGE_NONE, 0, NULL, "DIR",
+    {"metrics", ARGS_TRAIN, KIND_STR, F(metrics), RANGE_NONE, 0, NO_MAX, NULL, "PATH",
+     "write JSON Lines metrics, {rank} replaced by the rank; {rank} required above 1 rank"},
+    {"ckpt_dir", ARGS_TRAIN, KIND_STR, F(ckpt_dir), RANGE_NONE, 0, NO_MAX, NULL, "DIR",
      "where checkpoints go"},
-    {"resume", ARGS_TRAIN, KIND_STR, F(resume), RANGE_NONE, 0, NULL, "PATH",
+    {"resume", ARGS_TRAIN, KIND_STR, F(resume), RANGE_NONE, 0, NO_MAX, NULL, "PATH",
      "checkpoint to continue from"},
-    {"max_steps", ARGS_TRAIN, KIND_INT, F(max_steps), RANGE_GE, 0, NULL, "N",
+    {"max_steps", ARGS_TRAIN, KIND_INT, F(max_steps), RANGE_GE, 0, MAX_STEPS, NULL, "N",
      "stop after N optimizer steps, 0 = no limit"},
-    {"log_interval", ARGS_TRAIN, KIND_INT, F(log_interval), RANGE_GE, 1, NULL, "N",
+    {"log_interval", ARGS_TRAIN, KIND_INT, F(log_interval), RANGE_GE, 1, MAX_STEPS, NULL, "N",
      "optimizer steps between progress lines"},
-    {"backend", ARGS_DIST, KIND_STR, F(backend), RANGE_NONE, 0, "auto|nccl|mpi", "NAME",
+    {"backend", ARGS_DIST, KIND_STR, F(backend), RANGE_NONE, 0, NO_MAX, "auto|nccl|mpi", "NAME",
      "communication backend"},
-    {"timeout", ARGS_DIST, KIND_FLOAT, F(timeout), RANGE_GT, 0, NULL, "SECONDS",
+    {"timeout", ARGS_DIST, KIND_FLOAT, F(timeout), RANGE_GT, 0, MAX_TIMEOUT, NULL, "SECONDS",
      "end the job when a collective waits longer than this"},
-    {"drop_last", ARGS_SAMPLER, KIND_BOOL, F(drop_last), RANGE_NONE, 0, NULL, NULL,
+    {"drop_last", ARGS_SAMPLER, KIND_BOOL, F(drop_last), RANGE_NONE, 0, NO_MAX, NULL, NULL,
      "drop the tail of the data instead of padding it"},
-    {"bucket_cap_mb", ARGS_REDUCER, KIND_FLOAT, F(bucket_cap_mb), RANGE_GT, 0, NULL, "X",
-     "gradient bucket size cap in MiB"},
-    {"grad_accum", ARGS_REDUCER, KIND_INT, F(grad_accum), RANGE_GE, 1, NULL, "N",
+    {"bucket_cap_mb", ARGS_REDUCER, KIND_FLOAT, F(bucket_cap_mb), RANGE_GT, 0, MAX_BUCKET_MB, NULL,
+     "X", "gradient bucket size cap in MiB"},
+    {"grad_accum", ARGS_REDUCER, KIND_INT, F(grad_accum), RANGE_GE, 1, MAX_ACCUM, NULL, "N",
      "micro-batches per optimizer step"},
-    {"trace", ARGS_REDUCER, KIND_STR, F(trace), RANGE_NONE, 0, NULL, "PATH",
-     "write a Chrome trace (chrome://tracing, Perfetto)"},
+    {"trace", ARGS_REDUCER, KIND_STR, F(trace), RANGE_NONE, 0, NO_MAX, NULL, "PATH",
+     "write a Chrome trace (chrome://tracing, Perfetto), {rank} replaced by the rank; {rank} "
+     "required above 1 rank"},
 };
 #undef F
 #define N_FLAGS (sizeof FLAGS / sizeof FLAGS[0])
@@ -140,6 +157,29 @@ static void print_default(FILE *out, const Flag *f, const Args *d) {
   }
 }
 
+// The accepted range after the help text: "; 1..1048576", "; > 0", "; in (0, 1024]", "; in [0, 1)".
+static void print_range(FILE *out, const Flag *f) {
+  bool capped = f->max != NO_MAX;
+  switch (f->range) {
+    case RANGE_NONE: break;
+    case RANGE_GE:
+      if (!capped)
+        fprintf(out, "; >= %.10g", f->min);
+      else if (f->kind == KIND_INT)
+        fprintf(out, "; %.10g..%.10g", f->min, f->max);
+      else
+        fprintf(out, "; in [%.10g, %.10g]", f->min, f->max);
+      break;
+    case RANGE_GT:
+      if (capped)
+        fprintf(out, "; in (%.10g, %.10g]", f->min, f->max);
+      else
+        fprintf(out, "; > %.10g", f->min);
+      break;
+    case RANGE_UNIT: fprintf(out, "; in [%.10g, 1)", f->min); break;
+  }
+}
+
 static void usage(FILE *out, const char *prog, unsigned groups, const char *about) {
   Args d;
   set_defaults(&d);
@@ -153,10 +193,14 @@ static void usage(FILE *out, const char *prog, unsigned groups, const char *abou
     snprintf(left, sizeof left, "--%s%s%s", f->name, f->choices || f->meta ? " " : "",
              f->choices ? f->choices : f->meta ? f->meta : "");
     fprintf(out, "  %-38s %s", left, f->help);
+    print_range(out, f);
     print_default(out, f, &d);
     fputc('\n', out);
   }
   fprintf(out, "  %-38s %s\n", "-h, --help", "show this help and exit");
+  if (groups & ARGS_REDUCER)
+    fprintf(out, "\nlimits: --batch_size x --grad_accum <= %d (samples per optimizer step)\n",
+            MAX_STEP_SAMPLES);
 }
 
 // Prints "error: <what>", a blank line and the usage to stderr, then exits 2. Arguments are parsed
@@ -220,15 +264,17 @@ static void check_range(const Parser *c, const Flag *f, double x, const char *v)
   switch (f->range) {
     case RANGE_NONE: break;
     case RANGE_GE:
-      if (!(x >= f->min)) FAIL(c, "--%s must be >= %g (got %s)", f->name, f->min, v);
+      if (!(x >= f->min)) FAIL(c, "--%s must be >= %.10g (got %s)", f->name, f->min, v);
       break;
     case RANGE_GT:
-      if (!(x > f->min)) FAIL(c, "--%s must be > %g (got %s)", f->name, f->min, v);
+      if (!(x > f->min)) FAIL(c, "--%s must be > %.10g (got %s)", f->name, f->min, v);
       break;
     case RANGE_UNIT:
-      if (!(x >= f->min && x < 1.0)) FAIL(c, "--%s must be in [%g, 1) (got %s)", f->name, f->min, v);
+      if (!(x >= f->min && x < 1.0))
+        FAIL(c, "--%s must be in [%.10g, 1) (got %s)", f->name, f->min, v);
       break;
   }
+  if (x > f->max) FAIL(c, "--%s must be <= %.10g (got %s)", f->name, f->max, v);
 }
 
 // Is v one of the '|'-separated words in choices?
@@ -250,8 +296,10 @@ static void check_hidden(const Parser *c, const char *v) {
     char *end = NULL;
     errno = 0;
     long x = isdigit((unsigned char)*p) ? strtol(p, &end, 10) : 0;
-    if (!end || end == p || (*end && *end != ',') || errno == ERANGE || x < 1 || x > INT_MAX)
+    if (!end || end == p || (*end && *end != ',') || (errno != ERANGE && x < 1))
       FAIL(c, "--hidden: '%s' is not a comma-separated list of positive sizes (e.g. 1024,1024)", v);
+    if (errno == ERANGE || x > MLP_MAX_WIDTH)  // mlp_parse_sizes's bound
+      FAIL(c, "--hidden: size %.*s is more than %d", (int)(end - p), p, MLP_MAX_WIDTH);
     count++;
     p = *end ? end + 1 : end;
     if (*end && !*p) FAIL(c, "--hidden: '%s' ends with a comma", v);
@@ -323,4 +371,9 @@ void args_parse(Args *a, int argc, char **argv, unsigned groups, const char *abo
     }
     set_value(&c, a, f, v);
   }
+  // The trainers compute the samples of an optimizer step as an int: keep it far from overflowing
+  // (it did: a product that wrapped to 0 ended the run with SIGFPE).
+  if ((long long)a->batch_size * a->grad_accum > MAX_STEP_SAMPLES)
+    FAIL(&c, "--batch_size %d x --grad_accum %d = %lld samples per optimizer step, more than %d",
+         a->batch_size, a->grad_accum, (long long)a->batch_size * a->grad_accum, MAX_STEP_SAMPLES);
 }

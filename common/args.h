@@ -5,7 +5,9 @@
  * Flags come in groups; each step accepts the groups of the stages it has reached, so a learner who
  * passes `--backend` to step 01 is told that step 01 has no process group. Invalid input (unknown flag,
  * missing value, non-number, out-of-range value) prints one line naming the problem, then the usage, and
- * exits with status 2.
+ * exits with status 2. Every number has both bounds, and `--help` states them: the upper ones keep
+ * what the trainers compute from a flag inside an int (e.g. `--batch_size` x `--grad_accum`, at most
+ * 2^24 samples per optimizer step; `--hidden` sizes at most MLP_MAX_WIDTH, as mlp_parse_sizes()).
  */
 #ifndef DDP_ARGS_H
 #define DDP_ARGS_H

@@ -6,6 +6,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -187,6 +189,58 @@ static void remove_stale_tmp(const char *dir, const char *path) {
   closedir(d);
 }
 
+// Index of the first NaN or infinity in x[0..n), or n when every value is finite.
+static size_t first_non_finite(const float *x, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (!isfinite(x[i])) return i;
+  return n;
+}
+
+// "nan", "inf" or "-inf".
+static const char *non_finite_name(float x) { return isnan(x) ? "nan" : x > 0 ? "inf" : "-inf"; }
+
+// A diverged run must not replace a good checkpoint with NaN parameters: refuse before any file is
+// touched. Returns 0 when both arrays are finite.
+static int refuse_non_finite(const char *path, const float *params, const float *opt_state,
+                             size_t n, char *err, size_t err_len) {
+  const float *x[2] = {params, opt_state};
+  const char *what[2] = {"parameter", "optimizer state (momentum) value"};
+  for (int k = 0; k < 2; k++) {
+    size_t i = first_non_finite(x[k], n);
+    if (i == n) continue;
+    set_err(err, err_len,
+            "cannot save checkpoint '%s': %s %zu of %zu is %s: training diverged (try a smaller "
+            "--lr); the previous checkpoint is kept",
+            path, what[k], i, n, non_finite_name(x[k][i]));
+    return -1;
+  }
+  return 0;
+}
+
+// Creates the temporary file exclusively: O_EXCL|O_NOFOLLOW, so that a file or a symlink planted
+// under its name cannot make the save write somewhere else. Such a leftover (our PID's name: a
+// crashed saver that had the same PID, or a plant) is removed once -- unlink removes a symlink,
+// never its target -- and the creation retried. NULL with errno set on failure.
+static FILE *create_tmp(const char *tmp) {
+  int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+  int fd = open(tmp, flags, 0666);
+  if (fd < 0 && errno == EEXIST) {
+    if (unlink(tmp) == 0)
+      fd = open(tmp, flags, 0666);
+    else
+      errno = EEXIST;  // e.g. a directory in the way: report the creation's failure
+  }
+  if (fd < 0) return NULL;
+  FILE *f = fdopen(fd, "wb");
+  if (!f) {
+    int saved = errno;
+    close(fd);
+    unlink(tmp);
+    errno = saved;
+  }
+  return f;
+}
+
 int ckpt_save(const char *path, const CkptMeta *meta, const float *params, const float *opt_state,
               char *err, size_t err_len) {
   size_t n = ckpt_param_count(meta);
@@ -195,6 +249,7 @@ int ckpt_save(const char *path, const CkptMeta *meta, const float *params, const
             meta->n_layers);
     return -1;
   }
+  if (refuse_non_finite(path, params, opt_state, n, err, err_len) != 0) return -1;
   char dir[4096];
   parent_dir(dir, sizeof dir, path);
   struct stat st;
@@ -208,7 +263,7 @@ int ckpt_save(const char *path, const CkptMeta *meta, const float *params, const
     set_err(err, err_len, "cannot save checkpoint '%s': path too long", path);
     return -1;
   }
-  FILE *f = fopen(tmp, "wb");
+  FILE *f = create_tmp(tmp);
   if (!f) {
     set_err(err, err_len, "cannot save checkpoint: cannot create '%s': %s", tmp, strerror(errno));
     return -1;
@@ -245,37 +300,97 @@ out_fail:
   return -1;
 }
 
+int ckpt_dir_check(const char *dir, char *err, size_t err_len) {
+  if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+    set_err(err, err_len, "cannot create the checkpoint directory '%s': %s", dir, strerror(errno));
+    return -1;
+  }
+  struct stat st;
+  if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+    set_err(err, err_len, "the checkpoint directory '%s' is not a directory", dir);
+    return -1;
+  }
+  // access(W_OK) answers for the real user id and says nothing about a read-only mount or a full
+  // quota of files: create and remove a file, as a save will.
+  char probe[4096];
+  if (snprintf(probe, sizeof probe, "%s/.ddp_write_check.%ld", dir, (long)getpid()) >=
+      (int)sizeof probe) {
+    set_err(err, err_len, "the checkpoint directory '%s': path too long", dir);
+    return -1;
+  }
+  int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+  if (fd < 0 && errno == EEXIST && unlink(probe) == 0)
+    fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+  if (fd < 0) {
+    set_err(err, err_len,
+            "the checkpoint directory '%s' is not writable: cannot create a file in it: %s", dir,
+            strerror(errno));
+    return -1;
+  }
+  close(fd);
+  if (unlink(probe) != 0) {
+    set_err(err, err_len, "the checkpoint directory '%s': cannot remove the test file '%s': %s",
+            dir, probe, strerror(errno));
+    return -1;
+  }
+  return 0;
+}
+
 // ---- load -----------------------------------------------------------------------------------------
 
-// Reads the whole file into a malloc'ed buffer; NULL with err set on failure.
+// What a path that is not a regular file is, for the message.
+static const char *file_kind(mode_t mode) {
+  return S_ISDIR(mode)    ? "a directory"
+         : S_ISFIFO(mode) ? "a FIFO"
+         : S_ISCHR(mode)  ? "a character device"
+         : S_ISBLK(mode)  ? "a block device"
+         : S_ISSOCK(mode) ? "a socket"
+                          : "not a plain file";
+}
+
+// Reads the whole file into a malloc'ed buffer; NULL with err set on failure. Only a regular file:
+// /dev/zero would be read until memory runs out and a FIFO would block (O_NONBLOCK lets its open
+// return, so that fstat can tell).
 static unsigned char *read_all(const char *path, size_t *size, char *err, size_t err_len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) {
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st) != 0) {
     set_err(err, err_len, "cannot open checkpoint '%s': %s", path, strerror(errno));
+    if (fd >= 0) close(fd);
     return NULL;
   }
-  size_t cap = 1 << 16, len = 0;
+  if (!S_ISREG(st.st_mode)) {
+    set_err(err, err_len, "cannot read checkpoint '%s': not a regular file (it is %s)", path,
+            file_kind(st.st_mode));
+    close(fd);
+    return NULL;
+  }
+  // One byte more than fstat says, to notice a file that grows while it is read.
+  size_t cap = (size_t)st.st_size + 1, len = 0;
   unsigned char *buf = malloc(cap);
-  while (buf) {
-    len += fread(buf + len, 1, cap - len, f);
-    if (len < cap) break;  // end of file or error
-    unsigned char *bigger = realloc(buf, cap * 2);
-    if (!bigger) {
-      free(buf);
-      buf = NULL;
-      break;
-    }
-    buf = bigger;
-    cap *= 2;
-  }
   if (!buf) {
-    set_err(err, err_len, "cannot read checkpoint '%s': out of memory", path);
-  } else if (ferror(f)) {
-    set_err(err, err_len, "cannot read checkpoint '%s': %s", path, strerror(errno));
-    free(buf);
-    buf = NULL;
+    set_err(err, err_len, "cannot read checkpoint '%s': out of memory for %zu bytes", path, cap);
+    close(fd);
+    return NULL;
   }
-  fclose(f);
+  while (len < cap) {
+    ssize_t r = read(fd, buf + len, cap - len);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      set_err(err, err_len, "cannot read checkpoint '%s': %s", path, strerror(errno));
+      free(buf);
+      close(fd);
+      return NULL;
+    }
+    if (r == 0) break;
+    len += (size_t)r;
+  }
+  close(fd);
+  if (len == cap) {
+    set_err(err, err_len, "cannot read checkpoint '%s': it changed while it was read", path);
+    free(buf);
+    return NULL;
+  }
   *size = len;
   return buf;
 }
@@ -381,6 +496,47 @@ static int check_data(const char *path, const CkptMeta *expect, const CkptMeta *
   return -1;
 }
 
+// The counters that a trainer turns into ints: a checkpoint whose values cannot have been written by
+// a run (an epoch >= 2^31, more steps into an epoch than steps in all) is refused, not wrapped.
+static int check_counters(const char *path, const CkptMeta *meta, char *err, size_t err_len) {
+  if (meta->epoch > (uint32_t)INT_MAX) {
+    set_err(err, err_len, "checkpoint '%s' is corrupt: epoch %u is more than %d", path, meta->epoch,
+            INT_MAX);
+    return -1;
+  }
+  if (meta->step > (uint64_t)INT64_MAX) {
+    set_err(err, err_len, "checkpoint '%s' is corrupt: step %llu is more than %lld", path,
+            (unsigned long long)meta->step, (long long)INT64_MAX);
+    return -1;
+  }
+  if (meta->epoch_step > (uint32_t)INT_MAX || meta->epoch_step > meta->step) {
+    set_err(err, err_len,
+            "checkpoint '%s' is corrupt: %u steps into epoch %u cannot be right at global step "
+            "%llu",
+            path, meta->epoch_step, meta->epoch, (unsigned long long)meta->step);
+    return -1;
+  }
+  return 0;
+}
+
+// A checkpoint with NaN or infinite values (saved before ckpt_save refused them, or written by
+// another tool) would resume a run that has already diverged.
+static int check_finite(const char *path, const float *params, const float *opt_state, size_t n,
+                        char *err, size_t err_len) {
+  const float *x[2] = {params, opt_state};
+  const char *what[2] = {"parameter", "optimizer state (momentum) value"};
+  for (int k = 0; k < 2; k++) {
+    size_t i = first_non_finite(x[k], n);
+    if (i == n) continue;
+    set_err(err, err_len,
+            "checkpoint '%s' holds a non-finite %s: index %zu of %zu is %s (the run had diverged); "
+            "resume from an earlier checkpoint",
+            path, what[k], i, n, non_finite_name(x[k][i]));
+    return -1;
+  }
+  return 0;
+}
+
 int ckpt_load(const char *path, const CkptMeta *expect, CkptMeta *meta, float *params,
               float *opt_state, char *err, size_t err_len) {
   size_t size = 0;
@@ -423,8 +579,10 @@ int ckpt_load(const char *path, const CkptMeta *expect, CkptMeta *meta, float *p
     goto out_free_buf;
   }
   if (check_data(path, expect, meta, err, err_len)) goto out_free_buf;
+  if (check_counters(path, meta, err, err_len) != 0) goto out_free_buf;
   read_floats(params, buf + hsize, n);
   read_floats(opt_state, buf + hsize + 4 * n, n);
+  if (check_finite(path, params, opt_state, n, err, err_len) != 0) goto out_free_buf;
   rc = 0;
 out_free_buf:
   free(buf);

@@ -68,6 +68,11 @@ size_t ckpt_param_count(const CkptMeta *meta);
  * @brief Writes a checkpoint atomically (temporary file `PATH.tmp.PID`, fsync, rename, directory
  * fsync). After a successful rename it also removes the `PATH.tmp.PID` files of savers that were
  * killed mid-write: those whose process no longer exists on this machine, untouched for 5 minutes.
+ *
+ * The temporary file is created with O_EXCL | O_NOFOLLOW, so a symlink planted under its name is
+ * never followed. Parameters or optimizer state that hold a NaN or an infinity are refused before
+ * any file is touched (the message names the first bad index), so a diverged run never replaces a
+ * good checkpoint.
  * @param[in] path      destination.
  * @param[in] meta      header fields; n_layers and sizes define n.
  * @param[in] params    host, (n): parameters.
@@ -80,8 +85,24 @@ int ckpt_save(const char *path, const CkptMeta *meta, const float *params, const
               char *err, size_t err_len);
 
 /**
+ * @brief Prepares a checkpoint directory at start-up, so that a run does not train for an epoch
+ * before it finds that it cannot save: creates @p dir when it is missing (its parent must exist),
+ * then checks that it is a directory in which a file can be created and removed (a probe file
+ * `DIR/.ddp_write_check.PID`, removed again).
+ * @param[in] dir      the directory (`--ckpt_dir`).
+ * @param[out] err     on error, a one-line message naming @p dir and the reason.
+ * @param[in] err_len  size of @p err.
+ * @return 0 when checkpoints can be written there, -1 on error.
+ */
+int ckpt_dir_check(const char *dir, char *err, size_t err_len);
+
+/**
  * @brief Reads and verifies a checkpoint: magic, version, header size, file size, CRC, that its
  * layer sizes equal those of @p expect, and (version 2) that it was trained on the data of @p expect.
+ * Only a regular file is read (a FIFO or a device is refused
+ * without blocking). Counters that cannot be right (an epoch or steps into an epoch above INT_MAX,
+ * more steps into the epoch than global steps, a step above INT64_MAX) and non-finite parameters or
+ * optimizer state are refused.
  * @param[in] path      source.
  * @param[in] expect    the model shape and data the caller has (n_layers, sizes, data); other fields
  *                      ignored.

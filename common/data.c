@@ -5,17 +5,19 @@
 // images: 0.10 s instead of 0.30 s here, every rank at every launch). Everything else -- plain files,
 // multi-member or damaged gzip, no libdeflate -- streams through zlib's gzread, which also produces
 // the precise messages for truncated and corrupt files.
-#define _POSIX_C_SOURCE 200809L  // stat()
+#define _POSIX_C_SOURCE 200809L  // open(), fstat(), O_NOFOLLOW, O_CLOEXEC
 
 #include "data.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 #ifdef HAVE_LIBDEFLATE
 #include <libdeflate.h>
@@ -87,39 +89,55 @@ typedef struct IdxFile {
 #define GZIP_FAST_MAX ((size_t)1 << 30)
 #define GZIP_FHCRC 0x02  // FLG bit: a header CRC follows (libdeflate skips it, zlib checks it)
 
-// The fast path: reads the gzip file at @p path (@p size bytes) whole and inflates it with libdeflate.
-// Returns 0 with f->mem set, or -1 for anything unusual (not gzip, a header CRC, several members,
-// damaged, too big, out of memory): the caller then streams the file through zlib, which accepts and
-// rejects exactly the same files and reports real errors precisely.
-static int idx_inflate_whole(const char *path, size_t size, IdxFile *f) {
-  if (size < 18 || size > GZIP_FAST_MAX) return -1;  // 18: the smallest gzip member
-  FILE *in = fopen(path, "rb");
-  if (!in) return -1;
-  unsigned char head[4];  // ID1 ID2 CM FLG: look before reading the whole file
-  if (fread(head, 1, sizeof head, in) != sizeof head || head[0] != 0x1f || head[1] != 0x8b ||
-      (head[3] & GZIP_FHCRC)) {
-    fclose(in);
-    return -1;
+// Reads exactly @p size bytes from @p fd into @p buf; 0, or -1 on a short read or an error.
+static int read_fd(int fd, unsigned char *buf, size_t size) {
+  for (size_t got = 0; got < size;) {
+    ssize_t r = read(fd, buf + got, size - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return -1;
+    got += (size_t)r;
   }
-  rewind(in);
+  return 0;
+}
+
+// The fast path: reads the gzip file open as @p fd (@p size bytes) whole and inflates it with
+// libdeflate, which verifies the trailer (the CRC-32 and the size of the inflated data).
+// Returns 0 with f->mem set; -2 with err set when the file is certainly corrupt (libdeflate found
+// bad data or a CRC/size mismatch in the first member); -1 for anything else unusual (not gzip, a
+// header CRC, several members, too big, out of memory): the caller then streams the file through
+// zlib, which accepts and rejects exactly the same files and reports its errors precisely.
+static int idx_inflate_whole(int fd, const char *path, size_t size, IdxFile *f, char *err,
+                             size_t err_len) {
+  if (size < 18 || size > GZIP_FAST_MAX) return -1;  // 18: the smallest gzip member
+  unsigned char head[4];  // ID1 ID2 CM FLG: look before reading the whole file
+  if (read_fd(fd, head, sizeof head) != 0 || head[0] != 0x1f || head[1] != 0x8b ||
+      (head[3] & GZIP_FHCRC))
+    return -1;
   unsigned char *z = malloc(size);
-  size_t got = z ? fread(z, 1, size, in) : 0;
-  fclose(in);
+  if (!z) return -1;
+  memcpy(z, head, sizeof head);
+  int whole = read_fd(fd, z + sizeof head, size - sizeof head) == 0;
   // ISIZE, the trailer's last 4 bytes (little-endian): the inflated size modulo 2^32.
-  size_t isize = got == size ? (size_t)z[size - 4] | (size_t)z[size - 3] << 8 |
-                                   (size_t)z[size - 2] << 16 | (size_t)z[size - 1] << 24
-                             : 0;
+  size_t isize = whole ? (size_t)z[size - 4] | (size_t)z[size - 3] << 8 |
+                             (size_t)z[size - 2] << 16 | (size_t)z[size - 1] << 24
+                       : 0;
   int rc = -1;
   if (isize > 0 && isize <= GZIP_FAST_MAX && isize / GZIP_MAX_RATIO <= size) {
     unsigned char *out = malloc(isize);
     struct libdeflate_decompressor *d = out ? libdeflate_alloc_decompressor() : NULL;
     size_t used = 0, len = 0;
-    if (d && libdeflate_gzip_decompress_ex(d, z, size, out, isize, &used, &len) ==
-                 LIBDEFLATE_SUCCESS &&
-        used == size && len == isize) {
+    enum libdeflate_result r =
+        d ? libdeflate_gzip_decompress_ex(d, z, size, out, isize, &used, &len) : LIBDEFLATE_SHORT_OUTPUT;
+    if (r == LIBDEFLATE_SUCCESS && used == size && len == isize) {
       *f = (IdxFile){.mem = out, .len = len};
       out = NULL;
       rc = 0;
+    } else if (r == LIBDEFLATE_BAD_DATA) {
+      rc = -2;
+      fail(err, err_len,
+           "'%s' is corrupt: its gzip data does not inflate, or does not match the CRC-32 and size "
+           "in its trailer",
+           path);
     }
     if (d) libdeflate_free_decompressor(d);
     free(out);
@@ -129,19 +147,53 @@ static int idx_inflate_whole(const char *path, size_t size, IdxFile *f) {
 }
 #endif
 
-// Opens an IDX file. gzopen() happily opens a directory and only fails on the first read, so stat()
-// first to give a clear message.
+// What a path that is not a regular file is, for the message.
+static const char *file_kind(mode_t mode) {
+  return S_ISDIR(mode)    ? "a directory"
+         : S_ISFIFO(mode) ? "a FIFO"
+         : S_ISCHR(mode)  ? "a character device"
+         : S_ISBLK(mode)  ? "a block device"
+         : S_ISSOCK(mode) ? "a socket"
+                          : "not a plain file";
+}
+
+// Opens an IDX file. Only regular files: a FIFO would block every rank and /dev/zero would be read
+// until memory runs out. O_NONBLOCK makes opening a FIFO return at once, so that fstat can tell.
 static int idx_open(const char *path, IdxFile *out, char *err, size_t err_len) {
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return fail(err, err_len, "cannot open '%s': %s", path, strerror(errno));
   struct stat st;
-  if (stat(path, &st) != 0)
-    return fail(err, err_len, "cannot open '%s': %s", path, strerror(errno));
-  if (S_ISDIR(st.st_mode))
-    return fail(err, err_len, "'%s' is a directory, expected an IDX file", path);
+  if (fstat(fd, &st) != 0) {
+    int saved = errno;
+    close(fd);
+    return fail(err, err_len, "cannot stat '%s': %s", path, strerror(saved));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    close(fd);
+    if (S_ISDIR(st.st_mode))
+      return fail(err, err_len, "'%s' is a directory, expected an IDX file", path);
+    return fail(err, err_len, "'%s' is not a regular file (it is %s), expected an IDX file", path,
+                file_kind(st.st_mode));
+  }
+  int flags = fcntl(fd, F_GETFL);
+  if (flags != -1) (void)fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
 #ifdef HAVE_LIBDEFLATE
-  if (idx_inflate_whole(path, (size_t)st.st_size, out) == 0) return 0;
+  int fast = idx_inflate_whole(fd, path, (size_t)st.st_size, out, err, err_len);
+  if (fast != -1) {
+    close(fd);
+    return fast == 0 ? 0 : -1;
+  }
+  if (lseek(fd, 0, SEEK_SET) != 0) {
+    int saved = errno;
+    close(fd);
+    return fail(err, err_len, "cannot read '%s': %s", path, strerror(saved));
+  }
 #endif
-  gzFile f = gzopen(path, "rb");
-  if (!f) return fail(err, err_len, "cannot open '%s': %s", path, strerror(errno ? errno : ENOMEM));
+  gzFile f = gzdopen(fd, "rb");  // owns fd from here on
+  if (!f) {
+    close(fd);
+    return fail(err, err_len, "cannot open '%s': out of memory", path);
+  }
   *out = (IdxFile){.gz = f};
   return 0;
 }
@@ -152,28 +204,52 @@ static void idx_close(IdxFile *f) {
   *f = (IdxFile){0};
 }
 
+// zlib's message for a failed read, without the "<fd:N>: " that gzerror puts in front of it.
+static int gz_fail(IdxFile *f, const char *path, char *err, size_t err_len) {
+  int zerr = 0;
+  const char *msg = gzerror(f->gz, &zerr), *colon = strstr(msg, ": ");
+  if (strncmp(msg, "<fd:", 4) == 0 && colon) msg = colon + 2;
+  if (zerr == Z_ERRNO) return fail(err, err_len, "cannot read '%s': %s", path, strerror(errno));
+  if (zerr == Z_DATA_ERROR)  // includes "incorrect data check" (CRC-32) and "incorrect length check"
+    return fail(err, err_len, "'%s' is corrupt: gzip says '%s'", path, msg);
+  if (zerr == Z_BUF_ERROR)
+    return fail(err, err_len, "'%s' is truncated: gzip says '%s'", path, msg);
+  return fail(err, err_len, "cannot read '%s': %s", path, msg);
+}
+
 // Reads up to @p bytes; *got is what was read before the end of the file. -1 on a read error.
 static int idx_read(IdxFile *f, const char *path, void *buf, size_t bytes, size_t *got, char *err,
                     size_t err_len) {
   *got = 0;
-  if (f->mem) {
+  if (!f->gz) {  // inflated in memory (or already handed over: then len == pos == 0)
     *got = f->len - f->pos < bytes ? f->len - f->pos : bytes;
-    memcpy(buf, f->mem + f->pos, *got);
+    if (*got) memcpy(buf, f->mem + f->pos, *got);
     f->pos += *got;
     return 0;
   }
   while (*got < bytes) {
     size_t want = bytes - *got < (1u << 30) ? bytes - *got : (1u << 30);
     int r = gzread(f->gz, (unsigned char *)buf + *got, (unsigned)want);
-    if (r < 0) {
-      int zerr = 0;
-      const char *msg = gzerror(f->gz, &zerr);
-      return fail(err, err_len, "cannot read '%s': %s", path,
-                  zerr == Z_ERRNO ? strerror(errno) : msg);
-    }
+    if (r < 0) return gz_fail(f, path, err, err_len);
     if (r == 0) break;
     *got += (size_t)r;
   }
+  return 0;
+}
+
+// Checks that the file ends where its header says. Reading on to the end also makes zlib check the
+// gzip trailer (CRC-32 and size) of every member: a read that stops at the last expected byte may
+// leave it unread, and a damaged file would pass.
+static int idx_expect_end(IdxFile *f, const char *path, const char *what, char *err,
+                          size_t err_len) {
+  unsigned char extra[16];
+  size_t got;
+  if (idx_read(f, path, extra, sizeof extra, &got, err, err_len) != 0) return -1;
+  if (got)
+    return fail(err, err_len,
+                "'%s' has more bytes than its header announces (%s): the header is wrong or the "
+                "file is damaged",
+                path, what);
   return 0;
 }
 
@@ -314,10 +390,15 @@ int dataset_load_idx(Dataset *ds, const char *images, const char *labels, int li
   }
   size_t n = di[0], dim = (size_t)di[1] * di[2];
   size_t keep = limit > 0 && (size_t)limit < n ? (size_t)limit : n;
+  char what[96];
   if (idx_read_labels(&fl, labels, n, keep, &y, err, err_len) != 0) goto out_free;
+  snprintf(what, sizeof what, "%u labels", dl[0]);
+  if (idx_expect_end(&fl, labels, what, err, err_len) != 0) goto out_free;
   if (idx_read_images(&fi, images, n * dim, keep * dim, &x, err, err_len) != 0) goto out_free;
-  *ds = (Dataset){.n = (int)keep, .dim = (int)dim, .n_classes = IDX_CLASSES, .pixels = x,
-                  .mean = mean, .std = std, .y = y};
+  snprintf(what, sizeof what, "%u images of %u x %u pixels", di[0], di[1], di[2]);
+  if (idx_expect_end(&fi, images, what, err, err_len) != 0) goto out_free;
+  *ds = (Dataset){.n = (int)keep, .dim = (int)dim, .rows = (int)di[1], .cols = (int)di[2],
+                  .n_classes = IDX_CLASSES, .pixels = x, .mean = mean, .std = std, .y = y};
   x = NULL;
   y = NULL;
   rc = 0;
@@ -391,15 +472,31 @@ static void data_path(char *out, size_t len, const char *dir, const char *name, 
   die(1, "%s: cannot find '%s/%s' (nor '%s'); %s", what, dir, name, out, hint);
 }
 
-static void load_idx_split(Dataset *ds, const char *dir, const char *images, const char *labels,
-                           int limit, float mean, float std, const char *what, const char *hint) {
-  char pi[4096], pl[4096], err[1024];
-  data_path(pi, sizeof pi, dir, images, what, hint);
+// Loads one split; @p pi receives the image file's path (for load_idx_check's message).
+static void load_idx_split(Dataset *ds, char pi[4096], const char *dir, const char *images,
+                           const char *labels, int limit, float mean, float std, const char *what,
+                           const char *hint) {
+  char pl[4096], err[1024];
+  data_path(pi, 4096, dir, images, what, hint);
   data_path(pl, sizeof pl, dir, labels, what, hint);
   // The files exist (data_path checked): they are damaged or not the right data, so the hint is
   // about replacing them rather than installing.
   if (dataset_load_idx(ds, pi, pl, limit, mean, std, err, sizeof err) != 0)
     die(1, "%s; replace the %s files with good copies, or use --data synthetic", err, what);
+}
+
+// The model is built for the training set's images and classes: a test set of another image size
+// would be read past the end of its rows, and other classes would be scored wrongly.
+static void load_idx_check(const Dataset *train, const char *train_path, const Dataset *test,
+                           const char *test_path, const char *what) {
+  if (test->rows != train->rows || test->cols != train->cols || test->dim != train->dim)
+    die(1,
+        "%s: the test images '%s' are %d x %d pixels but the training images '%s' are %d x %d: "
+        "the model takes one image size; replace the files with a matching set",
+        what, test_path, test->rows, test->cols, train_path, train->rows, train->cols);
+  if (test->n_classes != train->n_classes)
+    die(1, "%s: the test set '%s' has %d classes but the training set '%s' has %d", what,
+        test_path, test->n_classes, train_path, train->n_classes);
 }
 
 void dataset_load(DataKind kind, const char *dir, int train_limit, uint64_t seed, Dataset *train,
@@ -421,10 +518,12 @@ void dataset_load(DataKind kind, const char *dir, int train_limit, uint64_t seed
   const char *what = fashion ? "Fashion-MNIST" : "MNIST";
   if (!dir) dir = fashion ? DATA_FASHION_MNIST_DIR : MNIST_DIR;
   float mean = fashion ? FASHION_MEAN : MNIST_MEAN, std = fashion ? FASHION_STD : MNIST_STD;
-  load_idx_split(train, dir, "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
-                 train_limit, mean, std, what, hint);
-  load_idx_split(test, dir, "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz", 0, mean, std,
-                 what, hint);
+  char train_path[4096], test_path[4096];
+  load_idx_split(train, train_path, dir, "train-images-idx3-ubyte.gz",
+                 "train-labels-idx1-ubyte.gz", train_limit, mean, std, what, hint);
+  load_idx_split(test, test_path, dir, "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz", 0,
+                 mean, std, what, hint);
+  load_idx_check(train, train_path, test, test_path, what);
 }
 
 void dataset_free(Dataset *ds) {

@@ -25,6 +25,8 @@ extern "C" {
 typedef struct Dataset {
   int n;            ///< number of samples
   int dim;          ///< features per sample (784 for 28x28 images)
+  int rows;         ///< image height (IDX images; rows · cols = dim), 0 for synthetic data
+  int cols;         ///< image width (IDX images), 0 for synthetic data
   int n_classes;    ///< number of classes (10)
   float *x;         ///< host, (n, dim): float features (synthetic data), or NULL
   uint8_t *pixels;  ///< host, (n, dim): 8-bit pixels (IDX images), or NULL
@@ -53,7 +55,10 @@ int data_parse(const char *name, DataKind *out);
  * content) into @p ds: `pixels`, `mean` and `std` are set, `x` is NULL.
  *
  * Checks the magic numbers (2051 images, 2049 labels), the dimensions, that both files hold the same
- * number of items, that the files are complete, and that every label is < 10.
+ * number of items, that every label is < 10, and that each file is exactly as long as its header
+ * says (truncated or longer: an error). Only regular files are read (a FIFO or a device is refused
+ * without blocking). Gzip data is always verified against its trailer (CRC-32 and size), by
+ * libdeflate when built with it, else by zlib.
  * @param[out] ds        the dataset (freed by dataset_free()); untouched on error.
  * @param[in] images     path of the `*-images-idx3-ubyte[.gz]` file.
  * @param[in] labels     path of the `*-labels-idx1-ubyte[.gz]` file.
@@ -81,7 +86,8 @@ void dataset_synthetic(Dataset *ds, int n, int dim, int n_classes, uint64_t seed
 
 /**
  * @brief Loads the train and test splits that `--data` / `--data_dir` / `--dataset_size` describe, or
- * ends the job with a message that names the missing or bad file and how to get it.
+ * ends the job with a message that names the missing or bad file and how to get it. The test split
+ * must have the training split's image size and classes (the model is built for those).
  * @param[in] kind         dataset kind.
  * @param[in] dir          directory of the IDX files (NULL: the default for @p kind).
  * @param[in] train_limit  train samples to keep (0: all; for synthetic data: the size, 0 → 10000).

@@ -1,6 +1,7 @@
 #define _POSIX_C_SOURCE 200809L
 // dist_mpi.c: the MPI backend. Collectives run on host memory; device buffers of a CUDA context are
 // staged through one pinned host buffer (Open MPI here is not CUDA-aware).
+#include <limits.h>
 #include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +56,28 @@ void dist_mpi_init(ProcessGroup *pg) {
   mpiCheck(MPI_Comm_free(&node));
 }
 
+// MPI counts are ints. A blocking collective of more elements runs in chunks of DDP_MPI_CHUNK
+// elements (element-wise, so the result is the same); the calls that cannot be split -- the
+// non-blocking all-reduce (one request) and the all-gather (its layout) -- refuse such counts
+// with a message. No count is ever cast to int unchecked. A test build sets a tiny chunk so that
+// the chunked paths run (tests/integration/tests.cmake: dist_collectives_chunked).
+#ifndef DDP_MPI_CHUNK
+#define DDP_MPI_CHUNK ((size_t)1 << 30)
+#endif
+_Static_assert(DDP_MPI_CHUNK >= 1 && DDP_MPI_CHUNK <= INT_MAX, "an MPI count is an int");
+
+// The elements of the chunk that starts at @p done of @p n, as an MPI count.
+static int chunk(size_t n, size_t done) {
+  return (int)(n - done < DDP_MPI_CHUNK ? n - done : DDP_MPI_CHUNK);
+}
+
+// @p n as an MPI count for a call that cannot be split, or the end of the job.
+static int whole_count(size_t n, const char *call) {
+  if (n > (size_t)INT_MAX)
+    die(1, "%s of %zu elements: more than MPI's limit of %d per call", call, n, INT_MAX);
+  return (int)n;
+}
+
 static MPI_Datatype mpi_type(DistType t) {
   return t == DIST_DOUBLE ? MPI_DOUBLE : t == DIST_INT ? MPI_INT : MPI_FLOAT;
 }
@@ -86,8 +109,10 @@ void dist_mpi_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, D
     host = staging(pg, bytes);
     dev_download(pg->ctx, host, buf, bytes);
   }
-  WAITING("MPI_Allreduce",
-          MPI_Allreduce(MPI_IN_PLACE, host, (int)n, mpi_type(type), MPI_SUM, MPI_COMM_WORLD));
+  size_t size = dist_type_size(type);
+  for (size_t i = 0; i < n; i += (size_t)chunk(n, i))
+    WAITING("MPI_Allreduce", MPI_Allreduce(MPI_IN_PLACE, (char *)host + i * size, chunk(n, i),
+                                           mpi_type(type), MPI_SUM, MPI_COMM_WORLD));
   if (op == DIST_AVG) scale_avg(pg, host, n);
   if (on_gpu(pg)) dev_upload(pg->ctx, buf, host, bytes);
 }
@@ -103,8 +128,8 @@ void dist_mpi_all_reduce_start(ProcessGroup *pg, DistWork *w) {
     return;
   }
   MPI_Request *req = (MPI_Request *)w->req;
-  mpiCheck(MPI_Iallreduce(MPI_IN_PLACE, w->buf, (int)w->n, mpi_type(w->type), MPI_SUM,
-                          MPI_COMM_WORLD, req));
+  mpiCheck(MPI_Iallreduce(MPI_IN_PLACE, w->buf, whole_count(w->n, "MPI_Iallreduce"),
+                          mpi_type(w->type), MPI_SUM, MPI_COMM_WORLD, req));
 }
 
 static void finish(ProcessGroup *pg, DistWork *w) {
@@ -133,24 +158,30 @@ void dist_mpi_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, in
     dev_sync(pg->ctx);  // MPI writes the staging buffer: no queued upload may still read it
     if (pg->rank == root) dev_download(pg->ctx, host, buf, bytes);
   }
-  WAITING("MPI_Bcast", MPI_Bcast(host, (int)n, mpi_type(type), root, MPI_COMM_WORLD));
+  size_t size = dist_type_size(type);
+  for (size_t i = 0; i < n; i += (size_t)chunk(n, i))
+    WAITING("MPI_Bcast", MPI_Bcast((char *)host + i * size, chunk(n, i), mpi_type(type), root,
+                                   MPI_COMM_WORLD));
   if (on_gpu(pg)) dev_upload(pg->ctx, buf, host, bytes);
 }
 
 void dist_mpi_broadcast_bytes(void *buf, size_t bytes, int root) {
-  WAITING("MPI_Bcast", MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, MPI_COMM_WORLD));
+  for (size_t i = 0; i < bytes; i += (size_t)chunk(bytes, i))
+    WAITING("MPI_Bcast",
+            MPI_Bcast((char *)buf + i, chunk(bytes, i), MPI_BYTE, root, MPI_COMM_WORLD));
 }
 
 void dist_mpi_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type) {
   size_t bytes = n * dist_type_size(type);
+  int count = whole_count(n, "MPI_Allgather");
   if (!on_gpu(pg)) {
-    WAITING("MPI_Allgather", MPI_Allgather(send, (int)n, mpi_type(type), recv, (int)n,
+    WAITING("MPI_Allgather", MPI_Allgather(send, count, mpi_type(type), recv, count,
                                            mpi_type(type), MPI_COMM_WORLD));
     return;
   }
   char *host = staging(pg, bytes * (size_t)(pg->world_size + 1));  // [mine | everyone's]
   dev_download(pg->ctx, host, send, bytes);
-  WAITING("MPI_Allgather", MPI_Allgather(host, (int)n, mpi_type(type), host + bytes, (int)n,
+  WAITING("MPI_Allgather", MPI_Allgather(host, count, mpi_type(type), host + bytes, count,
                                          mpi_type(type), MPI_COMM_WORLD));
   dev_upload(pg->ctx, recv, host + bytes, bytes * (size_t)pg->world_size);
 }

@@ -2,6 +2,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "log.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <time.h>
@@ -27,6 +28,14 @@ void log_all(const char *fmt, ...) {
   va_end(ap);
   fputs(buf, stdout);
   fflush(stdout);
+}
+
+void loss_check_finite(float loss, long long step) {
+  if (isfinite(loss)) return;
+  die(1,
+      "step %lld: the loss is %s: training diverged (try a smaller --lr); no checkpoint was "
+      "written for this epoch",
+      step, isnan(loss) ? "nan" : loss > 0 ? "inf" : "-inf");
 }
 
 double now_seconds(void) {

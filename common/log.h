@@ -24,6 +24,18 @@ void log0(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  */
 void log_all(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/**
+ * @brief Ends the job when a step's loss is NaN or infinite: a diverged run must stop before it
+ * saves. Prints `error: step N: the loss is nan: training diverged (try a smaller --lr); no
+ * checkpoint was written for this epoch` (or `inf`, `-inf`) and exits with status 1, through the
+ * abort hook once a process group exists (check.h's die()), so every rank ends. Returns when the
+ * loss is finite. Call it with the loss every rank agrees on (the all-reduced one), so that all
+ * ranks stop at the same step.
+ * @param[in] loss the step's loss.
+ * @param[in] step the global optimizer step it belongs to (1-based, as logged).
+ */
+void loss_check_finite(float loss, long long step);
+
 /** @brief Monotonic wall-clock time in seconds. */
 double now_seconds(void);
 

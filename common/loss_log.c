@@ -1,10 +1,8 @@
 // loss_log.c: the loss logger of loss_log.h.
 #include "loss_log.h"
 
-#include <math.h>
 #include <string.h>
 
-#include "check.h"
 
 _Static_assert(LOSS_LOG_AHEAD < READBACK_SLOTS, "the losses of AHEAD + 1 steps must fit in flight");
 
@@ -25,9 +23,7 @@ static void take_arrived(LossLog *g, const Ctx *c, int max_ahead) {
   for (int slot = g->ring.head; readback_take(&g->ring, c, max_ahead, &loss, &step);
        slot = g->ring.head) {
     int epoch = g->epoch_of[slot];
-    if (!isfinite(loss))
-      die(1, "step %lld: the loss is %g: training diverged (try a smaller --lr); the checkpoint of "
-          "this epoch was not written", step, (double)loss);
+    loss_check_finite(loss, step);  // a diverged run stops here, before the epoch's checkpoint
     g->sum += loss;
     g->count++;
     metrics_step(g->metrics, step, epoch, loss);

@@ -37,17 +37,27 @@ int metrics_expand_path(char *out, size_t out_len, const char *tmpl, int rank) {
   return 0;
 }
 
-FILE *metrics_open_rank_file(const char *flag, const char *path_template, int rank) {
+FILE *metrics_open_rank_file(const char *flag, const char *path_template, int rank, int world_size) {
+  // Ranks sharing one file would truncate and overwrite each other's lines (a shared trace was
+  // invalid JSON): refuse, rather than guess where the rank should go in the name.
+  if (world_size > 1 && !strstr(path_template, "{rank}")) {
+    const char *base = strrchr(path_template, '/'), *dot = strrchr(base ? base : path_template, '.');
+    int stem = dot && dot != (base ? base + 1 : path_template) ? (int)(dot - path_template)
+                                                                : (int)strlen(path_template);
+    die(2, "%s %s: at %d ranks the path must contain {rank} (e.g. %.*s_{rank}%s), or every rank "
+        "would write the same file", flag, path_template, world_size, stem, path_template,
+        path_template + stem);
+  }
   char path[4096];
   if (metrics_expand_path(path, sizeof path, path_template, rank) != 0)
     die(1, "%s: path '%s' is too long", flag, path_template);
   return fopenCheck(path, "w");
 }
 
-void metrics_open(Metrics *m, const char *path_template, int rank) {
+void metrics_open(Metrics *m, const char *path_template, int rank, int world_size) {
   m->f = NULL;
   if (!path_template) return;
-  m->f = metrics_open_rank_file("--metrics", path_template, rank);
+  m->f = metrics_open_rank_file("--metrics", path_template, rank, world_size);
   m->t0 = now_seconds();
 }
 

@@ -28,12 +28,14 @@ typedef struct Metrics {
 
 /**
  * @brief Opens the metrics file for @p rank; disabled when @p path_template is NULL. Ends the job when
- * the file cannot be created.
+ * the file cannot be created, or when @p world_size > 1 and the template has no `{rank}` (see
+ * metrics_open_rank_file()).
  * @param[out] m            the metrics file.
  * @param[in] path_template path, `{rank}` replaced by @p rank.
  * @param[in] rank          this process's rank.
+ * @param[in] world_size    number of ranks.
  */
-void metrics_open(Metrics *m, const char *path_template, int rank);
+void metrics_open(Metrics *m, const char *path_template, int rank, int world_size);
 
 /** @brief Writes a step object. */
 void metrics_step(Metrics *m, long long step, int epoch, float loss);
@@ -67,13 +69,15 @@ int metrics_expand_path(char *out, size_t out_len, const char *tmpl, int rank);
 /**
  * @brief Creates (or truncates) the file a per-rank path template names, for writing: the template
  * with `{rank}` expanded. Ends the job with a message naming @p flag when the path is too long or
- * the file cannot be created.
+ * the file cannot be created, and with status 2 when @p world_size > 1 and the template has no
+ * `{rank}`: the ranks would all write one file, each truncating and overwriting the others' lines.
  * @param[in] flag          the command-line flag the template came from, e.g. "--metrics".
  * @param[in] path_template the template.
  * @param[in] rank          this process's rank.
+ * @param[in] world_size    number of ranks.
  * @return the open file, never NULL.
  */
-FILE *metrics_open_rank_file(const char *flag, const char *path_template, int rank);
+FILE *metrics_open_rank_file(const char *flag, const char *path_template, int rank, int world_size);
 
 #ifdef __cplusplus
 }

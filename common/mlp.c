@@ -153,7 +153,7 @@ int mlp_parse_sizes(const char *hidden, int in, int out, int *sizes) {
   while (*s) {
     char *end;
     long v = strtol(s, &end, 10);
-    if (end == s || v <= 0 || v > (1 << 20) || (*end != ',' && *end != '\0')) return -1;
+    if (end == s || v <= 0 || v > MLP_MAX_WIDTH || (*end != ',' && *end != '\0')) return -1;
     if (n >= MLP_MAX_LAYERS) return -1;
     sizes[n++] = (int)v;
     s = *end == ',' ? end + 1 : end;

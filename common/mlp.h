@@ -29,6 +29,9 @@ extern "C" {
 /** @brief Most Linear layers an Mlp may have. */
 #define MLP_MAX_LAYERS 8
 
+/** @brief Largest hidden layer size mlp_parse_sizes() (and `--hidden`) accepts: 2^20. */
+#define MLP_MAX_WIDTH 1048576
+
 /**
  * @brief Called by mlp_backward() when the gradients of layer @p layer are queued (last layer first).
  * @param[in] layer index of the Linear layer, L-1 down to 0.

@@ -41,13 +41,16 @@ typedef struct Trace {
 
 /**
  * @brief Opens `path_template` with `{rank}` replaced; disabled when the template is NULL. Ends the
- * job when the file cannot be created. An enabled trace's time zero is now, on @p c's stream.
+ * job when the file cannot be created, or when @p world_size > 1 and the template has no `{rank}`
+ * (ranks writing one file would leave invalid JSON). An enabled trace's time zero is now, on @p c's
+ * stream.
  * @param[out] t            the trace.
  * @param[in] c             the device context whose events the spans will be timed with.
  * @param[in] path_template path, `{rank}` replaced by @p rank.
  * @param[in] rank          this process's rank (the event's pid).
+ * @param[in] world_size    number of ranks.
  */
-void trace_open(Trace *t, const Ctx *c, const char *path_template, int rank);
+void trace_open(Trace *t, const Ctx *c, const char *path_template, int rank, int world_size);
 
 /** @brief True when the trace is enabled. */
 bool trace_on(const Trace *t);

@@ -32,15 +32,19 @@ def idx_input(images, labels, limit=0):
     return bytes([limit]) + struct.pack("<I", len(images)) + images + labels
 
 
-def ckpt(sizes, epoch=1, version=1, hsize=None, n_layers=None, crc_ok=True, cut=0):
+def ckpt(sizes, epoch=1, version=1, hsize=None, n_layers=None, crc_ok=True, cut=0, epoch_step=0,
+         step=42, value=None):
     L = len(sizes) - 1
     hdr = bytearray(56 + 4 * (L + 1))
     hdr[0:8] = b"DDPCKPT\0"
-    struct.pack_into("<IIIIQQIIII", hdr, 8, version, hsize if hsize is not None else len(hdr), epoch, 0,
-                     42, 1337, 2, 1, 3, n_layers if n_layers is not None else L)
+    struct.pack_into("<IIIIQQIIII", hdr, 8, version, hsize if hsize is not None else len(hdr), epoch,
+                     epoch_step, step, 1337, 2, 1, 3, n_layers if n_layers is not None else L)
     struct.pack_into(f"<{L + 1}I", hdr, 56, *sizes)
     n = sum(sizes[i] * sizes[i + 1] + sizes[i + 1] for i in range(L))
-    body = bytes(hdr) + struct.pack(f"<{2 * n}f", *[0.01 * i - 0.5 for i in range(2 * n)])
+    values = [0.01 * i - 0.5 for i in range(2 * n)]
+    if value is not None:  # (index, float): one edited value, e.g. a NaN
+        values[value[0]] = value[1]
+    body = bytes(hdr) + struct.pack(f"<{2 * n}f", *values)
     crc = zlib.crc32(body) & 0xFFFFFFFF
     out = body + struct.pack("<I", crc if crc_ok else crc ^ 1)
     return out[:len(out) - cut] if cut else out
@@ -62,6 +66,11 @@ def main():
     write("idx", "huge_count", idx_input(struct.pack(">IIII", 2051, 100000000, 28, 2) + b"\0" * 64,
                                          struct.pack(">II", 2049, 100000000) + b"\0" * 64))
     write("idx", "empty", b"\0\0\0\0\0")
+    write("idx", "trailing_images", idx_input(imgs + b"\7", labs))
+    write("idx", "trailing_labels", idx_input(imgs, labs + b"\1"))
+    gz = bytearray(gzip.compress(imgs, mtime=0))
+    gz[-8] ^= 1  # the trailer's CRC-32
+    write("idx", "gzip_bad_crc", idx_input(bytes(gz), labs))
     write("ckpt", "valid", b"\0" + ckpt([3, 4, 2]))
     write("ckpt", "valid_3layers", b"\0" + ckpt([2, 3, 3, 2], epoch=7))
     write("ckpt", "valid_fixcrc", b"\1" + ckpt([3, 4, 2]))
@@ -75,6 +84,10 @@ def main():
     write("ckpt", "zero_layers", b"\1" + ckpt([3, 4, 2], n_layers=0, hsize=60))
     write("ckpt", "zero_size", b"\1" + ckpt([3, 0, 2]))
     write("ckpt", "empty", b"\0")
+    write("ckpt", "nan_param", b"\0" + ckpt([3, 4, 2], value=(0, float("nan"))))
+    write("ckpt", "inf_momentum", b"\0" + ckpt([3, 4, 2], value=(-1, float("inf"))))
+    write("ckpt", "epoch_2pow31", b"\0" + ckpt([3, 4, 2], epoch=1 << 31))
+    write("ckpt", "epoch_step_above_step", b"\0" + ckpt([3, 4, 2], epoch_step=43))
 
 
 if __name__ == "__main__":

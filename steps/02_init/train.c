@@ -19,7 +19,7 @@
 #include "agree.h"    // agree.h: Agreement, agree_init, agree_args, agree_model, agree_check
 #include "args.h"     // args.h: Args, args_parse, ARGS_*
 #include "check.h"    // check.h: die, check_set_rank
-#include "ckpt.h"     // ckpt.h: CkptMeta, ckpt_save, ckpt_load
+#include "ckpt.h"     // ckpt.h: CkptMeta, ckpt_save, ckpt_load, ckpt_dir_check
 #include "data.h"     // data.h: Dataset, DataId, data_parse, dataset_load, dataset_id
 #include "device.h"   // device.h: Ctx, ctx_init, ctx_set_tf32, device_parse, dev_alloc, ...
 #include "dist.h"     // dist.h: ProcessGroup, dist_init, dist_connect, dist_broadcast, dist_all_reduce,
@@ -273,12 +273,20 @@ static void resume(Trainer *t) {
   free(params);
 }
 
+// Finds out now, not after the first epoch, when checkpoints cannot be written.
+static void check_ckpt_dir(const Trainer *t) {
+  char err[512];
+  if (t->args.save_interval > 0 && ckpt_dir_check(t->args.ckpt_dir, err, sizeof err) != 0)
+    die(1, "%s", err);
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Main
 
 static void train(Trainer *t) {
+  check_ckpt_dir(t);
   log0("batch: %d samples per step\n", t->args.batch_size);
-  metrics_open(&t->metrics, t->args.metrics, t->rank);
+  metrics_open(&t->metrics, t->args.metrics, t->rank, t->world_size);
   progress_start(&t->progress, t->step + (t->args.epochs - t->epoch0) * steps_per_epoch(t), t->step);
   loss_log_init(&t->losses, &t->ctx, &t->metrics, &t->progress, t->args.log_interval, t->args.epochs);
   for (int epoch = t->epoch0; epoch < t->args.epochs && !out_of_steps(t); epoch++) {

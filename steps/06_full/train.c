@@ -24,7 +24,7 @@
 #include "agree.h"    // agree.h: Agreement, agree_init, agree_args, agree_model, agree_check
 #include "args.h"     // args.h: Args, args_parse, ARGS_*
 #include "check.h"    // check.h: die, check_set_rank
-#include "ckpt.h"     // ckpt.h: CkptMeta, ckpt_save, ckpt_load
+#include "ckpt.h"     // ckpt.h: CkptMeta, ckpt_save, ckpt_load, ckpt_dir_check
 #include "data.h"     // data.h: Dataset, DataId, data_parse, dataset_load, dataset_id
 #include "device.h"   // device.h: Ctx, ctx_init, ctx_set_tf32, device_parse, dev_alloc, ...
 #include "dist.h"     // dist.h: ProcessGroup, dist_init, dist_connect, dist_broadcast, dist_all_reduce,
@@ -338,15 +338,24 @@ static void resume(Trainer *t) {
   dist_barrier(&t->pg);  // [ckpt] every rank has loaded before any trains
 }
 
+// Finds out now, not after the first epoch, when checkpoints cannot be written.
+static void check_ckpt_dir(const Trainer *t) {
+  char err[512];
+  // [ckpt] only rank 0 writes checkpoints, so only its folder matters
+  if (t->rank == 0 && t->args.save_interval > 0 && ckpt_dir_check(t->args.ckpt_dir, err, sizeof err) != 0)
+    die(1, "%s", err);
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Main
 
 static void train(Trainer *t) {
+  check_ckpt_dir(t);
   // [accum] the global batch: W ranks each take K micro-batches of their own shard per step
   log0("global batch: %d ranks x %d x %d micro-batches = %lld samples per step\n", t->world_size,
        t->args.batch_size, t->args.grad_accum, (long long)t->world_size * step_size(t));
-  metrics_open(&t->metrics, t->args.metrics, t->rank);
-  trace_open(&t->trace, &t->ctx, t->args.trace, t->rank);
+  metrics_open(&t->metrics, t->args.metrics, t->rank, t->world_size);
+  trace_open(&t->trace, &t->ctx, t->args.trace, t->rank, t->world_size);
   if (trace_on(&t->trace)) mlp_time_backward(&t->model, &t->ctx);  // its layers' times, for the trace
   progress_start(&t->progress, t->step + (t->args.epochs - t->epoch0) * steps_per_epoch(t), t->step);
   loss_log_init(&t->losses, &t->ctx, &t->metrics, &t->progress, t->args.log_interval, t->args.epochs);

@@ -10,6 +10,7 @@ import gzip
 import hashlib
 import os
 import shutil
+import stat
 import struct
 import subprocess
 import sys
@@ -88,6 +89,81 @@ CASES = [
      SMALL + ["--device", "cuda", "--backend", "mpi"], {}, 1, 1, ["cuda"]),
     ("M1", "metrics file in a missing folder", "05_metrics_ckpt",
      SMALL + ["--metrics", "{d}/no/such/m.jsonl"], {}, 1, 1, ["{d}/no/such/m.jsonl"]),
+    # Integer limits: every number has an upper bound, stated in --help.
+    ("F18", "batch size above 2^20", "05_metrics_ckpt", SMALL + ["--batch_size", "1048577"], {}, 1, 2,
+     ["--batch_size", "1048576"]),
+    ("F19", "gradient accumulation above 2^16", "06_full", SMALL + ["--grad_accum", "65537"], {}, 1, 2,
+     ["--grad_accum", "65536"]),
+    ("F20", "batch size x gradient accumulation above 2^24 (it wrapped to 0: SIGFPE)", "06_full",
+     SMALL + ["--batch_size", "1048576", "--grad_accum", "32"], {}, 1, 2,
+     ["--batch_size 1048576 x --grad_accum 32", "16777216"]),
+    ("F21", "bucket cap of 1e30 MiB (it became a 1-byte cap)", "06_full",
+     SMALL + ["--bucket_cap_mb", "1e30"], {}, 1, 2, ["--bucket_cap_mb", "1024"]),
+    ("F22", "epochs above 10^6", "05_metrics_ckpt", SMALL + ["--epochs", "2000000"], {}, 1, 2,
+     ["--epochs", "1000000"]),
+    ("F23", "max steps above 10^9", "05_metrics_ckpt", SMALL + ["--max_steps", "2000000000"], {}, 1, 2,
+     ["--max_steps", "1000000000"]),
+    ("F24", "save interval above 10^6", "05_metrics_ckpt", SMALL + ["--save_interval", "2000000"], {}, 1,
+     2, ["--save_interval", "1000000"]),
+    ("F25", "log interval above 10^9", "05_metrics_ckpt", SMALL + ["--log_interval", "2000000000"], {}, 1,
+     2, ["--log_interval", "1000000000"]),
+    ("F26", "dataset size above 10^8", "05_metrics_ckpt", SMALL + ["--dataset_size", "200000000"], {}, 1,
+     2, ["--dataset_size", "100000000"]),
+    ("F27", "timeout of 1e30 seconds", "05_metrics_ckpt", SMALL + ["--timeout", "1e30"], {}, 1, 2,
+     ["--timeout", "604800"]),
+    ("F28", "hidden size above 2^20 (the model's own bound)", "05_metrics_ckpt",
+     SMALL + ["--hidden", "64,2000000"], {}, 1, 2, ["--hidden", "2000000", "1048576"]),
+    ("F29", "hidden size beyond any integer", "05_metrics_ckpt",
+     SMALL + ["--hidden", "99999999999999999999"], {}, 1, 2, ["--hidden", "99999999999999999999"]),
+    # Data files: every dimension checked against the model, every gzip trailer verified, only
+    # regular files read.
+    ("D8", "test images of another size than the training images", "05_metrics_ckpt",
+     IDX + ["--data_dir", "{d}/size"], {}, 2, 1,
+     ["{d}/size/t10k-images-idx3-ubyte.gz", "32 x 32", "{d}/size/train-images-idx3-ubyte.gz", "28 x 28"]),
+    ("D9", "image file longer than its header's rows x cols", "05_metrics_ckpt",
+     IDX + ["--data_dir", "{d}/trail"], {}, 1, 1, ["{d}/trail/train-images-idx3-ubyte.gz", "more bytes",
+                                                   "3 images of 28 x 28"]),
+    ("D10", "label file longer than its header says", "05_metrics_ckpt", IDX + ["--data_dir", "{d}/ltrail"],
+     {}, 1, 1, ["{d}/ltrail/train-labels-idx1-ubyte.gz", "more bytes", "3 labels"]),
+    ("D11", "gzip image file with a flipped bit in its compressed data", "05_metrics_ckpt",
+     IDX + ["--data_dir", "{d}/gzflip"], {}, 1, 1, ["{d}/gzflip/train-images-idx3-ubyte.gz", "gzip"]),
+    ("D12", "gzip image file with a wrong CRC-32 in its trailer", "05_metrics_ckpt",
+     IDX + ["--data_dir", "{d}/gzcrc"], {}, 1, 1, ["{d}/gzcrc/train-images-idx3-ubyte.gz", "corrupt"]),
+    ("D13", "gzip image file with a wrong size (ISIZE) in its trailer", "05_metrics_ckpt",
+     IDX + ["--data_dir", "{d}/gzsize"], {}, 1, 1, ["{d}/gzsize/train-images-idx3-ubyte.gz", "corrupt"]),
+    ("D14", "gzip file with a header CRC (zlib's path) and a wrong CRC-32 in its trailer", "05_metrics_ckpt",
+     IDX + ["--data_dir", "{d}/gzhcrc"], {}, 1, 1, ["{d}/gzhcrc/train-images-idx3-ubyte.gz", "corrupt"]),
+    ("D15", "a FIFO as the image file (it blocked every rank)", "05_metrics_ckpt",
+     IDX + ["--data_dir", "{d}/fifo"], {}, 2, 1,
+     ["{d}/fifo/train-images-idx3-ubyte.gz", "not a regular file", "FIFO"]),
+    ("D16", "the image file a link to /dev/zero (read until memory ran out)", "05_metrics_ckpt",
+     IDX + ["--data_dir", "{d}/zero"], {}, 1, 1,
+     ["{d}/zero/train-images-idx3-ubyte.gz", "not a regular file", "character device"]),
+    ("D17", "image file with zero rows", "05_metrics_ckpt", IDX + ["--data_dir", "{d}/rows0"], {}, 1, 1,
+     ["{d}/rows0/train-images-idx3-ubyte.gz", "3 x 0 x 28"]),
+    # Checkpoints: no non-regular file, no impossible counter, no non-finite value is resumed.
+    ("C10", "a FIFO as the checkpoint (it blocked every rank)", "05_metrics_ckpt",
+     SMALL + ["--resume", "{d}/ck.fifo"], {}, 2, 1, ["{d}/ck.fifo", "not a regular file", "FIFO"]),
+    ("C11", "/dev/zero as the checkpoint (read until memory ran out)", "05_metrics_ckpt",
+     SMALL + ["--resume", "/dev/zero"], {}, 1, 1, ["/dev/zero", "not a regular file"]),
+    ("C12", "checkpoint with a NaN parameter (and a valid CRC)", "05_metrics_ckpt",
+     SMALL + ["--resume", "{d}/nan.bin"], {}, 2, 1, ["{d}/nan.bin", "non-finite parameter", "index 0", "nan"]),
+    ("C13", "checkpoint with an infinite momentum value", "05_metrics_ckpt",
+     SMALL + ["--resume", "{d}/inf.bin"], {}, 1, 1, ["{d}/inf.bin", "optimizer state", "inf"]),
+    ("C14", "checkpoint epoch of 2^31", "05_metrics_ckpt", SMALL + ["--resume", "{d}/epoch.bin"], {}, 1, 1,
+     ["{d}/epoch.bin", "epoch 2147483648"]),
+    ("C15", "checkpoint with more steps into its epoch than steps in all", "05_metrics_ckpt",
+     SMALL + ["--resume", "{d}/estep.bin"], {}, 1, 1, ["{d}/estep.bin", "cannot be right"]),
+    ("C16", "checkpoint global step of 2^63", "05_metrics_ckpt", SMALL + ["--resume", "{d}/step.bin"], {},
+     1, 1, ["{d}/step.bin", "step 9223372036854775808"]),
+    ("N1", "a diverging run (--lr 1e30) reaching a save over a good checkpoint", "05_metrics_ckpt",
+     SMALL[:-2] + ["--save_interval", "1", "--lr", "1e30", "--ckpt_dir", "{d}/keep"], {}, 1, 1,
+     ["diverged"]),
+    # Per-rank output files.
+    ("M2", "metrics path without {rank} at 2 ranks (the ranks overwrote each other)", "05_metrics_ckpt",
+     SMALL + ["--metrics", "{d}/m.jsonl"], {}, 2, 2, ["--metrics {d}/m.jsonl", "2 ranks", "{rank}"]),
+    ("M3", "trace path without {rank} at 2 ranks (it was invalid JSON)", "06_full",
+     SMALL + ["--trace", "{d}/t.json"], {}, 2, 2, ["--trace {d}/t.json", "2 ranks", "{rank}"]),
 ]
 
 
@@ -162,15 +238,40 @@ def write_idx(path, magic, dims, payload, gz=True):
         f.write(data)
 
 
-def idx_set(folder, images=None, labels=None):
+def idx_set(folder, images=None, labels=None, test_images=None):
     """A small Fashion-MNIST-shaped dataset: 3 train and 2 test 28x28 images."""
     os.makedirs(folder, exist_ok=True)
     img = images or (2051, [3, 28, 28], bytes(3 * 784))
     lab = labels or (2049, [3], bytes([1, 2, 3]))
+    timg = test_images or (2051, [2, 28, 28], bytes(2 * 784))
     write_idx(f"{folder}/train-images-idx3-ubyte.gz", img[0], img[1], img[2])
     write_idx(f"{folder}/train-labels-idx1-ubyte.gz", lab[0], lab[1], lab[2])
-    write_idx(f"{folder}/t10k-images-idx3-ubyte.gz", 2051, [2, 28, 28], bytes(2 * 784))
+    write_idx(f"{folder}/t10k-images-idx3-ubyte.gz", timg[0], timg[1], timg[2])
     write_idx(f"{folder}/t10k-labels-idx1-ubyte.gz", 2049, [2], bytes([0, 1]))
+
+
+def damage_gzip(folder, damage):
+    """Replaces folder's train images with 3 noisy 28x28 images (several KB of gzip), then lets
+    damage(bytearray) edit the gzip bytes."""
+    noise = bytes((i * 2654435761 >> 13) & 0x3F for i in range(3 * 784))
+    idx_set(folder, images=(2051, [3, 28, 28], noise))
+    path = f"{folder}/train-images-idx3-ubyte.gz"
+    idx = struct.pack(">IIII", 2051, 3, 28, 28) + noise
+    z = bytearray(gzip.compress(idx, mtime=0))  # no file name in the header: FLG is 0
+    damage(z)
+    open(path, "wb").write(bytes(z))
+
+
+def flip(z, pos, bit=0x01):
+    z[pos] ^= bit
+
+
+def with_header_crc(z):
+    """The same gzip member with FLG.FHCRC and a correct header CRC: zlib's streaming path reads it."""
+    head = bytearray(z[:10])
+    head[3] |= 0x02
+    crc = zlib.crc32(bytes(head)) & 0xFFFF
+    z[:] = head + struct.pack("<H", crc) + z[10:]
 
 
 def checkpoint(d):
@@ -192,6 +293,21 @@ def checkpoint(d):
     v[8:12] = struct.pack("<I", 7)
     open(f"{d}/version.bin", "wb").write(bytes(v) + struct.pack("<I", zlib.crc32(bytes(v))))
     open(f"{d}/text.bin", "wb").write(b"these are not the bytes you are looking for\n" * 4)
+    # Edits with a valid CRC: header offsets from common/ckpt.h's table (epoch 16, steps into the
+    # epoch 20, global step 24, header size 12), floats after the header.
+    hsize = struct.unpack_from("<I", good, 12)[0]
+    n = (len(good) - hsize - 4) // 8  # parameters, then as many optimizer values
+    for name, offset, value in (("nan", hsize, struct.pack("<I", 0x7FC00000)),
+                                ("inf", hsize + 8 * n - 4, struct.pack("<I", 0x7F800000)),
+                                ("epoch", 16, struct.pack("<I", 1 << 31)),
+                                ("estep", 20, struct.pack("<I", struct.unpack_from("<Q", good, 24)[0] + 1)),
+                                ("step", 24, struct.pack("<Q", 1 << 63))):
+        b = bytearray(good[:-4])
+        b[offset:offset + len(value)] = value
+        open(f"{d}/{name}.bin", "wb").write(bytes(b) + struct.pack("<I", zlib.crc32(bytes(b))))
+    os.makedirs(f"{d}/keep")
+    open(f"{d}/keep/checkpoint.bin", "wb").write(good)
+    os.mkfifo(f"{d}/ck.fifo")
 
 
 def prepare(d):
@@ -204,6 +320,19 @@ def prepare(d):
     idx_set(f"{d}/dir")
     os.remove(f"{d}/dir/train-images-idx3-ubyte.gz")
     os.makedirs(f"{d}/dir/train-images-idx3-ubyte.gz")
+    idx_set(f"{d}/size", test_images=(2051, [2, 32, 32], bytes(2 * 1024)))
+    idx_set(f"{d}/trail", images=(2051, [3, 28, 28], bytes(3 * 784 + 100)))
+    idx_set(f"{d}/ltrail", labels=(2049, [3], bytes([1, 2, 3, 4])))
+    idx_set(f"{d}/rows0", images=(2051, [3, 0, 28], b""))
+    damage_gzip(f"{d}/gzflip", lambda z: flip(z, len(z) // 2))
+    damage_gzip(f"{d}/gzcrc", lambda z: flip(z, len(z) - 8))
+    damage_gzip(f"{d}/gzsize", lambda z: flip(z, len(z) - 4))
+    damage_gzip(f"{d}/gzhcrc", lambda z: (with_header_crc(z), flip(z, len(z) - 8)))
+    for name in ("fifo", "zero"):
+        idx_set(f"{d}/{name}")
+        os.remove(f"{d}/{name}/train-images-idx3-ubyte.gz")
+    os.mkfifo(f"{d}/fifo/train-images-idx3-ubyte.gz")
+    os.symlink("/dev/zero", f"{d}/zero/train-images-idx3-ubyte.gz")
     checkpoint(d)
 
 
@@ -215,11 +344,16 @@ def clean_env(extra=None):
 
 
 def snapshot(d):
+    """Every file under d: regular files by content, others (FIFOs, links to devices) by kind."""
     out = {}
     for root, _, files in os.walk(d):
         for f in files:
             p = os.path.join(root, f)
-            out[p] = hashlib.sha256(open(p, "rb").read()).hexdigest()
+            mode = os.stat(p).st_mode
+            if stat.S_ISREG(mode):
+                out[p] = hashlib.sha256(open(p, "rb").read()).hexdigest()
+            else:
+                out[p] = f"mode {stat.S_IFMT(mode):o}"
     return out
 
 
@@ -289,9 +423,11 @@ HEADER = """# Bad input: what each program says
 Generated by `python3 tests/integration/bad_inputs.py --markdown > docs/errors.md`, which runs every
 case; CTest runs the same cases as `bad_input_catalogue`. Each case must end every rank with a
 non-zero exit (2 for a bad command line, 1 otherwise) and one line that names the problem, within
-60 s, and must leave the files it was given unchanged. Multi-rank cases run under `mpirun`, whose
-abort then ends every rank. Unit tests cover more cases of the same readers (`tests/unit/test_args.cpp`,
-`test_data.cpp`, `test_ckpt.cpp`), and `tests/fault/kill_rank.py` covers a rank that dies.
+60 s, and must leave the files it was given unchanged (N1: a diverging run must not replace the good
+checkpoint in its --ckpt_dir). Multi-rank cases run under `mpirun`, whose abort then ends every rank.
+Unit tests cover more cases of the same readers (`tests/unit/test_args.cpp`, `test_data.cpp`,
+`test_ckpt.cpp`, `test_metrics.cpp`, `test_log.cpp`), `tests/fault/kill_rank.py` covers a rank that
+dies, and the `launcher_signal` integration scenario covers `scripts/launch.sh` being interrupted.
 """
 
 if __name__ == "__main__":

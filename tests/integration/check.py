@@ -576,8 +576,83 @@ def step01_warnings(tmp):
         raise Failure(f"--max_steps at an epoch boundary loses nothing and should not warn: {out!r}")
 
 
-SCENARIOS = {f.__name__: f for f in [step01_warnings, 
-    launchers, watchdog_deadlock, step06_grad_accum, step06_trace, step06_replicas(2), step06_replicas(3), step06_replicas(4),
+def proc_children(pid, prog):
+    """The processes whose parent is pid and whose command line runs prog (from /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmd = f.read().split(b"\0")[0].decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()  # state, ppid, ...
+        if int(fields[1]) == pid and cmd == prog:
+            found.append(int(entry))
+    return found
+
+
+def proc_running(pid, prog):
+    """True when pid still runs prog (not ended, not a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmd = f.read().split(b"\0")[0].decode(errors="replace")
+    except OSError:
+        return False
+    return cmd == prog and stat[stat.rindex(")") + 2] != "Z"
+
+
+def launcher_signal(tmp):
+    """scripts/launch.sh forwards SIGTERM and SIGINT: when the launcher gets one, every rank ends,
+    none is left running, and the launcher exits non-zero (128 + the signal's number)."""
+    import signal
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    launch = os.path.join(root, "scripts", "launch.sh")
+    # Step 01 has no process group: two copies run side by side, each long enough to be interrupted.
+    prog = os.path.abspath(os.path.join(BIN, "01_single_gpu"))
+    args = SMALL + ["--epochs", "1000000", "--dataset_size", "256", "--hidden", "16"]
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("OMPI_COMM_WORLD", "PMI", "PMIX", "RANK", "WORLD_SIZE", "SLURM"))}
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        p = subprocess.Popen([launch, "-n", "2", prog] + args, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True, env=env, cwd=tmp, start_new_session=True)
+        ranks = []
+        try:
+            for _ in range(600):  # up to 60 s for both ranks to start
+                ranks = proc_children(p.pid, prog)
+                if len(ranks) == 2 or p.poll() is not None:
+                    break
+                time.sleep(0.1)
+            if len(ranks) != 2:
+                raise Failure(f"launch.sh did not start 2 ranks (found {ranks}, exit {p.poll()})")
+            os.kill(p.pid, sig)
+            try:
+                rc = p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                raise Failure(f"{sig.name}: launch.sh did not exit within 60 s")
+            left = [r for r in ranks if proc_running(r, prog)]
+            if left:
+                raise Failure(f"{sig.name}: launch.sh exited {rc} but ranks {left} still run")
+            if rc == 0:
+                raise Failure(f"{sig.name}: launch.sh exited 0 after it was interrupted")
+            err = p.stderr.read()
+            print(f"{sig.name}: launch.sh exited {rc}, both ranks ended: {err.strip().splitlines()[-1:]}")
+        finally:
+            for r in ranks:  # whatever happened, leave nothing running
+                if proc_running(r, prog):
+                    os.kill(r, signal.SIGKILL)
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+
+
+SCENARIOS = {f.__name__: f for f in [step01_warnings,
+    launchers, launcher_signal, watchdog_deadlock, step06_grad_accum, step06_trace, step06_replicas(2), step06_replicas(3), step06_replicas(4),
     step06_matches_step04(2), step06_matches_step04(3), step06_matches_step04(4),
     step01_learns, step01_deterministic, step01_resume, step01_bad_input, step01_fashion_mnist,
     step02_redundant, step03_drift, step04_broadcast, step05_resume, step05_eval_exact,

@@ -54,6 +54,7 @@ foreach(np 2 3 4)
   ddp_integration(step06_matches_step04_np${np} PROCESSORS 2)
 endforeach()
 ddp_integration(launchers PROCESSORS 2)
+ddp_integration(launcher_signal PROCESSORS 2)
 ddp_integration(watchdog_deadlock PROCESSORS 2)
 
 # Fault injection (tests/fault/kill_rank.py): SIGKILL one rank during training and during checkpoint
@@ -102,4 +103,19 @@ if(DDP_HAVE_MPI)
   set_tests_properties(bad_input_catalogue PROPERTIES
     LABELS integration PROCESSORS 2 TIMEOUT 600
     ENVIRONMENT "DDP_BIN_DIR=${CMAKE_RUNTIME_OUTPUT_DIRECTORY};DDP_MPIEXEC=${DDP_MPIEXEC};${DDP_MPI_ENV}")
+endif()
+
+# dist_mpi.c splits a blocking collective of more than DDP_MPI_CHUNK elements (2^30, below MPI's
+# int counts) into chunks: tests/mpi/test_dist.c again, with a chunk of 2 elements, so that every
+# chunked path runs and must give the same results.
+if(DDP_HAVE_MPI)
+  add_executable(test_dist_chunked ${PROJECT_SOURCE_DIR}/tests/mpi/test_dist.c
+                 ${PROJECT_SOURCE_DIR}/common/dist_mpi.c)
+  target_compile_definitions(test_dist_chunked PRIVATE DDP_MPI_CHUNK=2)
+  target_link_libraries(test_dist_chunked PRIVATE ddp_common ddp_warnings)
+  add_test(NAME dist_collectives_chunked
+           COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 3 $<TARGET_FILE:test_dist_chunked>)
+  set_tests_properties(dist_collectives_chunked PROPERTIES
+    LABELS integration PROCESSORS 2 TIMEOUT 120 FAIL_REGULAR_EXPRESSION "FAILED"
+    ENVIRONMENT "${DDP_MPI_ENV}")
 endif()

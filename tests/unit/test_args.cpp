@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "args.h"
+#include "mlp.h"
 
 namespace {
 
@@ -241,5 +242,75 @@ TEST(Args, HelpExitsZeroAndListsOnlyAcceptedFlags) {
   std::string step06 = help_text(kAll, "help06.txt");
   for (const char *f : {"--backend auto|nccl|mpi", "--drop_last", "--bucket_cap_mb X", "--grad_accum N",
                         "--trace PATH", "(default 25)"})
+    EXPECT_NE(step06.find(f), std::string::npos) << f << "\n" << step06;
+}
+
+// Every number has an upper bound that keeps what the trainers compute from it inside an int (a
+// wrapped --batch_size x --grad_accum ended a run with SIGFPE; --bucket_cap_mb 1e30 became a
+// 1-byte cap).
+TEST(Args, UpperBounds) {
+  auto code2 = ::testing::ExitedWithCode(2);
+  EXPECT_EXIT(parse_and_exit({"--epochs", "1000001"}), code2,
+              "--epochs must be <= 1000000 \\(got 1000001\\)");
+  EXPECT_EXIT(parse_and_exit({"--batch_size", "1048577"}), code2,
+              "--batch_size must be <= 1048576");
+  EXPECT_EXIT(parse_and_exit({"--grad_accum", "65537"}), code2, "--grad_accum must be <= 65536");
+  EXPECT_EXIT(parse_and_exit({"--dataset_size", "100000001"}), code2,
+              "--dataset_size must be <= 100000000");
+  EXPECT_EXIT(parse_and_exit({"--save_interval", "1000001"}), code2,
+              "--save_interval must be <= 1000000");
+  EXPECT_EXIT(parse_and_exit({"--max_steps", "1000000001"}), code2,
+              "--max_steps must be <= 1000000000");
+  EXPECT_EXIT(parse_and_exit({"--log_interval", "2000000000"}), code2,
+              "--log_interval must be <= 1000000000");
+  EXPECT_EXIT(parse_and_exit({"--bucket_cap_mb", "1e30"}), code2,
+              "--bucket_cap_mb must be <= 1024 \\(got 1e30\\)");
+  EXPECT_EXIT(parse_and_exit({"--bucket_cap_mb", "1024.5"}), code2,
+              "--bucket_cap_mb must be <= 1024");
+  EXPECT_EXIT(parse_and_exit({"--timeout", "1e30"}), code2, "--timeout must be <= 604800");
+  EXPECT_EXIT(parse_and_exit({"--hidden", "64,1048577"}), code2,
+              "--hidden: size 1048577 is more than 1048576");
+  EXPECT_EXIT(parse_and_exit({"--hidden", "99999999999999999999"}), code2,
+              "--hidden: size 99999999999999999999 is more than");
+  // The product, whichever flag comes last.
+  EXPECT_EXIT(parse_and_exit({"--batch_size", "1048576", "--grad_accum", "32"}), code2,
+              "--batch_size 1048576 x --grad_accum 32 = 33554432 samples per optimizer step, more "
+              "than 16777216");
+  EXPECT_EXIT(parse_and_exit({"--grad_accum", "65536", "--batch_size", "65536"}), code2,
+              "x --grad_accum 65536 = 4294967296 samples per optimizer step");
+  // The bounds themselves are accepted.
+  Argv v({"--epochs", "1000000", "--batch_size", "1048576", "--grad_accum", "16", "--bucket_cap_mb",
+          "1024", "--timeout", "604800", "--max_steps", "1000000000", "--dataset_size", "100000000",
+          "--hidden", "1048576"});
+  Args a;
+  parse(&a, v);
+  EXPECT_EQ(a.batch_size, 1048576);
+  EXPECT_EQ(a.grad_accum, 16);
+  EXPECT_EQ(a.bucket_cap_mb, 1024.0f);
+}
+
+// --hidden and mlp_parse_sizes accept exactly the same widths.
+TEST(Args, HiddenBoundIsTheModelsBound) {
+  int sizes[MLP_MAX_LAYERS + 1];
+  EXPECT_EQ(mlp_parse_sizes(std::to_string(MLP_MAX_WIDTH).c_str(), 784, 10, sizes), 2);
+  EXPECT_EQ(mlp_parse_sizes(std::to_string(MLP_MAX_WIDTH + 1).c_str(), 784, 10, sizes), -1);
+  Argv v({"--hidden", std::to_string(MLP_MAX_WIDTH)});
+  Args a;
+  parse(&a, v);
+  EXPECT_EXIT(parse_and_exit({"--hidden", std::to_string(MLP_MAX_WIDTH + 1)}),
+              ::testing::ExitedWithCode(2),
+              "--hidden: size " + std::to_string(MLP_MAX_WIDTH + 1) + " is more than");
+}
+
+TEST(Args, HelpStatesEveryLimit) {
+  std::string step06 = help_text(kAll, "help_limits.txt");
+  for (const char *f :
+       {"--epochs N                             passes over the training data; 1..1000000",
+        "per process; 1..1048576 (default 128)", "learning rate; > 0", "SGD momentum; in [0, 1)",
+        "0 = all (synthetic: 10000); 0..100000000", "0 = never; 0..1000000", "each 1..1048576",
+        "0 = no limit; 0..1000000000", "progress lines; 1..1000000000",
+        "in (0, 604800] (default 300)", "cap in MiB; in (0, 1024] (default 25)",
+        "micro-batches per optimizer step; 1..65536", "{rank} required above 1 rank",
+        "limits: --batch_size x --grad_accum <= 16777216"})
     EXPECT_NE(step06.find(f), std::string::npos) << f << "\n" << step06;
 }

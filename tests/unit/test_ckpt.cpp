@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -441,5 +442,167 @@ TEST(Ckpt, OtherDataIsRefused) {
         << msg;
     EXPECT_NE(msg.find(c.expect), std::string::npos) << msg;
     EXPECT_NE(msg.find("--dataset_size"), std::string::npos) << msg;
+  }
+}
+
+// ---- non-finite values: a diverged run never replaces a good checkpoint, and is never resumed ----
+
+TEST(Ckpt, SaveRefusesNonFiniteValuesAndKeepsThePreviousFile) {
+  Fixture fx;
+  std::string path = tmp_path("ckpt_nonfinite.bin"), tmp = path + ".tmp." + std::to_string(getpid());
+  std::string msg, n = std::to_string(fx.params.size());
+  ASSERT_EQ(fx.save(path, &msg), 0) << msg;
+  auto before = read_bytes(path);
+
+  Fixture nan_params;
+  nan_params.params[5] = std::nanf("");
+  nan_params.params[9] = INFINITY;  // only the first bad index is named
+  EXPECT_EQ(nan_params.save(path, &msg), -1);
+  EXPECT_NE(msg.find("cannot save checkpoint '" + path + "': parameter 5 of " + n +
+                     " is nan: training diverged (try a smaller --lr); the previous checkpoint "
+                     "is kept"),
+            std::string::npos)
+      << msg;
+  EXPECT_EQ(read_bytes(path), before);
+  EXPECT_FALSE(exists(tmp));
+
+  Fixture inf_state;
+  inf_state.opt[3] = -INFINITY;
+  EXPECT_EQ(inf_state.save(path, &msg), -1);
+  EXPECT_NE(msg.find("optimizer state (momentum) value 3 of " + n + " is -inf"), std::string::npos)
+      << msg;
+  EXPECT_EQ(read_bytes(path), before);
+  EXPECT_FALSE(exists(tmp));
+}
+
+// A checkpoint with NaN or infinite values and a valid CRC (written by another tool, or before saves
+// refused them) is refused by the loader, naming the array and the first bad index.
+TEST(Ckpt, LoadRefusesNonFiniteValues) {
+  Fixture fx;
+  std::string path = tmp_path("ckpt_nonfinite_load.bin"), msg;
+  ASSERT_EQ(fx.save(path, &msg), 0) << msg;
+  auto good = read_bytes(path);
+  size_t n = fx.params.size();
+  struct Case {
+    size_t offset;
+    uint32_t bits;
+    std::string says;
+  } cases[] = {
+      {kHeader + 4 * 2, 0x7fc00000u, "holds a non-finite parameter: index 2 of " + std::to_string(n) +
+                                         " is nan"},
+      {kHeader + 4 * (n - 1), 0xff800000u, "non-finite parameter: index " + std::to_string(n - 1)},
+      {kHeader + 4 * n + 4 * 1, 0x7f800000u, "non-finite optimizer state (momentum) value: index 1 "
+                                             "of " + std::to_string(n) + " is inf"},
+  };
+  for (const Case &c : cases) {
+    SCOPED_TRACE(c.says);
+    auto b = good;
+    put_u32(b, c.offset, c.bits);
+    fix_crc(b);
+    write_bytes(path, b);
+    EXPECT_EQ(fx.load(path, &msg), -1);
+    EXPECT_NE(msg.find("checkpoint '" + path + "' holds a non-finite"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(c.says), std::string::npos) << msg;
+  }
+}
+
+// Counters a run cannot have written: refused, never wrapped into a negative int by the trainer.
+TEST(Ckpt, LoadRefusesImpossibleCounters) {
+  Fixture fx;
+  std::string path = tmp_path("ckpt_counters.bin"), msg;
+  ASSERT_EQ(fx.save(path, &msg), 0) << msg;
+  auto good = read_bytes(path);
+  auto edit = [&](size_t offset, uint64_t v, int bytes) {
+    auto b = good;
+    for (int i = 0; i < bytes; i++) b.at(offset + i) = (unsigned char)(v >> (8 * i));
+    fix_crc(b);
+    write_bytes(path, b);
+  };
+  edit(16, 0x80000000u, 4);  // epoch 2^31
+  EXPECT_EQ(fx.load(path, &msg), -1);
+  EXPECT_NE(msg.find("checkpoint '" + path + "' is corrupt: epoch 2147483648 is more than "
+                     "2147483647"),
+            std::string::npos)
+      << msg;
+  edit(16, 0x7fffffffu, 4);  // the largest epoch an int holds is fine
+  EXPECT_EQ(fx.load(path, &msg), 0) << msg;
+  edit(24, 1ull << 63, 8);  // global step 2^63
+  EXPECT_EQ(fx.load(path, &msg), -1);
+  EXPECT_NE(msg.find("is corrupt: step 9223372036854775808 is more than"), std::string::npos) << msg;
+  edit(24, 16, 8);  // 17 steps into the epoch, 16 steps in all
+  EXPECT_EQ(fx.load(path, &msg), -1);
+  EXPECT_NE(msg.find("is corrupt: 17 steps into epoch 2 cannot be right at global step 16"),
+            std::string::npos)
+      << msg;
+}
+
+// ---- files that are not what they seem ----
+
+// A symlink planted under the temporary file's name must not make the save write through it.
+TEST(Ckpt, SaveDoesNotFollowAPlantedSymlink) {
+  Fixture fx;
+  std::string path = tmp_path("ckpt_symlink.bin"), tmp = path + ".tmp." + std::to_string(getpid());
+  std::string victim = tmp_path("ckpt_symlink_victim.txt"), msg;
+  write_bytes(victim, {'p', 'r', 'e', 'c', 'i', 'o', 'u', 's'});
+  unlink(tmp.c_str());
+  ASSERT_EQ(symlink(victim.c_str(), tmp.c_str()), 0);
+  ASSERT_EQ(fx.save(path, &msg), 0) << msg;
+  EXPECT_EQ(read_bytes(victim), std::vector<unsigned char>({'p', 'r', 'e', 'c', 'i', 'o', 'u', 's'}));
+  struct stat st;
+  ASSERT_EQ(lstat(path.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISREG(st.st_mode)) << "the checkpoint must be a regular file, not the symlink";
+  EXPECT_NE(lstat(tmp.c_str(), &st), 0) << "the planted symlink was renamed or left behind";
+  ASSERT_EQ(fx.load(path, &msg), 0) << msg;
+}
+
+// --resume of a FIFO would block every rank, of /dev/zero would read until memory runs out.
+TEST(Ckpt, LoadRefusesNonRegularFiles) {
+  Fixture fx;
+  std::string fifo = tmp_path("ckpt_fifo"), dir = tmp_path("ckpt_as_dir"), msg;
+  unlink(fifo.c_str());
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0644), 0);
+  mkdir(dir.c_str(), 0755);
+  struct {
+    std::string path, says;
+  } cases[] = {{fifo, "cannot read checkpoint '" + fifo + "': not a regular file (it is a FIFO)"},
+               {"/dev/zero", "'/dev/zero': not a regular file (it is a character device)"},
+               {dir, "'" + dir + "': not a regular file (it is a directory)"}};
+  for (const auto &c : cases) {
+    EXPECT_EQ(fx.load(c.path, &msg), -1);
+    EXPECT_NE(msg.find(c.says), std::string::npos) << msg;
+  }
+  unlink(fifo.c_str());
+}
+
+// ---- ckpt_dir_check: at start-up, not at the first save ----
+
+TEST(CkptDir, CreatesAMissingDirectoryAndLeavesNoProbe) {
+  std::string dir = tmp_path("ckpt_dir_new");
+  rmdir(dir.c_str());
+  char err[512] = "";
+  ASSERT_EQ(ckpt_dir_check(dir.c_str(), err, sizeof err), 0) << err;
+  struct stat st;
+  ASSERT_EQ(stat(dir.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+  ASSERT_EQ(ckpt_dir_check(dir.c_str(), err, sizeof err), 0) << err;  // existing: fine too
+  EXPECT_EQ(rmdir(dir.c_str()), 0) << "the directory should be empty: the probe file was left";
+}
+
+TEST(CkptDir, RefusesWhatCannotHoldCheckpoints) {
+  std::string file = tmp_path("ckpt_dir_file"), missing = tmp_path("ckpt_dir_no/sub");
+  write_bytes(file, {'x'});
+  rmdir(tmp_path("ckpt_dir_no").c_str());
+  struct {
+    std::string dir, says;
+  } cases[] = {
+      {file, "the checkpoint directory '" + file + "' is not a directory"},
+      {missing, "cannot create the checkpoint directory '" + missing + "': No such file"},
+      // procfs refuses new files even to root, whom permission bits would not stop
+      {"/proc/self", "the checkpoint directory '/proc/self' is not writable: cannot create a file"},
+  };
+  for (const auto &c : cases) {
+    char err[512] = "";
+    EXPECT_EQ(ckpt_dir_check(c.dir.c_str(), err, sizeof err), -1) << c.dir;
+    EXPECT_NE(std::string(err).find(c.says), std::string::npos) << err;
   }
 }

@@ -17,7 +17,7 @@ class LossLogCpu : public ::testing::Test {
   void SetUp() override {
     path = std::string(DDP_TEST_TMPDIR) + "/loss_log.jsonl";
     ctx_init(&c, DEVICE_CPU, 0);
-    metrics_open(&m, path.c_str(), 0);
+    metrics_open(&m, path.c_str(), 0, 1);
     progress_start(&p, 100, 0);
     loss_log_init(&g, &c, &m, &p, 1000, 2);
   }

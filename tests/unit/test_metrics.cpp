@@ -90,7 +90,7 @@ TEST(Metrics, ParserSelfCheck) {
 
 TEST(Metrics, LinesAreDocumentedJson) {
   Metrics m;
-  metrics_open(&m, tmp_path("metrics_{rank}.jsonl").c_str(), 3);
+  metrics_open(&m, tmp_path("metrics_{rank}.jsonl").c_str(), 3, 1);
   ASSERT_NE(m.f, nullptr);
   metrics_step(&m, 1, 0, 2.30258512f);
   metrics_step(&m, 12345678901LL, 2, 0.1f);
@@ -132,7 +132,7 @@ TEST(Metrics, FloatsRoundTripExactly) {
   for (int i = 0; i < 1000; i++) losses.push_back(std::ldexp((float)(i * 2654435761u % 1000003), -i % 40));
   std::string path = tmp_path("metrics_roundtrip.jsonl");
   Metrics m;
-  metrics_open(&m, path.c_str(), 0);
+  metrics_open(&m, path.c_str(), 0, 1);
   for (size_t i = 0; i < losses.size(); i++) {
     metrics_step(&m, (long long)i, 0, losses[i]);
     metrics_epoch(&m, (int)i, losses[i], 0.5, 1.0);
@@ -155,7 +155,7 @@ TEST(Metrics, FloatsRoundTripExactly) {
 TEST(Metrics, NonFiniteBecomesNull) {
   std::string path = tmp_path("metrics_nan.jsonl");
   Metrics m;
-  metrics_open(&m, path.c_str(), 0);
+  metrics_open(&m, path.c_str(), 0, 1);
   metrics_step(&m, 1, 0, std::numeric_limits<float>::quiet_NaN());
   metrics_step(&m, 2, 0, std::numeric_limits<float>::infinity());
   metrics_step(&m, 3, 0, -std::numeric_limits<float>::infinity());
@@ -180,7 +180,7 @@ TEST(Metrics, NonFiniteBecomesNull) {
 TEST(Metrics, LinesAreFlushedBeforeClose) {
   std::string path = tmp_path("metrics_flush.jsonl");
   Metrics m;
-  metrics_open(&m, path.c_str(), 0);
+  metrics_open(&m, path.c_str(), 0, 1);
   metrics_step(&m, 1, 0, 0.5f);
   auto lines = read_lines(path);  // still open: the line must already be on disk
   ASSERT_EQ(lines.size(), 1u);
@@ -191,7 +191,7 @@ TEST(Metrics, LinesAreFlushedBeforeClose) {
 
 TEST(Metrics, DisabledIsANoOp) {
   Metrics m;
-  metrics_open(&m, nullptr, 0);
+  metrics_open(&m, nullptr, 0, 1);
   EXPECT_EQ(m.f, nullptr);
   metrics_step(&m, 1, 0, 1.0f);
   metrics_epoch(&m, 0, 1.0f, 0.5, 10.0);
@@ -222,7 +222,7 @@ TEST(Metrics, OpenFailureEndsTheJob) {
   EXPECT_EXIT(
       {
         Metrics m;
-        metrics_open(&m, "/nonexistent_dir_ddp/m_{rank}.jsonl", 1);
+        metrics_open(&m, "/nonexistent_dir_ddp/m_{rank}.jsonl", 1, 2);
         std::exit(100);
       },
       ::testing::ExitedWithCode(1), "cannot open '/nonexistent_dir_ddp/m_1.jsonl'");
@@ -232,7 +232,7 @@ TEST(Metrics, RankFileTooLongNamesTheFlag) {
   std::string long_path(5000, 'a');  // longer than any path the toolkit builds
   EXPECT_EXIT(
       {
-        (void)metrics_open_rank_file("--trace", long_path.c_str(), 0);
+        (void)metrics_open_rank_file("--trace", long_path.c_str(), 0, 1);
         std::exit(100);
       },
       ::testing::ExitedWithCode(1), "--trace: path 'a+' is too long");
@@ -240,7 +240,7 @@ TEST(Metrics, RankFileTooLongNamesTheFlag) {
 
 TEST(Metrics, RankFileExpandsTheRank) {
   std::string tmpl = std::string(DDP_TEST_TMPDIR) + "/rank_file_{rank}.txt";
-  FILE *f = metrics_open_rank_file("--trace", tmpl.c_str(), 7);
+  FILE *f = metrics_open_rank_file("--trace", tmpl.c_str(), 7, 8);
   ASSERT_NE(f, nullptr);
   fputs("x", f);
   fclose(f);
@@ -248,4 +248,37 @@ TEST(Metrics, RankFileExpandsTheRank) {
   ASSERT_NE(g, nullptr) << "the file is named after the rank";
   EXPECT_EQ(fgetc(g), 'x');
   fclose(g);
+}
+
+// Above one rank, a path without {rank} would have every rank truncate and overwrite one file (a
+// shared trace was invalid JSON): refused with status 2, naming the flag, the path and the ranks.
+TEST(Metrics, SharedPathAtSeveralRanksIsRefused) {
+  std::string plain = tmp_path("shared_metrics.jsonl");
+  std::remove(plain.c_str());
+  EXPECT_EXIT(
+      {
+        Metrics m;
+        metrics_open(&m, plain.c_str(), 1, 4);
+        std::exit(100);
+      },
+      ::testing::ExitedWithCode(2),
+      "error: --metrics .*shared_metrics.jsonl: at 4 ranks the path must contain \\{rank\\} "
+      "\\(e.g. .*shared_metrics_\\{rank\\}.jsonl\\)");
+  EXPECT_EXIT(
+      {
+        (void)metrics_open_rank_file("--trace", plain.c_str(), 0, 2);
+        std::exit(100);
+      },
+      ::testing::ExitedWithCode(2), "error: --trace .*: at 2 ranks the path must contain");
+  FILE *g = fopen(plain.c_str(), "r");
+  EXPECT_EQ(g, nullptr) << "the refused file must not be created";
+  if (g) fclose(g);
+  // One rank may use any path; several ranks may with {rank}.
+  Metrics m;
+  metrics_open(&m, plain.c_str(), 0, 1);
+  EXPECT_NE(m.f, nullptr);
+  metrics_close(&m);
+  FILE *f = metrics_open_rank_file("--trace", tmp_path("shared_{rank}.json").c_str(), 3, 4);
+  EXPECT_NE(f, nullptr);
+  if (f) fclose(f);
 }
