@@ -159,6 +159,12 @@ CASES = [
     ("N1", "a diverging run (--lr 1e30) reaching a save over a good checkpoint", "05_metrics_ckpt",
      SMALL[:-2] + ["--save_interval", "1", "--lr", "1e30", "--ckpt_dir", "{d}/keep"], {}, 1, 1,
      ["diverged"]),
+    ("N2", "a diverging run at 2 ranks in step 06 (losses read back asynchronously)", "06_full",
+     SMALL[:-4] + ["--epochs", "5", "--save_interval", "0", "--lr", "1e30"], {}, 2, 1,
+     ["step 2: the loss is", "diverged"]),
+    ("C17", "a checkpoint folder that cannot be written (found at start, not after an epoch)",
+     "05_metrics_ckpt", SMALL[:-2] + ["--save_interval", "1", "--ckpt_dir", "/proc/self"], {}, 2, 1,
+     ["/proc/self", "not writable"]),
     # Per-rank output files.
     ("M2", "metrics path without {rank} at 2 ranks (the ranks overwrote each other)", "05_metrics_ckpt",
      SMALL + ["--metrics", "{d}/m.jsonl"], {}, 2, 2, ["--metrics {d}/m.jsonl", "2 ranks", "{rank}"]),
