@@ -86,11 +86,11 @@ EXERCISES = [
         ("  dist_all_reduce(&t->pg, t->correct, 1, DIST_INT, DIST_SUM);  // [metrics] all ranks' answers",
          "  dist_all_reduce(&t->pg, t->correct, 1, DIST_INT, DIST_SUM);  // [metrics] all ranks' answers",
          "  // TODO(05): once the ranks evaluate shards, add up their correct answers (t->correct)\n"),
-        ("  if (t->rank == 0) write_checkpoint(t, epochs_done);  // [ckpt] one writer: the replicas are equal",
+        ("  if (t->rank == 0)  // [ckpt] one writer: the replicas are equal",
          "  dist_barrier(&t->pg);  // [ckpt] nobody goes on (or reads the file) before it is complete",
          "  // TODO(05): the replicas are equal, so one writer is enough; and no rank may go on (or read the\n"
          "  // file) before it is complete. Until then every rank writes, as in step 04.\n"
-         "  write_checkpoint(t, epochs_done);\n"),
+         "  ckpt_save_model(t->args.ckpt_dir, &meta, &t->model, &t->opt, &t->ctx);\n"),
         ("  dist_barrier(&t->pg);  // [ckpt] every rank has loaded before any trains",
          "  dist_barrier(&t->pg);  // [ckpt] every rank has loaded before any trains",
          "  // TODO(05): no rank may start training before every rank has loaded the checkpoint\n"),

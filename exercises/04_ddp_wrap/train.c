@@ -13,16 +13,13 @@
  *       mpirun -np 2 build/bin/04_ddp_wrap               (one GPU per rank, NCCL)
  */
 #define _POSIX_C_SOURCE 200809L
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <sys/stat.h>
 
 #include "agree.h"    // agree.h: Agreement, agree_init, agree_args, agree_model, agree_check
 #include "args.h"     // args.h: Args, args_parse, ARGS_*
 #include "check.h"    // check.h: die, check_set_rank
-#include "ckpt.h"     // ckpt.h: CkptMeta, ckpt_save, ckpt_load, ckpt_dir_check
+#include "ckpt_model.h"  // ckpt_model.h: CkptMeta, ckpt_model_meta, ckpt_save_model, ckpt_load_model
 #include "data.h"     // data.h: Dataset, DataId, data_parse, dataset_load, dataset_id
 #include "device.h"   // device.h: Ctx, ctx_init, ctx_set_tf32, device_parse, dev_alloc, ...
 #include "dist.h"     // dist.h: ProcessGroup, dist_init, dist_connect, dist_broadcast, dist_all_reduce,
@@ -248,72 +245,35 @@ static bool run_epoch(Trainer *t, int epoch) {
 // Checkpoint
 
 static CkptMeta checkpoint_meta(const Trainer *t, int epochs_done) {
-  CkptMeta meta = {0};
+  CkptMeta meta = ckpt_model_meta(&t->model, &t->opt, t->args.seed, &t->data_id);
   meta.epoch = (uint32_t)epochs_done;
   meta.step = (uint64_t)t->step;
-  meta.seed = t->args.seed;
   meta.world_size = (uint32_t)t->world_size;
-  meta.optim = OPTIM_SGD;
-  meta.optim_steps = (uint32_t)t->opt.steps;
-  meta.n_layers = t->model.n_layers;
-  memcpy(meta.sizes, t->model.sizes, sizeof meta.sizes);
-  meta.data = t->data_id;
   return meta;
 }
 
 static void save_checkpoint(Trainer *t, int epochs_done) {
-  char path[4096], err[512];
-  if (mkdir(t->args.ckpt_dir, 0755) != 0 && errno != EEXIST)
-    die(1, "cannot create --ckpt_dir '%s': %s", t->args.ckpt_dir, strerror(errno));
-  snprintf(path, sizeof path, "%s/checkpoint.bin", t->args.ckpt_dir);
-  size_t bytes = t->model.n_params * sizeof(float);
-  float *params = mallocCheck(bytes), *state = mallocCheck(bytes);
-  dev_download(&t->ctx, params, t->model.params, bytes);
-  dev_download(&t->ctx, state, t->opt.buf, bytes);
   CkptMeta meta = checkpoint_meta(t, epochs_done);
-  if (ckpt_save(path, &meta, params, state, err, sizeof err) != 0) die(1, "%s", err);
-  log0("saved %s (epoch %d, step %lld)\n", path, epochs_done, t->step);
-  free(state);
-  free(params);
+  ckpt_save_model(t->args.ckpt_dir, &meta, &t->model, &t->opt, &t->ctx);
 }
 
 static void resume(Trainer *t) {
   if (!t->args.resume) return;
-  char err[512];
-  size_t bytes = t->model.n_params * sizeof(float);
-  float *params = mallocCheck(bytes), *state = mallocCheck(bytes);
   CkptMeta expect = checkpoint_meta(t, 0), meta;
-  if (ckpt_load(t->args.resume, &expect, &meta, params, state, err, sizeof err) != 0)
-    die(1, "%s", err);
-  if (meta.seed != t->args.seed)
-    die(1, "%s was trained with --seed %llu; pass the same seed to resume", t->args.resume,
-        (unsigned long long)meta.seed);
-  dev_upload(&t->ctx, t->model.params, params, bytes);
-  dev_upload(&t->ctx, t->opt.buf, state, bytes);
-  dev_sync(&t->ctx);
-  t->opt.steps = meta.optim_steps;
+  ckpt_load_model(t->args.resume, &expect, &meta, &t->model, &t->opt, &t->ctx);
   t->epoch0 = (int)meta.epoch;
   t->step = (long long)meta.step;
   log0("resumed from %s at epoch %d, step %lld\n", t->args.resume, t->epoch0, t->step);
   if (t->epoch0 >= t->args.epochs)
     log0("warning: %s has already completed %d epochs and --epochs is %d: nothing to train (raise "
          "--epochs to go on)\n", t->args.resume, t->epoch0, t->args.epochs);
-  free(state);
-  free(params);
-}
-
-// Finds out now, not after the first epoch, when checkpoints cannot be written.
-static void check_ckpt_dir(const Trainer *t) {
-  char err[512];
-  if (t->args.save_interval > 0 && ckpt_dir_check(t->args.ckpt_dir, err, sizeof err) != 0)
-    die(1, "%s", err);
 }
 
 // ---------------------------------------------------------------------------------------------------
 // Main
 
 static void train(Trainer *t) {
-  check_ckpt_dir(t);
+  if (t->args.save_interval > 0) ckpt_dir_require(t->args.ckpt_dir);  // not after an epoch
   // [sampler] the global batch: W ranks each take a batch of their own shard per step
   log0("global batch: %d ranks x %d = %lld samples per step\n", t->world_size, t->args.batch_size,
        (long long)t->world_size * t->args.batch_size);

@@ -7,9 +7,7 @@
  * it. They are grouped into buckets (--bucket_cap_mb), and a bucket is all-reduced asynchronously as
  * soon as backward has produced all of its gradients, while backward goes on with the earlier layers;
  * the optimizer waits for the last bucket. --grad_accum K takes K micro-batches per optimizer step and
- * communicates only after the last one (DDP's no_sync). --trace writes a timeline of both. And the
- * loop never waits for the device: each step's loss is copied to the host in the background and
- * logged when it arrives, so on a GPU the host queues the next steps while the current one runs.
+ * communicates only after the last one (DDP's no_sync). --trace writes a timeline of both.
  *
  * Run:  mpirun -np 2 build/bin/06_full --device cpu                (2 CPU ranks, Fashion-MNIST)
  *       mpirun -np 4 build/bin/06_full                             (4 GPUs, NCCL)
@@ -17,16 +15,13 @@
  *       srun -n 8 --gpus-per-task 1 build/bin/06_full              (Slurm; set MASTER_ADDR/PORT)
  */
 #define _POSIX_C_SOURCE 200809L
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <sys/stat.h>
 
 #include "agree.h"    // agree.h: Agreement, agree_init, agree_args, agree_model, agree_check
 #include "args.h"     // args.h: Args, args_parse, ARGS_*
 #include "check.h"    // check.h: die, check_set_rank
-#include "ckpt.h"     // ckpt.h: CkptMeta, ckpt_save, ckpt_load, ckpt_dir_check
+#include "ckpt_model.h"  // ckpt_model.h: CkptMeta, ckpt_model_meta, ckpt_save_model, ckpt_load_model
 #include "data.h"     // data.h: Dataset, DataId, data_parse, dataset_load, dataset_id
 #include "device.h"   // device.h: Ctx, ctx_init, ctx_set_tf32, device_parse, dev_alloc, ...
 #include "dist.h"     // dist.h: ProcessGroup, dist_init, dist_connect, dist_broadcast, dist_all_reduce,
@@ -280,79 +275,39 @@ static bool run_epoch(Trainer *t, int epoch) {
 // Checkpoint
 
 static CkptMeta checkpoint_meta(const Trainer *t, int epochs_done) {
-  CkptMeta meta = {0};
+  CkptMeta meta = ckpt_model_meta(&t->model, &t->opt, t->args.seed, &t->data_id);
   meta.epoch = (uint32_t)epochs_done;
   meta.step = (uint64_t)t->step;
-  meta.seed = t->args.seed;
   meta.world_size = (uint32_t)t->world_size;
-  meta.optim = OPTIM_SGD;
-  meta.optim_steps = (uint32_t)t->opt.steps;
-  meta.n_layers = t->model.n_layers;
-  memcpy(meta.sizes, t->model.sizes, sizeof meta.sizes);
-  meta.data = t->data_id;
   return meta;
 }
 
-static void write_checkpoint(Trainer *t, int epochs_done) {
-  char path[4096], err[512];
-  if (mkdir(t->args.ckpt_dir, 0755) != 0 && errno != EEXIST)
-    die(1, "cannot create --ckpt_dir '%s': %s", t->args.ckpt_dir, strerror(errno));
-  snprintf(path, sizeof path, "%s/checkpoint.bin", t->args.ckpt_dir);
-  size_t bytes = t->model.n_params * sizeof(float);
-  float *params = mallocCheck(bytes), *state = mallocCheck(bytes);
-  dev_download(&t->ctx, params, t->model.params, bytes);
-  dev_download(&t->ctx, state, t->opt.buf, bytes);
-  CkptMeta meta = checkpoint_meta(t, epochs_done);
-  if (ckpt_save(path, &meta, params, state, err, sizeof err) != 0) die(1, "%s", err);
-  log0("saved %s (epoch %d, step %lld)\n", path, epochs_done, t->step);
-  free(state);
-  free(params);
-}
-
 static void save_checkpoint(Trainer *t, int epochs_done) {
-  if (t->rank == 0) write_checkpoint(t, epochs_done);  // [ckpt] one writer: the replicas are equal
+  CkptMeta meta = checkpoint_meta(t, epochs_done);
+  if (t->rank == 0)  // [ckpt] one writer: the replicas are equal
+    ckpt_save_model(t->args.ckpt_dir, &meta, &t->model, &t->opt, &t->ctx);
   dist_barrier(&t->pg);  // [ckpt] nobody goes on (or reads the file) before it is complete
 }
 
 static void resume(Trainer *t) {
   if (!t->args.resume) return;
-  char err[512];
-  size_t bytes = t->model.n_params * sizeof(float);
-  float *params = mallocCheck(bytes), *state = mallocCheck(bytes);
   CkptMeta expect = checkpoint_meta(t, 0), meta;
-  if (ckpt_load(t->args.resume, &expect, &meta, params, state, err, sizeof err) != 0)
-    die(1, "%s", err);
-  if (meta.seed != t->args.seed)
-    die(1, "%s was trained with --seed %llu; pass the same seed to resume", t->args.resume,
-        (unsigned long long)meta.seed);
-  dev_upload(&t->ctx, t->model.params, params, bytes);
-  dev_upload(&t->ctx, t->opt.buf, state, bytes);
-  dev_sync(&t->ctx);
-  t->opt.steps = meta.optim_steps;
+  ckpt_load_model(t->args.resume, &expect, &meta, &t->model, &t->opt, &t->ctx);
   t->epoch0 = (int)meta.epoch;
   t->step = (long long)meta.step;
   log0("resumed from %s at epoch %d, step %lld\n", t->args.resume, t->epoch0, t->step);
   if (t->epoch0 >= t->args.epochs)
     log0("warning: %s has already completed %d epochs and --epochs is %d: nothing to train (raise "
          "--epochs to go on)\n", t->args.resume, t->epoch0, t->args.epochs);
-  free(state);
-  free(params);
   dist_barrier(&t->pg);  // [ckpt] every rank has loaded before any trains
-}
-
-// Finds out now, not after the first epoch, when checkpoints cannot be written.
-static void check_ckpt_dir(const Trainer *t) {
-  char err[512];
-  // [ckpt] only rank 0 writes checkpoints, so only its folder matters
-  if (t->rank == 0 && t->args.save_interval > 0 && ckpt_dir_check(t->args.ckpt_dir, err, sizeof err) != 0)
-    die(1, "%s", err);
 }
 
 // ---------------------------------------------------------------------------------------------------
 // Main
 
 static void train(Trainer *t) {
-  check_ckpt_dir(t);
+  if (t->rank == 0 && t->args.save_interval > 0)  // [ckpt] rank 0 writes: its folder must be usable
+    ckpt_dir_require(t->args.ckpt_dir);
   // [accum] the global batch: W ranks each take K micro-batches of their own shard per step
   log0("global batch: %d ranks x %d x %d micro-batches = %lld samples per step\n", t->world_size,
        t->args.batch_size, t->args.grad_accum, (long long)t->world_size * step_size(t));

@@ -1,0 +1,73 @@
+/**
+ * @file
+ * @brief Saving and loading a model and its optimizer (the analogue of `torch.save` /
+ * `torch.load` of their `state_dict()`s): the glue between the device buffers and the checkpoint
+ * file of ckpt.h.
+ *
+ * The steps decide *who* saves and loads and *when* (rank 0, barriers, epoch boundaries: the
+ * course's lessons); these two calls do the rest: copy the flat parameter and momentum buffers
+ * between the device and the host, and write or read and verify the file. Both end the job with the
+ * file's one-line message on any failure.
+ */
+#ifndef DDP_CKPT_MODEL_H
+#define DDP_CKPT_MODEL_H
+
+#include "ckpt.h"
+#include "device.h"
+#include "mlp.h"
+#include "optim.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/**
+ * @brief The header fields that the model and its optimizer determine: layer sizes, optimizer kind
+ * and step count, plus the run's seed and data. The caller adds epoch, step and world size.
+ * @param[in] m    the model.
+ * @param[in] opt  its optimizer.
+ * @param[in] seed the run's `--seed`.
+ * @param[in] data the data it trains on.
+ * @return the header, its other fields zero.
+ */
+CkptMeta ckpt_model_meta(const Mlp *m, const Sgd *opt, uint64_t seed, const DataId *data);
+
+/**
+ * @brief Makes sure, before training, that checkpoints can be written to @p dir (ckpt_dir_check():
+ * created when missing, then probed), so a run does not train an epoch before it finds out; ends
+ * the job with the reason otherwise.
+ * @param[in] dir the checkpoint folder (`--ckpt_dir`).
+ */
+void ckpt_dir_require(const char *dir);
+
+/**
+ * @brief Writes `dir/checkpoint.bin` atomically (ckpt_save()) with the model's parameters and the
+ * optimizer's momentum buffer, then prints (rank 0) `saved PATH (epoch E, step S)`.
+ * @param[in] dir  the checkpoint folder (`--ckpt_dir`; it must exist: ckpt_dir_check()).
+ * @param[in] meta the header: epoch, step, seed, world size, layer sizes, data (n_layers and sizes
+ *                 must be the model's).
+ * @param[in] m    the model (its parameters are read from the device).
+ * @param[in] opt  its optimizer (its momentum buffer is read from the device).
+ * @param[in] c    the context of both.
+ */
+void ckpt_save_model(const char *dir, const CkptMeta *meta, const Mlp *m, const Sgd *opt,
+                     const Ctx *c);
+
+/**
+ * @brief Reads and verifies @p path (ckpt_load(): shape and data against @p expect), checks that it
+ * was trained with @p expect's seed, and loads its parameters into @p m and its momentum buffer
+ * and step count into @p opt.
+ * @param[in] path    the checkpoint (`--resume`).
+ * @param[in] expect  what this run has: layer sizes, data and seed.
+ * @param[out] meta   the file's header (epoch, step, …), for the caller's counters.
+ * @param[in,out] m   the model.
+ * @param[in,out] opt its optimizer.
+ * @param[in] c       the context of both.
+ */
+void ckpt_load_model(const char *path, const CkptMeta *expect, CkptMeta *meta, Mlp *m, Sgd *opt,
+                     const Ctx *c);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
