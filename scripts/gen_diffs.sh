@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Generates the step-to-step diffs that the docs show (STYLE.md §2: docs show generated diffs, never
+# Generates the step-to-step diffs that the docs show (CONTRIBUTING.md: docs show generated diffs, never
 # pasted code):
 #   docs/diffs/0N.diff   `git diff --no-index` of steps/0(N-1)_* -> steps/0N_*, for N = 2..6
 #   docs/0N_*.md         the +added/−removed table between <!-- diffstat:begin --> and

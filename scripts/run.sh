@@ -12,7 +12,7 @@
 #                  literal (::1 or [::1]).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+scripts/setup.sh 06_full gpu_count  # only what this script runs; scripts/test.sh builds the rest
 BUILD_DIR=${BUILD_DIR:-build}
 source scripts/mpi_env.sh
 die() { echo "run: $*" >&2; exit 2; }

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building, running and testing ddp-in-c needs on Debian/Ubuntu, if it is missing,
 # then configures and builds into build/. Safe to run again: it installs and rebuilds only what changed.
+#   scripts/setup.sh                  build everything (the steps, the tests, the benchmarks)
+#   scripts/setup.sh TARGET...        build only these targets, e.g. 06_full gpu_count (scripts/run.sh)
 # The CUDA toolkit is optional and never installed here: when nvcc is found, the GPU path is built too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,4 +25,6 @@ BUILD_DIR=${BUILD_DIR:-build}
 if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release ${CMAKE_ARGS:-}
 fi
-cmake --build "$BUILD_DIR" -j "$(nproc)"
+targets=()
+for t in "$@"; do targets+=(--target "$t"); done
+cmake --build "$BUILD_DIR" -j "$(nproc)" "${targets[@]}"

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Raw MPI all-reduce time under different settings: blocking vs nonblocking, and the environment
-variables that matter on this VM (DESIGN.md §9), measured interleaved and repeated.
+variables that matter on this VM (docs/performance.md), measured interleaved and repeated.
 
     scripts/bench/allreduce_env.py [--ranks 2] [--reps 3] [--iters 20] [--build build]
                                    [--sizes 1048576,4194304,7452712,33554432]

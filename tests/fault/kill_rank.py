@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Fault injection: SIGKILL one rank of `mpirun -np 2 06_full --device cpu` and check the job ends.
 
-The claim under test (DESIGN.md §4): a failure on any rank ends every rank, so no rank is left
+The claim under test (docs/02_init.md, "One rank dies"): a failure on any rank ends every rank, so no rank is left
 waiting in a collective. Each trial launches a fresh 2-rank job on synthetic data, kills one rank with
 SIGKILL at a chosen point and measures the time from the kill until mpirun exits. Points, in turn:
 
