@@ -300,8 +300,24 @@ out_fail:
   return -1;
 }
 
+// mkdir -p: creates dir and any missing parents (0 when it exists at the end).
+static int make_dirs(const char *dir) {
+  char path[4096];
+  if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) {
+    errno = ENAMETOOLONG;
+    return -1;
+  }
+  for (char *p = path + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = '\0';
+    if (mkdir(path, 0777) != 0 && errno != EEXIST) return -1;
+    *p = '/';
+  }
+  return mkdir(path, 0777) != 0 && errno != EEXIST ? -1 : 0;
+}
+
 int ckpt_dir_check(const char *dir, char *err, size_t err_len) {
-  if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+  if (make_dirs(dir) != 0) {
     set_err(err, err_len, "cannot create the checkpoint directory '%s': %s", dir, strerror(errno));
     return -1;
   }

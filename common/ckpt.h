@@ -86,7 +86,7 @@ int ckpt_save(const char *path, const CkptMeta *meta, const float *params, const
 
 /**
  * @brief Prepares a checkpoint directory at start-up, so that a run does not train for an epoch
- * before it finds that it cannot save: creates @p dir when it is missing (its parent must exist),
+ * before it finds that it cannot save: creates @p dir and its missing parents (like `mkdir -p`),
  * then checks that it is a directory in which a file can be created and removed (a probe file
  * `DIR/.ddp_write_check.PID`, removed again).
  * @param[in] dir      the directory (`--ckpt_dir`).

@@ -588,15 +588,30 @@ TEST(CkptDir, CreatesAMissingDirectoryAndLeavesNoProbe) {
   EXPECT_EQ(rmdir(dir.c_str()), 0) << "the directory should be empty: the probe file was left";
 }
 
+// The default --ckpt_dir is checkpoints/<step>: missing parents are created too, like mkdir -p.
+TEST(CkptDir, CreatesMissingParents) {
+  std::string top = tmp_path("ckpt_dir_parents"), dir = top + "/a/b";
+  rmdir(dir.c_str());
+  rmdir((top + "/a").c_str());
+  rmdir(top.c_str());
+  char err[512] = "";
+  ASSERT_EQ(ckpt_dir_check(dir.c_str(), err, sizeof err), 0) << err;
+  struct stat st;
+  ASSERT_EQ(stat(dir.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+  EXPECT_EQ(rmdir(dir.c_str()), 0);
+  EXPECT_EQ(rmdir((top + "/a").c_str()), 0);
+  EXPECT_EQ(rmdir(top.c_str()), 0);
+}
+
 TEST(CkptDir, RefusesWhatCannotHoldCheckpoints) {
-  std::string file = tmp_path("ckpt_dir_file"), missing = tmp_path("ckpt_dir_no/sub");
+  std::string file = tmp_path("ckpt_dir_file"), under_file = file + "/sub";
   write_bytes(file, {'x'});
-  rmdir(tmp_path("ckpt_dir_no").c_str());
   struct {
     std::string dir, says;
   } cases[] = {
       {file, "the checkpoint directory '" + file + "' is not a directory"},
-      {missing, "cannot create the checkpoint directory '" + missing + "': No such file"},
+      {under_file, "cannot create the checkpoint directory '" + under_file + "': Not a directory"},
       // procfs refuses new files even to root, whom permission bits would not stop
       {"/proc/self", "the checkpoint directory '/proc/self' is not writable: cannot create a file"},
   };
