@@ -10,8 +10,9 @@
  *   with drop_last it is truncated to total;
  *   rank r gets positions r, r + W, r + 2W, …  (num_samples of them).
  * So the shards are disjoint (up to the padding) and together cover the dataset, every epoch in a new
- * order, and rank r of W with batch B sees at step k exactly the samples that a single process with
- * batch W·B sees at step k.
+ * order, and rank r of W with batch B sees at step k the samples that a single process with batch
+ * W·B sees at step k, except at an epoch's last step when W does not divide N (the padding, or with
+ * drop_last the samples left out).
  */
 #ifndef SAMPLER_H
 #define SAMPLER_H
