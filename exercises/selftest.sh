@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Proves that scripts/check_exercise.sh can tell a solution from an unsolved exercise (CTest
+# Proves that scripts/check_exercise.sh can tell a solution from an unsolved or wrong one (CTest
 # `exercise_checker_0N`):
 #   exercises/selftest.sh N CLAIM [CLAIM...]
-# step N's own files must pass every claim, and the untouched exercise must fail, naming each CLAIM.
+# step N's own files must pass every unit test and claim; the untouched exercise must fail, naming
+# each CLAIM; and every typical wrong solution of tests/exercises/wrong_solutions.py must fail with
+# its diagnosis.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 n=$1
@@ -24,4 +26,6 @@ echo "$out"
 for claim in "$@"; do
   grep -q "^FAIL $claim: " <<< "$out" || { echo "selftest: expected 'FAIL $claim: ...' above" >&2; exit 1; }
 done
-echo "selftest: step $n's checker passes the reference and fails the untouched exercise on: $*"
+echo "== the typical wrong solutions: tests/exercises/wrong_solutions.py $n"
+python3 tests/exercises/wrong_solutions.py "$n" || { echo "selftest: a wrong solution of step $n was not rejected as it should be" >&2; exit 1; }
+echo "selftest: step $n's checker passes the reference, fails the untouched exercise on: $*, and rejects every typical wrong solution"

@@ -26,19 +26,71 @@ SMALL = ["--device", "cpu", "--data", "synthetic", "--dataset_size", "2048", "--
          "--lr", "0.05", "--momentum", "0.9", "--log_interval", "1000", "--save_interval", "0"]
 
 
+# DDP_RUN_TIMEOUT=S: pass --timeout S to every run of a step that has a process group (02 on), so
+# that a collective which some rank never reaches ends the job after S s instead of 300 (the exercise
+# checker sets it; a hang is then reported with its likely cause, see HINTS).
+RUN_TIMEOUT = os.environ.get("DDP_RUN_TIMEOUT")
+
+
+def dist_args(step):
+    """Extra flags for a run of `step`: --timeout from DDP_RUN_TIMEOUT (step 01 has no process group)."""
+    return ["--timeout", RUN_TIMEOUT] if RUN_TIMEOUT and not step.startswith("01") else []
+
+
 class Failure(Exception):
     pass
 
 
+def small(**changes):
+    """SMALL with some values changed, e.g. small(lr=0.1)."""
+    out = list(SMALL)
+    for k, v in changes.items():
+        out[out.index(f"--{k}") + 1] = str(v)
+    return out
+
+
+# What a failed run's output most likely means, for the typical mistakes of the exercises: (text in
+# stdout or stderr, the likely cause). The first match is added to the failure's sentence.
+HINTS = [
+    ("watchdog:", "the job hung and the watchdog ended it: likely a collective that only some ranks "
+                  "reach (a dist_barrier or dist_all_reduce inside `if (rank == 0)`, or skipped on "
+                  "some ranks), or that the ranks reach in a different order or number of times"),
+    ('without calling "finalize"', "a rank ended without leaving the process group: call "
+                                  "dist_destroy before the program ends (in cleanup)"),
+    ("this handle is still in flight", "an all-reduce was started on a bucket whose previous "
+                                       "all-reduce was never waited for: reducer_finalize_backward must "
+                                       "dist_wait every bucket, and each bucket is started once per step"),
+    ("no all-reduce in flight on this handle", "dist_wait on a bucket that was not started, or was "
+                                               "already waited for: wait for each bucket once, in "
+                                               "reducer_finalize_backward"),
+    ("buckets never became ready", "a bucket was never started: every tensor must be counted down in "
+                                   "its bucket (mark_variable_ready) and every ready bucket started "
+                                   "(mark_bucket_ready)"),
+    ("Segmentation fault", "a rank crashed (segmentation fault): e.g. a collective before dist_connect "
+                           "gave the process group its device context, or an index out of range"),
+]
+
+
+def hint(text):
+    for needle, cause in HINTS:
+        if needle in text:
+            return cause
+    return None
+
+
 def run(step, args, np=1, expect_rc=0, tmp=None):
     """Runs build/bin/<step> (under mpiexec when np > 1); returns (stdout, stderr)."""
-    cmd = [os.path.join(BIN, step)] + list(args)
+    cmd = [os.path.join(BIN, step)] + list(args) + dist_args(step)
     if np > 1:
         cmd = [MPIEXEC, "-n", str(np)] + cmd
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp)
     if expect_rc is not None and (p.returncode == 0) != (expect_rc == 0):
-        raise Failure(f"{' '.join(cmd)} exited {p.returncode}, expected "
-                      f"{'0' if expect_rc == 0 else 'non-zero'}\n--- stdout\n{p.stdout}\n--- stderr\n{p.stderr}")
+        cause = hint(p.stdout + p.stderr) if expect_rc == 0 else None
+        first = f"likely cause: {cause}\n" if cause else ""
+        watch = [l for l in p.stderr.splitlines() if "watchdog:" in l][:1]
+        raise Failure(f"{first}{' '.join(cmd)} exited {p.returncode}, expected "
+                      f"{'0' if expect_rc == 0 else 'non-zero'}\n" + (f"{watch[0]}\n" if watch else "") +
+                      f"--- stdout\n{p.stdout}\n--- stderr\n{p.stderr}")
     if expect_rc not in (None, 0) and p.returncode != expect_rc:
         raise Failure(f"{' '.join(cmd)} exited {p.returncode}, expected {expect_rc}\n{p.stderr}")
     return p.stdout, p.stderr
@@ -178,7 +230,8 @@ def global_losses(prefix, np, step):
     per_rank = [[s["loss"] for s in metrics(f"{prefix}{r}.jsonl")[0]] for r in range(np)]
     if step >= 5:
         if any(p != per_rank[0] for p in per_rank):
-            raise Failure("ranks logged different global losses")
+            raise Failure("ranks logged different global losses: each rank logs its own loss; "
+                          "all-reduce the step's loss (DIST_AVG) before it is logged")
         return per_rank[0]
     return [sum(v) / np for v in zip(*per_rank)]
 
@@ -191,6 +244,10 @@ def step02_redundant(tmp):
     got = digests(f"{tmp}/b", 2)
     if got != [want, want]:
         raise Failure(f"step 02 ranks {got} differ from step 01 {want}")
+    sizes = [metrics(f"{tmp}/b{r}.jsonl")[2]["world_size"] for r in range(2)]
+    if sizes != [2, 2]:
+        raise Failure(f"under mpirun -n 2 the ranks report world sizes {sizes}\nlikely cause: the world "
+                      f"size is not taken from the process group (t->world_size = t->pg.world_size)")
 
 
 def step03_drift(tmp):
@@ -205,12 +262,49 @@ def step03_drift(tmp):
         raise Failure(f"step 03 replicas are identical ({d[0]}) without gradient sync")
 
 
+def tensor_slices(sizes):
+    """(name, start, end) of each parameter tensor in the flat buffer: weight then bias, per layer."""
+    out, at = [], 0
+    for l in range(len(sizes) - 1):
+        for kind, n in (("weight", sizes[l] * sizes[l + 1]), ("bias", sizes[l + 1])):
+            out.append((f"layer {l}'s {kind}", at, at + n))
+            at += n
+    return out
+
+
+def diagnose_replicas(tmp, step, np):
+    """Why the replicas of a same-seed run differ. Every rank started from the same parameters, so
+    after one optimizer step exactly the tensors whose gradients were not averaged differ. Step 04
+    saves on every rank, so each rank gets a folder of its own (mpiexec's `:` syntax) and the ranks'
+    checkpoints are compared tensor by tensor."""
+    if not step.startswith("04"):
+        return ("likely cause: every rank started from the same seed, so their updates differ: is every "
+                "gradient tensor averaged on every rank, every step?")
+    cmd = [MPIEXEC]
+    for r in range(np):  # 128 samples per rank and batch 128: one step, then the epoch's checkpoint
+        cmd += ([":"] if r else []) + ["-n", "1", os.path.join(BIN, step)] + small(dataset_size=128 * np) + [
+            "--epochs", "1", "--save_interval", "1", "--ckpt_dir", f"{tmp}/one{r}"] + dist_args(step)
+        os.makedirs(f"{tmp}/one{r}", exist_ok=True)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if p.returncode != 0:
+        return f"(a one-step run to find the tensors that differ failed: {p.stderr.strip()[-300:]})"
+    head, p0 = read_checkpoint(f"{tmp}/one0/checkpoint.bin")
+    others = [read_checkpoint(f"{tmp}/one{r}/checkpoint.bin")[1] for r in range(1, np)]
+    differ = [name for name, a, b in tensor_slices(head["sizes"])
+              if any(p0[a:b] != q[a:b] for q in others)]
+    if not differ:
+        return "(after one step the replicas are still identical: they part later)"
+    return (f"likely cause: after one step the replicas differ in {', '.join(differ)} and agree "
+            f"elsewhere: {'that gradient is' if len(differ) == 1 else 'those gradients are'} not "
+            f"averaged over the ranks (average_gradients must all-reduce every layer's weight and bias)")
+
+
 def replicas_identical(step, np):
     def scenario(tmp):
         run(step, SMALL + ["--epochs", "2", "--metrics", f"{tmp}/m{{rank}}.jsonl"], np=np)
         d = digests(f"{tmp}/m", np)
         if len(set(d)) != 1:
-            raise Failure(f"{step} with {np} ranks: replicas differ: {d}")
+            raise Failure(f"{step} with {np} ranks: replicas differ: {d}\n{diagnose_replicas(tmp, step, np)}")
     scenario.__name__ = f"step{step[:2]}_replicas_np{np}"
     scenario.__doc__ = f"{step} at {np} ranks: every rank ends with bit-identical parameters."
     return scenario
@@ -226,6 +320,36 @@ def replicas_identical(step, np):
 LOSS_TOL, PARAM_TOL = 3e-6, 1e-5
 
 
+def close(la, lb, tol=LOSS_TOL):
+    return len(la) == len(lb) and max(abs(x - y) / max(abs(x), 1e-3) for x, y in zip(la, lb)) <= tol
+
+
+def diagnose_losses(tmp, la, lb, np, step, B, ref="01_single_gpu", ref_args=None):
+    """The likely cause of a per-step loss lb at np ranks that differs from the reference la (`ref`
+    with the global batch): a logged loss np times too large from the first step, or gradients np
+    times the mean (then `ref` with np times the learning rate reproduces lb: SGD with momentum and
+    no weight decay is linear in lr x gradient)."""
+    r = lb[0] / la[0] if la[0] else 0.0
+    if abs(r - np) < 1e-3 * np:
+        return (f"likely cause: the loss logged at {np} ranks is {np} times the reference's from the first "
+                f"step ({lb[0]:.4f} vs {la[0]:.4f}): did you sum the loss without dividing by the world "
+                f"size (DIST_SUM instead of DIST_AVG)?")
+    if abs(r - 1) > 1e-5:
+        return (f"likely cause: already the first step's loss differs ({lb[0]:.6f} vs {la[0]:.6f}), "
+                f"before any update: the logged loss is not the global batch's mean, or the replicas "
+                f"did not start from the same parameters")
+    args = ref_args if ref_args is not None else ["--batch_size", "128"]
+    run(ref, small(lr=0.05 * np) + ["--epochs", "2", "--metrics", f"{tmp}/diag{{rank}}.jsonl"] + args,
+        np=1 if ref.startswith("01") else np)
+    lw = global_losses(f"{tmp}/diag", 1 if ref.startswith("01") else np, int(ref[:2]))
+    if close(lw, lb, 1e-4):
+        return (f"likely cause: the run trains exactly like the reference with {np} times the learning "
+                f"rate: the gradients are {np} times their mean over the ranks: did you sum them "
+                f"without dividing by the world size?")
+    return ("likely cause: the first step matches, later ones do not: the ranks do not apply the "
+            "gradient of the global batch (is every gradient tensor averaged, every step?)")
+
+
 def matches_baseline(step, np):
     def scenario(tmp):
         B = 128 // np
@@ -238,7 +362,8 @@ def matches_baseline(step, np):
             raise Failure(f"{len(la)} baseline steps but {len(lb)} steps at {np} ranks")
         worst = max(abs(x - y) / max(abs(x), 1e-3) for x, y in zip(la, lb))
         if worst > LOSS_TOL:
-            raise Failure(f"per-step loss differs from the baseline by {worst:.2e} (relative) > {LOSS_TOL}")
+            raise Failure(f"per-step loss differs from the baseline by {worst:.2e} (relative) > {LOSS_TOL}"
+                          f"\n{diagnose_losses(tmp, la, lb, np, step, B)}")
         _, pa = read_checkpoint(f"{tmp}/a/checkpoint.bin")
         _, pb = read_checkpoint(f"{tmp}/b/checkpoint.bin")
         scale = max(abs(v) for v in pa)
@@ -250,6 +375,23 @@ def matches_baseline(step, np):
     scenario.__name__ = f"step{step[:2]}_matches_baseline_np{np}"
     scenario.__doc__ = f"{step} at {np} ranks matches step 01 with the global batch."
     return scenario
+
+
+def diagnose_broadcast(tmp):
+    """Rank 1 resumed another checkpoint than rank 0 ("mixed") or the same one ("same"). With both
+    broadcasts, rank 1 logs exactly the same local losses in both runs. Its first loss is computed
+    before any update, from the parameters alone; the momentum first acts on the first update."""
+    mixed = [s["loss"] for s in metrics(f"{tmp}/04_ddp_wrap_mixed_1.jsonl")[0]]
+    same = [s["loss"] for s in metrics(f"{tmp}/04_ddp_wrap_same_1.jsonl")[0]]
+    if mixed[:1] != same[:1]:
+        return ("likely cause: rank 1's first loss, computed before any update, comes from its own "
+                "checkpoint's parameters: broadcast rank 0's parameters (t->model.params) after "
+                "resume, before training")
+    if mixed != same:
+        return ("likely cause: the first step agrees, later ones do not: the parameters are broadcast, "
+                "but rank 1 keeps its own checkpoint's momentum: broadcast the optimizer's momentum "
+                "buffer (t->opt.buf) too")
+    return "likely cause: rank 1 trains like rank 0 but ends elsewhere (is rank 0 the broadcast's root?)"
 
 
 def step04_broadcast(tmp):
@@ -265,16 +407,21 @@ def step04_broadcast(tmp):
             cmd = [MPIEXEC]
             for r, ck in enumerate(ranks_files):
                 cmd += (([":"] if r else []) + ["-n", "1", os.path.join(BIN, step)] + SMALL +
-                        ["--epochs", "2", "--resume", ck, "--metrics", f"{tmp}/{step}_{tag}_{{rank}}.jsonl"])
+                        ["--epochs", "2", "--resume", ck, "--metrics", f"{tmp}/{step}_{tag}_{{rank}}.jsonl"]
+                        + dist_args(step))
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
             if p.returncode != 0:
-                raise Failure(f"{' '.join(cmd)} failed:\n{p.stderr}")
+                cause = hint(p.stderr)
+                raise Failure((f"likely cause: {cause}\n" if cause else "") +
+                              f"{' '.join(cmd)} failed:\n{p.stderr}")
     d3 = digests(f"{tmp}/03_sampler_mixed_", 2)
     d4, same = digests(f"{tmp}/04_ddp_wrap_mixed_", 2), digests(f"{tmp}/04_ddp_wrap_same_", 2)
     if d4[0] != d4[1]:
-        raise Failure(f"step 04 resuming different checkpoints per rank: replicas differ {d4}")
+        raise Failure(f"step 04 resuming different checkpoints per rank: replicas differ {d4}\n"
+                      f"{diagnose_broadcast(tmp)}")
     if d4 != same:
-        raise Failure(f"step 04 did not continue from rank 0's checkpoint: {d4} vs {same}")
+        raise Failure(f"step 04 did not continue from rank 0's checkpoint: {d4} vs {same}\n"
+                      f"{diagnose_broadcast(tmp)}")
     if d3[0] == d3[1]:
         raise Failure("step 03 resuming different checkpoints per rank: replicas are identical")
 
@@ -299,13 +446,32 @@ def step05_resume(tmp):
         raise Failure(f"resume at 3 ranks from a 2-rank checkpoint: steps {steps[0]} .. {final}")
 
 
+def diagnose_eval(acc1, accw, W, n_test=2000):
+    """The likely cause of an accuracy at W ranks that differs from one process's on the same
+    parameters, from their ratio and difference (correct answers = accuracy x n_test)."""
+    extra = round((accw - acc1) * n_test)
+    if accw > 1 or abs(accw / acc1 - W) < 0.05 * W:
+        return (f"likely cause: {accw / acc1:.2f} times the single process's accuracy: every test sample "
+                f"was counted by every rank (each rank must evaluate only its shard, every W-th sample "
+                f"from its rank on, before the counts are summed)")
+    if abs(accw / acc1 - 1 / W) < 0.05 / W:
+        return (f"likely cause: about 1/{W} of the single process's accuracy: each rank counted only its "
+                f"own shard: sum the ranks' correct answers (dist_all_reduce of t->correct, DIST_SUM)")
+    if 0 < extra < W:
+        return (f"likely cause: {extra} more correct answer{'s' if extra > 1 else ''} than one process "
+                f"counts: some test samples were counted twice; the evaluation shards must not be padded "
+                f"(unlike the training sampler's): rank r takes r, r + W, ... below N, nothing more")
+    return ("likely cause: the ranks' shards of the test set do not cover it exactly once (every W-th "
+            "sample from the rank on), or the counts are not summed over the ranks")
+
+
 def step05_eval_exact(tmp):
     """Step 05's sharded evaluation (3 ranks, 2000 test samples: not divisible) counts every test
     sample once: its accuracy equals step 01's on the same parameters."""
-    run("01_single_gpu", SMALL + ["--epochs", "1", "--save_interval", "1", "--ckpt_dir", f"{tmp}/ck"])
+    run("01_single_gpu", SMALL + ["--epochs", "3", "--save_interval", "3", "--ckpt_dir", f"{tmp}/ck"])
     # A learning rate of 1e-30 leaves every parameter unchanged in float32 during the extra epoch, so
     # both programs evaluate exactly the checkpoint's parameters (the equal digests prove it).
-    frozen = ["--epochs", "2", "--lr", "1e-30", "--resume", f"{tmp}/ck/checkpoint.bin"]
+    frozen = ["--epochs", "4", "--lr", "1e-30", "--resume", f"{tmp}/ck/checkpoint.bin"]
     run("01_single_gpu", SMALL + frozen + ["--metrics", f"{tmp}/a0.jsonl"])
     run("05_metrics_ckpt", SMALL + frozen + ["--metrics", f"{tmp}/b{{rank}}.jsonl"], np=3)
     _, ea, fa = metrics(f"{tmp}/a0.jsonl")
@@ -313,7 +479,59 @@ def step05_eval_exact(tmp):
     if fa["param_digest"] != fb["param_digest"]:
         raise Failure("the frozen runs did not evaluate the same parameters")
     if ea[-1]["test_acc"] != eb[-1]["test_acc"]:
-        raise Failure(f"test accuracy at 3 ranks {eb[-1]['test_acc']} != single process {ea[-1]['test_acc']}")
+        raise Failure(f"test accuracy at 3 ranks {eb[-1]['test_acc']} != single process {ea[-1]['test_acc']}"
+                      f"\n{diagnose_eval(ea[-1]['test_acc'], eb[-1]['test_acc'], 3)}")
+
+
+def files_created_in(folder):
+    """Starts watching the files created in `folder` (Linux inotify, IN_CREATE, through ctypes);
+    returns a function that returns the names created so far, or None without inotify. The kernel
+    queues the events until they are read, so nothing depends on timing."""
+    import ctypes
+    import ctypes.util
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        fd = libc.inotify_init1(os.O_NONBLOCK)
+    except (OSError, AttributeError):
+        return None
+    if fd < 0 or libc.inotify_add_watch(fd, folder.encode(), 0x100) < 0:  # IN_CREATE
+        return None
+    names = []
+
+    def seen():
+        while True:
+            try:
+                buf = os.read(fd, 65536)
+            except BlockingIOError:
+                return names
+            at = 0
+            while at < len(buf):  # struct inotify_event: wd, mask, cookie, len, name[len]
+                _, _, _, n = struct.unpack_from("iIII", buf, at)
+                names.append(buf[at + 16:at + 16 + n].rstrip(b"\0").decode())
+                at += 16 + n
+    return seen
+
+
+def step05_one_writer(tmp):
+    """Step 05 at 2 ranks: one process alone writes the checkpoints (the replicas are equal).
+    A writer writes `checkpoint.bin.tmp.<its pid>`, then renames it (common/ckpt.c): one such name per
+    writing process."""
+    ck = f"{tmp}/ck"
+    os.makedirs(ck)
+    seen = files_created_in(ck)
+    if seen is None:
+        print("skipped: no inotify on this system")
+        return SKIP
+    out, _ = run("05_metrics_ckpt", SMALL + ["--epochs", "2", "--save_interval", "1", "--ckpt_dir", ck],
+                 np=2)
+    writers = sorted({n for n in seen() if n.startswith("checkpoint.bin.tmp.")})
+    saves = out.count("saved ")
+    if saves != 2 or not os.path.exists(f"{ck}/checkpoint.bin"):
+        raise Failure(f"expected 2 checkpoints (--epochs 2 --save_interval 1), rank 0 logged {saves}")
+    if len(writers) != 1:
+        raise Failure(f"{len(writers)} processes wrote the checkpoint ({', '.join(writers)})\nlikely cause: "
+                      "every rank saves: the replicas are equal, so only rank 0 should write (`if (rank == 0)`), "
+                      "and then every rank waits at a barrier")
 
 
 def step05_fashion_mnist(tmp):
@@ -408,7 +626,12 @@ def step06_matches_step04(np):
             lb = global_losses(f"{tmp}/b", np, 6)
             worst = max(abs(x - y) / max(abs(x), 1e-3) for x, y in zip(la, lb))
             if len(la) != len(lb) or worst > LOSS_TOL:
-                raise Failure(f"bucket cap {cap}: per-step loss differs from step 04 by {worst:.2e}")
+                raise Failure(f"bucket cap {cap}: per-step loss differs from step 04 by {worst:.2e}\n"
+                              + diagnose_losses(tmp, la, lb, np, "06_full", 128, ref="04_ddp_wrap",
+                                                ref_args=[]).replace(
+                                  "without dividing by the world size?",
+                                  "without dividing by the world size? (the reducer sums: backward's "
+                                  "scale must include 1/W)"))
             db = metrics(f"{tmp}/b0.jsonl")[2]["param_digest"]
             # At 2 ranks each gradient is one addition of two terms whatever the algorithm, and the
             # division by W = 2 is exact whether before (step 06) or after (step 04) the sum.
@@ -440,7 +663,21 @@ def step06_grad_accum(tmp):
     _, pb = read_checkpoint(f"{tmp}/b/checkpoint.bin")
     pworst = max(abs(x - y) for x, y in zip(pa, pb)) / max(abs(v) for v in pa)
     if worst > LOSS_TOL or pworst > PARAM_TOL:
-        raise Failure(f"grad_accum 4 x 16 vs 64: loss diff {worst:.2e}, parameter diff {pworst:.2e}")
+        # K micro-batches whose gradients are not weighed by b/B add up to K times the mean: the run
+        # then trains like batch 64 with K times the learning rate.
+        run("06_full", small(lr=0.05 * 4) + ["--epochs", "2", "--batch_size", "64",
+                                            "--metrics", f"{tmp}/c{{rank}}.jsonl"], np=2)
+        if close(global_losses(f"{tmp}/c", 2, 6), lb, 1e-4):
+            cause = ("the 4 micro-batches' gradients add up to 4 times their mean (it trains like batch "
+                     "64 with 4 times the learning rate): backward's scale lacks the micro-batch weight "
+                     "b / B")
+        elif la[:1] != lb[:1]:
+            cause = "already the first step's loss differs: the micro-batch losses are not weighed by b / B"
+        else:
+            cause = ("with accumulation the gradient is not the mean over the B samples: the scale of each "
+                     "micro-batch's backward must be b / B / W, and only the last one is reduced")
+        raise Failure(f"grad_accum 4 x 16 vs 64: loss diff {worst:.2e}, parameter diff {pworst:.2e}\n"
+                      f"likely cause: {cause}")
     print(f"grad_accum 4 x 16 vs batch 64: max loss diff {worst:.1e}, max param diff {pworst:.1e}")
 
 
@@ -655,7 +892,7 @@ SCENARIOS = {f.__name__: f for f in [step01_warnings,
     launchers, launcher_signal, watchdog_deadlock, step06_grad_accum, step06_trace, step06_replicas(2), step06_replicas(3), step06_replicas(4),
     step06_matches_step04(2), step06_matches_step04(3), step06_matches_step04(4),
     step01_learns, step01_deterministic, step01_resume, step01_bad_input, step01_fashion_mnist,
-    step02_redundant, step03_drift, step04_broadcast, step05_resume, step05_eval_exact,
+    step02_redundant, step03_drift, step04_broadcast, step05_resume, step05_eval_exact, step05_one_writer,
     step05_fashion_mnist, dist_bad_launch,
     replicas_identical("04_ddp_wrap", 2), replicas_identical("04_ddp_wrap", 3),
     replicas_identical("04_ddp_wrap", 4), replicas_identical("05_metrics_ckpt", 2),

@@ -1,6 +1,8 @@
-// Bucket assignment of step 06's reducer: reverse order, the small first bucket, caps, big tensors.
+// Step 06's reducer: the bucket assignment (reverse order, the small first bucket, caps, big tensors),
+// and the hooks that start the buckets' all-reduces during backward and wait for them after it.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <vector>
 
 extern "C" {
@@ -126,3 +128,148 @@ TEST_F(ReducerAssign, SameAssignmentEveryTime) {
   }
   EXPECT_EQ(a.bucket_of, b.bucket_of);
 }
+
+// ---- the hooks: which buckets start, in which order, and when they are waited for ----------------
+// The reducer runs on a process group of one: dist_init with no launcher gives rank 0 of 1, whose
+// all-reduce changes nothing but still goes through its handle: dist_all_reduce_async marks the
+// bucket's DistWork started (`done`: set when started, never cleared by dist_wait) and in flight
+// (`active`, until dist_wait). So the tests see which buckets the hooks started, and when the reducer
+// waits, without a second process. Each check says, after "likely cause:", the mistake that usually
+// makes it fail (the exercise checker, scripts/check_exercise.sh 06, prints it).
+namespace {
+class ReducerHooks : public ::testing::Test {
+ protected:
+  Ctx c;
+  Mlp m;
+  ProcessGroup pg;
+  Reducer r;
+  void SetUp() override {
+    ctx_init(&c, DEVICE_CPU, 0);
+    const int sizes[] = {8, 6, 5, 4};  // 3 layers, 6 tensors: weight 2l, bias 2l + 1
+    mlp_init(&m, &c, sizes, 3, 1, 1);
+    dist_init(&pg, "mpi", DEVICE_CPU, 0);
+    ASSERT_EQ(pg.world_size, 1);
+    dist_connect(&pg, &c);
+  }
+  // cap_mb 0: one tensor per bucket, bucket 5 - t for tensor t (bias 2 is bucket 0, weight 0 bucket
+  // 5); a large cap: one bucket for the whole (small) model.
+  void make(double cap_mb) { reducer_init(&r, &pg, &m, cap_mb); }
+  void TearDown() override {
+    for (int i = 0; i < r.n_buckets; i++)  // a wrong reducer may leave one in flight
+      if (r.buckets[i].work.active) dist_wait(&pg, &r.buckets[i].work);
+    reducer_free(&r);
+    dist_destroy(&pg);
+    mlp_free(&m, &c);
+    ctx_free(&c);
+  }
+  std::vector<int> started() const {
+    std::vector<int> s;
+    for (int i = 0; i < r.n_buckets; i++)
+      if (r.buckets[i].work.done) s.push_back(i);
+    return s;
+  }
+  std::vector<int> in_flight() const {
+    std::vector<int> s;
+    for (int i = 0; i < r.n_buckets; i++)
+      if (r.buckets[i].work.active) s.push_back(i);
+    return s;
+  }
+};
+}  // namespace
+
+TEST_F(ReducerHooks, BucketsStartInBucketOrderAsBackwardRuns) {
+  make(0);
+  ASSERT_EQ(r.n_buckets, 6);
+  reducer_prepare_for_backward(&r);
+  EXPECT_EQ(started(), std::vector<int>{}) << "likely cause: a bucket started before any gradient";
+  reducer_autograd_hook(2, &r);  // backward produces the last layer first: buckets 0 and 1
+  EXPECT_EQ(started(), (std::vector<int>{0, 1}))
+      << "likely cause: a bucket must start as soon as all its tensors are ready (mark_variable_ready "
+         "counts each tensor down in its own bucket, r->bucket_of; mark_bucket_ready starts it)";
+  reducer_autograd_hook(1, &r);
+  EXPECT_EQ(started(), (std::vector<int>{0, 1, 2, 3}));
+  reducer_autograd_hook(0, &r);
+  EXPECT_EQ(started(), (std::vector<int>{0, 1, 2, 3, 4, 5}));
+  for (int i = 0; i < r.n_buckets; i++) {
+    const DistWork &w = r.buckets[i].work;
+    EXPECT_EQ(w.buf, (void *)(m.grads + r.buckets[i].offset))
+        << "bucket " << i << ": likely cause: a bucket's all-reduce is on its slice of the flat gradient "
+        << "buffer, r->model->grads + b->offset";
+    EXPECT_EQ(w.n, r.buckets[i].count) << "bucket " << i << ": likely cause: the count is b->count floats";
+    EXPECT_EQ(w.op, DIST_SUM) << "bucket " << i << ": likely cause: the reducer sums (DIST_SUM): "
+                              << "backward already divided every gradient by W";
+  }
+  reducer_finalize_backward(&r);
+}
+
+TEST_F(ReducerHooks, ALaterReadyBucketWaitsForTheEarlierOnes) {
+  make(0);
+  reducer_prepare_for_backward(&r);
+  reducer_autograd_hook(0, &r);  // the first layer's gradients first: buckets 4 and 5 are ready ...
+  EXPECT_EQ(started(), std::vector<int>{})
+      << "likely cause: buckets must start in bucket order (r->next_bucket onwards): a later bucket that "
+         "is ready waits for the earlier ones, so that every rank starts the same all-reduces in the "
+         "same order";
+  reducer_autograd_hook(2, &r);  // ... but only 0 and 1 may start
+  EXPECT_EQ(started(), (std::vector<int>{0, 1}))
+      << "likely cause: buckets must start in bucket order, stopping at the first that is not ready";
+  reducer_autograd_hook(1, &r);  // now 2, 3, and the waiting 4 and 5
+  EXPECT_EQ(started(), (std::vector<int>{0, 1, 2, 3, 4, 5}))
+      << "likely cause: when an earlier bucket starts, the later ready ones must start after it";
+  reducer_finalize_backward(&r);
+}
+
+TEST_F(ReducerHooks, ABucketStartsWhenAllItsTensorsAreReady) {
+  make(25);  // one bucket for the whole model
+  ASSERT_EQ(r.n_buckets, 1);
+  reducer_prepare_for_backward(&r);
+  reducer_autograd_hook(2, &r);
+  reducer_autograd_hook(1, &r);
+  EXPECT_EQ(started(), std::vector<int>{})
+      << "likely cause: a bucket started before all its tensors were ready (count each tensor down in "
+         "its bucket, Bucket.pending, and start the bucket only at 0)";
+  reducer_autograd_hook(0, &r);
+  EXPECT_EQ(started(), std::vector<int>{0});
+  reducer_finalize_backward(&r);
+}
+
+TEST_F(ReducerHooks, BucketsStayInFlightUntilFinalize) {
+  make(0);
+  reducer_prepare_for_backward(&r);
+  for (int l = 2; l >= 0; l--) reducer_autograd_hook(l, &r);
+  EXPECT_EQ(in_flight(), (std::vector<int>{0, 1, 2, 3, 4, 5}))
+      << "likely cause: the reducer waits too early: a hook must only start (and dist_test) the "
+         "all-reduces; waiting there stops backward until the communication ends, so nothing overlaps. "
+         "Wait in reducer_finalize_backward";
+  reducer_finalize_backward(&r);
+  EXPECT_EQ(in_flight(), std::vector<int>{})
+      << "likely cause: reducer_finalize_backward must dist_wait every bucket before the optimizer uses "
+         "the gradients";
+}
+
+TEST_F(ReducerHooks, EachBucketStartsOncePerStep) {
+  make(0);
+  // Three steps; starting a bucket whose all-reduce is in flight, or waiting for one that is not,
+  // ends the process (dist.h), so the steps run in a child process that must exit 0.
+  EXPECT_EXIT(
+      {
+        for (int step = 0; step < 3; step++) {
+          reducer_prepare_for_backward(&r);
+          for (int l = 2; l >= 0; l--) reducer_autograd_hook(l, &r);
+          reducer_finalize_backward(&r);
+        }
+        exit(0);
+      },
+      ::testing::ExitedWithCode(0), "")
+      << "likely cause: a bucket was started twice in a step, or waited for twice, or not at all";
+}
+
+TEST_F(ReducerHooks, FinalizeStopsWhenAHookWasMissed) {
+  make(0);
+  reducer_prepare_for_backward(&r);
+  reducer_autograd_hook(2, &r);
+  reducer_autograd_hook(1, &r);  // layer 0's hook never comes: buckets 4 and 5 never start
+  EXPECT_EXIT(reducer_finalize_backward(&r), ::testing::ExitedWithCode(1), "never became ready")
+      << "likely cause: reducer_finalize_backward must stop the job (die) when some bucket was never "
+         "started: the ranks would otherwise step with unreduced gradients";
+}  // (TearDown waits for the buckets 0-3 still in flight here)

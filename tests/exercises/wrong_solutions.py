@@ -1,0 +1,243 @@
+#!/usr/bin/env python3
+"""Typical wrong solutions of the workshop exercises, and the proof that the checker rejects each one.
+
+    tests/exercises/wrong_solutions.py N          run scripts/check_exercise.sh on every wrong solution of
+                                                  exercise N (02..06): each must fail (exit 1), and its
+                                                  output must contain the expected diagnosis
+    tests/exercises/wrong_solutions.py N --only NAME   just that one
+    tests/exercises/wrong_solutions.py --write DIR     write every wrong file to DIR/0N_<name>/<file>
+    tests/exercises/wrong_solutions.py --check    only check that every substitution below still
+                                                  matches its step file exactly once (fast)
+
+A wrong solution is the step's own file (the exercise's solution) with a few exact text
+substitutions (old, new), each of which must match exactly once, as scripts/make_exercises.py
+describes its cuts: the wrong files are regenerated from the steps every time, so they follow any
+change elsewhere in the step, and a change to the lines they touch makes them fail loudly instead of
+going stale. Each names the claims that catch it (DDP_CLAIMS: "none" when the stage's unit tests do),
+which keeps the test short, and the words its diagnosis must contain (the likely cause, not only a
+number), so that it is rejected for the right reason.
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+class Wrong:
+    def __init__(self, name, file, subs, claims, expect, what):
+        self.name, self.file, self.subs, self.claims, self.expect, self.what = (
+            name, file, subs, claims, expect, what)
+
+
+S03, S04, S05 = "steps/03_sampler/sampler.c", "steps/04_ddp_wrap/train.c", "steps/05_metrics_ckpt/train.c"
+S02, R06, T06 = "steps/02_init/train.c", "steps/06_full/reducer.c", "steps/06_full/train.c"
+
+WRONG = {
+    "02": [
+        Wrong("rank_not_taken", S02, [("  t->rank = t->pg.rank;", "  t->rank = 0;")],
+              "step02_redundant", ["under mpirun every process must know its rank"],
+              "every process keeps rank 0: both write rank 0's files"),
+        Wrong("world_size_not_taken", S02, [("  t->world_size = t->pg.world_size;", "  t->world_size = 1;")],
+              "step02_redundant", ["world size", "process group"],
+              "the world size is not taken from the process group"),
+        Wrong("no_destroy", S02, [("  dist_destroy(&t->pg);  // [init] leave the process group\n", "")],
+              "step02_redundant", ["call dist_destroy"],
+              "the process group is never left (MPI_Finalize is never called)"),
+    ],
+    "03": [
+        Wrong("no_reshuffle", S03, [("rng_permutation(s->perm, s->n, s->seed + (uint64_t)epoch);",
+                                     "rng_permutation(s->perm, s->n, s->seed);")],
+              "none", ["FAIL unit Sampler.SetEpochReshufflesIdenticallyOnEveryRank", "seed + epoch"],
+              "the shuffle ignores the epoch (the forgotten set_epoch): every epoch in the same order"),
+        Wrong("overlap", S03, [("long long pos = s->rank + (long long)i * s->world_size;",
+                                "long long pos = s->rank + (long long)i;")],
+              "none", ["FAIL unit Sampler.DivisibleShardsAreDisjointAndCover", "the shards overlap"],
+              "no stride: rank r takes positions r, r + 1, ...; the shards overlap"),
+        Wrong("no_wrap", S03, [("out[i] = s->perm[pos % s->n];", "out[i] = s->perm[pos];")],
+              "none", ["AddressSanitizer", "outside an array"],
+              "positions past the end are not wrapped: reads past the end of the permutation"),
+        Wrong("off_by_one", S03, [("out[i] = s->perm[pos % s->n];",
+                                   "out[i] = s->perm[pos > s->n ? pos - s->n : pos];")],
+              "none", ["AddressSanitizer", "outside an array"],
+              "wraps with > instead of >=: position N reads one past the end of the permutation"),
+        Wrong("no_padding", S03, [("s->num_samples = drop_last ? n / world_size : (n + world_size - 1) / world_size;",
+                                   "s->num_samples = n / world_size;")],
+              "none", ["FAIL unit Sampler.PaddingRepeatsFromTheStart", "no padding"],
+              "num_samples is always floor(N/W): without drop_last the tail of the permutation is lost"),
+    ],
+    "04": [
+        Wrong("sum_not_mean", S04,
+              [("m->b_off[l] - m->w_off[l], DIST_FLOAT, DIST_AVG);", "m->b_off[l] - m->w_off[l], DIST_FLOAT, DIST_SUM);"),
+               ("(size_t)m->sizes[l + 1], DIST_FLOAT, DIST_AVG);", "(size_t)m->sizes[l + 1], DIST_FLOAT, DIST_SUM);")],
+              "step04_matches_baseline_np2", ["2 times the learning rate", "without dividing by the world size"],
+              "the gradients are summed, not averaged"),
+        Wrong("no_broadcast", S04,
+              [("  dist_broadcast(&t->pg, t->model.params, t->model.n_params, DIST_FLOAT, 0);\n", ""),
+               ("  dist_broadcast(&t->pg, t->opt.buf, t->model.n_params, DIST_FLOAT, 0);\n", "  (void)t;\n")],
+              "step04_broadcast", ["broadcast rank 0's parameters"],
+              "nothing is broadcast: ranks that resumed different checkpoints never agree"),
+        Wrong("no_momentum_broadcast", S04,
+              [("  dist_broadcast(&t->pg, t->opt.buf, t->model.n_params, DIST_FLOAT, 0);\n", "")],
+              "step04_broadcast", ["momentum buffer (t->opt.buf)"],
+              "the parameters are broadcast after resume, the momentum is not"),
+        Wrong("weights_only", S04,
+              [("    dist_all_reduce(&t->pg, m->grads + m->b_off[l], (size_t)m->sizes[l + 1], DIST_FLOAT, DIST_AVG);\n",
+                "")],
+              "step04_replicas_np2", ["differ in layer 0's bias, layer 1's bias", "not averaged"],
+              "only the weights' gradients are averaged, not the biases'"),
+        Wrong("skip_first_layer", S04,
+              [("  for (int l = m->n_layers - 1; l >= 0; l--) {", "  for (int l = m->n_layers - 1; l > 0; l--) {")],
+              "step04_replicas_np2", ["differ in layer 0's weight, layer 0's bias", "not averaged"],
+              "the loop stops before layer 0: its gradients are not averaged"),
+    ],
+    "05": [
+        Wrong("every_rank_saves", S05,
+              [("  if (t->rank == 0)  // [ckpt] one writer: the replicas are equal\n", "")],
+              "step05_one_writer", ["every rank saves"],
+              "every rank writes the checkpoint"),
+        Wrong("loss_not_reduced", S05,
+              [("  dist_all_reduce(&t->pg, t->model.loss, 1, DIST_FLOAT, DIST_AVG);  // [metrics] the global loss\n", "")],
+              "step05_matches_baseline_np2", ["each rank logs its own loss"],
+              "each rank logs its local loss"),
+        Wrong("loss_summed", S05,
+              [("t->model.loss, 1, DIST_FLOAT, DIST_AVG);", "t->model.loss, 1, DIST_FLOAT, DIST_SUM);")],
+              "step05_matches_baseline_np2", ["is 2 times the reference's", "without dividing by the world size"],
+              "the loss is summed over the ranks, not averaged"),
+        Wrong("eval_padding", S05,
+              [("  for (int i = t->rank; i < test.n; i += t->world_size) all[t->n_eval++] = i;",
+                "  for (int i = t->rank; i < (test.n + t->world_size - 1) / t->world_size * t->world_size;\n"
+                "       i += t->world_size)\n"
+                "    all[t->n_eval++] = i % test.n;")],
+              "step05_eval_exact", ["counted twice", "must not be padded"],
+              "the evaluation shards are padded like the training sampler's: samples counted twice"),
+        Wrong("correct_not_summed", S05,
+              [("  dist_all_reduce(&t->pg, t->correct, 1, DIST_INT, DIST_SUM);  // [metrics] all ranks' answers\n",
+                "")],
+              "step05_eval_exact", ["sum the ranks' correct answers"],
+              "each rank's correct count is divided by the whole test set: the counts are not summed"),
+        Wrong("barrier_on_rank0_only", S05,
+              [("  if (t->rank == 0)  // [ckpt] one writer: the replicas are equal",
+                "  if (t->rank == 0) {  // [ckpt] one writer: the replicas are equal"),
+               ("  dist_barrier(&t->pg);  // [ckpt] nobody goes on (or reads the file) before it is complete",
+                "  dist_barrier(&t->pg);  // [ckpt] nobody goes on (or reads the file) before it is complete\n  }")],
+              "step05_resume", ["the job hung", "only some ranks", "watchdog:"],
+              "the barrier after saving is inside `if (rank == 0)`: rank 0 waits there for ever"),
+    ],
+    "06": [
+        Wrong("wrong_bucket_order", R06,
+              [("  while (r->next_bucket < r->n_buckets && r->buckets[r->next_bucket].pending == 0) {\n"
+                "    Bucket *b = &r->buckets[r->next_bucket++];",
+                "  for (int i = 0; i < r->n_buckets; i++) {  // every ready bucket at once, whatever its place\n"
+                "    Bucket *b = &r->buckets[i];\n"
+                "    if (b->pending != 0 || b->work.active) continue;\n"
+                "    r->next_bucket++;")],
+              "none", ["FAIL unit ReducerHooks.ALaterReadyBucketWaitsForTheEarlierOnes", "bucket order"],
+              "a ready bucket starts at once, even before an earlier bucket: ranks may then differ in order"),
+        Wrong("wait_too_early", R06,
+              [("                          &b->work);\n",
+                "                          &b->work);\n    dist_wait(r->pg, &b->work);\n"),
+               ("  for (int i = 0; i < r->n_buckets; i++) dist_wait(r->pg, &r->buckets[i].work);",
+                "  for (int i = 0; i < r->n_buckets; i++) dist_test(r->pg, &r->buckets[i].work);")],
+              "none", ["FAIL unit ReducerHooks.BucketsStayInFlightUntilFinalize", "waits too early"],
+              "each bucket is waited for as soon as it starts: correct numbers, but nothing overlaps"),
+        Wrong("no_wait", R06,
+              [("  for (int i = 0; i < r->n_buckets; i++) dist_wait(r->pg, &r->buckets[i].work);\n", "")],
+              "none", ["FAIL unit ReducerHooks.BucketsStayInFlightUntilFinalize",
+                       "must dist_wait every bucket"],
+              "finalize never waits: the optimizer may use gradients still being reduced"),
+        Wrong("no_accumulation_weight", T06,
+              [("    float scale = (float)b / B / t->world_size;", "    float scale = 1.0f / t->world_size;")],
+              "step06_grad_accum", ["lacks the micro-batch weight b / B"],
+              "backward's scale is 1/W only: K micro-batches add up to K times the mean gradient"),
+        Wrong("no_division_by_w", T06,
+              [("    float scale = (float)b / B / t->world_size;", "    float scale = (float)b / B;")],
+              "step06_matches_step04_np2", ["without dividing by the world size", "scale must include 1/W"],
+              "backward's scale lacks 1/W: the reducer's sum is W times the mean gradient"),
+    ],
+}
+
+
+def apply(w):
+    """The wrong file's text: the step's file with w's substitutions, each matching exactly once."""
+    with open(os.path.join(ROOT, w.file)) as f:
+        text = f.read()
+    for old, new in w.subs:
+        n = text.count(old)
+        if n != 1:
+            raise ValueError(f"{w.name}: {w.file} contains {n} times, expected once: {old!r}")
+        text = text.replace(old, new)
+    return text
+
+
+def write(w, folder):
+    path = os.path.join(folder, os.path.basename(w.file))
+    os.makedirs(folder, exist_ok=True)
+    with open(path, "w") as f:
+        f.write(apply(w))
+    return path
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("exercise", nargs="?", help="02 .. 06")
+    ap.add_argument("--only", help="run only this wrong solution")
+    ap.add_argument("--check", action="store_true", help="only check that the substitutions apply")
+    ap.add_argument("--write", metavar="DIR", help="write the wrong files into DIR")
+    a = ap.parse_args()
+    if a.check or a.write:
+        bad = 0
+        for n, ws in WRONG.items():
+            for w in ws:
+                try:
+                    if a.write:
+                        print(write(w, os.path.join(a.write, f"{n}_{w.name}")))
+                    else:
+                        apply(w)
+                except ValueError as e:
+                    print(f"wrong_solutions.py: {e}", file=sys.stderr)
+                    bad = 1
+        if bad:
+            print("a step changed where a wrong solution edits it: update its substitution above", file=sys.stderr)
+        elif a.check:
+            print(f"wrong_solutions.py --check: all {sum(map(len, WRONG.values()))} wrong solutions apply")
+        return bad
+    n = (a.exercise or "").zfill(2)
+    if n not in WRONG:
+        ap.error(f"exercise must be one of {', '.join(WRONG)}")
+    problems = []
+    with tempfile.TemporaryDirectory(prefix=f"wrong_{n}_") as tmp:
+        for w in WRONG[n]:
+            if a.only and w.name != a.only:
+                continue
+            print(f"== {n} {w.name}: {w.what} (claims: {w.claims})", flush=True)
+            try:
+                path = write(w, os.path.join(tmp, w.name))
+            except ValueError as e:
+                problems.append(str(e))
+                continue
+            env = dict(os.environ, DDP_CLAIMS=w.claims)
+            p = subprocess.run([os.path.join(ROOT, "scripts", "check_exercise.sh"), n, path],
+                               capture_output=True, text=True, env=env, cwd=ROOT)
+            out = p.stdout + p.stderr
+            print("   " + out.strip().replace("\n", "\n   "))
+            missing = [e for e in w.expect if e not in out]
+            if p.returncode != 1:
+                problems.append(f"{w.name}: the checker exited {p.returncode}, expected 1 (reject)")
+            elif missing:
+                problems.append(f"{w.name}: rejected, but the output lacks {missing}")
+            else:
+                print(f"   -> rejected for the expected reason ({'; '.join(w.expect)})")
+    if problems:
+        print(f"wrong_solutions.py {n}: the checker does not reject every wrong solution as it should:")
+        for p in problems:
+            print(f"  {p}")
+        return 1
+    print(f"wrong_solutions.py {n}: every wrong solution is rejected with its diagnosis")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
