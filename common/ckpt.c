@@ -199,22 +199,34 @@ static size_t first_non_finite(const float *x, size_t n) {
 // "nan", "inf" or "-inf".
 static const char *non_finite_name(float x) { return isnan(x) ? "nan" : x > 0 ? "inf" : "-inf"; }
 
+// The first NaN or infinity of params, then of opt_state: 1 with what it is and where, else 0.
+static int find_non_finite(const float *params, const float *opt_state, size_t n, const char **what,
+                           size_t *index, const char **name) {
+  const float *x[2] = {params, opt_state};
+  const char *whats[2] = {"parameter", "optimizer state (momentum) value"};
+  for (int k = 0; k < 2; k++) {
+    size_t i = first_non_finite(x[k], n);
+    if (i == n) continue;
+    *what = whats[k];
+    *index = i;
+    *name = non_finite_name(x[k][i]);
+    return 1;
+  }
+  return 0;
+}
+
 // A diverged run must not replace a good checkpoint with NaN parameters: refuse before any file is
 // touched. Returns 0 when both arrays are finite.
 static int refuse_non_finite(const char *path, const float *params, const float *opt_state,
                              size_t n, char *err, size_t err_len) {
-  const float *x[2] = {params, opt_state};
-  const char *what[2] = {"parameter", "optimizer state (momentum) value"};
-  for (int k = 0; k < 2; k++) {
-    size_t i = first_non_finite(x[k], n);
-    if (i == n) continue;
-    set_err(err, err_len,
-            "cannot save checkpoint '%s': %s %zu of %zu is %s: training diverged (try a smaller "
-            "--lr); the previous checkpoint is kept",
-            path, what[k], i, n, non_finite_name(x[k][i]));
-    return -1;
-  }
-  return 0;
+  const char *what, *name;
+  size_t i;
+  if (!find_non_finite(params, opt_state, n, &what, &i, &name)) return 0;
+  set_err(err, err_len,
+          "cannot save checkpoint '%s': %s %zu of %zu is %s: training diverged (try a smaller "
+          "--lr); the previous checkpoint is kept",
+          path, what, i, n, name);
+  return -1;
 }
 
 // Creates the temporary file exclusively: O_EXCL|O_NOFOLLOW, so that a file or a symlink planted
@@ -539,18 +551,14 @@ static int check_counters(const char *path, const CkptMeta *meta, char *err, siz
 // another tool) would resume a run that has already diverged.
 static int check_finite(const char *path, const float *params, const float *opt_state, size_t n,
                         char *err, size_t err_len) {
-  const float *x[2] = {params, opt_state};
-  const char *what[2] = {"parameter", "optimizer state (momentum) value"};
-  for (int k = 0; k < 2; k++) {
-    size_t i = first_non_finite(x[k], n);
-    if (i == n) continue;
-    set_err(err, err_len,
-            "checkpoint '%s' holds a non-finite %s: index %zu of %zu is %s (the run had diverged); "
-            "resume from an earlier checkpoint",
-            path, what[k], i, n, non_finite_name(x[k][i]));
-    return -1;
-  }
-  return 0;
+  const char *what, *name;
+  size_t i;
+  if (!find_non_finite(params, opt_state, n, &what, &i, &name)) return 0;
+  set_err(err, err_len,
+          "checkpoint '%s' holds a non-finite %s: index %zu of %zu is %s (the run had diverged); "
+          "resume from an earlier checkpoint",
+          path, what, i, n, name);
+  return -1;
 }
 
 int ckpt_load(const char *path, const CkptMeta *expect, CkptMeta *meta, float *params,
