@@ -19,8 +19,6 @@
     watchdog_leave();       \
   } while (0)
 
-bool dist_have_mpi(void) { return true; }
-
 void mpi_check_impl(int err, const char *call, const char *file, int line) {
   if (err == MPI_SUCCESS) return;
   char msg[MPI_MAX_ERROR_STRING];

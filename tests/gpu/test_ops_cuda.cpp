@@ -1,6 +1,7 @@
 // test_ops_cuda.cpp: every CUDA op against its CPU reference on the same random inputs, the CUDA
 // memory functions of device.h, and one MLP forward/loss/backward on both devices. Every test that
-// needs a GPU skips itself when there is none, so this binary passes (as "skipped") anywhere.
+// needs a GPU skips itself when there is none, so this binary (built with CUDA only) passes, as
+// "skipped", on a machine without one.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,13 +15,11 @@
 #include <tuple>
 #include <vector>
 
-#ifdef HAVE_CUDA
 #include <cuda_runtime.h>  // cudaLaunchHostFunc, cudaDeviceGetAttribute
-#endif
 
 #include "device.h"  // device.h: Ctx, ctx_init, dev_alloc, dev_upload, dev_download, ...
 #include "mlp.h"     // mlp.h: mlp_init, mlp_forward, mlp_loss, mlp_backward, ...
-#include "ops.h"     // ops.h: ops_*_cpu, ops_*_cuda
+#include "ops_backend.h"  // ops_backend.h: ops_*_cpu, ops_*_cuda
 #include "readback.h"  // readback.h: readback_init, readback_push, readback_take
 
 namespace {
@@ -167,20 +166,17 @@ TEST_F(OpsCuda, ReadbackKeepsStreamOrder) {
   readback_free(&r, gpu());
 }
 
-#ifdef HAVE_CUDA
 // A host function on the stream that holds it until `*release` is set: everything queued after it
 // stays queued until then.
 void CUDART_CB hold_stream(void *release) {
   while (!__atomic_load_n((volatile int *)release, __ATOMIC_ACQUIRE)) {
   }
 }
-#endif
 
 // readback_take does not wait for a value that has not arrived while at most max_ahead are queued,
 // and does wait for it once more are.
 TEST_F(OpsCuda, ReadbackTakesOnlyWhatHasArrived) {
   if (device_cuda_count() == 0) GTEST_SKIP() << "no CUDA GPU";
-#ifdef HAVE_CUDA
   float *dv = up(std::vector<float>(1, 3.0f));
   dev_sync(gpu());
   Readback r;
@@ -201,7 +197,6 @@ TEST_F(OpsCuda, ReadbackTakesOnlyWhatHasArrived) {
   ASSERT_TRUE(readback_take(&r, gpu(), 0, &v, &tag));
   EXPECT_EQ(tag, 2);
   readback_free(&r, gpu());
-#endif
 }
 
 // ctx_init must end the job with a clear message, not crash, when the GPU does not exist (no
@@ -308,7 +303,6 @@ TEST_F(OpsCuda, GemmTf32WithinTf32Rounding) {
 // fp32; setting fp32 back restores the exact result.
 TEST_F(OpsCuda, GemmTf32TakesEffect) {
   if (device_cuda_count() == 0) GTEST_SKIP() << "no CUDA GPU";
-#ifdef HAVE_CUDA
   int major = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
   if (major < 8) GTEST_SKIP() << "no TF32 before compute capability 8.0";
@@ -325,7 +319,6 @@ TEST_F(OpsCuda, GemmTf32TakesEffect) {
   const float exact = (float)K * (1.0f + std::ldexp(1.0f, -12));  // 256 + 2^-4: exact in fp32
   EXPECT_EQ(std::count(tf32.begin(), tf32.end(), (float)K), (long)tf32.size()) << "TF32 not used";
   EXPECT_EQ(std::count(fp32.begin(), fp32.end(), exact), (long)fp32.size()) << "fp32 not restored";
-#endif
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "device.h"
-#include "ops.h"
+#include "ops_backend.h"
 
 namespace {
 struct Shape {
