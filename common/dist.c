@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "devmem.h"
 #include "dist_backend.h"
 #include "watchdog.h"
 
@@ -336,7 +337,7 @@ void dist_destroy(ProcessGroup *pg) {
     WITH_NCCL(dist_nccl_destroy(pg));
     watchdog_leave();
   }
-  if (pg->stage) host_free(pg->ctx, pg->stage);
+  if (pg->stage) dev_host_free(pg->ctx, pg->stage);
   if (pg->ctx) dev_event_free(pg->ctx, &pg->ready);
   check_set_abort(NULL);
   if (pg->mpi_up) WITH_MPI(dist_mpi_finalize());

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "devmem.h"
 #include "dist_backend.h"
 #include "ops.h"
 #include "watchdog.h"
@@ -93,8 +94,8 @@ static bool on_gpu(const ProcessGroup *pg) { return pg->ctx && pg->ctx->dev == D
 static void *staging(ProcessGroup *pg, size_t bytes) {
   if (bytes > pg->stage_bytes) {
     dev_sync(pg->ctx);  // an upload from the old buffer may still be queued
-    host_free(pg->ctx, pg->stage);
-    pg->stage = host_alloc(pg->ctx, bytes);
+    dev_host_free(pg->ctx, pg->stage);
+    pg->stage = dev_host_alloc(pg->ctx, bytes);
     pg->stage_bytes = bytes;
   }
   return pg->stage;

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "devmem.h"
 #include "dist_backend.h"
 #include "log.h"
 #include "ops_backend.h"

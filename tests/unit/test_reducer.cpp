@@ -22,13 +22,13 @@ class ReducerAssign : public ::testing::Test {
   Ctx c;
   Mlp m;
   void SetUp() override {
-    ctx_init(&c, DEVICE_CPU, 0);
+    device_init(&c, DEVICE_CPU, 0);
     const int sizes[] = {784, 1024, 1024, 10};  // the course MLP
     mlp_init(&m, &c, sizes, 3, 1, 1);
   }
   void TearDown() override {
     mlp_free(&m, &c);
-    ctx_free(&c);
+    device_free(&c);
   }
   Assignment assign(size_t cap, size_t first = REDUCER_FIRST_BUCKET_BYTES) {
     Assignment a;
