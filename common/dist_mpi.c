@@ -36,10 +36,6 @@ static void mpi_abort(int status) {
 void dist_mpi_set_abort(void) { check_set_abort(mpi_abort); }
 
 void dist_mpi_init(ProcessGroup *pg) {
-  // Open MPI runs MPI_Iallreduce (step 06's buckets) through libnbc, whose default algorithm was
-  // half as fast as its ring algorithm for our 7 MiB gradient (docs/performance.md). MCA settings
-  // are read from the environment at MPI_Init; one the user set wins. Other MPIs ignore it.
-  setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", 0);
   int up = 0;
   mpiCheck(MPI_Initialized(&up));
   if (!up) WAITING("MPI_Init", MPI_Init(NULL, NULL));  // waits for every rank of the job

@@ -6,7 +6,7 @@ variables that matter on this VM (DESIGN.md §9), measured interleaved and repea
                                    [--sizes 1048576,4194304,7452712,33554432]
 
 Runs build/bin/allreduce_bench (with and without --nonblocking) under each setting:
-  default      scripts/mpi_env.sh only (btl self,vader)
+  default      scripts/mpi_env.sh only (btl self,vader), without its libnbc choice (see nbc=ring)
   sc=none      OMPI_MCA_btl_vader_single_copy_mechanism=none (no CMA; copy-in/copy-out through the
                shared-memory segment)
   mmap_max=0   MALLOC_MMAP_MAX_=0 (glibc never serves malloc from fresh mmap pages, so MPI's
