@@ -98,6 +98,7 @@ void dev_event_record(const Ctx *c, DevEvent *e, void *stream) {
   } else {
     e->t = now_seconds();  // CPU work is synchronous: "after the work so far" is now
   }
+  (void)stream;  // (unused in a build without CUDA)
 }
 
 void dev_stream_wait(const Ctx *c, void *stream, const DevEvent *e) {

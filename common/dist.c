@@ -235,6 +235,7 @@ void dist_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, DistO
   } else {
     WITH_MPI(dist_mpi_all_reduce(pg, buf, n, type, op));
   }
+  (void)buf;  // (unused in a build with neither back end)
 }
 
 void dist_work_init(ProcessGroup *pg, DistWork *w) {
@@ -300,6 +301,7 @@ void dist_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, int ro
   } else {
     WITH_MPI(dist_mpi_broadcast(pg, buf, n, type, root));
   }
+  (void)buf, (void)type, (void)root;  // (unused in a build with neither back end)
 }
 
 void dist_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type) {
