@@ -2,7 +2,7 @@
 """Raw MPI all-reduce time under different settings: blocking vs nonblocking, and the environment
 variables that matter on this VM (DESIGN.md §9), measured interleaved and repeated.
 
-    scripts/bench/allreduce_env.py [--ranks 2] [--reps 3] [--iters 20] [--build build]
+    bench/allreduce_env.py [--ranks 2] [--reps 3] [--iters 20] [--build build]
                                    [--sizes 1048576,4194304,7452712,33554432]
 
 Runs build/bin/allreduce_bench (with and without --nonblocking) under each setting:
@@ -31,7 +31,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cpu_ddp  # noqa: E402  (the benchmarks' one MPI environment)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SETTINGS = {
     "default": {},
     "sc=none": {"OMPI_MCA_btl_vader_single_copy_mechanism": "none"},

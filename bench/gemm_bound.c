@@ -17,7 +17,7 @@
 // separate pass after backward (PyTorch's optimizer.step(), our sgd_step) cannot beat GEMM + SGD
 // time; only fusing the update into the weight-gradient GEMM would remove it.
 //
-// Built by CMake (target gemm_bound); scripts/bench/step01_cpu.sh and gpu_bench.sh run it.
+// Built by CMake with -DDDP_BUILD_BENCH=ON (target gemm_bound); bench/step01_cpu.sh and gpu_bench.sh run it.
 // --tf32 lets cuBLAS use TF32 tensor cores (device_set_tf32, as the trainers' --tf32); the CPU ignores
 // it.
 // Usage: gemm_bound [--device cpu|cuda] [--batch 128] [--sizes 784,1024,1024,10] [--reps 50]

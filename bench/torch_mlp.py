@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""PyTorch reference trainer for the ddp-in-c benchmarks (scripts/bench/).
+"""PyTorch reference trainer for the ddp-in-c benchmarks (bench/).
 
 The same model, data, batch and optimizer as the C steps: nn.Sequential of Linear/ReLU (PyTorch's
 default init), Fashion-MNIST from /usr/share/datasets/fashion-mnist/*.gz read with gzip + numpy and
@@ -22,7 +22,7 @@ queues steps ahead of the GPU (as step 06 does); per-step times are then meaning
 step time is the mean over the steps after --warmup, between two torch.cuda.synchronize() calls.
 
 Run with /usr/bin/python3 (Debian's python3-torch). Example:
-  /usr/bin/python3 scripts/bench/torch_mlp.py --steps 60 --warmup 10 --threads 1
+  /usr/bin/python3 bench/torch_mlp.py --steps 60 --warmup 10 --threads 1
 """
 import argparse
 import gzip
