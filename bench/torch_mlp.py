@@ -2,7 +2,8 @@
 """PyTorch reference trainer for the ddp-in-c benchmarks (bench/).
 
 The same model, data, batch and optimizer as the C steps: nn.Sequential of Linear/ReLU (PyTorch's
-default init), Fashion-MNIST from /usr/share/datasets/fashion-mnist/*.gz read with gzip + numpy and
+default init), Fashion-MNIST from $DDP_FASHION_MNIST_DIR/*.gz (default /usr/share/datasets/fashion-mnist,
+as the C programs') read with gzip + numpy and
 normalised (x/255 - 0.2860)/0.3530 (or synthetic random data of the same shape), SGD(lr, momentum 0.9),
 CrossEntropyLoss, a reshuffle every epoch, gradients set to None before each step.
 
@@ -36,7 +37,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 
-DATA_DIR = "/usr/share/datasets/fashion-mnist"
+# As the C programs' default (common/data.h), overridden like the tests' by DDP_FASHION_MNIST_DIR.
+DATA_DIR = os.environ.get("DDP_FASHION_MNIST_DIR", "/usr/share/datasets/fashion-mnist")
 MEAN, STD = 0.2860, 0.3530
 
 

@@ -282,7 +282,8 @@ fi
 # own rows of the image), so that the 8-bit pixel path (ops_gather_pixels) runs on the GPU as well.
 data=()
 data_name="Fashion-MNIST"
-if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+fmnist=$(sed -n 's/^DDP_FASHION_MNIST_DIR:[A-Z]*=//p' "$BUILD_DIR/CMakeCache.txt")  # the build's
+if [ ! -f "$fmnist/train-images-idx3-ubyte.gz" ]; then
   data_name="IDX files made here"
   python3 - "$work/idx" <<'PY'
 import gzip, os, random, struct, sys
