@@ -10,6 +10,7 @@
 #include <zlib.h>
 
 #include "check.h"
+#include "devmem.h"
 
 // 64-bit FNV-1a: keeps a value that is too long to show comparable by its tail.
 static uint64_t fnv1a(const char *s) {

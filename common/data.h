@@ -18,8 +18,12 @@
 extern "C" {
 #endif
 
-/** @brief Where the Debian/Ubuntu package `dataset-fashion-mnist` installs Fashion-MNIST. */
+#ifndef DATA_FASHION_MNIST_DIR
+/** @brief Where Fashion-MNIST is read from without `--data_dir`: the folder of the Debian/Ubuntu
+ *  package `dataset-fashion-mnist`. The one place this path is written: CMake reads it from here
+ *  into its cache variable DDP_FASHION_MNIST_DIR, which can change it for a build. */
 #define DATA_FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
+#endif
 
 /** @brief A dataset in host memory: its features are either `x` or `pixels` (the other is NULL). */
 typedef struct Dataset {

@@ -10,14 +10,31 @@
 #include <string.h>
 
 #include "check.h"
+#include "devmem.h"
 #include "dist_backend.h"
 #include "watchdog.h"
 
+// WITH_MPI(call), WITH_NCCL(call): a call into a back end, compiled only in a build that has it
+// (CMake defines HAVE_MPI=1, HAVE_NCCL=1). dist_init() refuses a back end that the build lacks, with a
+// message that says so (discover(), choose_backend()), so without it the call is never reached.
+#if HAVE_MPI
+#define WITH_MPI(call) call
+#else
+#define HAVE_MPI 0
+#define WITH_MPI(call) die(1, "this program was built without MPI")
+#endif
+#if HAVE_NCCL
+#define WITH_NCCL(call) call
+#else
+#define HAVE_NCCL 0
+#define WITH_NCCL(call) die(1, "this program was built without NCCL")
+#endif
+
 const char *dist_backend_name(Backend b) { return b == BACKEND_NCCL ? "nccl" : "mpi"; }
 
-size_t dist_type_size(DistType type) {
-  return type == DIST_DOUBLE ? sizeof(double) : type == DIST_INT ? sizeof(int) : sizeof(float);
-}
+bool dist_have_mpi(void) { return HAVE_MPI; }
+
+bool dist_have_nccl(void) { return HAVE_NCCL; }
 
 // Reads a non-negative integer environment variable; -1 when unset, ends the job when malformed.
 static int env_int(const char *name) {
@@ -145,7 +162,7 @@ static void discover(ProcessGroup *pg) {
   // every rank.
   if (pg->launcher != LAUNCH_NONE) watchdog_start(pg->timeout, NULL, NULL, NULL, NULL);
   if (pg->launcher == LAUNCH_MPI) {
-    dist_mpi_init(pg);
+    WITH_MPI(dist_mpi_init(pg));
     pg->mpi_up = true;
   }
 }
@@ -177,18 +194,34 @@ void dist_init(ProcessGroup *pg, const char *backend, Device dev, double timeout
   pg->timeout = timeout_s > 0 ? timeout_s : 300.0;
   discover(pg);
   check_set_rank(pg->rank);
-  if (pg->mpi_up) dist_mpi_set_abort();  // from here on, any failure on any rank ends every rank
+  if (pg->mpi_up) WITH_MPI(dist_mpi_set_abort());  // from now on, a failure on any rank ends all
   pg->backend = choose_backend(pg, backend, dev);
 }
+
+#if HAVE_NCCL
+// Under mpirun, NCCL's unique id travels from rank 0 to the others over MPI (an environment launch
+// needs no such step: NCCL_COMM_ID gives every rank the same id). Only an MPI launch calls it, and
+// only a build with MPI has one.
+static void share_from_rank0(void *bytes, size_t size) {
+#if HAVE_MPI
+  dist_mpi_broadcast_bytes(bytes, size, 0);
+#else
+  (void)bytes, (void)size;
+#endif
+}
+#endif
 
 void dist_connect(ProcessGroup *pg, const Ctx *c) {
   pg->ctx = c;
   dev_event_init(c, &pg->ready);
-  if (pg->backend == BACKEND_NCCL) dist_nccl_connect(pg);
+#if HAVE_NCCL
+  if (pg->backend != BACKEND_NCCL) return;
+  dist_nccl_connect(pg, pg->launcher == LAUNCH_MPI ? share_from_rank0 : NULL);
   // The watchdog (running since dist_init) now also polls the communicator; its thread selects this
   // rank's GPU before its first CUDA call, so that it makes no CUDA context on GPU 0.
-  if (pg->launcher != LAUNCH_NONE && pg->backend == BACKEND_NCCL)
+  if (pg->launcher != LAUNCH_NONE)
     watchdog_start(pg->timeout, dist_nccl_poll, dist_nccl_bind, dist_nccl_abort, pg);
+#endif
 }
 
 // A group of one process with the MPI backend and no MPI launcher: every collective is the identity.
@@ -198,10 +231,11 @@ void dist_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, DistO
   if (op == DIST_AVG && type != DIST_FLOAT) die(1, "dist_all_reduce: DIST_AVG needs float data");
   if (n == 0 || solo(pg)) return;
   if (pg->backend == BACKEND_NCCL) {
-    dist_nccl_all_reduce(pg, buf, n, type, op);
+    WITH_NCCL(dist_nccl_all_reduce(pg, buf, n, type, op));
   } else {
-    dist_mpi_all_reduce(pg, buf, n, type, op);
+    WITH_MPI(dist_mpi_all_reduce(pg, buf, n, type, op));
   }
+  (void)buf;  // (unused in a build with neither back end)
 }
 
 void dist_work_init(ProcessGroup *pg, DistWork *w) {
@@ -234,16 +268,20 @@ void dist_all_reduce_async(ProcessGroup *pg, void *buf, size_t n, DistType type,
     dev_event_record(pg->ctx, &pg->ready, NULL);            // after the work that wrote buf ...
     dev_stream_wait(pg->ctx, pg->comm_stream, &pg->ready);  // ... the communication stream starts
     dev_event_record(pg->ctx, &w->start, pg->comm_stream);
-    dist_nccl_all_reduce_on(pg, buf, n, type, op, pg->comm_stream);
+    WITH_NCCL(dist_nccl_all_reduce_on(pg, buf, n, type, op, pg->comm_stream));
     dev_event_record(pg->ctx, &w->end, pg->comm_stream);
   } else {
-    dist_mpi_all_reduce_start(pg, w);
+    WITH_MPI(dist_mpi_all_reduce_start(pg, w));
   }
 }
 
 bool dist_test(ProcessGroup *pg, DistWork *w) {
   if (!w->active || w->done || pg->backend == BACKEND_NCCL) return true;
+#if HAVE_MPI
   return dist_mpi_test(pg, w);
+#else
+  die(1, "this program was built without MPI");
+#endif
 }
 
 void dist_wait(ProcessGroup *pg, DistWork *w) {
@@ -251,7 +289,7 @@ void dist_wait(ProcessGroup *pg, DistWork *w) {
   if (pg->backend == BACKEND_NCCL && !w->done) {
     dev_stream_wait(pg->ctx, NULL, &w->end);  // the compute stream waits; the host does not
   } else if (!w->done) {
-    dist_mpi_wait(pg, w);
+    WITH_MPI(dist_mpi_wait(pg, w));
   }
   w->active = false;
 }
@@ -259,36 +297,37 @@ void dist_wait(ProcessGroup *pg, DistWork *w) {
 void dist_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, int root) {
   if (n == 0 || solo(pg)) return;
   if (pg->backend == BACKEND_NCCL) {
-    dist_nccl_broadcast(pg, buf, n, type, root);
+    WITH_NCCL(dist_nccl_broadcast(pg, buf, n, type, root));
   } else {
-    dist_mpi_broadcast(pg, buf, n, type, root);
+    WITH_MPI(dist_mpi_broadcast(pg, buf, n, type, root));
   }
+  (void)buf, (void)type, (void)root;  // (unused in a build with neither back end)
 }
 
 void dist_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type) {
   if (solo(pg)) {
     dev_copy(pg->ctx, recv, send, n * dist_type_size(type));
   } else if (pg->backend == BACKEND_NCCL) {
-    dist_nccl_all_gather(pg, send, recv, n, type);
+    WITH_NCCL(dist_nccl_all_gather(pg, send, recv, n, type));
   } else {
-    dist_mpi_all_gather(pg, send, recv, n, type);
+    WITH_MPI(dist_mpi_all_gather(pg, send, recv, n, type));
   }
 }
 
 void dist_barrier(ProcessGroup *pg) {
   if (pg->backend == BACKEND_NCCL) {
-    dist_nccl_barrier(pg);
+    WITH_NCCL(dist_nccl_barrier(pg));
   } else if (pg->mpi_up) {
-    dist_mpi_barrier();
+    WITH_MPI(dist_mpi_barrier());
   }
 }
 
 void dist_group_start(ProcessGroup *pg) {
-  if (pg->backend == BACKEND_NCCL && pg->nccl) dist_nccl_group_start(pg);
+  if (pg->backend == BACKEND_NCCL && pg->nccl) WITH_NCCL(dist_nccl_group_start(pg));
 }
 
 void dist_group_end(ProcessGroup *pg) {
-  if (pg->backend == BACKEND_NCCL && pg->nccl) dist_nccl_group_end(pg);
+  if (pg->backend == BACKEND_NCCL && pg->nccl) WITH_NCCL(dist_nccl_group_end(pg));
 }
 
 void dist_destroy(ProcessGroup *pg) {
@@ -297,13 +336,13 @@ void dist_destroy(ProcessGroup *pg) {
   if (pg->launcher != LAUNCH_NONE) watchdog_start(pg->timeout, NULL, NULL, NULL, NULL);
   if (pg->backend == BACKEND_NCCL && pg->nccl) {
     watchdog_enter("the NCCL shutdown (last collectives, ncclCommDestroy)");
-    dist_nccl_destroy(pg);
+    WITH_NCCL(dist_nccl_destroy(pg));
     watchdog_leave();
   }
-  if (pg->stage) host_free(pg->ctx, pg->stage);
+  if (pg->stage) dev_host_free(pg->ctx, pg->stage);
   if (pg->ctx) dev_event_free(pg->ctx, &pg->ready);
   check_set_abort(NULL);
-  if (pg->mpi_up) dist_mpi_finalize();
+  if (pg->mpi_up) WITH_MPI(dist_mpi_finalize());
   watchdog_stop();
   memset(pg, 0, sizeof *pg);
 }

@@ -25,6 +25,7 @@
 #include <stddef.h>
 
 #include "device.h"
+#include "devmem.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -95,7 +96,7 @@ void dist_init(ProcessGroup *pg, const char *backend, Device dev, double timeout
  * and registers the job-wide abort hook.
  * @param[in,out] pg process group from dist_init().
  * @param[in] c      this process's device context (kept; must outlive @p pg).
- * @pre ctx_init() selected the GPU given by the local rank.
+ * @pre device_init() selected the GPU given by the local rank.
  */
 void dist_connect(ProcessGroup *pg, const Ctx *c);
 

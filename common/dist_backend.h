@@ -1,7 +1,8 @@
 /**
  * @file
- * @brief Internal interface between the process group (dist.c) and its backend files: dist_mpi.c /
- * dist_nompi.c and dist_nccl.c / dist_nonccl.c. Not for the steps: they use dist.h.
+ * @brief Internal interface between the process group (dist.c) and its backend files: dist_mpi.c
+ * (built with MPI, HAVE_MPI) and dist_nccl.c (built with NCCL, HAVE_NCCL). dist.c calls a back end
+ * only in a build that has it. Not for the steps: they use dist.h.
  */
 #ifndef DDP_DIST_BACKEND_H
 #define DDP_DIST_BACKEND_H
@@ -35,8 +36,14 @@ void dist_mpi_barrier(void);
 /** @brief Finalises MPI. */
 void dist_mpi_finalize(void);
 
-/** @brief Creates the NCCL communicator (unique id from MPI or from NCCL_COMM_ID). */
-void dist_nccl_connect(ProcessGroup *pg);
+/**
+ * @brief Creates the NCCL communicator.
+ * @param[in,out] pg    the process group (rank, world size, context); gets the communicator.
+ * @param[in]     share NULL when NCCL_COMM_ID gives every rank the same unique id (an environment
+ *                      launch); else a function that copies rank 0's id (@p size bytes at @p id) to
+ *                      every rank (over MPI under mpirun).
+ */
+void dist_nccl_connect(ProcessGroup *pg, void (*share)(void *id, size_t size));
 /** @brief NCCL all-reduce on the context's stream; see dist_all_reduce(). */
 void dist_nccl_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op);
 /** @brief NCCL all-reduce queued on @p stream (a cudaStream_t). */
@@ -63,7 +70,9 @@ void dist_nccl_group_end(ProcessGroup *pg);
 void dist_nccl_destroy(ProcessGroup *pg);
 
 /** @brief Size in bytes of one element of @p type. */
-size_t dist_type_size(DistType type);
+static inline size_t dist_type_size(DistType type) {
+  return type == DIST_DOUBLE ? sizeof(double) : type == DIST_INT ? sizeof(int) : sizeof(float);
+}
 
 #ifdef __cplusplus
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "devmem.h"
 #include "dist_backend.h"
 #include "ops.h"
 #include "watchdog.h"
@@ -18,8 +19,6 @@
     mpiCheck(call);         \
     watchdog_leave();       \
   } while (0)
-
-bool dist_have_mpi(void) { return true; }
 
 void mpi_check_impl(int err, const char *call, const char *file, int line) {
   if (err == MPI_SUCCESS) return;
@@ -37,10 +36,6 @@ static void mpi_abort(int status) {
 void dist_mpi_set_abort(void) { check_set_abort(mpi_abort); }
 
 void dist_mpi_init(ProcessGroup *pg) {
-  // Open MPI runs MPI_Iallreduce (step 06's buckets) through libnbc, whose default algorithm was
-  // half as fast as its ring algorithm for our 7 MiB gradient (docs/performance.md). MCA settings
-  // are read from the environment at MPI_Init; one the user set wins. Other MPIs ignore it.
-  setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", 0);
   int up = 0;
   mpiCheck(MPI_Initialized(&up));
   if (!up) WAITING("MPI_Init", MPI_Init(NULL, NULL));  // waits for every rank of the job
@@ -95,8 +90,8 @@ static bool on_gpu(const ProcessGroup *pg) { return pg->ctx && pg->ctx->dev == D
 static void *staging(ProcessGroup *pg, size_t bytes) {
   if (bytes > pg->stage_bytes) {
     dev_sync(pg->ctx);  // an upload from the old buffer may still be queued
-    host_free(pg->ctx, pg->stage);
-    pg->stage = host_alloc(pg->ctx, bytes);
+    dev_host_free(pg->ctx, pg->stage);
+    pg->stage = dev_host_alloc(pg->ctx, bytes);
     pg->stage_bytes = bytes;
   }
   return pg->stage;

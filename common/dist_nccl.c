@@ -11,9 +11,10 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "devmem.h"
 #include "dist_backend.h"
 #include "log.h"
-#include "ops.h"
+#include "ops_backend.h"
 #include "watchdog.h"
 
 // Older NCCL headers lack NCCL_VERSION; ncclAvg needs 2.10, ncclGetLastError 2.13.
@@ -21,8 +22,6 @@
 #define NCCL_VERSION(X, Y, Z) ((X) * 1000 + (Y) * 100 + (Z))
 #endif
 #define HEADER_HAS_AVG (NCCL_VERSION_CODE >= NCCL_VERSION(2, 10, 0))
-
-bool dist_have_nccl(void) { return true; }
 
 void nccl_check_impl(int result, const char *call, const char *file, int line) {
   if (result == ncclSuccess) return;
@@ -156,16 +155,16 @@ static void explain_init_failure(const ProcessGroup *pg, ncclResult_t r, int ver
   }
 }
 
-void dist_nccl_connect(ProcessGroup *pg) {
+void dist_nccl_connect(ProcessGroup *pg, void (*share)(void *id, size_t size)) {
   g_pg = pg;
   cudaCheck(cudaSetDevice(pg->ctx->gpu));  // NCCL binds the communicator to the current GPU
   int version = 0;
   ncclCheck(ncclGetVersion(&version));
   g_have_avg = HEADER_HAS_AVG && version >= NCCL_VERSION(2, 10, 0) && !getenv("DDP_NCCL_NO_AVG");
   ncclUniqueId id;
-  if (pg->launcher == LAUNCH_MPI) {
+  if (share) {
     if (pg->rank == 0) ncclCheck(ncclGetUniqueId(&id));
-    dist_mpi_broadcast_bytes(&id, sizeof id, 0);
+    share(&id, sizeof id);
   } else {
     ncclCheck(ncclGetUniqueId(&id));  // with NCCL_COMM_ID (set by dist_init), the same id everywhere
   }

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "devmem.h"
 #include "ops.h"
 
 void loader_init(Loader *ld, const Ctx *c, Dataset *ds, int max_batch, int max_order) {
@@ -44,7 +45,7 @@ void loader_init(Loader *ld, const Ctx *c, Dataset *ds, int max_batch, int max_o
     dev_upload(c, ld->y, ds->y, (size_t)ds->n * sizeof(int));
   }
   ld->order = dev_alloc(c, (size_t)max_order * sizeof(int));
-  ld->order_host = host_alloc(c, (size_t)max_order * sizeof(int));
+  ld->order_host = dev_host_alloc(c, (size_t)max_order * sizeof(int));
   ld->xb = dev_alloc(c, (size_t)max_batch * ds->dim * sizeof(float));
   ld->yb = dev_alloc(c, (size_t)max_batch * sizeof(int));
   // The uploads read the caller's dataset, which is not retained: wait so it may be freed at once.
@@ -83,7 +84,7 @@ void loader_batch(Loader *ld, const Ctx *c, int start, int B) {
 void loader_free(Loader *ld, const Ctx *c) {
   dev_free(c, ld->yb);
   dev_free(c, ld->xb);
-  host_free(c, ld->order_host);
+  dev_host_free(c, ld->order_host);
   dev_free(c, ld->order);
   dev_free(c, ld->y);
   dev_free(c, ld->pixels);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "devmem.h"
 #include "ops.h"
 #include "rng.h"
 

@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "device.h"
+#include "devmem.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -4,7 +4,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "ops.h"
+#include "ops_backend.h"
 
 #ifdef HAVE_OPENBLAS
 #include <cblas.h>

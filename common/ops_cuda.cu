@@ -7,7 +7,7 @@
 #include <math.h>
 
 #include "check.h"
-#include "ops.h"
+#include "ops_backend.h"
 
 #define THREADS 256       // threads per block for the element-wise kernels
 #define MAX_BLOCKS 65535  // grid-stride loops cover the rest

@@ -3,6 +3,7 @@
 
 #include <string.h>
 
+#include "devmem.h"
 #include "ops.h"
 
 void sgd_init(Sgd *o, const Ctx *c, size_t n, float lr, float momentum, float dampening, float wd,

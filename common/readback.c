@@ -4,10 +4,11 @@
 #include <string.h>
 
 #include "check.h"
+#include "devmem.h"
 
 void readback_init(Readback *r, const Ctx *c) {
   memset(r, 0, sizeof *r);
-  r->host = host_alloc(c, READBACK_SLOTS * sizeof(float));
+  r->host = dev_host_alloc(c, READBACK_SLOTS * sizeof(float));
   for (int i = 0; i < READBACK_SLOTS; i++) dev_event_init(c, &r->arrived[i]);
 }
 
@@ -15,7 +16,7 @@ void readback_free(Readback *r, const Ctx *c) {
   for (int k = 0; k < r->count; k++)  // copies still in flight write into r->host: let them land
     dev_event_wait(c, &r->arrived[(r->head + k) % READBACK_SLOTS]);
   for (int i = READBACK_SLOTS - 1; i >= 0; i--) dev_event_free(c, &r->arrived[i]);
-  host_free(c, r->host);
+  dev_host_free(c, r->host);
   memset(r, 0, sizeof *r);
 }
 

@@ -16,6 +16,7 @@
 #include <stdbool.h>
 
 #include "device.h"
+#include "devmem.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -26,7 +27,7 @@ extern "C" {
 
 /** @brief A queue of device floats on their way to the host, oldest first. */
 typedef struct Readback {
-  float *host;                       ///< host_alloc() (pinned on CUDA): READBACK_SLOTS values
+  float *host;                       ///< dev_host_alloc() (pinned on CUDA): READBACK_SLOTS values
   DevEvent arrived[READBACK_SLOTS];  ///< recorded after each slot's copy
   long long tag[READBACK_SLOTS];     ///< the caller's label of each value (e.g. its step)
   int head;                          ///< slot of the oldest value not yet taken

@@ -23,7 +23,7 @@
 #   DDP_DEPS_PREFIX  Debian packages unpacked by scripts/gpu_deps.sh (OpenBLAS, GoogleTest, zlib
 #                    headers) for a machine without them; deps/debs/*.deb are unpacked when present
 #   CUDA_ARCHS       CUDA architectures to build (default 90: Hopper)
-#   BENCH=R          then run scripts/bench/gpu_bench.sh -r R on the same build (needs PyTorch)
+#   BENCH=R          then run bench/gpu_bench.sh -r R on the same build (needs PyTorch)
 # CUDA libraries may also come from PyTorch's pip wheels (nvidia-*): NCCL is taken from the wheel when
 # neither NCCL_ROOT nor the toolkit has one.
 set -uo pipefail
@@ -86,6 +86,7 @@ nvcc=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null || true)
 cmake_args=(-DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER="$nvcc"
             -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS:-90}" -DDDP_FETCH_GTEST=OFF)
 command -v mpicc > /dev/null || cmake_args+=(-DDDP_ENABLE_MPI=OFF)
+[ "${BENCH:-0}" -gt 0 ] && cmake_args+=(-DDDP_BUILD_BENCH=ON)  # gpu_bench.sh runs gemm_bound
 command -v ninja > /dev/null && [ ! -f "$BUILD_DIR/CMakeCache.txt" ] && cmake_args+=(-G Ninja)
 if [ -z "${NCCL_ROOT:-}" ] && [ ! -f /usr/local/cuda/include/nccl.h ]; then
   w=$(wheel_dir nccl); [ -n "$w" ] && export NCCL_ROOT=$w
@@ -281,7 +282,8 @@ fi
 # own rows of the image), so that the 8-bit pixel path (ops_gather_pixels) runs on the GPU as well.
 data=()
 data_name="Fashion-MNIST"
-if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+fmnist=$(sed -n 's/^DDP_FASHION_MNIST_DIR:[A-Z]*=//p' "$BUILD_DIR/CMakeCache.txt")  # the build's
+if [ ! -f "$fmnist/train-images-idx3-ubyte.gz" ]; then
   data_name="IDX files made here"
   python3 - "$work/idx" <<'PY'
 import gzip, os, random, struct, sys
@@ -422,7 +424,7 @@ else
 fi
 
 if [ "${BENCH:-0}" -gt 0 ]; then
-  if OUT="$LOG/bench" scripts/bench/gpu_bench.sh -r "$BENCH" "$BUILD_DIR" > "$LOG/bench.log" 2>&1; then
+  if OUT="$LOG/bench" bench/gpu_bench.sh -r "$BENCH" "$BUILD_DIR" > "$LOG/bench.log" 2>&1; then
     ok "benchmark (gpu_bench.sh -r $BENCH)" "tables in logs.tar.gz (logs/bench.log)"
   else
     fail "benchmark (gpu_bench.sh -r $BENCH)" "see logs/bench.log"

@@ -30,14 +30,14 @@ def header(n, src):
 EXERCISES = [
     ("02_init", "steps/02_init/train.c", [
         ("  dist_init(&t->pg, t->args.backend, dev, t->args.timeout);  // [init] who am I, how many are we",
-         "  ctx_init(&t->ctx, dev, gpus == 1 ? 0 : t->local_rank);",
+         "  device_init(&t->ctx, dev, gpus == 1 ? 0 : t->local_rank);",
          "  // TODO(02): join the process group (dist_init, with --backend) and take this process's rank,\n"
          "  // world size and local rank from it; on CUDA, refuse more ranks on this node than it has GPUs.\n"
          "  // Until then every process believes it is alone: rank 0 of 1, as in step 01.\n"
          "  t->rank = 0;\n"
          "  t->world_size = 1;\n"
          "  t->local_rank = 0;\n"
-         "  ctx_init(&t->ctx, dev, t->local_rank);\n"),
+         "  device_init(&t->ctx, dev, t->local_rank);\n"),
         ("  dist_connect(&t->pg, &t->ctx);  // [init] the communicator, on this rank's GPU",
          "  dist_connect(&t->pg, &t->ctx);  // [init] the communicator, on this rank's GPU",
          "  // TODO(02): open the communicator on this rank's device (dist_connect)\n"),

@@ -14,10 +14,10 @@ export LSAN_OPTIONS="suppressions=$PWD/scripts/sanitizers/lsan.supp:print_suppre
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-mpirun -np 2 build/asan/bin/06_full --device cpu --data synthetic --dataset_size 1024 --hidden 32 \
+mpirun -np 2 build-asan/bin/06_full --device cpu --data synthetic --dataset_size 1024 --hidden 32 \
   --epochs 2 --grad_accum 2 --batch_size 32 --bucket_cap_mb 0.01 --save_interval 1 \
   --ckpt_dir "$tmp/ck" --trace "$tmp/trace_{rank}.json" --metrics "$tmp/m_{rank}.jsonl" > "$tmp/run.log"
-mpirun -np 2 build/asan/bin/06_full --device cpu --data synthetic --dataset_size 1024 --hidden 32 \
+mpirun -np 2 build-asan/bin/06_full --device cpu --data synthetic --dataset_size 1024 --hidden 32 \
   --epochs 3 --grad_accum 2 --batch_size 32 --save_interval 0 --resume "$tmp/ck/checkpoint.bin" \
   > "$tmp/resume.log"
 echo "sanitizers: 2-rank step 06 runs (train, checkpoint, trace, resume) clean"

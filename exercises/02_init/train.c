@@ -20,7 +20,8 @@
 #include "check.h"    // check.h: die, check_set_rank
 #include "ckpt_model.h"  // ckpt_model.h: CkptMeta, ckpt_model_meta, ckpt_save_model, ckpt_load_model
 #include "data.h"     // data.h: Dataset, DataId, data_parse, dataset_load, dataset_id
-#include "device.h"   // device.h: Ctx, ctx_init, ctx_set_tf32, device_parse, dev_alloc, ...
+#include "device.h"   // device.h: Ctx, device_parse, device_init, device_set_tf32, device_free
+#include "devmem.h"   // devmem.h: dev_alloc, dev_upload, dev_download, dev_zero, dev_sync, dev_free
 #include "dist.h"     // dist.h: ProcessGroup, dist_init, dist_connect, dist_broadcast, dist_all_reduce,
                       //         dist_barrier, dist_destroy
 #include "loader.h"   // loader.h: Loader, loader_init, loader_set_order, loader_batch
@@ -76,8 +77,8 @@ static void setup(Trainer *t) {
   t->rank = 0;
   t->world_size = 1;
   t->local_rank = 0;
-  ctx_init(&t->ctx, dev, t->local_rank);
-  ctx_set_tf32(&t->ctx, t->args.tf32);  // --tf32: faster GPU GEMMs, inputs rounded to TF32
+  device_init(&t->ctx, dev, t->local_rank);
+  device_set_tf32(&t->ctx, t->args.tf32);  // --tf32: faster GPU GEMMs, inputs rounded to TF32
   // TODO(02): open the communicator on this rank's device (dist_connect)
   log0("rank %d of %d (local rank %d) on %s\n", t->rank, t->world_size, t->local_rank,
        device_name(dev));
@@ -98,7 +99,7 @@ static void check_ranks_agree(Trainer *t) {
 
 static void cleanup(Trainer *t) {
   // TODO(02): leave the process group (dist_destroy), before the device context goes
-  ctx_free(&t->ctx);
+  device_free(&t->ctx);
 }
 
 // ---------------------------------------------------------------------------------------------------

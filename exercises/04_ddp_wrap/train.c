@@ -21,7 +21,8 @@
 #include "check.h"    // check.h: die, check_set_rank
 #include "ckpt_model.h"  // ckpt_model.h: CkptMeta, ckpt_model_meta, ckpt_save_model, ckpt_load_model
 #include "data.h"     // data.h: Dataset, DataId, data_parse, dataset_load, dataset_id
-#include "device.h"   // device.h: Ctx, ctx_init, ctx_set_tf32, device_parse, dev_alloc, ...
+#include "device.h"   // device.h: Ctx, device_parse, device_init, device_set_tf32, device_free
+#include "devmem.h"   // devmem.h: dev_alloc, dev_upload, dev_download, dev_zero, dev_sync, dev_free
 #include "dist.h"     // dist.h: ProcessGroup, dist_init, dist_connect, dist_broadcast, dist_all_reduce,
                       //         dist_barrier, dist_destroy
 #include "loader.h"   // loader.h: Loader, loader_init, loader_set_order, loader_batch
@@ -82,8 +83,8 @@ static void setup(Trainer *t) {
   if (gpus > 1 && t->pg.local_size > gpus)
     die(1, "%d ranks on this node but only %d GPUs: start at most one rank per GPU",
         t->pg.local_size, gpus);
-  ctx_init(&t->ctx, dev, gpus == 1 ? 0 : t->local_rank);
-  ctx_set_tf32(&t->ctx, t->args.tf32);  // --tf32: faster GPU GEMMs, inputs rounded to TF32
+  device_init(&t->ctx, dev, gpus == 1 ? 0 : t->local_rank);
+  device_set_tf32(&t->ctx, t->args.tf32);  // --tf32: faster GPU GEMMs, inputs rounded to TF32
   dist_connect(&t->pg, &t->ctx);  // [init] the communicator, on this rank's GPU
   log0("rank %d of %d (local rank %d) on %s\n", t->rank, t->world_size, t->local_rank,
        device_name(dev));
@@ -104,7 +105,7 @@ static void check_ranks_agree(Trainer *t) {
 
 static void cleanup(Trainer *t) {
   dist_destroy(&t->pg);  // [init] leave the process group
-  ctx_free(&t->ctx);
+  device_free(&t->ctx);
 }
 
 // ---------------------------------------------------------------------------------------------------

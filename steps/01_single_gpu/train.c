@@ -17,7 +17,8 @@
 #include "check.h"    // check.h: die, check_set_rank
 #include "ckpt_model.h"  // ckpt_model.h: CkptMeta, ckpt_model_meta, ckpt_save_model, ckpt_load_model
 #include "data.h"     // data.h: Dataset, DataId, data_parse, dataset_load, dataset_id
-#include "device.h"   // device.h: Ctx, ctx_init, ctx_set_tf32, device_parse, dev_alloc, ...
+#include "device.h"   // device.h: Ctx, device_parse, device_init, device_set_tf32, device_free
+#include "devmem.h"   // devmem.h: dev_alloc, dev_upload, dev_download, dev_zero, dev_sync, dev_free
 #include "loader.h"   // loader.h: Loader, loader_init, loader_set_order, loader_batch
 #include "log.h"      // log.h: log0, Progress, progress_start, progress_add
 #include "loss_log.h"  // loss_log.h: LossLog, loss_log_init, loss_log_push, loss_log_epoch
@@ -67,13 +68,13 @@ static void setup(Trainer *t) {
   t->rank = 0;  // a single process: rank 0 of 1, on the first GPU
   t->world_size = 1;
   t->local_rank = 0;
-  ctx_init(&t->ctx, dev, t->local_rank);
-  ctx_set_tf32(&t->ctx, t->args.tf32);  // --tf32: faster GPU GEMMs, inputs rounded to TF32
+  device_init(&t->ctx, dev, t->local_rank);
+  device_set_tf32(&t->ctx, t->args.tf32);  // --tf32: faster GPU GEMMs, inputs rounded to TF32
   log0("rank %d of %d (local rank %d) on %s\n", t->rank, t->world_size, t->local_rank,
        device_name(dev));
 }
 
-static void cleanup(Trainer *t) { ctx_free(&t->ctx); }
+static void cleanup(Trainer *t) { device_free(&t->ctx); }
 
 // ---------------------------------------------------------------------------------------------------
 // Data

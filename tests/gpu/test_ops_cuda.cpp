@@ -1,6 +1,7 @@
 // test_ops_cuda.cpp: every CUDA op against its CPU reference on the same random inputs, the CUDA
-// memory functions of device.h, and one MLP forward/loss/backward on both devices. Every test that
-// needs a GPU skips itself when there is none, so this binary passes (as "skipped") anywhere.
+// memory functions of devmem.h, and one MLP forward/loss/backward on both devices. Every test that
+// needs a GPU skips itself when there is none, so this binary (built with CUDA only) passes, as
+// "skipped", on a machine without one.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,13 +15,12 @@
 #include <tuple>
 #include <vector>
 
-#ifdef HAVE_CUDA
 #include <cuda_runtime.h>  // cudaLaunchHostFunc, cudaDeviceGetAttribute
-#endif
 
-#include "device.h"  // device.h: Ctx, ctx_init, dev_alloc, dev_upload, dev_download, ...
+#include "device.h"  // device.h: Ctx, device_init, device_set_tf32, device_cuda_count
+#include "devmem.h"  // devmem.h: dev_alloc, dev_upload, dev_download, dev_host_alloc, ...
 #include "mlp.h"     // mlp.h: mlp_init, mlp_forward, mlp_loss, mlp_backward, ...
-#include "ops.h"     // ops.h: ops_*_cpu, ops_*_cuda
+#include "ops_backend.h"  // ops_backend.h: ops_*_cpu, ops_*_cuda
 #include "readback.h"  // readback.h: readback_init, readback_push, readback_take
 
 namespace {
@@ -82,16 +82,16 @@ double max_abs(const std::vector<float> &v) {
 // with helpers that copy host vectors to and from the GPU. Buffers are freed after the test.
 class OpsCuda : public ::testing::Test {
  protected:
-  void SetUp() override { ctx_init(&cpu_, DEVICE_CPU, 0); }
+  void SetUp() override { device_init(&cpu_, DEVICE_CPU, 0); }
   void TearDown() override {
     for (void *p : bufs_) dev_free(&gpu_, p);
-    if (have_gpu_) ctx_free(&gpu_);
-    ctx_free(&cpu_);
+    if (have_gpu_) device_free(&gpu_);
+    device_free(&cpu_);
   }
 
   const Ctx *cpu() { return &cpu_; }
   const Ctx *gpu() {
-    if (!have_gpu_) ctx_init(&gpu_, DEVICE_CUDA, 0);  // ctx_init: the path programs take
+    if (!have_gpu_) device_init(&gpu_, DEVICE_CUDA, 0);  // device_init: the path programs take
     have_gpu_ = true;
     return &gpu_;
   }
@@ -119,7 +119,7 @@ class OpsCuda : public ::testing::Test {
 };
 
 // ---------------------------------------------------------------------------------------------------
-// device.h: memory and copies
+// devmem.h: memory and copies
 // ---------------------------------------------------------------------------------------------------
 
 TEST_F(OpsCuda, MemoryRoundTrip) {
@@ -130,8 +130,8 @@ TEST_F(OpsCuda, MemoryRoundTrip) {
   float *b = (float *)dev_alloc(gpu(), n * sizeof(float));
   expect_equal_all(down(b, n), std::vector<float>(n, 0.0f), "dev_alloc is zeroed");
 
-  float *pinned = (float *)host_alloc(gpu(), n * sizeof(float));
-  EXPECT_EQ(std::count(pinned, pinned + n, 0.0f), (long)n) << "host_alloc is zeroed";
+  float *pinned = (float *)dev_host_alloc(gpu(), n * sizeof(float));
+  EXPECT_EQ(std::count(pinned, pinned + n, 0.0f), (long)n) << "dev_host_alloc is zeroed";
   std::copy(h.begin(), h.end(), pinned);
   dev_upload(gpu(), a, pinned, n * sizeof(float));
   dev_copy(gpu(), b, a, n * sizeof(float));
@@ -139,7 +139,7 @@ TEST_F(OpsCuda, MemoryRoundTrip) {
   std::vector<float> want = h;
   std::fill(want.begin(), want.begin() + 10, 0.0f);
   dev_sync(gpu());
-  host_free(gpu(), pinned);  // after the sync: the upload read it asynchronously
+  dev_host_free(gpu(), pinned);  // after the sync: the upload read it asynchronously
   expect_equal_all(down(b, n), want, "upload, copy, zero, download");
   dev_free(gpu(), b);
 }
@@ -167,20 +167,17 @@ TEST_F(OpsCuda, ReadbackKeepsStreamOrder) {
   readback_free(&r, gpu());
 }
 
-#ifdef HAVE_CUDA
 // A host function on the stream that holds it until `*release` is set: everything queued after it
 // stays queued until then.
 void CUDART_CB hold_stream(void *release) {
   while (!__atomic_load_n((volatile int *)release, __ATOMIC_ACQUIRE)) {
   }
 }
-#endif
 
 // readback_take does not wait for a value that has not arrived while at most max_ahead are queued,
 // and does wait for it once more are.
 TEST_F(OpsCuda, ReadbackTakesOnlyWhatHasArrived) {
   if (device_cuda_count() == 0) GTEST_SKIP() << "no CUDA GPU";
-#ifdef HAVE_CUDA
   float *dv = up(std::vector<float>(1, 3.0f));
   dev_sync(gpu());
   Readback r;
@@ -201,17 +198,16 @@ TEST_F(OpsCuda, ReadbackTakesOnlyWhatHasArrived) {
   ASSERT_TRUE(readback_take(&r, gpu(), 0, &v, &tag));
   EXPECT_EQ(tag, 2);
   readback_free(&r, gpu());
-#endif
 }
 
-// ctx_init must end the job with a clear message, not crash, when the GPU does not exist (no
+// device_init must end the job with a clear message, not crash, when the GPU does not exist (no
 // driver, no GPU, or a build without CUDA). The death tests re-run the binary ("threadsafe"), so
 // the child does not inherit this process's CUDA state.
 TEST(DeviceCuda, InitWithoutGpuDies) {
   if (device_cuda_count() > 0) GTEST_SKIP() << "a CUDA GPU is present";
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   Ctx c;
-  EXPECT_EXIT(ctx_init(&c, DEVICE_CUDA, 0), ::testing::ExitedWithCode(1),
+  EXPECT_EXIT(device_init(&c, DEVICE_CUDA, 0), ::testing::ExitedWithCode(1),
               "(--device cuda: no usable CUDA GPU|built without CUDA).*use --device cpu");
 }
 
@@ -219,7 +215,7 @@ TEST(DeviceCuda, InitBadOrdinalDies) {
   if (device_cuda_count() == 0) GTEST_SKIP() << "no CUDA GPU";
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   Ctx c;
-  EXPECT_EXIT(ctx_init(&c, DEVICE_CUDA, device_cuda_count()), ::testing::ExitedWithCode(1),
+  EXPECT_EXIT(device_init(&c, DEVICE_CUDA, device_cuda_count()), ::testing::ExitedWithCode(1),
               "does not exist");
 }
 
@@ -279,7 +275,7 @@ INSTANTIATE_TEST_SUITE_P(
              std::to_string(s.N) + "x" + std::to_string(s.K);
     });
 
-// TF32 (ctx_set_tf32, --tf32): tensor cores keep 10 of each input's 23 mantissa bits (rounded or
+// TF32 (device_set_tf32, --tf32): tensor cores keep 10 of each input's 23 mantissa bits (rounded or
 // cut: a relative error below 2^-10 per input), so each product is within about 2^-9 of the exact
 // one, plus the fp32 rounding of the sum.
 TEST_F(OpsCuda, GemmTf32WithinTf32Rounding) {
@@ -289,10 +285,10 @@ TEST_F(OpsCuda, GemmTf32WithinTf32Rounding) {
   std::vector<float> B = rand_floats((size_t)K * N, -1, 1, 15);
   std::vector<float> C((size_t)M * N, 0.0f);
   float *dA = up(A), *dB = up(B), *dC = up(C);
-  ctx_set_tf32(gpu(), true);
+  device_set_tf32(gpu(), true);
   ops_gemm_cuda(gpu(), false, false, M, N, K, 1.0f, dA, dB, 0.0f, dC);
   std::vector<float> got = down(dC, C.size());
-  ctx_set_tf32(gpu(), false);
+  device_set_tf32(gpu(), false);
   ops_gemm_cpu(cpu(), false, false, M, N, K, 1.0f, A.data(), B.data(), 0.0f, C.data());
   auto tol = [&](size_t idx) {
     int i = (int)(idx / N), j = (int)(idx % N);
@@ -308,7 +304,6 @@ TEST_F(OpsCuda, GemmTf32WithinTf32Rounding) {
 // fp32; setting fp32 back restores the exact result.
 TEST_F(OpsCuda, GemmTf32TakesEffect) {
   if (device_cuda_count() == 0) GTEST_SKIP() << "no CUDA GPU";
-#ifdef HAVE_CUDA
   int major = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
   if (major < 8) GTEST_SKIP() << "no TF32 before compute capability 8.0";
@@ -316,16 +311,15 @@ TEST_F(OpsCuda, GemmTf32TakesEffect) {
   float *dA = up(std::vector<float>((size_t)M * K, 1.0f + std::ldexp(1.0f, -12)));
   float *dB = up(std::vector<float>((size_t)K * N, 1.0f));
   float *dC = up(std::vector<float>((size_t)M * N, 0.0f));
-  ctx_set_tf32(gpu(), true);
+  device_set_tf32(gpu(), true);
   ops_gemm_cuda(gpu(), false, false, M, N, K, 1.0f, dA, dB, 0.0f, dC);
   std::vector<float> tf32 = down(dC, (size_t)M * N);
-  ctx_set_tf32(gpu(), false);
+  device_set_tf32(gpu(), false);
   ops_gemm_cuda(gpu(), false, false, M, N, K, 1.0f, dA, dB, 0.0f, dC);
   std::vector<float> fp32 = down(dC, (size_t)M * N);
   const float exact = (float)K * (1.0f + std::ldexp(1.0f, -12));  // 256 + 2^-4: exact in fp32
   EXPECT_EQ(std::count(tf32.begin(), tf32.end(), (float)K), (long)tf32.size()) << "TF32 not used";
   EXPECT_EQ(std::count(fp32.begin(), fp32.end(), exact), (long)fp32.size()) << "fp32 not restored";
-#endif
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -579,8 +573,8 @@ TEST(MlpCuda, ForwardLossBackwardMatchCpu) {
   const int sizes[] = {20, 16, 12, 5}, L = 3, B = 7, I = 20, O = 5;
   const uint64_t seed = 1234;
   Ctx cpu, gpu;
-  ctx_init(&cpu, DEVICE_CPU, 0);
-  ctx_init(&gpu, DEVICE_CUDA, 0);
+  device_init(&cpu, DEVICE_CPU, 0);
+  device_init(&gpu, DEVICE_CUDA, 0);
   Mlp mc, mg;
   mlp_init(&mc, &cpu, sizes, L, B, seed);
   mlp_init(&mg, &gpu, sizes, L, B, seed);
@@ -642,8 +636,8 @@ TEST(MlpCuda, ForwardLossBackwardMatchCpu) {
   dev_free(&gpu, dx);
   mlp_free(&mg, &gpu);
   mlp_free(&mc, &cpu);
-  ctx_free(&gpu);
-  ctx_free(&cpu);
+  device_free(&gpu);
+  device_free(&cpu);
 }
 
 }  // namespace

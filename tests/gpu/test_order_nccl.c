@@ -29,7 +29,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "device.h"   // device.h: Ctx, ctx_init, dev_*, DevEvent
+#include "device.h"   // device.h: Ctx, device_init
+#include "devmem.h"   // devmem.h: dev_*, DevEvent
 #include "dist.h"     // dist.h: ProcessGroup, dist_init, dist_connect, dist_destroy
 #include "mlp.h"      // mlp.h: Mlp, mlp_init
 #include "ops.h"      // ops.h: ops_axpy
@@ -81,7 +82,7 @@ int main(void) {
   Ctx ctx;
   ProcessGroup pg;
   dist_init(&pg, "nccl", DEVICE_CUDA, 120.0);
-  ctx_init(&ctx, DEVICE_CUDA, gpus >= world ? local : 0);
+  device_init(&ctx, DEVICE_CUDA, gpus >= world ? local : 0);
   dist_connect(&pg, &ctx);
   const int sizes[2] = {64, 10};
   Mlp m;
@@ -148,6 +149,6 @@ int main(void) {
   reducer_free(&r);
   mlp_free(&m, &ctx);
   dist_destroy(&pg);
-  ctx_free(&ctx);
+  device_free(&ctx);
   return failures ? 1 : 0;
 }

@@ -18,7 +18,7 @@ function(ddp_integration scenario)
            COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/check.py ${scenario})
   set_tests_properties(${scenario} PROPERTIES
     LABELS integration PROCESSORS ${I_PROCESSORS} TIMEOUT 600 SKIP_RETURN_CODE 77
-    ENVIRONMENT "DDP_BIN_DIR=${CMAKE_RUNTIME_OUTPUT_DIRECTORY};DDP_MPIEXEC=${DDP_MPIEXEC};${DDP_MPI_ENV}")
+    ENVIRONMENT "DDP_BIN_DIR=${CMAKE_RUNTIME_OUTPUT_DIRECTORY};DDP_MPIEXEC=${DDP_MPIEXEC};${DDP_MPI_ENV};DDP_FASHION_MNIST_DIR=${DDP_FASHION_MNIST_DIR}")
 endfunction()
 
 ddp_integration(step01_learns)

@@ -23,7 +23,7 @@ int main(void) {
   ProcessGroup pg;
   Ctx c;
   dist_init(&pg, "mpi", DEVICE_CPU, 60.0);
-  ctx_init(&c, DEVICE_CPU, 0);
+  device_init(&c, DEVICE_CPU, 0);
   dist_connect(&pg, &c);
   int W = pg.world_size, r = pg.rank;
   float f[5];
@@ -83,6 +83,6 @@ int main(void) {
   int p = passed, q = failed;
   if (r == 0) printf("%d passed, %d failed\n", p, q);
   dist_destroy(&pg);
-  ctx_free(&c);
+  device_free(&c);
   return q ? 1 : 0;
 }

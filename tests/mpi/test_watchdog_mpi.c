@@ -26,12 +26,12 @@ int main(int argc, char **argv) {
   ProcessGroup pg;
   dist_init(&pg, "mpi", DEVICE_CPU, 1.0);
   Ctx c;
-  ctx_init(&c, DEVICE_CPU, 0);
+  device_init(&c, DEVICE_CPU, 0);
   dist_connect(&pg, &c);
   dist_barrier(&pg);
   if (!late_start && pg.rank == 0) sleep(30);
   dist_destroy(&pg);
-  ctx_free(&c);
+  device_free(&c);
   printf("rank %d left without the watchdog firing\n", rank);
   return 0;
 }

@@ -626,7 +626,7 @@ TEST(DataLoadDeathTest, TestSetMustMatchTrainingImageSize) {
 // ---- the installed Fashion-MNIST ----
 
 TEST(DataReal, FashionMnistFirst1000) {
-  std::string dir = DDP_FASHION_MNIST_DIR;
+  std::string dir = DATA_FASHION_MNIST_DIR;  // data.h's, as the build set it
   std::string img = dir + "/train-images-idx3-ubyte.gz", lab = dir + "/train-labels-idx1-ubyte.gz";
   struct stat st;
   if (stat(img.c_str(), &st) != 0 || stat(lab.c_str(), &st) != 0)

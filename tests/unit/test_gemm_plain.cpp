@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "device.h"
-#include "ops.h"
+#include "ops_backend.h"
 
 namespace {
 struct Shape {
@@ -36,7 +36,7 @@ class GemmPlain : public ::testing::TestWithParam<Param> {
     A = uniform((size_t)s.M * s.K, 1);
     B = uniform((size_t)s.K * s.N, 2);
     C0 = uniform((size_t)s.M * s.N, 3);
-    ctx_init(&c, DEVICE_CPU, 0);
+    device_init(&c, DEVICE_CPU, 0);
   }
   float a(int i, int k) const { return ta ? A[(size_t)k * s.M + i] : A[(size_t)i * s.K + k]; }
   float b(int k, int j) const { return tb ? B[(size_t)j * s.K + k] : B[(size_t)k * s.N + j]; }

@@ -6,6 +6,7 @@
 
 #include "data.h"
 #include "device.h"
+#include "devmem.h"
 #include "loader.h"
 
 namespace {
@@ -27,7 +28,7 @@ void make_dataset(Dataset *ds, int n, int dim) {
 
 TEST(Loader, GathersBatchesInOrder) {
   Ctx c;
-  ctx_init(&c, DEVICE_CPU, 0);
+  device_init(&c, DEVICE_CPU, 0);
   const int n = 7, dim = 5, B = 4;
   Dataset ds{};
   make_dataset(&ds, n, dim);
@@ -66,13 +67,13 @@ TEST(Loader, GathersBatchesInOrder) {
 
   loader_free(&ld, &c);
   EXPECT_EQ(ld.x, nullptr);
-  ctx_free(&c);
+  device_free(&c);
 }
 
 // A dataset of 8-bit pixels: the loader keeps the bytes and normalises the gathered rows.
 TEST(Loader, NormalisesPixelsAsItGathers) {
   Ctx c;
-  ctx_init(&c, DEVICE_CPU, 0);
+  device_init(&c, DEVICE_CPU, 0);
   const int n = 4, dim = 3;
   Dataset ds{};
   ds.n = n;
@@ -102,12 +103,12 @@ TEST(Loader, NormalisesPixelsAsItGathers) {
   EXPECT_EQ(yb, (std::vector<int>{8, 9}));
   loader_free(&ld, &c);
   EXPECT_EQ(ld.pixels, nullptr);
-  ctx_free(&c);
+  device_free(&c);
 }
 
 TEST(LoaderDeathTest, RejectsBadOrderAndBatch) {
   Ctx c;
-  ctx_init(&c, DEVICE_CPU, 0);
+  device_init(&c, DEVICE_CPU, 0);
   Dataset ds{};
   make_dataset(&ds, 4, 2);
   Loader ld;
@@ -121,5 +122,5 @@ TEST(LoaderDeathTest, RejectsBadOrderAndBatch) {
   EXPECT_EXIT(loader_batch(&ld, &c, 3, 2), ::testing::ExitedWithCode(1), "outside the order");
   loader_free(&ld, &c);
   dataset_free(&ds);
-  ctx_free(&c);
+  device_free(&c);
 }

@@ -16,14 +16,14 @@ class LossLogCpu : public ::testing::Test {
  protected:
   void SetUp() override {
     path = std::string(DDP_TEST_TMPDIR) + "/loss_log.jsonl";
-    ctx_init(&c, DEVICE_CPU, 0);
+    device_init(&c, DEVICE_CPU, 0);
     metrics_open(&m, path.c_str(), 0, 1);
     progress_start(&p, 100, 0);
     loss_log_init(&g, &c, &m, &p, 1000, 2);
   }
   void TearDown() override {
     loss_log_free(&g, &c);
-    ctx_free(&c);
+    device_free(&c);
   }
   // The "step" records of the metrics file, as (step, epoch, loss) text triples.
   std::vector<std::string> steps() {

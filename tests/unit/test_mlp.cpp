@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "device.h"
+#include "devmem.h"
 #include "mlp.h"
 
 namespace {
@@ -78,7 +79,7 @@ class MlpTest : public ::testing::Test {
   std::vector<float> x;
   std::vector<int> y;
   void SetUp() override {
-    ctx_init(&c, DEVICE_CPU, 0);
+    device_init(&c, DEVICE_CPU, 0);
     mlp_init(&m, &c, sizes, 3, 8, 123);
     std::mt19937 gen(7);
     std::normal_distribution<float> nd(0.f, 1.f);
@@ -87,7 +88,7 @@ class MlpTest : public ::testing::Test {
   }
   void TearDown() override {
     mlp_free(&m, &c);
-    ctx_free(&c);
+    device_free(&c);
   }
   Ref reference() {
     Ref r;

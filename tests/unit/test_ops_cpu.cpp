@@ -18,7 +18,7 @@ std::vector<float> randn(size_t n, unsigned seed) {
 }
 Ctx cpu() {
   Ctx c;
-  ctx_init(&c, DEVICE_CPU, 0);
+  device_init(&c, DEVICE_CPU, 0);
   return c;
 }
 }  // namespace

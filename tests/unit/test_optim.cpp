@@ -10,12 +10,12 @@ struct One {
   Sgd o;
   float p = 1.0f, g = 0.5f;
   One(float lr, float mom, float damp, float wd, bool nesterov) {
-    ctx_init(&c, DEVICE_CPU, 0);
+    device_init(&c, DEVICE_CPU, 0);
     sgd_init(&o, &c, 1, lr, mom, damp, wd, nesterov);
   }
   ~One() {
     sgd_free(&o, &c);
-    ctx_free(&c);
+    device_free(&c);
   }
   float step() {
     sgd_step(&o, &c, &p, &g);

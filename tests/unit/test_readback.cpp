@@ -10,12 +10,12 @@ namespace {
 class ReadbackCpu : public ::testing::Test {
  protected:
   void SetUp() override {
-    ctx_init(&c, DEVICE_CPU, 0);
+    device_init(&c, DEVICE_CPU, 0);
     readback_init(&r, &c);
   }
   void TearDown() override {
     readback_free(&r, &c);
-    ctx_free(&c);
+    device_free(&c);
   }
   Ctx c = {};
   Readback r = {};

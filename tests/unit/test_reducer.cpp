@@ -24,13 +24,13 @@ class ReducerAssign : public ::testing::Test {
   Ctx c;
   Mlp m;
   void SetUp() override {
-    ctx_init(&c, DEVICE_CPU, 0);
+    device_init(&c, DEVICE_CPU, 0);
     const int sizes[] = {784, 1024, 1024, 10};  // the course MLP
     mlp_init(&m, &c, sizes, 3, 1, 1);
   }
   void TearDown() override {
     mlp_free(&m, &c);
-    ctx_free(&c);
+    device_free(&c);
   }
   Assignment assign(size_t cap, size_t first = REDUCER_FIRST_BUCKET_BYTES) {
     Assignment a;
@@ -144,7 +144,7 @@ class ReducerHooks : public ::testing::Test {
   ProcessGroup pg;
   Reducer r;
   void SetUp() override {
-    ctx_init(&c, DEVICE_CPU, 0);
+    device_init(&c, DEVICE_CPU, 0);
     const int sizes[] = {8, 6, 5, 4};  // 3 layers, 6 tensors: weight 2l, bias 2l + 1
     mlp_init(&m, &c, sizes, 3, 1, 1);
     dist_init(&pg, "mpi", DEVICE_CPU, 0);
@@ -160,7 +160,7 @@ class ReducerHooks : public ::testing::Test {
     reducer_free(&r);
     dist_destroy(&pg);
     mlp_free(&m, &c);
-    ctx_free(&c);
+    device_free(&c);
   }
   std::vector<int> started() const {
     std::vector<int> s;

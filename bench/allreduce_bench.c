@@ -9,6 +9,7 @@
 // not, as in a training step, where backward streams the model through the caches between calls.
 //
 //   mpirun -np 2 build/bin/allreduce_bench [--iters N] [--nonblocking] [--cold] [BYTES ...]
+// (built with -DDDP_BUILD_BENCH=ON)
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,23 +1,23 @@
 #!/usr/bin/env bash
 # step01_cpu.sh: step 01 on the CPU against the PyTorch reference and the GEMM-only bound, one thread.
 #
-# Builds step 01 and scripts/bench/gemm_bound.c (CMake targets, Release, $BUILD), then runs
+# Builds step 01 and bench/gemm_bound.c (CMake targets, Release, $BUILD), then runs
 # R interleaved repetitions (the order rotates every repetition) of
 #   ours   build/bin/01_single_gpu --device cpu --max_steps S --epochs 1 ... on Fashion-MNIST; its
 #          --metrics file is a FIFO read by this script, which stamps every "step" line as it arrives:
 #          the gap between consecutive lines is one loop iteration (gather .. SGD, loss readback and
 #          the metrics write included); the median over steps > W is the step time;
-#   torch  scripts/bench/torch_mlp.py (same model, data, batch, optimizer; torch.set_num_threads(1));
+#   torch  bench/torch_mlp.py (same model, data, batch, optimizer; torch.set_num_threads(1));
 #   gemm   the 3L-1 GEMMs of one step alone (gemm_bound), median of S-W repetitions,
 # and prints the medians over the R repetitions of each run's median, and their ratios.
 # Time to first step: from launch (ours: just before the fork, stamped here; torch: the kernel's start
 # time of the process) to the end of step 1.
 #
-# Usage: scripts/bench/step01_cpu.sh [-r R] [-s S] [-w W]     (defaults 5, 60, 10)
+# Usage: bench/step01_cpu.sh [-r R] [-s S] [-w W]     (defaults 5, 60, 10)
 # Env:   BUILD (default build-bench), PY (python with torch, default /usr/bin/python3)
 # Several people share this machine: look at the load line printed first and last.
 set -euo pipefail
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${BUILD:-$ROOT/build-bench}
 PY=${PY:-/usr/bin/python3}
 R=5 S=60 W=10
@@ -31,7 +31,9 @@ export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 mkdir -p "$BUILD/bench"
 {
   if [ ! -f "$BUILD/build.ninja" ] && [ ! -f "$BUILD/Makefile" ]; then
-    cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release
+    cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDDP_BUILD_BENCH=ON
+  else
+    cmake -S "$ROOT" -B "$BUILD" -DDDP_BUILD_BENCH=ON  # gemm_bound is a benchmark target
   fi
   cmake --build "$BUILD" -j2 --target 01_single_gpu gemm_bound
 } >"$BUILD/bench/build.log" 2>&1 || { cat "$BUILD/bench/build.log" >&2; exit 1; }
@@ -92,7 +94,7 @@ def run_ours(rep):
 
 
 def run_torch(rep):
-    out = subprocess.run([py, os.path.join(root, "scripts/bench/torch_mlp.py"), "--steps", str(S),
+    out = subprocess.run([py, os.path.join(root, "bench/torch_mlp.py"), "--steps", str(S),
                           "--warmup", str(W), "--threads", "1", "--batch_size", str(B)],
                          check=True, capture_output=True, text=True).stdout
     r = json.loads(out.strip().splitlines()[-1])

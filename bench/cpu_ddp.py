@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """CPU data-parallel training, ours against PyTorch DDP (gloo), at 1, 2 and 4 ranks.
 
-    scripts/bench/cpu_ddp.py [--ranks 1,2,4] [--reps 5] [--steps 60] [--warmup 10]
+    bench/cpu_ddp.py [--ranks 1,2,4] [--reps 5] [--steps 60] [--warmup 10]
                              [--build build] [--bucket_cap_mb 25] [--json out.json]
 
 Configurations (784-1024-1024-10, batch 128 per rank, SGD momentum 0.9, Fashion-MNIST, one BLAS /
@@ -9,8 +9,8 @@ intra-op thread per rank, full batches, the same epoch permutation split into di
   ours,  1 rank   build/bin/01_single_gpu --device cpu
   ours,  W ranks  mpirun -np W build/bin/06_full --device cpu   (MPI, scripts/mpi_env.sh's settings,
                   --bucket_cap_mb as given)
-  torch, 1 rank   scripts/bench/torch_mlp.py                    (torch.set_num_threads(1))
-  torch, W ranks  W processes of scripts/bench/torch_mlp.py --ddp, started here with RANK,
+  torch, 1 rank   bench/torch_mlp.py                    (torch.set_num_threads(1))
+  torch, W ranks  W processes of bench/torch_mlp.py --ddp, started here with RANK,
                   WORLD_SIZE, MASTER_ADDR, MASTER_PORT (DistributedDataParallel, gloo)
 Every configuration runs --reps times, interleaved (the order rotates each repetition).
 
@@ -25,7 +25,7 @@ Per run:
                   here); torch: rank 0's time from its own process start (the kernel's start time:
                   it is started directly by this script) to the end of its first step
 The table reports medians over repetitions; the ratio ours/PyTorch is the median of per-repetition
-ratios of samples/s. --json writes every run and the summary (scripts/bench/plot_scaling.py reads it).
+ratios of samples/s. --json writes every run and the summary (bench/plot_scaling.py reads it).
 Look at the load lines printed first and last: the machine is shared.
 """
 import argparse
@@ -40,7 +40,7 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TORCH_PY = "/usr/bin/python3"  # Debian's python3-torch
 B = 128
 

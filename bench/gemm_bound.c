@@ -17,8 +17,8 @@
 // separate pass after backward (PyTorch's optimizer.step(), our sgd_step) cannot beat GEMM + SGD
 // time; only fusing the update into the weight-gradient GEMM would remove it.
 //
-// Built by CMake (target gemm_bound); scripts/bench/step01_cpu.sh and gpu_bench.sh run it.
-// --tf32 lets cuBLAS use TF32 tensor cores (ctx_set_tf32, as the trainers' --tf32); the CPU ignores
+// Built by CMake with -DDDP_BUILD_BENCH=ON (target gemm_bound); bench/step01_cpu.sh and gpu_bench.sh run it.
+// --tf32 lets cuBLAS use TF32 tensor cores (device_set_tf32, as the trainers' --tf32); the CPU ignores
 // it.
 // Usage: gemm_bound [--device cpu|cuda] [--batch 128] [--sizes 784,1024,1024,10] [--reps 50]
 //                   [--warmup 5] [--tf32]
@@ -29,6 +29,7 @@
 
 #include "check.h"
 #include "device.h"
+#include "devmem.h"
 #include "log.h"
 #include "ops.h"
 
@@ -120,8 +121,8 @@ int main(int argc, char **argv) {
     return 2;
   }
   Ctx c;
-  ctx_init(&c, dev, 0);
-  ctx_set_tf32(&c, tf32);
+  device_init(&c, dev, 0);
+  device_set_tf32(&c, tf32);
   unsigned seed = 12345u;
   float *x = buf(&c, (size_t)batch * sizes[0], &seed), *W[MAXL], *dW[MAXL], *act[MAXL], *dact[MAXL];
   size_t n_params = 0;
@@ -187,6 +188,6 @@ int main(int argc, char **argv) {
   dev_free(&c, x);
   free(g_t);
   free(step_t);
-  ctx_free(&c);
+  device_free(&c);
   return 0;
 }

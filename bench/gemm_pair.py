@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Do two ranks' GEMMs slow each other down on this machine, with no communication at all?
 
-    scripts/bench/gemm_pair.py [--build build-perfcpu] [--trials 12] [--reps 40]
+    bench/gemm_pair.py [--build build-perfcpu] [--trials 12] [--reps 40]
 
 Each trial runs gemm_bound (the step's GEMMs alone, one OpenBLAS thread, the course MLP at batch 128)
 once on its own, then twice at the same time, as two ranks of a 2-rank job would. Prints every
@@ -29,7 +29,7 @@ def main():
     args = p.parse_args()
     exe = os.path.join(cpu_ddp.ROOT, args.build, "bin", "gemm_bound")
     if not os.access(exe, os.X_OK):
-        sys.exit(f"no {exe}: build the gemm_bound target first")
+        sys.exit(f"no {exe}: build the gemm_bound target first (configure with -DDDP_BUILD_BENCH=ON)")
     env = cpu_ddp.base_env()
     cmd = [exe, "--reps", str(args.reps), "--warmup", "5"]
 

@@ -14,7 +14,7 @@
 #   06          scripts/launch.sh -n 1 build/bin/06_full --device cuda --backend nccl   (world size 1:
 #               the process group, the bucketed reducer and NCCL all-reduces of a single rank; the
 #               loss is read back asynchronously, so the host queues up to 2 steps ahead)
-#   torch       scripts/bench/torch_mlp.py --device cuda  (loss.item() every step, as step 01)
+#   torch       bench/torch_mlp.py --device cuda  (loss.item() every step, as step 01)
 #   torch_ddp   the same with --ddp at world size 1 (NCCL)
 #   torch_ddp_async  the same with --sync end: no read in the loop, as step 06
 # Plus, per model and format, the GEMM bound: the step's 3L-1 GEMMs alone through the same cuBLAS calls,
@@ -27,12 +27,12 @@
 # mean over the steps after W. Prints the medians over repetitions and the ratios PyTorch/ours
 # (> 1: ours is faster): 01 against torch, 06 against torch_ddp and torch_ddp_async.
 #
-# Usage: scripts/bench/gpu_bench.sh [-r R] [-s S] [-w W] [BUILD_DIR]   (defaults 3, 200, 20, build-gpu)
+# Usage: bench/gpu_bench.sh [-r R] [-s S] [-w W] [BUILD_DIR]   (defaults 3, 200, 20, build-gpu)
 # Env:   PY (python with CUDA PyTorch, default python3), CUDA_ARCHS (default "80;90"), OUT (results
 #        folder, default BUILD_DIR/gpu_bench), MASTER_PORT (default 29650), PRECS (default
 #        "fp32 tf32"), MODELS (default "course large").
 set -euo pipefail
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
 R=3 S=200 W=20
 while getopts "r:s:w:" o; do
   case $o in r) R=$OPTARG ;; s) S=$OPTARG ;; w) W=$OPTARG ;; *) exit 2 ;; esac
@@ -63,7 +63,7 @@ for sp in site.getsitepackages() + [site.getusersitepackages()]:
     d = os.path.join(sp, "nvidia", "nccl")
     if os.path.isdir(d): print(d); break' 2>/dev/null || true)
   [ -n "$nccl_wheel" ] && nccl_hint=(-DNCCL_ROOT="$nccl_wheel")
-  cmake -S "$ROOT" -B "$BUILD_DIR" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
+  cmake -S "$ROOT" -B "$BUILD_DIR" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DDDP_BUILD_BENCH=ON \
         -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS:-80;90}" \
         "${nccl_hint[@]}" > "$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
   if ! grep -q '\[✓\] CUDA' "$OUT/configure.log" || ! grep -q '\[✓\] NCCL' "$OUT/configure.log"; then
@@ -107,10 +107,10 @@ run_one() {  # model precision prog rep -> writes $OUT/<model>.<precision>.<prog
     01) "$BIN/01_single_gpu" "${ours[@]}" --metrics "$f.jsonl" > "$f.log" 2>&1 ;;
     06) "$ROOT/scripts/launch.sh" -n 1 "$BIN/06_full" "${ours[@]}" --backend nccl \
           --metrics "$f.jsonl" > "$f.log" 2>&1 ;;
-    torch) "$PY" "$ROOT/scripts/bench/torch_mlp.py" "${torch_args[@]}" > "$f.json" 2> "$f.log" ;;
-    torch_ddp) RANK=0 LOCAL_RANK=0 WORLD_SIZE=1 "$PY" "$ROOT/scripts/bench/torch_mlp.py" \
+    torch) "$PY" "$ROOT/bench/torch_mlp.py" "${torch_args[@]}" > "$f.json" 2> "$f.log" ;;
+    torch_ddp) RANK=0 LOCAL_RANK=0 WORLD_SIZE=1 "$PY" "$ROOT/bench/torch_mlp.py" \
           "${torch_args[@]}" --ddp > "$f.json" 2> "$f.log" ;;
-    torch_ddp_async) RANK=0 LOCAL_RANK=0 WORLD_SIZE=1 "$PY" "$ROOT/scripts/bench/torch_mlp.py" \
+    torch_ddp_async) RANK=0 LOCAL_RANK=0 WORLD_SIZE=1 "$PY" "$ROOT/bench/torch_mlp.py" \
           "${torch_args[@]}" --ddp --sync end > "$f.json" 2> "$f.log" ;;
   esac || { echo "$m $q $p failed, see $f.log:" >&2; tail -20 "$f.log" >&2; exit 1; }
 }

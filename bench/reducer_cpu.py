@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Step 04 against step 06 on CPU ranks, and the reducer's all-reduce bandwidth against raw MPI.
 
-    scripts/bench/reducer_cpu.py [--ranks 2] [--reps 5] [--steps 60] [--build build]
+    bench/reducer_cpu.py [--ranks 2] [--reps 5] [--steps 60] [--build build]
 
 Runs, interleaved and repeated, step 04 (one blocking all-reduce per tensor after backward) and
 step 06 (bucketed, overlapped) at the same configuration: 784-1024-1024-10, batch 128 per rank,
@@ -20,7 +20,7 @@ The trace covers a run's first TRACE_STEPS (20) steps, where MPI's buffers are s
 up. For steady-state bucket times, build step 06 with a longer trace and pass it with --traced_bin:
     cmake -S . -B build-trace -G Ninja -DCMAKE_BUILD_TYPE=Release -DDDP_ENABLE_CUDA=OFF \
           -DCMAKE_C_FLAGS=-DTRACE_STEPS=1000 && cmake --build build-trace --target 06_full
-    scripts/bench/reducer_cpu.py ... --traced_bin build-trace/bin/06_full --traced_steps 200
+    bench/reducer_cpu.py ... --traced_bin build-trace/bin/06_full --traced_steps 200
 """
 import argparse
 import json
@@ -34,7 +34,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cpu_ddp import base_env  # noqa: E402  (the benchmarks' one MPI environment)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def mpi_env(extra=None):

@@ -2,11 +2,11 @@
 """Raw MPI all-reduce time under different settings: blocking vs nonblocking, and the environment
 variables that matter on this VM (docs/performance.md), measured interleaved and repeated.
 
-    scripts/bench/allreduce_env.py [--ranks 2] [--reps 3] [--iters 20] [--build build]
+    bench/allreduce_env.py [--ranks 2] [--reps 3] [--iters 20] [--build build]
                                    [--sizes 1048576,4194304,7452712,33554432]
 
 Runs build/bin/allreduce_bench (with and without --nonblocking) under each setting:
-  default      scripts/mpi_env.sh only (btl self,vader)
+  default      scripts/mpi_env.sh only (btl self,vader), without its libnbc choice (see nbc=ring)
   sc=none      OMPI_MCA_btl_vader_single_copy_mechanism=none (no CMA; copy-in/copy-out through the
                shared-memory segment)
   mmap_max=0   MALLOC_MMAP_MAX_=0 (glibc never serves malloc from fresh mmap pages, so MPI's
@@ -31,7 +31,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cpu_ddp  # noqa: E402  (the benchmarks' one MPI environment)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SETTINGS = {
     "default": {},
     "sc=none": {"OMPI_MCA_btl_vader_single_copy_mechanism": "none"},

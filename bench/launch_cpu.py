@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Where the time from launch to the first training step goes, on the CPU at 2 ranks.
 
-    scripts/bench/launch_cpu.py [--build build-perf] [--reps 5] [--ranks 2]
+    bench/launch_cpu.py [--build build-perf] [--reps 5] [--ranks 2]
 
 Each repetition runs, interleaved:
   launcher        mpirun -np W /bin/true                      (mpirun starts and reaps W processes)

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
-"""Plots scripts/bench/cpu_ddp.py's JSON: global samples/s against ranks, ours and PyTorch's.
+"""Plots bench/cpu_ddp.py's JSON: global samples/s against ranks, ours and PyTorch's.
 
-    /usr/bin/python3 scripts/bench/plot_scaling.py RESULT.json [-o docs/img/cpu_scaling.png]
+    /usr/bin/python3 bench/plot_scaling.py RESULT.json [-o docs/img/cpu_scaling.png]
 
 Each point is the median over the runs; the bar is the min-max over runs. The dotted line is linear
 scaling from our 1-rank figure up to the machine's core count (marked: past it, ranks share cores, so

@@ -1,8 +1,9 @@
 #!/usr/bin/python3
-"""PyTorch reference trainer for the ddp-in-c benchmarks (scripts/bench/).
+"""PyTorch reference trainer for the ddp-in-c benchmarks (bench/).
 
 The same model, data, batch and optimizer as the C steps: nn.Sequential of Linear/ReLU (PyTorch's
-default init), Fashion-MNIST from /usr/share/datasets/fashion-mnist/*.gz read with gzip + numpy and
+default init), Fashion-MNIST from $DDP_FASHION_MNIST_DIR/*.gz (default /usr/share/datasets/fashion-mnist,
+as the C programs') read with gzip + numpy and
 normalised (x/255 - 0.2860)/0.3530 (or synthetic random data of the same shape), SGD(lr, momentum 0.9),
 CrossEntropyLoss, a reshuffle every epoch, gradients set to None before each step.
 
@@ -22,7 +23,7 @@ queues steps ahead of the GPU (as step 06 does); per-step times are then meaning
 step time is the mean over the steps after --warmup, between two torch.cuda.synchronize() calls.
 
 Run with /usr/bin/python3 (Debian's python3-torch). Example:
-  /usr/bin/python3 scripts/bench/torch_mlp.py --steps 60 --warmup 10 --threads 1
+  /usr/bin/python3 bench/torch_mlp.py --steps 60 --warmup 10 --threads 1
 """
 import argparse
 import gzip
@@ -36,7 +37,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 
-DATA_DIR = "/usr/share/datasets/fashion-mnist"
+# As the C programs' default (common/data.h), overridden like the tests' by DDP_FASHION_MNIST_DIR.
+DATA_DIR = os.environ.get("DDP_FASHION_MNIST_DIR", "/usr/share/datasets/fashion-mnist")
 MEAN, STD = 0.2860, 0.3530
 
 
