@@ -1,9 +1,10 @@
 // data.c: IDX files (gzip or plain) and the synthetic dataset.
 //
-// An IDX file is read whole into memory: a plain file as it is, a gzip file inflated by zlib in one
-// pass into a buffer sized from its trailer (Fashion-MNIST's 47 MB of train images: one allocation,
-// no copy, and that buffer becomes the dataset's pixels). zlib verifies every member's trailer
-// (CRC-32 and size) and, where present, the header CRC. Parsing then works on the bytes in memory.
+// Two ways to read an IDX file. The fast one, when built with libdeflate: a single-member gzip file
+// is read whole and inflated in one call, about 3x faster than zlib (Fashion-MNIST's 47 MB of train
+// images: 0.10 s instead of 0.30 s here, every rank at every launch). Everything else -- plain files,
+// multi-member or damaged gzip, no libdeflate -- streams through zlib's gzread, which also produces
+// the precise messages for truncated and corrupt files.
 #define _POSIX_C_SOURCE 200809L  // open(), fstat(), O_NOFOLLOW, O_CLOEXEC
 
 #include "data.h"
@@ -18,6 +19,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
+#ifdef HAVE_LIBDEFLATE
+#include <libdeflate.h>
+#endif
 
 #include "check.h"
 #include "rng.h"
@@ -29,7 +33,7 @@
 #define IDX_MAX_ITEMS 100000000u
 #define IDX_MAX_SIDE 4096u
 #define IDX_MAX_BYTES (UINT64_C(1) << 33)  // 8 GiB of pixels; Fashion-MNIST train is 47 MB
-#define IDX_MAX_HEADER 16                   // magic and three dimensions
+#define IDX_CHUNK 65536
 
 #define FASHION_MEAN 0.2860f
 #define FASHION_STD 0.3530f
@@ -69,129 +73,79 @@ static int fail(char *err, size_t err_len, const char *fmt, ...) {
   return -1;
 }
 
-// An open IDX file: its whole (inflated) content in memory, and the read position.
+// An open IDX file: the whole inflated file in memory (fast path), or a zlib stream.
 typedef struct IdxFile {
-  unsigned char *mem;  // the file's bytes (inflated); NULL once handed over to the dataset
-  size_t len, pos;     // their number and the read position
+  unsigned char *mem;  // the inflated file, or NULL when reading from gz
+  size_t len, pos;     // its size and the read position
+  gzFile gz;           // the stream, when mem is NULL
 } IdxFile;
 
-// Gzip data are inflated by zlib in one pass, straight into the buffer that becomes the dataset:
-// the compressed file goes through one small reused buffer (its pages are touched once, where a
-// whole-file copy would fault in 26 MB of fresh pages for Fashion-MNIST), and the output buffer is
-// sized from the last member's trailer (ISIZE), within bounds: at most 1 GiB, and at most 1032 times
-// the file (deflate never expands data more), so a damaged trailer cannot reserve much more than the
-// data need. The output grows when the data turn out longer (several members, a damaged trailer),
-// up to the largest valid IDX file.
-#define GZIP_CHUNK ((size_t)1 << 18)
+#ifdef HAVE_LIBDEFLATE
+// Deflate never expands data more than 1032 times, so a gzip trailer that claims more is corrupt.
 #define GZIP_MAX_RATIO 1032u
-#define GZIP_FIRST_MIN ((size_t)1 << 16)
-#define GZIP_FIRST_MAX ((size_t)1 << 30)
-#define GZIP_OUT_MAX ((size_t)IDX_MAX_BYTES + IDX_MAX_HEADER)
-// Outcomes besides zlib's own codes (-6..2).
-#define GZIP_TOO_BIG (-100)     // more data than any IDX file
-#define GZIP_JUNK_AFTER (-101)  // bytes after a member that do not start another one
-// zlib counts bytes in unsigned int: it is given at most this much output at once.
-#define ZLIB_STEP ((size_t)1 << 30)
+// The fast path allocates the inflated size up front, from the trailer: bounded here (and by the
+// ratio), so that a damaged file cannot reserve more; bigger files take zlib's stream, whose arrays
+// grow with the data. Fashion-MNIST's largest file inflates to 47 MB.
+#define GZIP_FAST_MAX ((size_t)1 << 30)
+#define GZIP_FHCRC 0x02  // FLG bit: a header CRC follows (libdeflate skips it, zlib checks it)
 
-static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
-
-// Reads up to @p size bytes from @p fd into @p buf, all of them unless the file ends; -1 on an error.
-static ssize_t read_fd(int fd, unsigned char *buf, size_t size) {
-  size_t got = 0;
-  while (got < size) {
+// Reads exactly @p size bytes from @p fd into @p buf; 0, or -1 on a short read or an error.
+static int read_fd(int fd, unsigned char *buf, size_t size) {
+  for (size_t got = 0; got < size;) {
     ssize_t r = read(fd, buf + got, size - got);
     if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return -1;
-    if (r == 0) break;
+    if (r <= 0) return -1;
     got += (size_t)r;
   }
-  return (ssize_t)got;
+  return 0;
 }
 
-// The first output size for the gzip file @p fd of @p size bytes: the last member's ISIZE (the
-// trailer's last 4 bytes, little-endian: the inflated size modulo 2^32), bounded.
-static size_t gzip_first_guess(int fd, size_t size) {
-  unsigned char t[4];
-  if (size < 18 || pread(fd, t, 4, (off_t)(size - 4)) != 4) return GZIP_FIRST_MIN;  // 18: a member
-  size_t isize = (size_t)t[0] | (size_t)t[1] << 8 | (size_t)t[2] << 16 | (size_t)t[3] << 24;
-  size_t most = size > GZIP_FIRST_MAX / GZIP_MAX_RATIO ? GZIP_FIRST_MAX : size * GZIP_MAX_RATIO;
-  return isize < GZIP_FIRST_MIN ? GZIP_FIRST_MIN : min_size(isize, most);
-}
-
-// The outcome @p r of inflating @p path, as a message.
-static int gzip_fail(int r, const z_stream *s, const char *path, char *err, size_t err_len) {
-  switch (r) {
-    case Z_DATA_ERROR:  // includes "incorrect data check" (CRC-32) and "incorrect length check"
-      return fail(err, err_len, "'%s' is corrupt: gzip says '%s'", path, s->msg ? s->msg : "bad data");
-    case Z_BUF_ERROR:  // the input ended inside a member
-      return fail(err, err_len, "'%s' is truncated: gzip says 'unexpected end of file'", path);
-    case Z_ERRNO: return fail(err, err_len, "cannot read '%s': %s", path, strerror(errno));
-    case Z_MEM_ERROR: return fail(err, err_len, "cannot read '%s': out of memory", path);
-    case GZIP_JUNK_AFTER:
-      return fail(err, err_len, "'%s' is corrupt: bytes after its gzip data are not gzip (%s)", path,
-                  s->msg ? s->msg : "bad data");
-    case GZIP_TOO_BIG:
-      return fail(err, err_len, "'%s' inflates to more than %zu bytes: it is not an IDX file", path,
-                  (size_t)GZIP_OUT_MAX);
-    default: return fail(err, err_len, "cannot read '%s': zlib error %d", path, r);
-  }
-}
-
-// Doubles *out (capacity *cap) up to GZIP_OUT_MAX; Z_OK, Z_MEM_ERROR or GZIP_TOO_BIG.
-static int gzip_grow(unsigned char **out, size_t *cap) {
-  if (*cap >= GZIP_OUT_MAX) return GZIP_TOO_BIG;
-  size_t next = *cap < GZIP_OUT_MAX / 2 ? 2 * *cap : GZIP_OUT_MAX;
-  unsigned char *bigger = realloc(*out, next);
-  if (!bigger) return Z_MEM_ERROR;
-  *out = bigger;
-  *cap = next;
-  return Z_OK;
-}
-
-// Inflates the gzip file open as @p fd (@p size bytes, one member or several) into f. Returns 0, or
-// -1 with err set: the file is truncated, corrupt (bad data, a CRC-32 or size that does not match its
-// trailer, bytes after a member that are not another member), unreadable, or larger than any IDX file.
-static int gzip_inflate(int fd, size_t size, const char *path, IdxFile *f, char *err,
-                        size_t err_len) {
-  z_stream s = {0};
-  size_t cap = gzip_first_guess(fd, size), len = 0, left = size;  // left: bytes not read yet
-  size_t member_at = 0;  // output size where the current member began
-  unsigned char *in = malloc(GZIP_CHUNK), *out = malloc(cap);
-  int r = !in || !out ? Z_MEM_ERROR : inflateInit2(&s, 16 + MAX_WBITS);  // 16: gzip framing
-  bool started = r == Z_OK;
-  while (r == Z_OK) {
-    if (len == cap && (r = gzip_grow(&out, &cap)) != Z_OK) break;  // several members, or damage
-    if (s.avail_in == 0 && left > 0) {
-      ssize_t n = read_fd(fd, in, min_size(left, GZIP_CHUNK));
-      if (n <= 0) {  // an error, or the file shrank while it was read
-        if (n == 0) errno = EIO;
-        r = Z_ERRNO;
-        break;
-      }
-      s.next_in = in;
-      s.avail_in = (uInt)n;
-      left -= (size_t)n;
+// The fast path: reads the gzip file open as @p fd (@p size bytes) whole and inflates it with
+// libdeflate, which verifies the trailer (the CRC-32 and the size of the inflated data).
+// Returns 0 with f->mem set; -2 with err set when the file is certainly corrupt (libdeflate found
+// bad data or a CRC/size mismatch in the first member); -1 for anything else unusual (not gzip, a
+// header CRC, several members, too big, out of memory): the caller then streams the file through
+// zlib, which accepts and rejects exactly the same files and reports its errors precisely.
+static int idx_inflate_whole(int fd, const char *path, size_t size, IdxFile *f, char *err,
+                             size_t err_len) {
+  if (size < 18 || size > GZIP_FAST_MAX) return -1;  // 18: the smallest gzip member
+  unsigned char head[4];  // ID1 ID2 CM FLG: look before reading the whole file
+  if (read_fd(fd, head, sizeof head) != 0 || head[0] != 0x1f || head[1] != 0x8b ||
+      (head[3] & GZIP_FHCRC))
+    return -1;
+  unsigned char *z = malloc(size);
+  if (!z) return -1;
+  memcpy(z, head, sizeof head);
+  int whole = read_fd(fd, z + sizeof head, size - sizeof head) == 0;
+  // ISIZE, the trailer's last 4 bytes (little-endian): the inflated size modulo 2^32.
+  size_t isize = whole ? (size_t)z[size - 4] | (size_t)z[size - 3] << 8 |
+                             (size_t)z[size - 2] << 16 | (size_t)z[size - 1] << 24
+                       : 0;
+  int rc = -1;
+  if (isize > 0 && isize <= GZIP_FAST_MAX && isize / GZIP_MAX_RATIO <= size) {
+    unsigned char *out = malloc(isize);
+    struct libdeflate_decompressor *d = out ? libdeflate_alloc_decompressor() : NULL;
+    size_t used = 0, len = 0;
+    enum libdeflate_result r =
+        d ? libdeflate_gzip_decompress_ex(d, z, size, out, isize, &used, &len) : LIBDEFLATE_SHORT_OUTPUT;
+    if (r == LIBDEFLATE_SUCCESS && used == size && len == isize) {
+      *f = (IdxFile){.mem = out, .len = len};
+      out = NULL;
+      rc = 0;
+    } else if (r == LIBDEFLATE_BAD_DATA) {
+      rc = -2;
+      fail(err, err_len,
+           "'%s' is corrupt: its gzip data does not inflate, or does not match the CRC-32 and size "
+           "in its trailer",
+           path);
     }
-    s.next_out = out + len;
-    s.avail_out = (uInt)min_size(cap - len, ZLIB_STEP);
-    uInt out0 = s.avail_out;
-    r = inflate(&s, Z_NO_FLUSH);  // Z_BUF_ERROR: no progress, the input ended inside a member
-    len += out0 - s.avail_out;
-    if (r == Z_DATA_ERROR && member_at > 0 && len == member_at) r = GZIP_JUNK_AFTER;
-    if (r == Z_STREAM_END && (s.avail_in > 0 || left > 0)) {  // another member follows
-      r = inflateReset(&s);
-      member_at = len;
-    }
-  }
-  int rc = r == Z_STREAM_END ? 0 : gzip_fail(r, &s, path, err, err_len);
-  if (started) inflateEnd(&s);
-  free(in);
-  if (rc == 0)
-    *f = (IdxFile){.mem = out, .len = len};
-  else
+    if (d) libdeflate_free_decompressor(d);
     free(out);
+  }
+  free(z);
   return rc;
 }
+#endif
 
 // What a path that is not a regular file is, for the message.
 static const char *file_kind(mode_t mode) {
@@ -223,43 +177,75 @@ static int idx_open(const char *path, IdxFile *out, char *err, size_t err_len) {
   }
   int flags = fcntl(fd, F_GETFL);
   if (flags != -1) (void)fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
-  size_t size = (size_t)st.st_size;
-  unsigned char magic[2];
-  int rc;
-  if (pread(fd, magic, 2, 0) == 2 && magic[0] == 0x1f && magic[1] == 0x8b) {
-    rc = gzip_inflate(fd, size, path, out, err, err_len);
-  } else {  // a plain IDX file: read it whole
-    unsigned char *mem = malloc(size ? size : 1);
-    ssize_t got = mem ? read_fd(fd, mem, size) : -1;
-    if (got == (ssize_t)size) {
-      *out = (IdxFile){.mem = mem, .len = size};
-      rc = 0;
-    } else {
-      if (got >= 0) errno = EIO;  // the file shrank while it was read (malloc sets ENOMEM)
-      rc = fail(err, err_len, "cannot read '%s': %s", path, strerror(errno));
-      free(mem);
-    }
+#ifdef HAVE_LIBDEFLATE
+  int fast = idx_inflate_whole(fd, path, (size_t)st.st_size, out, err, err_len);
+  if (fast != -1) {
+    close(fd);
+    return fast == 0 ? 0 : -1;
   }
-  close(fd);
-  return rc;
+  if (lseek(fd, 0, SEEK_SET) != 0) {
+    int saved = errno;
+    close(fd);
+    return fail(err, err_len, "cannot read '%s': %s", path, strerror(saved));
+  }
+#endif
+  gzFile f = gzdopen(fd, "rb");  // owns fd from here on
+  if (!f) {
+    close(fd);
+    return fail(err, err_len, "cannot open '%s': out of memory", path);
+  }
+  *out = (IdxFile){.gz = f};
+  return 0;
 }
 
 static void idx_close(IdxFile *f) {
   free(f->mem);
+  if (f->gz) gzclose(f->gz);
   *f = (IdxFile){0};
 }
 
-// Reads up to @p bytes; *got is what the file had left.
-static void idx_read(IdxFile *f, void *buf, size_t bytes, size_t *got) {
-  *got = min_size(f->len - f->pos, bytes);
-  if (*got) memcpy(buf, f->mem + f->pos, *got);
-  f->pos += *got;
+// zlib's message for a failed read, without the "<fd:N>: " that gzerror puts in front of it.
+static int gz_fail(IdxFile *f, const char *path, char *err, size_t err_len) {
+  int zerr = 0;
+  const char *msg = gzerror(f->gz, &zerr), *colon = strstr(msg, ": ");
+  if (strncmp(msg, "<fd:", 4) == 0 && colon) msg = colon + 2;
+  if (zerr == Z_ERRNO) return fail(err, err_len, "cannot read '%s': %s", path, strerror(errno));
+  if (zerr == Z_DATA_ERROR)  // includes "incorrect data check" (CRC-32) and "incorrect length check"
+    return fail(err, err_len, "'%s' is corrupt: gzip says '%s'", path, msg);
+  if (zerr == Z_BUF_ERROR)
+    return fail(err, err_len, "'%s' is truncated: gzip says '%s'", path, msg);
+  return fail(err, err_len, "cannot read '%s': %s", path, msg);
 }
 
-// Checks that the file ends where its header says.
-static int idx_expect_end(const IdxFile *f, const char *path, const char *what, char *err,
+// Reads up to @p bytes; *got is what was read before the end of the file. -1 on a read error.
+static int idx_read(IdxFile *f, const char *path, void *buf, size_t bytes, size_t *got, char *err,
+                    size_t err_len) {
+  *got = 0;
+  if (!f->gz) {  // inflated in memory (or already handed over: then len == pos == 0)
+    *got = f->len - f->pos < bytes ? f->len - f->pos : bytes;
+    if (*got) memcpy(buf, f->mem + f->pos, *got);
+    f->pos += *got;
+    return 0;
+  }
+  while (*got < bytes) {
+    size_t want = bytes - *got < (1u << 30) ? bytes - *got : (1u << 30);
+    int r = gzread(f->gz, (unsigned char *)buf + *got, (unsigned)want);
+    if (r < 0) return gz_fail(f, path, err, err_len);
+    if (r == 0) break;
+    *got += (size_t)r;
+  }
+  return 0;
+}
+
+// Checks that the file ends where its header says. Reading on to the end also makes zlib check the
+// gzip trailer (CRC-32 and size) of every member: a read that stops at the last expected byte may
+// leave it unread, and a damaged file would pass.
+static int idx_expect_end(IdxFile *f, const char *path, const char *what, char *err,
                           size_t err_len) {
-  if (f->pos < f->len)
+  unsigned char extra[16];
+  size_t got;
+  if (idx_read(f, path, extra, sizeof extra, &got, err, err_len) != 0) return -1;
+  if (got)
     return fail(err, err_len,
                 "'%s' has more bytes than its header announces (%s): the header is wrong or the "
                 "file is damaged",
@@ -277,7 +263,7 @@ static int idx_header(IdxFile *f, const char *path, uint32_t magic, int ndims, u
   unsigned char h[16];
   size_t want = 4 + 4 * (size_t)ndims, got;
   const char *kind = magic == IDX_MAGIC_IMAGES ? "image" : "label";
-  idx_read(f, h, want, &got);
+  if (idx_read(f, path, h, want, &got, err, err_len) != 0) return -1;
   if (got < 4)
     return fail(err, err_len, "'%s' is truncated: expected an IDX %s header, found %zu bytes", path,
                 kind, got);
@@ -293,48 +279,87 @@ static int idx_header(IdxFile *f, const char *path, uint32_t magic, int ndims, u
   return 0;
 }
 
-// Takes @p total image bytes, keeping the first @p keep in *px (allocated here).
+// Makes room for @p need elements of @p elem bytes in *p (capacity *cap), growing geometrically up to
+// @p max. The arrays grow as data arrives, never from the header alone, so a corrupt or truncated
+// file that claims 10^8 images costs its real size, not gigabytes (found by fuzz/fuzz_idx.c).
+static int grow(void **p, size_t *cap, size_t need, size_t max, size_t elem) {
+  if (need <= *cap) return 0;
+  size_t next = *cap < max / 2 ? *cap * 2 : max;
+  if (next < need) next = need;
+  void *bigger = realloc(*p, next * elem);
+  if (!bigger) return -1;
+  *p = bigger;
+  *cap = next;
+  return 0;
+}
+
+// Reads @p total image bytes, keeping the first @p keep in *px (allocated here) and reading the rest
+// to check that the file is complete.
 static int idx_read_images(IdxFile *f, const char *path, size_t total, size_t keep, uint8_t **px,
                            char *err, size_t err_len) {
-  size_t have = f->len - f->pos;
-  if (have < total)
-    return fail(err, err_len, "'%s' is truncated: expected %zu bytes of image data, found %zu",
-                path, total, have);
-  if (keep == total && have == total) {
-    // The file is the header and exactly the pixels: slide the pixels to the front and keep the
-    // buffer, instead of touching another 47 MB of fresh pages for a copy.
+  if (f->mem && keep == total && f->len - f->pos == total) {
+    // The inflated file is the header and exactly the pixels: slide the pixels to the front and
+    // keep the buffer, instead of touching another 47 MB of fresh pages for a copy.
     memmove(f->mem, f->mem + f->pos, total);
-    uint8_t *x = realloc(f->mem, total ? total : 1);  // gives the 16 header bytes back
+    uint8_t *x = realloc(f->mem, total);  // gives the 16 header bytes back
     *px = x ? x : f->mem;
     *f = (IdxFile){0};
     return 0;
   }
-  uint8_t *x = malloc(keep ? keep : 1);
-  if (!x) return fail(err, err_len, "'%s': out of memory for %zu pixels", path, keep);
-  memcpy(x, f->mem + f->pos, keep);
-  f->pos += total;
-  *px = x;
-  return 0;
+  unsigned char *buf = mallocCheck(IDX_CHUNK);
+  uint8_t *x = NULL;
+  size_t pos = 0, cap = 0;
+  int rc = 0;
+  while (pos < total) {
+    // Kept bytes are read straight into the dataset, the rest into a scratch chunk.
+    size_t want = (pos < keep ? keep : total) - pos, got;
+    if (want > IDX_CHUNK) want = IDX_CHUNK;
+    bool kept = pos < keep;
+    if (kept && grow((void **)&x, &cap, pos + want, keep, sizeof *x) != 0) {
+      rc = fail(err, err_len, "'%s': out of memory for %zu pixels", path, keep);
+      break;
+    }
+    if ((rc = idx_read(f, path, kept ? x + pos : buf, want, &got, err, err_len)) != 0) break;
+    pos += got;
+    if (got < want) {
+      rc = fail(err, err_len, "'%s' is truncated: expected %zu bytes of image data, found %zu",
+                path, total, pos);
+      break;
+    }
+  }
+  free(buf);
+  if (rc != 0) free(x);
+  *px = rc == 0 ? x : NULL;
+  return rc;
 }
 
-// Checks all @p n labels and takes them, keeping the first @p keep in *py (allocated here).
+// Reads and checks all @p n labels, keeping the first @p keep in *py (allocated here).
 static int idx_read_labels(IdxFile *f, const char *path, size_t n, size_t keep, int **py, char *err,
                            size_t err_len) {
-  const unsigned char *b = f->mem + f->pos;
-  size_t have = min_size(f->len - f->pos, n);
-  for (size_t i = 0; i < have; i++)
-    if (b[i] >= IDX_CLASSES)
-      return fail(err, err_len, "'%s': label %u at index %zu is out of range [0, %d)", path,
-                  (unsigned)b[i], i, IDX_CLASSES);
-  if (have < n)
-    return fail(err, err_len, "'%s' is truncated: expected %zu bytes of label data, found %zu",
-                path, n, have);
-  int *y = malloc((keep ? keep : 1) * sizeof *y);
-  if (!y) return fail(err, err_len, "'%s': out of memory for %zu labels", path, keep);
-  for (size_t i = 0; i < keep; i++) y[i] = b[i];
-  f->pos += n;
-  *py = y;
-  return 0;
+  unsigned char *buf = mallocCheck(IDX_CHUNK);
+  int *y = NULL;
+  size_t pos = 0, cap = 0;
+  int rc = 0;
+  while (rc == 0 && pos < n) {
+    size_t want = n - pos < IDX_CHUNK ? n - pos : IDX_CHUNK, got;
+    if ((rc = idx_read(f, path, buf, want, &got, err, err_len)) != 0) break;
+    for (size_t i = 0; rc == 0 && i < got; i++)
+      if (buf[i] >= IDX_CLASSES)
+        rc = fail(err, err_len, "'%s': label %u at index %zu is out of range [0, %d)", path,
+                  (unsigned)buf[i], pos + i, IDX_CLASSES);
+    size_t use = pos >= keep ? 0 : keep - pos < got ? keep - pos : got;
+    if (rc == 0 && use && grow((void **)&y, &cap, pos + use, keep, sizeof *y) != 0)
+      rc = fail(err, err_len, "'%s': out of memory for %zu labels", path, keep);
+    for (size_t i = 0; rc == 0 && i < use; i++) y[pos + i] = buf[i];
+    pos += got;
+    if (rc == 0 && got < want)
+      rc = fail(err, err_len, "'%s' is truncated: expected %zu bytes of label data, found %zu",
+                path, n, pos);
+  }
+  free(buf);
+  if (rc != 0) free(y);
+  *py = rc == 0 ? y : NULL;
+  return rc;
 }
 
 int dataset_load_idx(Dataset *ds, const char *images, const char *labels, int limit, float mean,

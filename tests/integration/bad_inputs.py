@@ -131,7 +131,7 @@ CASES = [
      IDX + ["--data_dir", "{d}/gzcrc"], {}, 1, 1, ["{d}/gzcrc/train-images-idx3-ubyte.gz", "corrupt"]),
     ("D13", "gzip image file with a wrong size (ISIZE) in its trailer", "05_metrics_ckpt",
      IDX + ["--data_dir", "{d}/gzsize"], {}, 1, 1, ["{d}/gzsize/train-images-idx3-ubyte.gz", "corrupt"]),
-    ("D14", "gzip file with a header CRC and a wrong CRC-32 in its trailer", "05_metrics_ckpt",
+    ("D14", "gzip file with a header CRC (zlib's path) and a wrong CRC-32 in its trailer", "05_metrics_ckpt",
      IDX + ["--data_dir", "{d}/gzhcrc"], {}, 1, 1, ["{d}/gzhcrc/train-images-idx3-ubyte.gz", "corrupt"]),
     ("D15", "a FIFO as the image file (it blocked every rank)", "05_metrics_ckpt",
      IDX + ["--data_dir", "{d}/fifo"], {}, 2, 1,
