@@ -1,10 +1,10 @@
-// args.c: the flags of args.h. One table describes every flag (name, group, kind, field, bounds,
-// help); parsing, validation and the usage text are all generated from it, so they cannot disagree.
+// args.c: the flags of args.h. One table describes every flag (name, group, kind, field, default,
+// bounds, help); the defaults, parsing, validation and the usage text are all generated from it, so
+// they cannot disagree.
 #include "args.h"
 
 #include <ctype.h>
 #include <errno.h>
-#include <inttypes.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -14,9 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mlp.h"
-
-typedef enum { KIND_INT, KIND_FLOAT, KIND_U64, KIND_STR, KIND_BOOL } Kind;
+// KIND_LIST: comma-separated positive integers, possibly none (--hidden); their bounds belong to the
+// code that uses them (mlp_parse_sizes).
+typedef enum { KIND_INT, KIND_FLOAT, KIND_U64, KIND_STR, KIND_LIST, KIND_BOOL } Kind;
 
 // How a number is bounded: value >= min, value > min, or min <= value < 1 (momentum).
 typedef enum { RANGE_NONE, RANGE_GE, RANGE_GT, RANGE_UNIT } Range;
@@ -26,6 +26,7 @@ typedef struct Flag {
   unsigned group;       // ARGS_*
   Kind kind;            // how the value is parsed
   size_t off;           // offsetof(Args, field)
+  const char *def;      // default, parsed like a value on the command line (NULL: 0, off or none)
   Range range;          // lower bound on numbers
   double min;           // the lower bound
   double max;           // upper bound, inclusive (NO_MAX: none)
@@ -37,8 +38,6 @@ typedef struct Flag {
 // Upper bounds: each keeps the values the trainers compute from the flag inside an int (or a size
 // the reducer and the watchdog can represent), with room to spare for any real run.
 #define NO_MAX INFINITY
-#define STR_(x) #x
-#define STR(x) STR_(x)  // a macro's value as a string literal
 #define MAX_EPOCHS 1000000          // a checkpoint's epoch stays far below 2^31
 #define MAX_BATCH (1 << 20)         // samples per micro-batch per process
 #define MAX_ACCUM (1 << 16)         // micro-batches per optimizer step
@@ -48,54 +47,62 @@ typedef struct Flag {
 #define MAX_BUCKET_MB 1024.0        // one bucket of 2^28 floats: an MPI count well below INT_MAX
 #define MAX_TIMEOUT 604800.0        // one week, in seconds
 
+// Each row: name, group, kind, field, default; bounds, choices, value placeholder; help.
 #define F(field) offsetof(Args, field)
 static const Flag FLAGS[] = {
-    {"epochs", ARGS_TRAIN, KIND_INT, F(epochs), RANGE_GE, 1, MAX_EPOCHS, NULL, "N",
-     "passes over the training data"},
-    {"batch_size", ARGS_TRAIN, KIND_INT, F(batch_size), RANGE_GE, 1, MAX_BATCH, NULL, "N",
-     "samples per optimizer step per process"},
-    {"lr", ARGS_TRAIN, KIND_FLOAT, F(lr), RANGE_GT, 0, NO_MAX, NULL, "X", "learning rate"},
-    {"momentum", ARGS_TRAIN, KIND_FLOAT, F(momentum), RANGE_UNIT, 0, NO_MAX, NULL, "X",
-     "SGD momentum"},
-    {"weight_decay", ARGS_TRAIN, KIND_FLOAT, F(weight_decay), RANGE_GE, 0, NO_MAX, NULL, "X",
-     "L2 weight decay"},
-    {"dataset_size", ARGS_TRAIN, KIND_INT, F(dataset_size), RANGE_GE, 0, MAX_DATASET, NULL, "N",
-     "training samples to use, 0 = all (synthetic: 10000)"},
-    {"save_interval", ARGS_TRAIN, KIND_INT, F(save_interval), RANGE_GE, 0, MAX_EPOCHS, NULL, "N",
-     "save a checkpoint every N epochs, 0 = never"},
-    {"device", ARGS_TRAIN, KIND_STR, F(device), RANGE_NONE, 0, NO_MAX, "auto|cpu|cuda", "NAME",
-     "where to train"},
-    {"tf32", ARGS_TRAIN, KIND_BOOL, F(tf32), RANGE_NONE, 0, NO_MAX, NULL, NULL,
+    {"epochs", ARGS_TRAIN, KIND_INT, F(epochs), "3",
+     RANGE_GE, 1, MAX_EPOCHS, NULL, "N", "passes over the training data"},
+    {"batch_size", ARGS_TRAIN, KIND_INT, F(batch_size), "128",
+     RANGE_GE, 1, MAX_BATCH, NULL, "N", "samples per optimizer step per process"},
+    {"lr", ARGS_TRAIN, KIND_FLOAT, F(lr), "0.05",
+     RANGE_GT, 0, NO_MAX, NULL, "X", "learning rate"},
+    {"momentum", ARGS_TRAIN, KIND_FLOAT, F(momentum), "0.9",
+     RANGE_UNIT, 0, NO_MAX, NULL, "X", "SGD momentum"},
+    {"weight_decay", ARGS_TRAIN, KIND_FLOAT, F(weight_decay), "0",
+     RANGE_GE, 0, NO_MAX, NULL, "X", "L2 weight decay"},
+    {"dataset_size", ARGS_TRAIN, KIND_INT, F(dataset_size), "0",
+     RANGE_GE, 0, MAX_DATASET, NULL, "N", "training samples to use, 0 = all (synthetic: 10000)"},
+    {"save_interval", ARGS_TRAIN, KIND_INT, F(save_interval), "1",
+     RANGE_GE, 0, MAX_EPOCHS, NULL, "N", "save a checkpoint every N epochs, 0 = never"},
+    {"device", ARGS_TRAIN, KIND_STR, F(device), "auto",
+     RANGE_NONE, 0, NO_MAX, "auto|cpu|cuda", "NAME", "where to train"},
+    {"tf32", ARGS_TRAIN, KIND_BOOL, F(tf32), NULL,
+     RANGE_NONE, 0, NO_MAX, NULL, NULL,
      "let GPU GEMMs use TF32 tensor cores (faster, less precise; no effect on the CPU)"},
-    {"data", ARGS_TRAIN, KIND_STR, F(data), RANGE_NONE, 0, NO_MAX, "fashion-mnist|mnist|synthetic",
-     "NAME", "data set"},
-    {"data_dir", ARGS_TRAIN, KIND_STR, F(data_dir), RANGE_NONE, 0, NO_MAX, NULL, "DIR",
-     "directory with the IDX files (default: the data set's own)"},
-    {"hidden", ARGS_TRAIN, KIND_STR, F(hidden), RANGE_NONE, 0, NO_MAX, NULL, "LIST",
-     "hidden layer sizes, comma-separated (\"\" = none); each 1.." STR(MLP_MAX_WIDTH)},
-    {"seed", ARGS_TRAIN, KIND_U64, F(seed), RANGE_NONE, 0, NO_MAX, NULL, "N",
-     "seed for initialisation and shuffling"},
-    {"metrics", ARGS_TRAIN, KIND_STR, F(metrics), RANGE_NONE, 0, NO_MAX, NULL, "PATH",
+    {"data", ARGS_TRAIN, KIND_STR, F(data), "fashion-mnist",
+     RANGE_NONE, 0, NO_MAX, "fashion-mnist|mnist|synthetic", "NAME", "data set"},
+    {"data_dir", ARGS_TRAIN, KIND_STR, F(data_dir), NULL,
+     RANGE_NONE, 0, NO_MAX, NULL, "DIR", "directory with the IDX files (default: the data set's own)"},
+    // The bounds are the model's, checked where the sizes are used (mlp_parse_sizes): MLP_MAX_LAYERS
+    // - 1 hidden layers of at most MLP_MAX_WIDTH each. test_args.cpp checks that this line states them.
+    {"hidden", ARGS_TRAIN, KIND_LIST, F(hidden), "1024,1024",
+     RANGE_NONE, 0, NO_MAX, NULL, "LIST",
+     "hidden layer sizes, comma-separated (\"\" = none); at most 7 sizes, each 1..1048576"},
+    {"seed", ARGS_TRAIN, KIND_U64, F(seed), "42",
+     RANGE_NONE, 0, NO_MAX, NULL, "N", "seed for initialisation and shuffling"},
+    {"metrics", ARGS_TRAIN, KIND_STR, F(metrics), NULL,
+     RANGE_NONE, 0, NO_MAX, NULL, "PATH",
      "write JSON Lines metrics, {rank} replaced by the rank; {rank} required above 1 rank"},
-    {"ckpt_dir", ARGS_TRAIN, KIND_STR, F(ckpt_dir), RANGE_NONE, 0, NO_MAX, NULL, "DIR",
-     "where checkpoints go"},
-    {"resume", ARGS_TRAIN, KIND_STR, F(resume), RANGE_NONE, 0, NO_MAX, NULL, "PATH",
-     "checkpoint to continue from"},
-    {"max_steps", ARGS_TRAIN, KIND_INT, F(max_steps), RANGE_GE, 0, MAX_STEPS, NULL, "N",
-     "stop after N optimizer steps, 0 = no limit"},
-    {"log_interval", ARGS_TRAIN, KIND_INT, F(log_interval), RANGE_GE, 1, MAX_STEPS, NULL, "N",
-     "optimizer steps between progress lines"},
-    {"backend", ARGS_DIST, KIND_STR, F(backend), RANGE_NONE, 0, NO_MAX, "auto|nccl|mpi", "NAME",
-     "communication backend"},
-    {"timeout", ARGS_DIST, KIND_FLOAT, F(timeout), RANGE_GT, 0, MAX_TIMEOUT, NULL, "SECONDS",
-     "end the job when a collective waits longer than this"},
-    {"drop_last", ARGS_SAMPLER, KIND_BOOL, F(drop_last), RANGE_NONE, 0, NO_MAX, NULL, NULL,
-     "drop the tail of the data instead of padding it"},
-    {"bucket_cap_mb", ARGS_REDUCER, KIND_FLOAT, F(bucket_cap_mb), RANGE_GT, 0, MAX_BUCKET_MB, NULL,
-     "X", "gradient bucket size cap in MiB"},
-    {"grad_accum", ARGS_REDUCER, KIND_INT, F(grad_accum), RANGE_GE, 1, MAX_ACCUM, NULL, "N",
-     "micro-batches per optimizer step"},
-    {"trace", ARGS_REDUCER, KIND_STR, F(trace), RANGE_NONE, 0, NO_MAX, NULL, "PATH",
+    {"ckpt_dir", ARGS_TRAIN, KIND_STR, F(ckpt_dir), "checkpoints",
+     RANGE_NONE, 0, NO_MAX, NULL, "DIR", "where checkpoints go"},
+    {"resume", ARGS_TRAIN, KIND_STR, F(resume), NULL,
+     RANGE_NONE, 0, NO_MAX, NULL, "PATH", "checkpoint to continue from"},
+    {"max_steps", ARGS_TRAIN, KIND_INT, F(max_steps), "0",
+     RANGE_GE, 0, MAX_STEPS, NULL, "N", "stop after N optimizer steps, 0 = no limit"},
+    {"log_interval", ARGS_TRAIN, KIND_INT, F(log_interval), "50",
+     RANGE_GE, 1, MAX_STEPS, NULL, "N", "optimizer steps between progress lines"},
+    {"backend", ARGS_DIST, KIND_STR, F(backend), "auto",
+     RANGE_NONE, 0, NO_MAX, "auto|nccl|mpi", "NAME", "communication backend"},
+    {"timeout", ARGS_DIST, KIND_FLOAT, F(timeout), "300",
+     RANGE_GT, 0, MAX_TIMEOUT, NULL, "SECONDS", "end the job when a collective waits longer than this"},
+    {"drop_last", ARGS_SAMPLER, KIND_BOOL, F(drop_last), NULL,
+     RANGE_NONE, 0, NO_MAX, NULL, NULL, "drop the tail of the data instead of padding it"},
+    {"bucket_cap_mb", ARGS_REDUCER, KIND_FLOAT, F(bucket_cap_mb), "25",
+     RANGE_GT, 0, MAX_BUCKET_MB, NULL, "X", "gradient bucket size cap in MiB"},
+    {"grad_accum", ARGS_REDUCER, KIND_INT, F(grad_accum), "1",
+     RANGE_GE, 1, MAX_ACCUM, NULL, "N", "micro-batches per optimizer step"},
+    {"trace", ARGS_REDUCER, KIND_STR, F(trace), NULL,
+     RANGE_NONE, 0, NO_MAX, NULL, "PATH",
      "write a Chrome trace (chrome://tracing, Perfetto), {rank} replaced by the rank; {rank} "
      "required above 1 rank"},
 };
@@ -112,50 +119,7 @@ static const struct {
     {ARGS_REDUCER, "the bucketed reducer in step 06"},
 };
 
-static void set_defaults(Args *a) {
-  memset(a, 0, sizeof *a);
-  a->epochs = 3;
-  a->batch_size = 128;
-  a->lr = 0.05f;
-  a->momentum = 0.9f;
-  a->weight_decay = 0.0f;
-  a->dataset_size = 0;
-  a->save_interval = 1;
-  a->device = "auto";
-  a->tf32 = false;
-  a->data = "fashion-mnist";
-  a->data_dir = NULL;
-  a->hidden = "1024,1024";
-  a->seed = 42;
-  a->metrics = NULL;
-  a->ckpt_dir = "checkpoints";
-  a->resume = NULL;
-  a->max_steps = 0;
-  a->log_interval = 50;
-  a->backend = "auto";
-  a->timeout = 300.0f;
-  a->drop_last = false;
-  a->bucket_cap_mb = 25.0f;
-  a->grad_accum = 1;
-  a->trace = NULL;
-}
-
 // ---- usage ------------------------------------------------------------------------------------------
-
-static void print_default(FILE *out, const Flag *f, const Args *d) {
-  const char *p = (const char *)d + f->off;
-  switch (f->kind) {
-    case KIND_INT: fprintf(out, " (default %d)", *(const int *)p); break;
-    case KIND_FLOAT: fprintf(out, " (default %g)", (double)*(const float *)p); break;
-    case KIND_U64: fprintf(out, " (default %" PRIu64 ")", *(const uint64_t *)p); break;
-    case KIND_STR: {
-      const char *s = *(const char *const *)p;
-      if (s) fprintf(out, " (default %s)", s);
-      break;
-    }
-    case KIND_BOOL: break;
-  }
-}
 
 // The accepted range after the help text: "; 1..1048576", "; > 0", "; in (0, 1024]", "; in [0, 1)".
 static void print_range(FILE *out, const Flag *f) {
@@ -181,8 +145,6 @@ static void print_range(FILE *out, const Flag *f) {
 }
 
 static void usage(FILE *out, const char *prog, unsigned groups, const char *about) {
-  Args d;
-  set_defaults(&d);
   const char *base = strrchr(prog, '/');
   if (about) fprintf(out, "%s\n\n", about);
   fprintf(out, "usage: %s [flags]   (--flag value or --flag=value)\n\nflags:\n", base ? base + 1 : prog);
@@ -194,7 +156,7 @@ static void usage(FILE *out, const char *prog, unsigned groups, const char *abou
              f->choices ? f->choices : f->meta ? f->meta : "");
     fprintf(out, "  %-38s %s", left, f->help);
     print_range(out, f);
-    print_default(out, f, &d);
+    if (f->def) fprintf(out, " (default %s)", f->def);
     fputc('\n', out);
   }
   fprintf(out, "  %-38s %s\n", "-h, --help", "show this help and exit");
@@ -289,33 +251,28 @@ static int is_choice(const char *choices, const char *v) {
   return 0;
 }
 
-// "--hidden" is comma-separated positive sizes; the empty list (no hidden layer) is allowed.
-static void check_hidden(const Parser *c, const char *v) {
-  int count = 0;
+// Is v a comma-separated list of positive integers ("1024,1024"), or empty? Only the form is checked
+// here: how many and how large is for the code that uses them to say.
+static bool is_positive_list(const char *v) {
   for (const char *p = v; *p;) {
-    char *end = NULL;
-    errno = 0;
-    long x = isdigit((unsigned char)*p) ? strtol(p, &end, 10) : 0;
-    if (!end || end == p || (*end && *end != ',') || (errno != ERANGE && x < 1))
-      FAIL(c, "--hidden: '%s' is not a comma-separated list of positive sizes (e.g. 1024,1024)", v);
-    if (errno == ERANGE || x > MLP_MAX_WIDTH)  // mlp_parse_sizes's bound
-      FAIL(c, "--hidden: size %.*s is more than %d", (int)(end - p), p, MLP_MAX_WIDTH);
-    count++;
-    p = *end ? end + 1 : end;
-    if (*end && !*p) FAIL(c, "--hidden: '%s' ends with a comma", v);
+    const char *q = p;
+    bool nonzero = false;
+    for (; isdigit((unsigned char)*q); q++) nonzero |= *q != '0';
+    if (!nonzero || (*q && *q != ',') || (*q == ',' && !q[1])) return false;
+    p = *q ? q + 1 : q;
   }
-  if (count > MLP_MAX_LAYERS - 1)
-    FAIL(c, "--hidden: %d hidden layers, at most %d are supported", count, MLP_MAX_LAYERS - 1);
+  return true;
 }
 
 static void set_value(const Parser *c, Args *a, const Flag *f, const char *v) {
   void *dst = (char *)a + f->off;
-  if (f->kind == KIND_STR) {
+  if (f->kind == KIND_STR || f->kind == KIND_LIST) {
     if (f->choices && !is_choice(f->choices, v))
       FAIL(c, "--%s: '%s' is not one of %s", f->name, v, f->choices);
-    if (strcmp(f->name, "hidden") == 0) check_hidden(c, v);
-    if (!f->choices && !*v && strcmp(f->name, "hidden") != 0)
-      FAIL(c, "--%s needs a non-empty value", f->name);
+    if (f->kind == KIND_STR && !*v) FAIL(c, "--%s needs a non-empty value", f->name);
+    if (f->kind == KIND_LIST && !is_positive_list(v))
+      FAIL(c, "--%s: '%s' is not a comma-separated list of positive integers (e.g. 1024,1024)",
+           f->name, v);
     *(const char **)dst = v;
     return;
   }
@@ -336,9 +293,16 @@ static const char *stage_of(unsigned group) {
   return "a later step";
 }
 
+// Every field from its row's default, parsed and checked like a command-line value.
+static void set_defaults(const Parser *c, Args *a) {
+  memset(a, 0, sizeof *a);
+  for (size_t i = 0; i < N_FLAGS; i++)
+    if (FLAGS[i].def) set_value(c, a, &FLAGS[i], FLAGS[i].def);
+}
+
 void args_parse(Args *a, int argc, char **argv, unsigned groups, const char *about) {
   Parser c = {argc > 0 && argv[0] ? argv[0] : "train", groups, about};
-  set_defaults(a);
+  set_defaults(&c, a);
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i];
     if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {

@@ -7,7 +7,8 @@
  * missing value, non-number, out-of-range value) prints one line naming the problem, then the usage, and
  * exits with status 2. Every number has both bounds, and `--help` states them: the upper ones keep
  * what the trainers compute from a flag inside an int (e.g. `--batch_size` x `--grad_accum`, at most
- * 2^24 samples per optimizer step; `--hidden` sizes at most MLP_MAX_WIDTH, as mlp_parse_sizes()).
+ * 2^24 samples per optimizer step). `--hidden` is checked here only as a list of positive integers:
+ * its bounds are the model's, checked by mlp_parse_sizes() (`--help` states them too).
  */
 #ifndef DDP_ARGS_H
 #define DDP_ARGS_H
@@ -28,36 +29,36 @@ extern "C" {
 /** @brief `--bucket_cap_mb`, `--grad_accum`, `--trace` (step 06: the bucketed reducer). */
 #define ARGS_REDUCER 0x8u
 
-/** @brief Parsed flags; defaults in args_parse(). */
+/** @brief Parsed flags. Defaults and bounds: see `--help` (args.c's flag table). */
 typedef struct Args {
-  int epochs;             ///< --epochs: passes over the training data (3)
-  int batch_size;         ///< --batch_size: samples per optimizer step per process (128)
-  float lr;               ///< --lr: learning rate (0.05)
-  float momentum;         ///< --momentum (0.9)
-  float weight_decay;     ///< --weight_decay (0)
-  int dataset_size;       ///< --dataset_size: train samples to use, 0 = all (synthetic: 10000)
-  int save_interval;      ///< --save_interval: save a checkpoint every N epochs, 0 = never (1)
-  const char *device;     ///< --device: auto | cpu | cuda (auto)
-  bool tf32;              ///< --tf32: GPU GEMMs may use TF32 tensor cores (off)
-  const char *data;       ///< --data: fashion-mnist | mnist | synthetic (fashion-mnist)
+  int epochs;             ///< --epochs: passes over the training data
+  int batch_size;         ///< --batch_size: samples per optimizer step per process
+  float lr;               ///< --lr: learning rate
+  float momentum;         ///< --momentum: SGD momentum
+  float weight_decay;     ///< --weight_decay: L2 weight decay
+  int dataset_size;       ///< --dataset_size: train samples to use, 0 = all
+  int save_interval;      ///< --save_interval: save a checkpoint every N epochs, 0 = never
+  const char *device;     ///< --device: auto | cpu | cuda
+  bool tf32;              ///< --tf32: GPU GEMMs may use TF32 tensor cores
+  const char *data;       ///< --data: fashion-mnist | mnist | synthetic
   const char *data_dir;   ///< --data_dir: IDX directory (NULL: the dataset's default)
-  const char *hidden;     ///< --hidden: hidden layer sizes, comma-separated ("1024,1024")
-  uint64_t seed;          ///< --seed (42)
+  const char *hidden;     ///< --hidden: hidden layer sizes, comma-separated positive integers
+  uint64_t seed;          ///< --seed: initialisation and shuffling
   const char *metrics;    ///< --metrics: JSON Lines path, `{rank}` replaced (NULL: none)
-  const char *ckpt_dir;   ///< --ckpt_dir: where checkpoints go ("checkpoints")
+  const char *ckpt_dir;   ///< --ckpt_dir: where checkpoints go
   const char *resume;     ///< --resume: checkpoint to continue from (NULL: none)
   int max_steps;          ///< --max_steps: stop after this many optimizer steps, 0 = no limit
-  int log_interval;       ///< --log_interval: steps between progress lines (50)
-  const char *backend;    ///< --backend: auto | nccl | mpi (ARGS_DIST; auto)
-  float timeout;          ///< --timeout: seconds a collective may wait before the job ends (ARGS_DIST; 300)
+  int log_interval;       ///< --log_interval: steps between progress lines
+  const char *backend;    ///< --backend: auto | nccl | mpi (ARGS_DIST)
+  float timeout;          ///< --timeout: seconds a collective may wait before the job ends (ARGS_DIST)
   bool drop_last;         ///< --drop_last: drop the tail instead of padding (ARGS_SAMPLER)
-  float bucket_cap_mb;    ///< --bucket_cap_mb: bucket size cap in MiB (ARGS_REDUCER; 25)
-  int grad_accum;         ///< --grad_accum: micro-batches per optimizer step (ARGS_REDUCER; 1)
-  const char *trace;      ///< --trace: Chrome trace output path (ARGS_REDUCER; NULL)
+  float bucket_cap_mb;    ///< --bucket_cap_mb: bucket size cap in MiB (ARGS_REDUCER)
+  int grad_accum;         ///< --grad_accum: micro-batches per optimizer step (ARGS_REDUCER)
+  const char *trace;      ///< --trace: Chrome trace output path (ARGS_REDUCER; NULL: none)
 } Args;
 
 /**
- * @brief Parses argv into @p a (defaults first). `--help` prints the usage and exits 0; any error
+ * @brief Parses argv into @p a (each flag's default first). `--help` prints the usage and exits 0; any error
  * prints `error: <what>` and the usage to stderr and exits 2. Accepts `--flag value` and `--flag=value`.
  * @param[out] a      parsed flags.
  * @param[in] argc,argv the command line.

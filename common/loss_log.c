@@ -1,8 +1,10 @@
 // loss_log.c: the loss logger of loss_log.h.
 #include "loss_log.h"
 
+#include <math.h>
 #include <string.h>
 
+#include "check.h"
 
 _Static_assert(LOSS_LOG_AHEAD < READBACK_SLOTS, "the losses of AHEAD + 1 steps must fit in flight");
 
@@ -16,6 +18,14 @@ void loss_log_init(LossLog *g, const Ctx *c, Metrics *metrics, Progress *progres
   g->epochs = epochs;
 }
 
+void loss_log_check_finite(float loss, long long step) {
+  if (isfinite(loss)) return;
+  die(1,
+      "step %lld: the loss is %s: training diverged (try a smaller --lr); no checkpoint was "
+      "written for this epoch",
+      step, isnan(loss) ? "nan" : loss > 0 ? "inf" : "-inf");
+}
+
 // Logs every loss that has arrived, waiting while more than max_ahead are in flight.
 static void take_arrived(LossLog *g, const Ctx *c, int max_ahead) {
   float loss;
@@ -23,7 +33,7 @@ static void take_arrived(LossLog *g, const Ctx *c, int max_ahead) {
   for (int slot = g->ring.head; readback_take(&g->ring, c, max_ahead, &loss, &step);
        slot = g->ring.head) {
     int epoch = g->epoch_of[slot];
-    loss_check_finite(loss, step);  // a diverged run stops here, before the epoch's checkpoint
+    loss_log_check_finite(loss, step);  // a diverged run stops here, before the epoch's checkpoint
     g->sum += loss;
     g->count++;
     metrics_step(g->metrics, step, epoch, loss);

@@ -19,8 +19,8 @@
 #define DDP_LOSS_LOG_H
 
 #include "device.h"
-#include "log.h"
 #include "metrics.h"
+#include "progress.h"
 #include "readback.h"
 
 #ifdef __cplusplus
@@ -73,6 +73,18 @@ void loss_log_push(LossLog *g, const Ctx *c, const float *loss, long long step, 
  * @return the epoch's mean loss.
  */
 double loss_log_epoch(LossLog *g, const Ctx *c);
+
+/**
+ * @brief Ends the job when a step's loss is NaN or infinite: a diverged run must stop before it
+ * saves. Prints `error: step N: the loss is nan: training diverged (try a smaller --lr); no
+ * checkpoint was written for this epoch` (or `inf`, `-inf`) and exits with status 1, through the
+ * abort hook once a process group exists (check.h's die()), so every rank ends. Returns when the
+ * loss is finite. The logger calls it with every loss it logs (the all-reduced one from step 05 on,
+ * which every rank agrees on, so all ranks stop at the same step).
+ * @param[in] loss the step's loss.
+ * @param[in] step the global optimizer step it belongs to (1-based, as logged).
+ */
+void loss_log_check_finite(float loss, long long step);
 
 /** @brief Releases the logger (losses still in flight are dropped). */
 void loss_log_free(LossLog *g, const Ctx *c);

@@ -29,7 +29,7 @@ typedef struct Metrics {
 /**
  * @brief Opens the metrics file for @p rank; disabled when @p path_template is NULL. Ends the job when
  * the file cannot be created, or when @p world_size > 1 and the template has no `{rank}` (see
- * metrics_open_rank_file()).
+ * rankfile_open()).
  * @param[out] m            the metrics file.
  * @param[in] path_template path, `{rank}` replaced by @p rank.
  * @param[in] rank          this process's rank.
@@ -55,29 +55,6 @@ void metrics_final(Metrics *m, int world_size, long long steps, uint64_t param_d
 
 /** @brief Closes the file (flushing it). */
 void metrics_close(Metrics *m);
-
-/**
- * @brief Expands `{rank}` in a path template.
- * @param[out] out     result buffer.
- * @param[in] out_len  size of @p out.
- * @param[in] tmpl     template.
- * @param[in] rank     rank.
- * @return 0, or -1 when the result does not fit.
- */
-int metrics_expand_path(char *out, size_t out_len, const char *tmpl, int rank);
-
-/**
- * @brief Creates (or truncates) the file a per-rank path template names, for writing: the template
- * with `{rank}` expanded. Ends the job with a message naming @p flag when the path is too long or
- * the file cannot be created, and with status 2 when @p world_size > 1 and the template has no
- * `{rank}`: the ranks would all write one file, each truncating and overwriting the others' lines.
- * @param[in] flag          the command-line flag the template came from, e.g. "--metrics".
- * @param[in] path_template the template.
- * @param[in] rank          this process's rank.
- * @param[in] world_size    number of ranks.
- * @return the open file, never NULL.
- */
-FILE *metrics_open_rank_file(const char *flag, const char *path_template, int rank, int world_size);
 
 #ifdef __cplusplus
 }

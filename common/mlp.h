@@ -163,7 +163,9 @@ uint64_t mlp_param_digest(const Mlp *m, const Ctx *c);
  * @param[in] in       input features I.
  * @param[in] out      classes O.
  * @param[out] sizes   host, (MLP_MAX_LAYERS + 1).
- * @return number of Linear layers, or -1 when @p hidden is malformed or too long.
+ * @return number of Linear layers, or -1 when @p hidden is malformed, has more than
+ * MLP_MAX_LAYERS - 1 sizes, or a size above MLP_MAX_WIDTH (this is where `--hidden`'s bounds are
+ * checked).
  */
 int mlp_parse_sizes(const char *hidden, int in, int out, int *sizes);
 

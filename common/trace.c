@@ -4,13 +4,13 @@
 #include <string.h>
 
 #include "check.h"
-#include "metrics.h"
+#include "rankfile.h"
 
 void trace_open(Trace *t, const Ctx *c, const char *path_template, int rank, int world_size) {
   memset(t, 0, sizeof *t);
   t->rank = rank;
   if (!path_template) return;
-  t->f = metrics_open_rank_file("--trace", path_template, rank, world_size);
+  t->f = rankfile_open("--trace", path_template, rank, world_size);
   fputs("{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n", t->f);
   dev_event_init(c, &t->origin);
   dev_event_record(c, &t->origin, NULL);

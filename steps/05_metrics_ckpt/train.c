@@ -24,11 +24,12 @@
 #include "dist.h"     // dist.h: ProcessGroup, dist_init, dist_connect, dist_broadcast, dist_all_reduce,
                       //         dist_barrier, dist_destroy
 #include "loader.h"   // loader.h: Loader, loader_init, loader_set_order, loader_batch
-#include "log.h"      // log.h: log0, Progress, progress_start, progress_add
+#include "log.h"      // log.h: log0, now_seconds
 #include "loss_log.h"  // loss_log.h: LossLog, loss_log_init, loss_log_push, loss_log_epoch
 #include "metrics.h"  // metrics.h: Metrics, metrics_open, metrics_step, metrics_epoch
 #include "mlp.h"      // mlp.h: Mlp, mlp_init, mlp_forward, mlp_loss, mlp_backward
 #include "optim.h"    // optim.h: Sgd, sgd_init, sgd_step
+#include "progress.h"  // progress.h: Progress, progress_start, progress_add
 #include "sampler.h"  // sampler.h: Sampler, sampler_init, sampler_set_epoch, sampler_indices
 
 // ---------------------------------------------------------------------------------------------------
@@ -152,7 +153,9 @@ static void epoch_order(Trainer *t, int epoch) {
 static void build_model(Trainer *t) {
   int sizes[MLP_MAX_LAYERS + 1];
   int n_layers = mlp_parse_sizes(t->args.hidden, t->in, t->classes, sizes);
-  if (n_layers < 0) die(2, "--hidden '%s': expected positive sizes such as 1024,1024", t->args.hidden);
+  if (n_layers < 0)
+    die(2, "--hidden '%s': at most %d sizes, each 1..%d", t->args.hidden, MLP_MAX_LAYERS - 1,
+        MLP_MAX_WIDTH);
   int max_batch = t->args.batch_size > EVAL_BATCH ? t->args.batch_size : EVAL_BATCH;
   mlp_init(&t->model, &t->ctx, sizes, n_layers, max_batch, t->args.seed);
   sgd_init(&t->opt, &t->ctx, t->model.n_params, t->args.lr, t->args.momentum, 0.0f,

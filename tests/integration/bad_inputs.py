@@ -432,8 +432,9 @@ non-zero exit (2 for a bad command line, 1 otherwise) and one line that names th
 60 s, and must leave the files it was given unchanged (N1: a diverging run must not replace the good
 checkpoint in its --ckpt_dir). Multi-rank cases run under `mpirun`, whose abort then ends every rank.
 Unit tests cover more cases of the same readers (`tests/unit/test_args.cpp`, `test_data.cpp`,
-`test_ckpt.cpp`, `test_metrics.cpp`, `test_log.cpp`), `tests/fault/kill_rank.py` covers a rank that
-dies, and the `launcher_signal` integration scenario covers `scripts/launch.sh` being interrupted.
+`test_ckpt.cpp`, `test_metrics.cpp`, `test_rankfile.cpp`, `test_loss_log.cpp`),
+`tests/fault/kill_rank.py` covers a rank that dies, and the `launcher_signal` integration scenario
+covers `scripts/launch.sh` being interrupted.
 """
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <limits>
 #include <string>
@@ -69,4 +70,37 @@ TEST_F(LossLogCpu, NonFiniteLossEndsTheJobNamingTheStep) {
               "step 2: the loss is nan: training diverged");
   dev = std::numeric_limits<float>::infinity();
   EXPECT_EXIT(loss_log_push(&g, &c, &dev, 7, 0), ::testing::ExitedWithCode(1), "step 7: the loss is inf");
+}
+
+// loss_log_check_finite lets a finite loss through and ends the job on NaN or an infinity.
+TEST(LossLogCheckFinite, FiniteLossesReturn) {
+  loss_log_check_finite(0.0f, 1);
+  loss_log_check_finite(2.3f, 12);
+  loss_log_check_finite(-1e30f, 3);  // huge but finite: not this check's business
+  loss_log_check_finite(std::numeric_limits<float>::max(), 4);
+  loss_log_check_finite(std::numeric_limits<float>::denorm_min(), 5);
+  SUCCEED();
+}
+
+TEST(LossLogCheckFiniteDeathTest, NonFiniteLossEndsTheJobNamingTheStep) {
+  EXPECT_EXIT(
+      {
+        loss_log_check_finite(std::nanf(""), 12);
+        std::exit(100);
+      },
+      ::testing::ExitedWithCode(1),
+      "error: step 12: the loss is nan: training diverged \\(try a smaller --lr\\); no checkpoint "
+      "was written for this epoch");
+  EXPECT_EXIT(
+      {
+        loss_log_check_finite(INFINITY, 7);
+        std::exit(100);
+      },
+      ::testing::ExitedWithCode(1), "step 7: the loss is inf: training diverged");
+  EXPECT_EXIT(
+      {
+        loss_log_check_finite(-INFINITY, 3000000000LL);
+        std::exit(100);
+      },
+      ::testing::ExitedWithCode(1), "step 3000000000: the loss is -inf");
 }

@@ -1,5 +1,5 @@
 // Metrics file: every line is a valid flat JSON object with the documented keys in order, floats
-// round-trip exactly, NaN becomes null, and {rank} is expanded.
+// round-trip exactly, NaN becomes null, and a path without {rank} is refused above one rank.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -200,24 +200,6 @@ TEST(Metrics, DisabledIsANoOp) {
   EXPECT_EQ(m.f, nullptr);
 }
 
-TEST(Metrics, ExpandPath) {
-  char out[64];
-  EXPECT_EQ(metrics_expand_path(out, sizeof out, "m_{rank}.jsonl", 0), 0);
-  EXPECT_STREQ(out, "m_0.jsonl");
-  EXPECT_EQ(metrics_expand_path(out, sizeof out, "{rank}/m_{rank}_{rank}.jsonl", 12), 0);
-  EXPECT_STREQ(out, "12/m_12_12.jsonl");
-  EXPECT_EQ(metrics_expand_path(out, sizeof out, "plain.jsonl", 5), 0);
-  EXPECT_STREQ(out, "plain.jsonl");
-  EXPECT_EQ(metrics_expand_path(out, sizeof out, "{rank", 5), 0);
-  EXPECT_STREQ(out, "{rank");
-  EXPECT_EQ(metrics_expand_path(out, sizeof out, "", 5), 0);
-  EXPECT_STREQ(out, "");
-  char small[6];
-  EXPECT_EQ(metrics_expand_path(small, sizeof small, "ab{rank}", 1234), -1);
-  EXPECT_EQ(metrics_expand_path(small, sizeof small, "ab{rank}", 123), 0);  // "ab123" just fits
-  EXPECT_EQ(metrics_expand_path(small, sizeof small, "abcdef", 0), -1);    // needs 7 with the NUL
-}
-
 TEST(Metrics, OpenFailureEndsTheJob) {
   EXPECT_EXIT(
       {
@@ -226,28 +208,6 @@ TEST(Metrics, OpenFailureEndsTheJob) {
         std::exit(100);
       },
       ::testing::ExitedWithCode(1), "cannot open '/nonexistent_dir_ddp/m_1.jsonl'");
-}
-
-TEST(Metrics, RankFileTooLongNamesTheFlag) {
-  std::string long_path(5000, 'a');  // longer than any path the toolkit builds
-  EXPECT_EXIT(
-      {
-        (void)metrics_open_rank_file("--trace", long_path.c_str(), 0, 1);
-        std::exit(100);
-      },
-      ::testing::ExitedWithCode(1), "--trace: path 'a+' is too long");
-}
-
-TEST(Metrics, RankFileExpandsTheRank) {
-  std::string tmpl = std::string(DDP_TEST_TMPDIR) + "/rank_file_{rank}.txt";
-  FILE *f = metrics_open_rank_file("--trace", tmpl.c_str(), 7, 8);
-  ASSERT_NE(f, nullptr);
-  fputs("x", f);
-  fclose(f);
-  FILE *g = fopen((std::string(DDP_TEST_TMPDIR) + "/rank_file_7.txt").c_str(), "r");
-  ASSERT_NE(g, nullptr) << "the file is named after the rank";
-  EXPECT_EQ(fgetc(g), 'x');
-  fclose(g);
 }
 
 // Above one rank, a path without {rank} would have every rank truncate and overwrite one file (a
@@ -264,21 +224,12 @@ TEST(Metrics, SharedPathAtSeveralRanksIsRefused) {
       ::testing::ExitedWithCode(2),
       "error: --metrics .*shared_metrics.jsonl: at 4 ranks the path must contain \\{rank\\} "
       "\\(e.g. .*shared_metrics_\\{rank\\}.jsonl\\)");
-  EXPECT_EXIT(
-      {
-        (void)metrics_open_rank_file("--trace", plain.c_str(), 0, 2);
-        std::exit(100);
-      },
-      ::testing::ExitedWithCode(2), "error: --trace .*: at 2 ranks the path must contain");
   FILE *g = fopen(plain.c_str(), "r");
   EXPECT_EQ(g, nullptr) << "the refused file must not be created";
   if (g) fclose(g);
-  // One rank may use any path; several ranks may with {rank}.
+  // One rank may use any path (rankfile.h's tests cover {rank} above one rank).
   Metrics m;
   metrics_open(&m, plain.c_str(), 0, 1);
   EXPECT_NE(m.f, nullptr);
   metrics_close(&m);
-  FILE *f = metrics_open_rank_file("--trace", tmp_path("shared_{rank}.json").c_str(), 3, 4);
-  EXPECT_NE(f, nullptr);
-  if (f) fclose(f);
 }

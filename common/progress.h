@@ -1,0 +1,57 @@
+/**
+ * @file
+ * @brief The progress line a trainer prints every `--log_interval` steps (rank 0 only):
+ * `epoch E/EE  step S/T  loss L  N samples/s  M ms/step  ETA mm:ss`.
+ *
+ * samples/s and ms/step are measured over the steps since the previous line; the ETA extrapolates
+ * the average since progress_start() (steps done before a resume excluded).
+ */
+#ifndef DDP_PROGRESS_H
+#define DDP_PROGRESS_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** @brief State of the progress line: start time and totals for the rates and the ETA. */
+typedef struct Progress {
+  double t_start;           ///< when progress_start() was called (now_seconds())
+  double t_last;            ///< time of the last progress line
+  long long total;          ///< optimizer steps the run will take
+  long long done_at_start;  ///< steps already done when the run started (resume)
+  long long last_step;      ///< the step of the last progress line (done_at_start before the first)
+  long long samples;        ///< samples processed since the last line
+} Progress;
+
+/**
+ * @brief Starts timing.
+ * @param[out] p        state.
+ * @param[in] total     total optimizer steps of the run (for the ETA).
+ * @param[in] done      steps already done (after a resume).
+ */
+void progress_start(Progress *p, long long total, long long done);
+
+/**
+ * @brief Counts samples processed (by this process, or globally: the caller decides).
+ * @param[in,out] p state.
+ * @param[in] n     samples.
+ */
+void progress_add(Progress *p, long long n);
+
+/**
+ * @brief Prints (rank 0) `epoch E/EE  step S/T  loss L  N samples/s  M ms/step  ETA mm:ss`: the
+ * samples/s and the mean milliseconds per optimizer step since the previous line. Resets the sample
+ * count.
+ * @param[in,out] p  state.
+ * @param[in] epoch  current epoch (1-based for display).
+ * @param[in] epochs total epochs.
+ * @param[in] step   global optimizer step just completed.
+ * @param[in] loss   loss to show.
+ * @return the samples/s since the previous line.
+ */
+double progress_print(Progress *p, int epoch, int epochs, long long step, float loss);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,42 @@
+/**
+ * @file
+ * @brief Per-rank output files: a path template whose `{rank}` becomes each rank's number (the
+ * `--metrics` and `--trace` files), so that every rank writes a file of its own.
+ */
+#ifndef DDP_RANKFILE_H
+#define DDP_RANKFILE_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/**
+ * @brief Expands every `{rank}` in a path template.
+ * @param[out] out     result buffer.
+ * @param[in] out_len  size of @p out.
+ * @param[in] tmpl     template.
+ * @param[in] rank     rank.
+ * @return 0, or -1 when the result does not fit.
+ */
+int rankfile_path(char *out, size_t out_len, const char *tmpl, int rank);
+
+/**
+ * @brief Creates (or truncates) the file a per-rank path template names, for writing: the template
+ * with `{rank}` expanded. Ends the job with a message naming @p flag when the path is too long or
+ * the file cannot be created, and with status 2 when @p world_size > 1 and the template has no
+ * `{rank}`: the ranks would all write one file, each truncating and overwriting the others' lines.
+ * @param[in] flag          the command-line flag the template came from, e.g. "--metrics".
+ * @param[in] path_template the template.
+ * @param[in] rank          this process's rank.
+ * @param[in] world_size    number of ranks.
+ * @return the open file, never NULL.
+ */
+FILE *rankfile_open(const char *flag, const char *path_template, int rank, int world_size);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
