@@ -63,7 +63,8 @@ static const Flag FLAGS[] = {
     {"dataset_size", ARGS_TRAIN, KIND_INT, F(dataset_size), "0",
      RANGE_GE, 0, MAX_DATASET, NULL, "N", "training samples to use, 0 = all (synthetic: 10000)"},
     {"save_interval", ARGS_TRAIN, KIND_INT, F(save_interval), "1",
-     RANGE_GE, 0, MAX_EPOCHS, NULL, "N", "save a checkpoint every N epochs, 0 = never"},
+     RANGE_GE, 0, MAX_EPOCHS, NULL, "N",
+     "save a checkpoint after every N-th complete epoch (not at a --max_steps stop), 0 = never"},
     {"device", ARGS_TRAIN, KIND_STR, F(device), "auto",
      RANGE_NONE, 0, NO_MAX, "auto|cpu|cuda", "NAME", "where to train"},
     {"tf32", ARGS_TRAIN, KIND_BOOL, F(tf32), NULL,
@@ -83,8 +84,8 @@ static const Flag FLAGS[] = {
     {"metrics", ARGS_TRAIN, KIND_STR, F(metrics), NULL,
      RANGE_NONE, 0, NO_MAX, NULL, "PATH",
      "write JSON Lines metrics, {rank} replaced by the rank; {rank} required above 1 rank"},
-    {"ckpt_dir", ARGS_TRAIN, KIND_STR, F(ckpt_dir), "checkpoints",
-     RANGE_NONE, 0, NO_MAX, NULL, "DIR", "where checkpoints go"},
+    {"ckpt_dir", ARGS_TRAIN, KIND_STR, F(ckpt_dir), "checkpoints/{program}",
+     RANGE_NONE, 0, NO_MAX, NULL, "DIR", "folder of checkpoint.bin (each step its own)"},
     {"resume", ARGS_TRAIN, KIND_STR, F(resume), NULL,
      RANGE_NONE, 0, NO_MAX, NULL, "PATH", "checkpoint to continue from"},
     {"max_steps", ARGS_TRAIN, KIND_INT, F(max_steps), "0",
@@ -144,6 +145,19 @@ static void print_range(FILE *out, const Flag *f) {
   }
 }
 
+// A default with `{program}` in it, e.g. --ckpt_dir's checkpoints/{program}, names the running
+// program (argv[0]'s last component), so that each step keeps its own checkpoints. The text lives
+// in a static buffer: one such flag.
+static const char *expand_default(const Flag *f, const char *prog) {
+  static char buf[256];
+  const char *at = f->def ? strstr(f->def, "{program}") : NULL;
+  if (!at) return f->def;
+  const char *base = strrchr(prog, '/');
+  snprintf(buf, sizeof buf, "%.*s%s%s", (int)(at - f->def), f->def, base ? base + 1 : prog,
+           at + strlen("{program}"));
+  return buf;
+}
+
 static void usage(FILE *out, const char *prog, unsigned groups, const char *about) {
   const char *base = strrchr(prog, '/');
   if (about) fprintf(out, "%s\n\n", about);
@@ -156,7 +170,7 @@ static void usage(FILE *out, const char *prog, unsigned groups, const char *abou
              f->choices ? f->choices : f->meta ? f->meta : "");
     fprintf(out, "  %-38s %s", left, f->help);
     print_range(out, f);
-    if (f->def) fprintf(out, " (default %s)", f->def);
+    if (f->def) fprintf(out, " (default %s)", expand_default(f, prog));
     fputc('\n', out);
   }
   fprintf(out, "  %-38s %s\n", "-h, --help", "show this help and exit");
@@ -297,7 +311,7 @@ static const char *stage_of(unsigned group) {
 static void set_defaults(const Parser *c, Args *a) {
   memset(a, 0, sizeof *a);
   for (size_t i = 0; i < N_FLAGS; i++)
-    if (FLAGS[i].def) set_value(c, a, &FLAGS[i], FLAGS[i].def);
+    if (FLAGS[i].def) set_value(c, a, &FLAGS[i], expand_default(&FLAGS[i], c->prog));
 }
 
 void args_parse(Args *a, int argc, char **argv, unsigned groups, const char *about) {

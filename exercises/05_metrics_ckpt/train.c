@@ -10,7 +10,7 @@
  * on every rank, then all wait for each other before training.
  *
  * Run:  mpirun -np 2 build/bin/05_metrics_ckpt --device cpu --data synthetic --epochs 2
- *       mpirun -np 2 build/bin/05_metrics_ckpt --resume checkpoints/checkpoint.bin --epochs 3
+ *       mpirun -np 2 build/bin/05_metrics_ckpt --resume checkpoints/05_metrics_ckpt/checkpoint.bin --epochs 3
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>

@@ -60,7 +60,7 @@ TEST(Args, Defaults) {
   EXPECT_STREQ(a.hidden, "1024,1024");
   EXPECT_EQ(a.seed, 42u);
   EXPECT_EQ(a.metrics, nullptr);
-  EXPECT_STREQ(a.ckpt_dir, "checkpoints");
+  EXPECT_STREQ(a.ckpt_dir, "checkpoints/prog");  // each program its own folder
   EXPECT_EQ(a.resume, nullptr);
   EXPECT_EQ(a.max_steps, 0);
   EXPECT_EQ(a.log_interval, 50);
