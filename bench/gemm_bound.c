@@ -69,12 +69,12 @@ static double sgd_floor(size_t n, int reps, int warmup, unsigned *seed) {
   float *p = host_values(n, seed), *g = host_values(n, seed), *m = host_values(n, seed);
   double *t = mallocCheck(sizeof(double) * reps);
   for (int r = -warmup; r < reps; r++) {
-    double t0 = now_seconds();
+    double t0 = log_clock();
     for (size_t i = 0; i < n; i++) {
       m[i] = 0.9f * m[i] + g[i];
       p[i] -= 1e-6f * m[i];  // tiny steps: the values stay normal numbers
     }
-    if (r >= 0) t[r] = now_seconds() - t0;
+    if (r >= 0) t[r] = log_clock() - t0;
   }
   double med = median(t, reps);
   free(t);

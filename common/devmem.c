@@ -96,7 +96,7 @@ void dev_event_record(const Ctx *c, DevEvent *e, void *stream) {
   if (c->dev == DEVICE_CUDA) {
     WITH_CUDA(dev_event_record_cuda(c, e, stream));
   } else {
-    e->t = now_seconds();  // CPU work is synchronous: "after the work so far" is now
+    e->t = log_clock();  // CPU work is synchronous: "after the work so far" is now
   }
   (void)stream;  // (unused in a build without CUDA)
 }

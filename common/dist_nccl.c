@@ -87,7 +87,7 @@ static void note_collective(cudaStream_t s) {
   }
   pthread_mutex_lock(&g_last.lock);
   cudaCheck(cudaEventRecord(g_last.event, s));
-  g_last.when = now_seconds();
+  g_last.when = log_clock();
   pthread_mutex_unlock(&g_last.lock);
 }
 
@@ -117,7 +117,7 @@ int dist_nccl_poll(void *user, double timeout, char *why) {
     cudaError_t q = cudaEventQuery(g_last.event);
     if (q == cudaSuccess) {
       g_last.when = 0;
-    } else if (q == cudaErrorNotReady && now_seconds() - g_last.when > timeout) {
+    } else if (q == cudaErrorNotReady && log_clock() - g_last.when > timeout) {
       snprintf(why, 256, "an NCCL collective has not finished after %g s (--timeout): a peer is "
                "stuck, dead, or calling other collectives", timeout);
       stuck = 1;

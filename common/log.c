@@ -29,7 +29,7 @@ void log_all(const char *fmt, ...) {
   fflush(stdout);
 }
 
-double now_seconds(void) {
+double log_clock(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;

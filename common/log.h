@@ -26,7 +26,7 @@ void log0(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void log_all(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /** @brief Monotonic wall-clock time in seconds. */
-double now_seconds(void);
+double log_clock(void);
 
 #ifdef __cplusplus
 }

@@ -15,7 +15,7 @@ void metrics_open(Metrics *m, const char *path_template, int rank, int world_siz
   m->f = NULL;
   if (!path_template) return;
   m->f = rankfile_open("--metrics", path_template, rank, world_size);
-  m->t0 = now_seconds();
+  m->t0 = log_clock();
 }
 
 // A float as JSON: 9 significant digits round-trip any float32; NaN and infinities have no JSON
@@ -37,7 +37,7 @@ void metrics_step(Metrics *m, long long step, int epoch, float loss) {
   if (!m->f) return;
   fprintf(m->f, "{\"type\":\"step\",\"step\":%lld,\"epoch\":%d,\"loss\":", step, epoch);
   put_float(m->f, (double)loss);
-  fprintf(m->f, ",\"time\":%.6f", now_seconds() - m->t0);
+  fprintf(m->f, ",\"time\":%.6f", log_clock() - m->t0);
   end_line(m);
 }
 

@@ -6,7 +6,7 @@
 #include "log.h"
 
 void progress_start(Progress *p, long long total, long long done) {
-  p->t_start = now_seconds();
+  p->t_start = log_clock();
   p->t_last = p->t_start;
   p->total = total;
   p->done_at_start = done;
@@ -30,7 +30,7 @@ static void format_eta(char *buf, size_t len, double s) {
 }
 
 double progress_print(Progress *p, int epoch, int epochs, long long step, float loss) {
-  double now = now_seconds();
+  double now = log_clock();
   double dt = now - p->t_last;
   double rate = dt > 0 ? (double)p->samples / dt : 0.0;
   long long steps = step - p->last_step;

@@ -15,7 +15,7 @@ extern "C" {
 
 /** @brief State of the progress line: start time and totals for the rates and the ETA. */
 typedef struct Progress {
-  double t_start;           ///< when progress_start() was called (now_seconds())
+  double t_start;           ///< when progress_start() was called (log_clock())
   double t_last;            ///< time of the last progress line
   long long total;          ///< optimizer steps the run will take
   long long done_at_start;  ///< steps already done when the run started (resume)

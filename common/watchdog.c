@@ -116,7 +116,7 @@ static void *watch(void *arg) {
       pthread_mutex_unlock(&W.polling);
       return NULL;
     }
-    double t = now_seconds();
+    double t = log_clock();
     int depth = W.depth < MAX_DEPTH ? W.depth : MAX_DEPTH;
     for (int i = 0; i < depth && !why[0]; i++)
       if (t - W.since[i] > W.timeout)
@@ -160,7 +160,7 @@ void watchdog_enter(const char *what) {
   pthread_mutex_lock(&W.lock);
   if (W.depth < MAX_DEPTH) {
     W.what[W.depth] = what;
-    W.since[W.depth] = now_seconds();
+    W.since[W.depth] = log_clock();
   }
   W.depth++;
   pthread_mutex_unlock(&W.lock);

@@ -24,7 +24,7 @@
 #include "dist.h"     // dist.h: ProcessGroup, dist_init, dist_connect, dist_broadcast, dist_all_reduce,
                       //         dist_barrier, dist_destroy
 #include "loader.h"   // loader.h: Loader, loader_init, loader_set_order, loader_batch
-#include "log.h"      // log.h: log0, now_seconds
+#include "log.h"      // log.h: log0, log_clock
 #include "loss_log.h"  // loss_log.h: LossLog, loss_log_init, loss_log_push, loss_log_epoch
 #include "metrics.h"  // metrics.h: Metrics, metrics_open, metrics_step, metrics_epoch
 #include "mlp.h"      // mlp.h: Mlp, mlp_init, mlp_forward, mlp_loss, mlp_backward
@@ -222,7 +222,7 @@ static bool out_of_steps(const Trainer *t) {
 // Returns whether the whole epoch ran (--max_steps may stop it early).
 static bool run_epoch(Trainer *t, int epoch) {
   epoch_order(t, epoch);
-  double t0 = now_seconds();
+  double t0 = log_clock();
   long long batches = 0, samples = 0;
   for (int start = 0; start < t->n_order && !out_of_steps(t); start += t->args.batch_size) {
     int B = t->n_order - start < t->args.batch_size ? t->n_order - start : t->args.batch_size;
@@ -234,7 +234,7 @@ static bool run_epoch(Trainer *t, int epoch) {
     loss_log_push(&t->losses, &t->ctx, loss, t->step, epoch);  // logged once it reaches the host
   }
   double train_loss = loss_log_epoch(&t->losses, &t->ctx);  // the last steps' losses; their mean
-  double samples_per_s = (double)samples / (now_seconds() - t0);
+  double samples_per_s = (double)samples / (log_clock() - t0);
   double acc = evaluate(t);
   log0("epoch %d/%d  train loss %.4f  test accuracy %.4f  %.0f samples/s\n", epoch + 1,
        t->args.epochs, train_loss, acc, samples_per_s);
