@@ -49,13 +49,14 @@ int main(int argc, char **argv) {
   if (!buf || !t || (cold && !scratch)) MPI_Abort(MPI_COMM_WORLD, 1);
   memset(buf, 0, max);  // touch every page before timing
   if (rank == 0)
-    printf("# ranks %d, %d iterations per size, in-place float sum, %s\n"
-           "#%12s %12s %10s %10s %10s %7s\n", n, iters,
-           nonblocking ? (cold ? "MPI_Iallreduce + MPI_Wait, caches flushed before each call"
-                               : "MPI_Iallreduce + MPI_Wait")
-                       : (cold ? "MPI_Allreduce, caches flushed before each call" : "MPI_Allreduce"),
-           "size(B)", "count",
-           "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+    printf(
+        "# ranks %d, %d iterations per size, in-place float sum, %s\n"
+        "#%12s %12s %10s %10s %10s %7s\n",
+        n, iters,
+        nonblocking ? (cold ? "MPI_Iallreduce + MPI_Wait, caches flushed before each call"
+                            : "MPI_Iallreduce + MPI_Wait")
+                    : (cold ? "MPI_Allreduce, caches flushed before each call" : "MPI_Allreduce"),
+        "size(B)", "count", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
   for (int s = 0; s < n_sizes; s++) {
     size_t count = sizes[s] / sizeof(float);
     long wrong = 0;

@@ -93,14 +93,21 @@ int main(int argc, char **argv) {
       tf32 = true;
       continue;
     }
-    if (i + 1 < argc && strcmp(argv[i], "--batch") == 0) batch = atoi(argv[++i]);
-    else if (i + 1 < argc && strcmp(argv[i], "--sizes") == 0) spec = argv[++i];
-    else if (i + 1 < argc && strcmp(argv[i], "--reps") == 0) reps = atoi(argv[++i]);
-    else if (i + 1 < argc && strcmp(argv[i], "--warmup") == 0) warmup = atoi(argv[++i]);
-    else if (i + 1 < argc && strcmp(argv[i], "--device") == 0) device = argv[++i];
+    if (i + 1 < argc && strcmp(argv[i], "--batch") == 0)
+      batch = atoi(argv[++i]);
+    else if (i + 1 < argc && strcmp(argv[i], "--sizes") == 0)
+      spec = argv[++i];
+    else if (i + 1 < argc && strcmp(argv[i], "--reps") == 0)
+      reps = atoi(argv[++i]);
+    else if (i + 1 < argc && strcmp(argv[i], "--warmup") == 0)
+      warmup = atoi(argv[++i]);
+    else if (i + 1 < argc && strcmp(argv[i], "--device") == 0)
+      device = argv[++i];
     else {
-      fprintf(stderr, "usage: %s [--device cpu|cuda] [--batch B] [--sizes I,H...,O] [--reps N] "
-              "[--warmup N] [--tf32]\n", argv[0]);
+      fprintf(stderr,
+              "usage: %s [--device cpu|cuda] [--batch B] [--sizes I,H...,O] [--reps N] "
+              "[--warmup N] [--tf32]\n",
+              argv[0]);
       return 2;
     }
   }
@@ -116,8 +123,10 @@ int main(int argc, char **argv) {
   L -= 1;  // Linear layers
   Device dev;
   if (L < 1 || L > MAXL || batch < 1 || reps < 1 || warmup < 0 || device_parse(device, &dev) != 0) {
-    fprintf(stderr, "gemm_bound: need 2..%d positive sizes, a positive batch and reps, and a "
-            "device cpu or cuda\n", MAXL + 1);
+    fprintf(stderr,
+            "gemm_bound: need 2..%d positive sizes, a positive batch and reps, and a "
+            "device cpu or cuda\n",
+            MAXL + 1);
     return 2;
   }
   Ctx c;
@@ -144,39 +153,37 @@ int main(int argc, char **argv) {
     int g = 0;
     dev_event_record(&c, &ev[0], NULL);
     for (int l = 0; l < L; l++) {  // forward
-      ops_gemm(&c, false, true, batch, sizes[l + 1], sizes[l], 1.0f, l ? act[l - 1] : x, W[l], 0.0f,
-               act[l]);
+      ops_gemm(&c, false, true, batch, sizes[l + 1], sizes[l], 1.0f, l ? act[l - 1] : x, W[l], 0.0f, act[l]);
       dev_event_record(&c, &ev[++g], NULL);
     }
     for (int l = L - 1; l >= 0; l--) {  // backward
-      ops_gemm(&c, true, false, sizes[l + 1], sizes[l], batch, 1.0f, dact[l], l ? act[l - 1] : x,
-               0.0f, dW[l]);
+      ops_gemm(&c, true, false, sizes[l + 1], sizes[l], batch, 1.0f, dact[l], l ? act[l - 1] : x, 0.0f,
+               dW[l]);
       dev_event_record(&c, &ev[++g], NULL);
       if (l > 0) {
-        ops_gemm(&c, false, false, batch, sizes[l], sizes[l + 1], 1.0f, dact[l], W[l], 0.0f,
-                 dact[l - 1]);
+        ops_gemm(&c, false, false, batch, sizes[l], sizes[l + 1], 1.0f, dact[l], W[l], 0.0f, dact[l - 1]);
         dev_event_record(&c, &ev[++g], NULL);
       }
     }
     dev_sync(&c);
     if (r < 0) continue;
-    for (int k = 0; k < n_gemm; k++)
-      g_t[(size_t)k * reps + r] = dev_event_elapsed(&c, &ev[k], &ev[k + 1]);
+    for (int k = 0; k < n_gemm; k++) g_t[(size_t)k * reps + r] = dev_event_elapsed(&c, &ev[k], &ev[k + 1]);
     step_t[r] = dev_event_elapsed(&c, &ev[0], &ev[n_gemm]);
   }
   double sgd = dev == DEVICE_CPU ? sgd_floor(n_params, reps, warmup, &seed) : 0.0;
   double mn = step_t[0];
   for (int r = 1; r < reps; r++) mn = step_t[r] < mn ? step_t[r] : mn;
   double med = median(step_t, reps);
-  printf("{\"device\":\"%s\",\"tf32\":%s,\"batch\":%d,\"sizes\":\"%s\",\"gemms\":%d,\"reps\":%d,"
-         "\"gflop_per_step\":%.6f,\"median_step_s\":%.9f,\"min_step_s\":%.9f,\"gflops\":%.3f,"
-         "\"samples_per_s\":%.1f,\"gemm_median_s\":[",
-         device_name(dev), tf32 && dev == DEVICE_CUDA ? "true" : "false", batch, spec, n_gemm,
-         reps, flops * 1e-9, med, mn, flops * 1e-9 / med,
-         batch / med);
+  printf(
+      "{\"device\":\"%s\",\"tf32\":%s,\"batch\":%d,\"sizes\":\"%s\",\"gemms\":%d,\"reps\":%d,"
+      "\"gflop_per_step\":%.6f,\"median_step_s\":%.9f,\"min_step_s\":%.9f,\"gflops\":%.3f,"
+      "\"samples_per_s\":%.1f,\"gemm_median_s\":[",
+      device_name(dev), tf32 && dev == DEVICE_CUDA ? "true" : "false", batch, spec, n_gemm, reps,
+      flops * 1e-9, med, mn, flops * 1e-9 / med, batch / med);
   for (int k = 0; k < n_gemm; k++) printf("%s%.9f", k ? "," : "", median(g_t + (size_t)k * reps, reps));
   printf("],\"params\":%zu", n_params);
-  if (dev == DEVICE_CPU) printf(",\"sgd_median_s\":%.9f,\"sgd_gbps\":%.2f", sgd, 20.0 * n_params / sgd * 1e-9);
+  if (dev == DEVICE_CPU)
+    printf(",\"sgd_median_s\":%.9f,\"sgd_gbps\":%.2f", sgd, 20.0 * n_params / sgd * 1e-9);
   printf("}\n");
   for (int g = 0; g <= n_gemm; g++) dev_event_free(&c, &ev[g]);
   for (int l = 0; l < L; l++) {

@@ -166,7 +166,7 @@ int agree_compare(char *msg, size_t len, const Agreement *all, int world_size) {
 
 void agree_check(const Agreement *a, ProcessGroup *pg, const Ctx *c) {
   int W = pg->world_size;
-  if (W <= 1) return;  // alone (or, in an unfinished exercise, no process group): nothing to compare
+  if (W <= 1) return;        // alone (or, in an unfinished exercise, no process group): nothing to compare
   size_t bytes = sizeof *a;  // a multiple of 4: gathered as ints
   _Static_assert(sizeof(Agreement) % 4 == 0, "Agreement is gathered as int32");
   Agreement *all = mallocCheck(bytes * (size_t)W);

@@ -34,9 +34,9 @@ extern "C" {
 
 /** @brief The settings this rank will compare, as name and value text. */
 typedef struct Agreement {
-  int n;                                ///< settings added
-  char name[AGREE_MAX][AGREE_NAME];     ///< e.g. "--lr"
-  char value[AGREE_MAX][AGREE_VALUE];   ///< e.g. "0.0500000007"
+  int n;                               ///< settings added
+  char name[AGREE_MAX][AGREE_NAME];    ///< e.g. "--lr"
+  char value[AGREE_MAX][AGREE_VALUE];  ///< e.g. "0.0500000007"
 } Agreement;
 
 /**
@@ -52,8 +52,7 @@ void agree_init(Agreement *a);
  * @param[in] name    the name the mismatch message shows (a flag such as "--lr", or a phrase).
  * @param[in] fmt     printf format of the value.
  */
-void agree_add(Agreement *a, const char *name, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+void agree_add(Agreement *a, const char *name, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /**
  * @brief Adds every flag that changes what is trained: epochs, batch size, learning rate, momentum,

@@ -49,64 +49,60 @@ typedef struct Flag {
 
 // Each row: name, group, kind, field, default; bounds, choices, value placeholder; help.
 #define F(field) offsetof(Args, field)
+// clang-format off: one row per flag, laid out by hand
 static const Flag FLAGS[] = {
-    {"epochs", ARGS_TRAIN, KIND_INT, F(epochs), "3",
-     RANGE_GE, 1, MAX_EPOCHS, NULL, "N", "passes over the training data"},
-    {"batch_size", ARGS_TRAIN, KIND_INT, F(batch_size), "128",
-     RANGE_GE, 1, MAX_BATCH, NULL, "N", "samples per optimizer step per process"},
-    {"lr", ARGS_TRAIN, KIND_FLOAT, F(lr), "0.05",
-     RANGE_GT, 0, NO_MAX, NULL, "X", "learning rate"},
-    {"momentum", ARGS_TRAIN, KIND_FLOAT, F(momentum), "0.9",
-     RANGE_UNIT, 0, NO_MAX, NULL, "X", "SGD momentum"},
-    {"weight_decay", ARGS_TRAIN, KIND_FLOAT, F(weight_decay), "0",
-     RANGE_GE, 0, NO_MAX, NULL, "X", "L2 weight decay"},
-    {"dataset_size", ARGS_TRAIN, KIND_INT, F(dataset_size), "0",
-     RANGE_GE, 0, MAX_DATASET, NULL, "N", "training samples to use, 0 = all (synthetic: 10000)"},
-    {"save_interval", ARGS_TRAIN, KIND_INT, F(save_interval), "1",
-     RANGE_GE, 0, MAX_EPOCHS, NULL, "N",
+    {"epochs", ARGS_TRAIN, KIND_INT, F(epochs), "3", RANGE_GE, 1, MAX_EPOCHS, NULL, "N",
+     "passes over the training data"},
+    {"batch_size", ARGS_TRAIN, KIND_INT, F(batch_size), "128", RANGE_GE, 1, MAX_BATCH, NULL, "N",
+     "samples per optimizer step per process"},
+    {"lr", ARGS_TRAIN, KIND_FLOAT, F(lr), "0.05", RANGE_GT, 0, NO_MAX, NULL, "X", "learning rate"},
+    {"momentum", ARGS_TRAIN, KIND_FLOAT, F(momentum), "0.9", RANGE_UNIT, 0, NO_MAX, NULL, "X",
+     "SGD momentum"},
+    {"weight_decay", ARGS_TRAIN, KIND_FLOAT, F(weight_decay), "0", RANGE_GE, 0, NO_MAX, NULL, "X",
+     "L2 weight decay"},
+    {"dataset_size", ARGS_TRAIN, KIND_INT, F(dataset_size), "0", RANGE_GE, 0, MAX_DATASET, NULL, "N",
+     "training samples to use, 0 = all (synthetic: 10000)"},
+    {"save_interval", ARGS_TRAIN, KIND_INT, F(save_interval), "1", RANGE_GE, 0, MAX_EPOCHS, NULL, "N",
      "save a checkpoint after every N-th complete epoch (not at a --max_steps stop), 0 = never"},
-    {"device", ARGS_TRAIN, KIND_STR, F(device), "auto",
-     RANGE_NONE, 0, NO_MAX, "auto|cpu|cuda", "NAME", "where to train"},
-    {"tf32", ARGS_TRAIN, KIND_BOOL, F(tf32), NULL,
-     RANGE_NONE, 0, NO_MAX, NULL, NULL,
+    {"device", ARGS_TRAIN, KIND_STR, F(device), "auto", RANGE_NONE, 0, NO_MAX, "auto|cpu|cuda", "NAME",
+     "where to train"},
+    {"tf32", ARGS_TRAIN, KIND_BOOL, F(tf32), NULL, RANGE_NONE, 0, NO_MAX, NULL, NULL,
      "let GPU GEMMs use TF32 tensor cores (faster, less precise; no effect on the CPU)"},
-    {"data", ARGS_TRAIN, KIND_STR, F(data), "fashion-mnist",
-     RANGE_NONE, 0, NO_MAX, "fashion-mnist|mnist|synthetic", "NAME", "data set"},
-    {"data_dir", ARGS_TRAIN, KIND_STR, F(data_dir), NULL,
-     RANGE_NONE, 0, NO_MAX, NULL, "DIR", "directory with the IDX files (default: the data set's own)"},
+    {"data", ARGS_TRAIN, KIND_STR, F(data), "fashion-mnist", RANGE_NONE, 0, NO_MAX,
+     "fashion-mnist|mnist|synthetic", "NAME", "data set"},
+    {"data_dir", ARGS_TRAIN, KIND_STR, F(data_dir), NULL, RANGE_NONE, 0, NO_MAX, NULL, "DIR",
+     "directory with the IDX files (default: the data set's own)"},
     // The bounds are the model's, checked where the sizes are used (mlp_parse_sizes): MLP_MAX_LAYERS
     // - 1 hidden layers of at most MLP_MAX_WIDTH each. test_args.cpp checks that this line states them.
-    {"hidden", ARGS_TRAIN, KIND_LIST, F(hidden), "1024,1024",
-     RANGE_NONE, 0, NO_MAX, NULL, "LIST",
+    {"hidden", ARGS_TRAIN, KIND_LIST, F(hidden), "1024,1024", RANGE_NONE, 0, NO_MAX, NULL, "LIST",
      "hidden layer sizes, comma-separated (\"\" = none); at most 7 sizes, each 1..1048576"},
-    {"seed", ARGS_TRAIN, KIND_U64, F(seed), "42",
-     RANGE_NONE, 0, NO_MAX, NULL, "N", "seed for initialisation and shuffling"},
-    {"metrics", ARGS_TRAIN, KIND_STR, F(metrics), NULL,
-     RANGE_NONE, 0, NO_MAX, NULL, "PATH",
+    {"seed", ARGS_TRAIN, KIND_U64, F(seed), "42", RANGE_NONE, 0, NO_MAX, NULL, "N",
+     "seed for initialisation and shuffling"},
+    {"metrics", ARGS_TRAIN, KIND_STR, F(metrics), NULL, RANGE_NONE, 0, NO_MAX, NULL, "PATH",
      "write JSON Lines metrics, {rank} replaced by the rank; {rank} required above 1 rank"},
-    {"ckpt_dir", ARGS_TRAIN, KIND_STR, F(ckpt_dir), "checkpoints/{program}",
-     RANGE_NONE, 0, NO_MAX, NULL, "DIR", "folder of checkpoint.bin (each step its own)"},
-    {"resume", ARGS_TRAIN, KIND_STR, F(resume), NULL,
-     RANGE_NONE, 0, NO_MAX, NULL, "PATH", "checkpoint to continue from"},
-    {"max_steps", ARGS_TRAIN, KIND_INT, F(max_steps), "0",
-     RANGE_GE, 0, MAX_STEPS, NULL, "N", "stop after N optimizer steps, 0 = no limit"},
-    {"log_interval", ARGS_TRAIN, KIND_INT, F(log_interval), "50",
-     RANGE_GE, 1, MAX_STEPS, NULL, "N", "optimizer steps between progress lines"},
-    {"backend", ARGS_DIST, KIND_STR, F(backend), "auto",
-     RANGE_NONE, 0, NO_MAX, "auto|nccl|mpi", "NAME", "communication backend"},
-    {"timeout", ARGS_DIST, KIND_FLOAT, F(timeout), "300",
-     RANGE_GT, 0, MAX_TIMEOUT, NULL, "SECONDS", "end the job when a collective waits longer than this"},
-    {"drop_last", ARGS_SAMPLER, KIND_BOOL, F(drop_last), NULL,
-     RANGE_NONE, 0, NO_MAX, NULL, NULL, "drop the tail of the data instead of padding it"},
-    {"bucket_cap_mb", ARGS_REDUCER, KIND_FLOAT, F(bucket_cap_mb), "25",
-     RANGE_GT, 0, MAX_BUCKET_MB, NULL, "X", "gradient bucket size cap in MiB"},
-    {"grad_accum", ARGS_REDUCER, KIND_INT, F(grad_accum), "1",
-     RANGE_GE, 1, MAX_ACCUM, NULL, "N", "micro-batches per optimizer step"},
-    {"trace", ARGS_REDUCER, KIND_STR, F(trace), NULL,
-     RANGE_NONE, 0, NO_MAX, NULL, "PATH",
+    {"ckpt_dir", ARGS_TRAIN, KIND_STR, F(ckpt_dir), "checkpoints/{program}", RANGE_NONE, 0, NO_MAX, NULL,
+     "DIR", "folder of checkpoint.bin (each step its own)"},
+    {"resume", ARGS_TRAIN, KIND_STR, F(resume), NULL, RANGE_NONE, 0, NO_MAX, NULL, "PATH",
+     "checkpoint to continue from"},
+    {"max_steps", ARGS_TRAIN, KIND_INT, F(max_steps), "0", RANGE_GE, 0, MAX_STEPS, NULL, "N",
+     "stop after N optimizer steps, 0 = no limit"},
+    {"log_interval", ARGS_TRAIN, KIND_INT, F(log_interval), "50", RANGE_GE, 1, MAX_STEPS, NULL, "N",
+     "optimizer steps between progress lines"},
+    {"backend", ARGS_DIST, KIND_STR, F(backend), "auto", RANGE_NONE, 0, NO_MAX, "auto|nccl|mpi", "NAME",
+     "communication backend"},
+    {"timeout", ARGS_DIST, KIND_FLOAT, F(timeout), "300", RANGE_GT, 0, MAX_TIMEOUT, NULL, "SECONDS",
+     "end the job when a collective waits longer than this"},
+    {"drop_last", ARGS_SAMPLER, KIND_BOOL, F(drop_last), NULL, RANGE_NONE, 0, NO_MAX, NULL, NULL,
+     "drop the tail of the data instead of padding it"},
+    {"bucket_cap_mb", ARGS_REDUCER, KIND_FLOAT, F(bucket_cap_mb), "25", RANGE_GT, 0, MAX_BUCKET_MB, NULL, "X",
+     "gradient bucket size cap in MiB"},
+    {"grad_accum", ARGS_REDUCER, KIND_INT, F(grad_accum), "1", RANGE_GE, 1, MAX_ACCUM, NULL, "N",
+     "micro-batches per optimizer step"},
+    {"trace", ARGS_REDUCER, KIND_STR, F(trace), NULL, RANGE_NONE, 0, NO_MAX, NULL, "PATH",
      "write a Chrome trace (chrome://tracing, Perfetto), {rank} replaced by the rank; {rank} "
      "required above 1 rank"},
 };
+// clang-format on
 #undef F
 #define N_FLAGS (sizeof FLAGS / sizeof FLAGS[0])
 
@@ -126,7 +122,8 @@ static const struct {
 static void print_range(FILE *out, const Flag *f) {
   bool capped = f->max != NO_MAX;
   switch (f->range) {
-    case RANGE_NONE: break;
+    case RANGE_NONE:
+      break;
     case RANGE_GE:
       if (!capped)
         fprintf(out, "; >= %.10g", f->min);
@@ -141,7 +138,9 @@ static void print_range(FILE *out, const Flag *f) {
       else
         fprintf(out, "; > %.10g", f->min);
       break;
-    case RANGE_UNIT: fprintf(out, "; in [%.10g, 1)", f->min); break;
+    case RANGE_UNIT:
+      fprintf(out, "; in [%.10g, 1)", f->min);
+      break;
   }
 }
 
@@ -167,7 +166,9 @@ static void usage(FILE *out, const char *prog, unsigned groups, const char *abou
     if (!(f->group & groups)) continue;
     char left[64];
     snprintf(left, sizeof left, "--%s%s%s", f->name, f->choices || f->meta ? " " : "",
-             f->choices ? f->choices : f->meta ? f->meta : "");
+             f->choices ? f->choices
+             : f->meta  ? f->meta
+                        : "");
     fprintf(out, "  %-38s %s", left, f->help);
     print_range(out, f);
     if (f->def) fprintf(out, " (default %s)", expand_default(f, prog));
@@ -238,7 +239,8 @@ static double parse_number(const Parser *c, const Flag *f, const char *v, void *
 
 static void check_range(const Parser *c, const Flag *f, double x, const char *v) {
   switch (f->range) {
-    case RANGE_NONE: break;
+    case RANGE_NONE:
+      break;
     case RANGE_GE:
       if (!(x >= f->min)) FAIL(c, "--%s must be >= %.10g (got %s)", f->name, f->min, v);
       break;
@@ -246,8 +248,7 @@ static void check_range(const Parser *c, const Flag *f, double x, const char *v)
       if (!(x > f->min)) FAIL(c, "--%s must be > %.10g (got %s)", f->name, f->min, v);
       break;
     case RANGE_UNIT:
-      if (!(x >= f->min && x < 1.0))
-        FAIL(c, "--%s must be in [%.10g, 1) (got %s)", f->name, f->min, v);
+      if (!(x >= f->min && x < 1.0)) FAIL(c, "--%s must be in [%.10g, 1) (got %s)", f->name, f->min, v);
       break;
   }
   if (x > f->max) FAIL(c, "--%s must be <= %.10g (got %s)", f->name, f->max, v);
@@ -285,8 +286,7 @@ static void set_value(const Parser *c, Args *a, const Flag *f, const char *v) {
       FAIL(c, "--%s: '%s' is not one of %s", f->name, v, f->choices);
     if (f->kind == KIND_STR && !*v) FAIL(c, "--%s needs a non-empty value", f->name);
     if (f->kind == KIND_LIST && !is_positive_list(v))
-      FAIL(c, "--%s: '%s' is not a comma-separated list of positive integers (e.g. 1024,1024)",
-           f->name, v);
+      FAIL(c, "--%s: '%s' is not a comma-separated list of positive integers (e.g. 1024,1024)", f->name, v);
     *(const char **)dst = v;
     return;
   }
@@ -333,8 +333,7 @@ void args_parse(Args *a, int argc, char **argv, unsigned groups, const char *abo
     const Flag *f = find_flag(name, len);
     if (!f) FAIL(&c, "unknown flag --%.*s", (int)len, name);
     if (!(f->group & groups))
-      FAIL(&c, "--%s is not available in this step (it arrives with %s)", f->name,
-           stage_of(f->group));
+      FAIL(&c, "--%s is not available in this step (it arrives with %s)", f->name, stage_of(f->group));
     if (f->kind == KIND_BOOL) {
       if (eq) FAIL(&c, "--%s takes no value", f->name);
       *(bool *)((char *)a + f->off) = true;
@@ -343,8 +342,7 @@ void args_parse(Args *a, int argc, char **argv, unsigned groups, const char *abo
     const char *v = eq ? eq + 1 : NULL;
     if (!v) {
       // "--metrics --epochs 3" almost certainly forgot the value rather than meant a path "--epochs".
-      if (i + 1 >= argc || strncmp(argv[i + 1], "--", 2) == 0)
-        FAIL(&c, "--%s needs a value", f->name);
+      if (i + 1 >= argc || strncmp(argv[i + 1], "--", 2) == 0) FAIL(&c, "--%s needs a value", f->name);
       v = argv[++i];
     }
     set_value(&c, a, f, v);

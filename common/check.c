@@ -59,7 +59,7 @@ void *malloc_check_impl(size_t bytes, const char *file, int line) {
 FILE *fopen_check_impl(const char *path, const char *mode, const char *file, int line) {
   FILE *f = fopen(path, mode);
   if (!f)
-    check_fail("IO", file, line, "cannot open '%s' (mode %s): %s; check the path and permissions",
-               path, mode, strerror(errno));
+    check_fail("IO", file, line, "cannot open '%s' (mode %s): %s; check the path and permissions", path, mode,
+               strerror(errno));
   return f;
 }

@@ -18,10 +18,10 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#define CKPT_MAGIC "DDPCKPT"            // 7 characters + NUL = 8 bytes
-#define CKPT_FIXED 56                   // header bytes before the layer sizes
-#define CKPT_DATA_ID 24                 // version 2: the DataId's six u32 after the layer sizes
-#define CKPT_CHUNK 16384                // floats converted per fwrite when saving
+#define CKPT_MAGIC "DDPCKPT"  // 7 characters + NUL = 8 bytes
+#define CKPT_FIXED 56         // header bytes before the layer sizes
+#define CKPT_DATA_ID 24       // version 2: the DataId's six u32 after the layer sizes
+#define CKPT_CHUNK 16384      // floats converted per fwrite when saving
 
 static void put_u32(unsigned char *p, uint32_t v) {
   for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
@@ -114,8 +114,7 @@ static int write_floats(FILE *f, const float *x, size_t n, uLong *crc, unsigned 
 }
 
 // Writes header, arrays and CRC to an open stream; 0 or -1 (errno set by the failing call).
-static int write_body(FILE *f, const CkptMeta *meta, size_t n, const float *params,
-                      const float *opt_state) {
+static int write_body(FILE *f, const CkptMeta *meta, size_t n, const float *params, const float *opt_state) {
   unsigned char hdr[CKPT_FIXED + 4 * (MLP_MAX_LAYERS + 1) + CKPT_DATA_ID] = {0};
   size_t hsize = header_bytes(CKPT_VERSION, meta->n_layers);
   memcpy(hdr, CKPT_MAGIC, 8);
@@ -183,8 +182,7 @@ static void remove_stale_tmp(const char *dir, const char *path) {
     char full[4096];
     struct stat st;
     if (snprintf(full, sizeof full, "%s/%s", dir, name) >= (int)sizeof full) continue;
-    if (stat(full, &st) == 0 && S_ISREG(st.st_mode) && now - st.st_mtime >= CKPT_STALE_SECONDS)
-      remove(full);
+    if (stat(full, &st) == 0 && S_ISREG(st.st_mode) && now - st.st_mtime >= CKPT_STALE_SECONDS) remove(full);
   }
   closedir(d);
 }
@@ -217,8 +215,8 @@ static int find_non_finite(const float *params, const float *opt_state, size_t n
 
 // A diverged run must not replace a good checkpoint with NaN parameters: refuse before any file is
 // touched. Returns 0 when both arrays are finite.
-static int refuse_non_finite(const char *path, const float *params, const float *opt_state,
-                             size_t n, char *err, size_t err_len) {
+static int refuse_non_finite(const char *path, const float *params, const float *opt_state, size_t n,
+                             char *err, size_t err_len) {
   const char *what, *name;
   size_t i;
   if (!find_non_finite(params, opt_state, n, &what, &i, &name)) return 0;
@@ -253,8 +251,8 @@ static FILE *create_tmp(const char *tmp) {
   return f;
 }
 
-int ckpt_save(const char *path, const CkptMeta *meta, const float *params, const float *opt_state,
-              char *err, size_t err_len) {
+int ckpt_save(const char *path, const CkptMeta *meta, const float *params, const float *opt_state, char *err,
+              size_t err_len) {
   size_t n = ckpt_param_count(meta);
   if (n == 0) {
     set_err(err, err_len, "cannot save checkpoint '%s': invalid model shape (%d layers)", path,
@@ -296,19 +294,18 @@ int ckpt_save(const char *path, const CkptMeta *meta, const float *params, const
   // The new file is already in place; a failed directory fsync only weakens durability across a
   // power loss. EINVAL means the file system cannot fsync directories at all, which is not an error.
   if (fsync_dir(dir) != 0 && errno != EINVAL) {
-    set_err(err, err_len, "checkpoint '%s' written, but fsync of directory '%s' failed: %s", path,
-            dir, strerror(errno));
+    set_err(err, err_len, "checkpoint '%s' written, but fsync of directory '%s' failed: %s", path, dir,
+            strerror(errno));
     return -1;
   }
   return 0;
-out_fail:
-  {
-    int saved = errno;
-    if (!closed) fclose(f);
-    remove(tmp);
-    set_err(err, err_len, "cannot save checkpoint '%s': %s of '%s' failed: %s", path, what, tmp,
-            strerror(saved));
-  }
+out_fail : {
+  int saved = errno;
+  if (!closed) fclose(f);
+  remove(tmp);
+  set_err(err, err_len, "cannot save checkpoint '%s': %s of '%s' failed: %s", path, what, tmp,
+          strerror(saved));
+}
   return -1;
 }
 
@@ -341,8 +338,7 @@ int ckpt_dir_check(const char *dir, char *err, size_t err_len) {
   // access(W_OK) answers for the real user id and says nothing about a read-only mount or a full
   // quota of files: create and remove a file, as a save will.
   char probe[4096];
-  if (snprintf(probe, sizeof probe, "%s/.ddp_write_check.%ld", dir, (long)getpid()) >=
-      (int)sizeof probe) {
+  if (snprintf(probe, sizeof probe, "%s/.ddp_write_check.%ld", dir, (long)getpid()) >= (int)sizeof probe) {
     set_err(err, err_len, "the checkpoint directory '%s': path too long", dir);
     return -1;
   }
@@ -350,15 +346,14 @@ int ckpt_dir_check(const char *dir, char *err, size_t err_len) {
   if (fd < 0 && errno == EEXIST && unlink(probe) == 0)
     fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
   if (fd < 0) {
-    set_err(err, err_len,
-            "the checkpoint directory '%s' is not writable: cannot create a file in it: %s", dir,
-            strerror(errno));
+    set_err(err, err_len, "the checkpoint directory '%s' is not writable: cannot create a file in it: %s",
+            dir, strerror(errno));
     return -1;
   }
   close(fd);
   if (unlink(probe) != 0) {
-    set_err(err, err_len, "the checkpoint directory '%s': cannot remove the test file '%s': %s",
-            dir, probe, strerror(errno));
+    set_err(err, err_len, "the checkpoint directory '%s': cannot remove the test file '%s': %s", dir, probe,
+            strerror(errno));
     return -1;
   }
   return 0;
@@ -442,12 +437,12 @@ static void read_floats(float *x, const unsigned char *p, size_t n) {
 
 // Checks the header of buf (size bytes) and fills meta; the order of the checks is the order in which
 // a damaged or foreign file would first show a problem.
-static int parse_header(const char *path, const unsigned char *buf, size_t size, CkptMeta *meta,
-                        char *err, size_t err_len) {
+static int parse_header(const char *path, const unsigned char *buf, size_t size, CkptMeta *meta, char *err,
+                        size_t err_len) {
   if (size < CKPT_FIXED) {
     set_err(err, err_len,
-            "checkpoint '%s' is truncated: file has %zu bytes, too short for a header (%d bytes)",
-            path, size, CKPT_FIXED);
+            "checkpoint '%s' is truncated: file has %zu bytes, too short for a header (%d bytes)", path, size,
+            CKPT_FIXED);
     return -1;
   }
   if (memcmp(buf, CKPT_MAGIC, 8) != 0) {
@@ -459,8 +454,7 @@ static int parse_header(const char *path, const unsigned char *buf, size_t size,
   }
   uint32_t version = get_u32(buf + 8);
   if (version < 1 || version > CKPT_VERSION) {
-    set_err(err, err_len,
-            "checkpoint '%s' has format version %u, this program reads versions 1 to %d", path,
+    set_err(err, err_len, "checkpoint '%s' has format version %u, this program reads versions 1 to %d", path,
             version, CKPT_VERSION);
     return -1;
   }
@@ -468,8 +462,8 @@ static int parse_header(const char *path, const unsigned char *buf, size_t size,
   uint64_t want = CKPT_FIXED + 4 * ((uint64_t)n_layers + 1) + (version >= 2 ? CKPT_DATA_ID : 0);
   if (hsize != want) {
     set_err(err, err_len,
-            "checkpoint '%s' is corrupt: header size %u does not match %u layers (expected %llu)",
-            path, hsize, n_layers, (unsigned long long)want);
+            "checkpoint '%s' is corrupt: header size %u does not match %u layers (expected %llu)", path,
+            hsize, n_layers, (unsigned long long)want);
     return -1;
   }
   if (n_layers < 1 || n_layers > MLP_MAX_LAYERS) {
@@ -478,8 +472,8 @@ static int parse_header(const char *path, const unsigned char *buf, size_t size,
     return -1;
   }
   if (size < hsize) {
-    set_err(err, err_len, "checkpoint '%s' is truncated: header needs %u bytes, file has %zu",
-            path, hsize, size);
+    set_err(err, err_len, "checkpoint '%s' is truncated: header needs %u bytes, file has %zu", path, hsize,
+            size);
     return -1;
   }
   memset(meta, 0, sizeof *meta);
@@ -501,8 +495,8 @@ static int parse_header(const char *path, const unsigned char *buf, size_t size,
   }
   if (version >= 2) {
     const unsigned char *d = buf + hsize - CKPT_DATA_ID;
-    meta->data = (DataId){get_u32(d), get_u32(d + 4), get_u32(d + 8), get_u32(d + 12),
-                          get_u32(d + 16), get_u32(d + 20)};
+    meta->data = (DataId){get_u32(d),      get_u32(d + 4),  get_u32(d + 8),
+                          get_u32(d + 12), get_u32(d + 16), get_u32(d + 20)};
   }
   return 0;
 }
@@ -528,8 +522,7 @@ static int check_data(const char *path, const CkptMeta *expect, const CkptMeta *
 // a run (an epoch >= 2^31, more steps into an epoch than steps in all) is refused, not wrapped.
 static int check_counters(const char *path, const CkptMeta *meta, char *err, size_t err_len) {
   if (meta->epoch > (uint32_t)INT_MAX) {
-    set_err(err, err_len, "checkpoint '%s' is corrupt: epoch %u is more than %d", path, meta->epoch,
-            INT_MAX);
+    set_err(err, err_len, "checkpoint '%s' is corrupt: epoch %u is more than %d", path, meta->epoch, INT_MAX);
     return -1;
   }
   if (meta->step > (uint64_t)INT64_MAX) {
@@ -549,8 +542,8 @@ static int check_counters(const char *path, const CkptMeta *meta, char *err, siz
 
 // A checkpoint with NaN or infinite values (saved before ckpt_save refused them, or written by
 // another tool) would resume a run that has already diverged.
-static int check_finite(const char *path, const float *params, const float *opt_state, size_t n,
-                        char *err, size_t err_len) {
+static int check_finite(const char *path, const float *params, const float *opt_state, size_t n, char *err,
+                        size_t err_len) {
   const char *what, *name;
   size_t i;
   if (!find_non_finite(params, opt_state, n, &what, &i, &name)) return 0;
@@ -561,8 +554,8 @@ static int check_finite(const char *path, const float *params, const float *opt_
   return -1;
 }
 
-int ckpt_load(const char *path, const CkptMeta *expect, CkptMeta *meta, float *params,
-              float *opt_state, char *err, size_t err_len) {
+int ckpt_load(const char *path, const CkptMeta *expect, CkptMeta *meta, float *params, float *opt_state,
+              char *err, size_t err_len) {
   size_t size = 0;
   unsigned char *buf = read_all(path, &size, err, err_len);
   if (!buf) return -1;
@@ -573,19 +566,18 @@ int ckpt_load(const char *path, const CkptMeta *expect, CkptMeta *meta, float *p
   size_t want = hsize + 2 * n * 4 + 4;
   if (size != want) {
     if (size < want)
-      set_err(err, err_len, "checkpoint '%s' is truncated: expected %zu bytes, file has %zu", path,
-              want, size);
+      set_err(err, err_len, "checkpoint '%s' is truncated: expected %zu bytes, file has %zu", path, want,
+              size);
     else
-      set_err(err, err_len, "checkpoint '%s' has the wrong size: expected %zu bytes, file has %zu",
-              path, want, size);
+      set_err(err, err_len, "checkpoint '%s' has the wrong size: expected %zu bytes, file has %zu", path,
+              want, size);
     goto out_free_buf;
   }
   uint32_t stored = get_u32(buf + size - 4);
   uint32_t computed = crc_bytes(buf, size - 4);
   if (stored != computed) {
-    set_err(err, err_len,
-            "checkpoint '%s': CRC mismatch: file is corrupt (stored 0x%08x, computed 0x%08x)", path,
-            stored, computed);
+    set_err(err, err_len, "checkpoint '%s': CRC mismatch: file is corrupt (stored 0x%08x, computed 0x%08x)",
+            path, stored, computed);
     goto out_free_buf;
   }
   int same = expect->n_layers == meta->n_layers;
@@ -593,8 +585,7 @@ int ckpt_load(const char *path, const CkptMeta *expect, CkptMeta *meta, float *p
   if (!same) {
     char have[128], run[128];
     shape_str(have, sizeof have, meta->n_layers, meta->sizes);
-    int el = expect->n_layers < 0 ? 0 : expect->n_layers > MLP_MAX_LAYERS ? MLP_MAX_LAYERS
-                                                                          : expect->n_layers;
+    int el = expect->n_layers < 0 ? 0 : expect->n_layers > MLP_MAX_LAYERS ? MLP_MAX_LAYERS : expect->n_layers;
     shape_str(run, sizeof run, el, expect->sizes);
     set_err(err, err_len,
             "checkpoint '%s': model shape mismatch: checkpoint has %s, this run has %s; pass the "

@@ -18,10 +18,10 @@
  * | 48 | u32 | optimizer steps taken (momentum buffer valid when > 0), low 32 bits |
  * | 52 | u32 | n_layers L |
  * | 56 | u32[L+1] | layer sizes I, H…, O |
- * | 60 + 4L | u32[6] | version 2: the data set (DataId: kind, train and test samples, features, classes, labels CRC) |
- * | header size | f32[n] | parameters: for each layer, weight [out][in] then bias [out] |
- * | … | f32[n] | optimizer state (momentum buffer), same layout |
- * | … | u32 | CRC-32 (zlib's) of every preceding byte |
+ * | 60 + 4L | u32[6] | version 2: the data set (DataId: kind, train and test samples, features, classes,
+ * labels CRC) | | header size | f32[n] | parameters: for each layer, weight [out][in] then bias [out] | | … |
+ * f32[n] | optimizer state (momentum buffer), same layout | | … | u32 | CRC-32 (zlib's) of every preceding
+ * byte |
  *
  * Version 1 files (no data set identity) are still read; every file written is version 2.
  *
@@ -46,16 +46,16 @@ extern "C" {
 
 /** @brief Everything in a checkpoint besides the float arrays. */
 typedef struct CkptMeta {
-  uint32_t epoch;                   ///< epochs completed
-  uint32_t epoch_step;              ///< optimizer steps into the next epoch (0: epoch boundary)
-  uint64_t step;                    ///< global optimizer step
-  uint64_t seed;                    ///< run seed
-  uint32_t world_size;              ///< world size at save
-  uint32_t optim;                   ///< optimizer kind (OPTIM_SGD)
-  uint32_t optim_steps;             ///< optimizer steps taken (momentum buffer valid when > 0)
-  int n_layers;                     ///< L
-  int sizes[MLP_MAX_LAYERS + 1];    ///< layer sizes I, H…, O
-  DataId data;                      ///< the data set trained on (all zero in a version 1 file)
+  uint32_t epoch;                 ///< epochs completed
+  uint32_t epoch_step;            ///< optimizer steps into the next epoch (0: epoch boundary)
+  uint64_t step;                  ///< global optimizer step
+  uint64_t seed;                  ///< run seed
+  uint32_t world_size;            ///< world size at save
+  uint32_t optim;                 ///< optimizer kind (OPTIM_SGD)
+  uint32_t optim_steps;           ///< optimizer steps taken (momentum buffer valid when > 0)
+  int n_layers;                   ///< L
+  int sizes[MLP_MAX_LAYERS + 1];  ///< layer sizes I, H…, O
+  DataId data;                    ///< the data set trained on (all zero in a version 1 file)
 } CkptMeta;
 
 /**
@@ -81,8 +81,8 @@ size_t ckpt_param_count(const CkptMeta *meta);
  * @param[in] err_len   size of @p err.
  * @return 0 on success, -1 on error (the previous file at @p path is left untouched).
  */
-int ckpt_save(const char *path, const CkptMeta *meta, const float *params, const float *opt_state,
-              char *err, size_t err_len);
+int ckpt_save(const char *path, const CkptMeta *meta, const float *params, const float *opt_state, char *err,
+              size_t err_len);
 
 /**
  * @brief Prepares a checkpoint directory at start-up, so that a run does not train for an epoch
@@ -113,8 +113,8 @@ int ckpt_dir_check(const char *dir, char *err, size_t err_len);
  * @param[in] err_len   size of @p err.
  * @return 0 on success, -1 on error (outputs may be partly written).
  */
-int ckpt_load(const char *path, const CkptMeta *expect, CkptMeta *meta, float *params,
-              float *opt_state, char *err, size_t err_len);
+int ckpt_load(const char *path, const CkptMeta *expect, CkptMeta *meta, float *params, float *opt_state,
+              char *err, size_t err_len);
 
 #ifdef __cplusplus
 }

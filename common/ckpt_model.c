@@ -25,8 +25,7 @@ void ckpt_dir_require(const char *dir) {
   if (ckpt_dir_check(dir, err, sizeof err) != 0) die(1, "%s", err);
 }
 
-void ckpt_save_model(const char *dir, const CkptMeta *meta, const Mlp *m, const Sgd *opt,
-                     const Ctx *c) {
+void ckpt_save_model(const char *dir, const CkptMeta *meta, const Mlp *m, const Sgd *opt, const Ctx *c) {
   char path[4096], err[512];
   if (snprintf(path, sizeof path, "%s/checkpoint.bin", dir) >= (int)sizeof path)
     die(1, "--ckpt_dir '%s': path too long", dir);

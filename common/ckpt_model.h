@@ -50,8 +50,7 @@ void ckpt_dir_require(const char *dir);
  * @param[in] opt  its optimizer (its momentum buffer is read from the device).
  * @param[in] c    the context of both.
  */
-void ckpt_save_model(const char *dir, const CkptMeta *meta, const Mlp *m, const Sgd *opt,
-                     const Ctx *c);
+void ckpt_save_model(const char *dir, const CkptMeta *meta, const Mlp *m, const Sgd *opt, const Ctx *c);
 
 /**
  * @brief Reads and verifies @p path (ckpt_load(): shape and data against @p expect), checks that it

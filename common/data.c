@@ -61,8 +61,7 @@ int data_parse(const char *name, DataKind *out) {
 
 // ---- IDX reading --------------------------------------------------------------------------------
 
-static int fail(char *err, size_t err_len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+static int fail(char *err, size_t err_len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int fail(char *err, size_t err_len, const char *fmt, ...) {
   if (err && err_len) {
     va_list ap;
@@ -106,20 +105,18 @@ static int read_fd(int fd, unsigned char *buf, size_t size) {
 // bad data or a CRC/size mismatch in the first member); -1 for anything else unusual (not gzip, a
 // header CRC, several members, too big, out of memory): the caller then streams the file through
 // zlib, which accepts and rejects exactly the same files and reports its errors precisely.
-static int idx_inflate_whole(int fd, const char *path, size_t size, IdxFile *f, char *err,
-                             size_t err_len) {
+static int idx_inflate_whole(int fd, const char *path, size_t size, IdxFile *f, char *err, size_t err_len) {
   if (size < 18 || size > GZIP_FAST_MAX) return -1;  // 18: the smallest gzip member
-  unsigned char head[4];  // ID1 ID2 CM FLG: look before reading the whole file
-  if (read_fd(fd, head, sizeof head) != 0 || head[0] != 0x1f || head[1] != 0x8b ||
-      (head[3] & GZIP_FHCRC))
+  unsigned char head[4];                             // ID1 ID2 CM FLG: look before reading the whole file
+  if (read_fd(fd, head, sizeof head) != 0 || head[0] != 0x1f || head[1] != 0x8b || (head[3] & GZIP_FHCRC))
     return -1;
   unsigned char *z = malloc(size);
   if (!z) return -1;
   memcpy(z, head, sizeof head);
   int whole = read_fd(fd, z + sizeof head, size - sizeof head) == 0;
   // ISIZE, the trailer's last 4 bytes (little-endian): the inflated size modulo 2^32.
-  size_t isize = whole ? (size_t)z[size - 4] | (size_t)z[size - 3] << 8 |
-                             (size_t)z[size - 2] << 16 | (size_t)z[size - 1] << 24
+  size_t isize = whole ? (size_t)z[size - 4] | (size_t)z[size - 3] << 8 | (size_t)z[size - 2] << 16 |
+                             (size_t)z[size - 1] << 24
                        : 0;
   int rc = -1;
   if (isize > 0 && isize <= GZIP_FAST_MAX && isize / GZIP_MAX_RATIO <= size) {
@@ -170,8 +167,7 @@ static int idx_open(const char *path, IdxFile *out, char *err, size_t err_len) {
   }
   if (!S_ISREG(st.st_mode)) {
     close(fd);
-    if (S_ISDIR(st.st_mode))
-      return fail(err, err_len, "'%s' is a directory, expected an IDX file", path);
+    if (S_ISDIR(st.st_mode)) return fail(err, err_len, "'%s' is a directory, expected an IDX file", path);
     return fail(err, err_len, "'%s' is not a regular file (it is %s), expected an IDX file", path,
                 file_kind(st.st_mode));
   }
@@ -212,8 +208,7 @@ static int gz_fail(IdxFile *f, const char *path, char *err, size_t err_len) {
   if (zerr == Z_ERRNO) return fail(err, err_len, "cannot read '%s': %s", path, strerror(errno));
   if (zerr == Z_DATA_ERROR)  // includes "incorrect data check" (CRC-32) and "incorrect length check"
     return fail(err, err_len, "'%s' is corrupt: gzip says '%s'", path, msg);
-  if (zerr == Z_BUF_ERROR)
-    return fail(err, err_len, "'%s' is truncated: gzip says '%s'", path, msg);
+  if (zerr == Z_BUF_ERROR) return fail(err, err_len, "'%s' is truncated: gzip says '%s'", path, msg);
   return fail(err, err_len, "cannot read '%s': %s", path, msg);
 }
 
@@ -240,8 +235,7 @@ static int idx_read(IdxFile *f, const char *path, void *buf, size_t bytes, size_
 // Checks that the file ends where its header says. Reading on to the end also makes zlib check the
 // gzip trailer (CRC-32 and size) of every member: a read that stops at the last expected byte may
 // leave it unread, and a damaged file would pass.
-static int idx_expect_end(IdxFile *f, const char *path, const char *what, char *err,
-                          size_t err_len) {
+static int idx_expect_end(IdxFile *f, const char *path, const char *what, char *err, size_t err_len) {
   unsigned char extra[16];
   size_t got;
   if (idx_read(f, path, extra, sizeof extra, &got, err, err_len) != 0) return -1;
@@ -258,23 +252,22 @@ static uint32_t be32(const unsigned char *p) {
 }
 
 // Reads the magic number and @p ndims big-endian dimensions, and checks the magic.
-static int idx_header(IdxFile *f, const char *path, uint32_t magic, int ndims, uint32_t *dims,
-                      char *err, size_t err_len) {
+static int idx_header(IdxFile *f, const char *path, uint32_t magic, int ndims, uint32_t *dims, char *err,
+                      size_t err_len) {
   unsigned char h[16];
   size_t want = 4 + 4 * (size_t)ndims, got;
   const char *kind = magic == IDX_MAGIC_IMAGES ? "image" : "label";
   if (idx_read(f, path, h, want, &got, err, err_len) != 0) return -1;
   if (got < 4)
-    return fail(err, err_len, "'%s' is truncated: expected an IDX %s header, found %zu bytes", path,
-                kind, got);
+    return fail(err, err_len, "'%s' is truncated: expected an IDX %s header, found %zu bytes", path, kind,
+                got);
   uint32_t found = be32(h);
   if (found != magic)
-    return fail(err, err_len,
-                "'%s' has magic number %u, expected %u: it is probably not an IDX %s file", path,
-                found, magic, kind);
+    return fail(err, err_len, "'%s' has magic number %u, expected %u: it is probably not an IDX %s file",
+                path, found, magic, kind);
   if (got < want)
-    return fail(err, err_len, "'%s' is truncated: expected a %zu-byte IDX header, found %zu bytes",
-                path, want, got);
+    return fail(err, err_len, "'%s' is truncated: expected a %zu-byte IDX header, found %zu bytes", path,
+                want, got);
   for (int i = 0; i < ndims; i++) dims[i] = be32(h + 4 + 4 * i);
   return 0;
 }
@@ -295,8 +288,8 @@ static int grow(void **p, size_t *cap, size_t need, size_t max, size_t elem) {
 
 // Reads @p total image bytes, keeping the first @p keep in *px (allocated here) and reading the rest
 // to check that the file is complete.
-static int idx_read_images(IdxFile *f, const char *path, size_t total, size_t keep, uint8_t **px,
-                           char *err, size_t err_len) {
+static int idx_read_images(IdxFile *f, const char *path, size_t total, size_t keep, uint8_t **px, char *err,
+                           size_t err_len) {
   if (f->mem && keep == total && f->len - f->pos == total) {
     // The inflated file is the header and exactly the pixels: slide the pixels to the front and
     // keep the buffer, instead of touching another 47 MB of fresh pages for a copy.
@@ -322,8 +315,8 @@ static int idx_read_images(IdxFile *f, const char *path, size_t total, size_t ke
     if ((rc = idx_read(f, path, kept ? x + pos : buf, want, &got, err, err_len)) != 0) break;
     pos += got;
     if (got < want) {
-      rc = fail(err, err_len, "'%s' is truncated: expected %zu bytes of image data, found %zu",
-                path, total, pos);
+      rc = fail(err, err_len, "'%s' is truncated: expected %zu bytes of image data, found %zu", path, total,
+                pos);
       break;
     }
   }
@@ -345,16 +338,15 @@ static int idx_read_labels(IdxFile *f, const char *path, size_t n, size_t keep, 
     if ((rc = idx_read(f, path, buf, want, &got, err, err_len)) != 0) break;
     for (size_t i = 0; rc == 0 && i < got; i++)
       if (buf[i] >= IDX_CLASSES)
-        rc = fail(err, err_len, "'%s': label %u at index %zu is out of range [0, %d)", path,
-                  (unsigned)buf[i], pos + i, IDX_CLASSES);
+        rc = fail(err, err_len, "'%s': label %u at index %zu is out of range [0, %d)", path, (unsigned)buf[i],
+                  pos + i, IDX_CLASSES);
     size_t use = pos >= keep ? 0 : keep - pos < got ? keep - pos : got;
     if (rc == 0 && use && grow((void **)&y, &cap, pos + use, keep, sizeof *y) != 0)
       rc = fail(err, err_len, "'%s': out of memory for %zu labels", path, keep);
     for (size_t i = 0; rc == 0 && i < use; i++) y[pos + i] = buf[i];
     pos += got;
     if (rc == 0 && got < want)
-      rc = fail(err, err_len, "'%s' is truncated: expected %zu bytes of label data, found %zu",
-                path, n, pos);
+      rc = fail(err, err_len, "'%s' is truncated: expected %zu bytes of label data, found %zu", path, n, pos);
   }
   free(buf);
   if (rc != 0) free(y);
@@ -362,8 +354,8 @@ static int idx_read_labels(IdxFile *f, const char *path, size_t n, size_t keep, 
   return rc;
 }
 
-int dataset_load_idx(Dataset *ds, const char *images, const char *labels, int limit, float mean,
-                     float std, char *err, size_t err_len) {
+int dataset_load_idx(Dataset *ds, const char *images, const char *labels, int limit, float mean, float std,
+                     char *err, size_t err_len) {
   IdxFile fi = {0}, fl = {0};
   uint32_t di[3] = {0}, dl[1] = {0};
   uint8_t *x = NULL;
@@ -383,9 +375,8 @@ int dataset_load_idx(Dataset *ds, const char *images, const char *labels, int li
   if (idx_open(labels, &fl, err, err_len) != 0) goto out_close;
   if (idx_header(&fl, labels, IDX_MAGIC_LABELS, 1, dl, err, err_len) != 0) goto out_close;
   if (dl[0] != di[0]) {
-    fail(err, err_len,
-         "'%s' has %u images but '%s' has %u labels: the two files do not belong together", images,
-         di[0], labels, dl[0]);
+    fail(err, err_len, "'%s' has %u images but '%s' has %u labels: the two files do not belong together",
+         images, di[0], labels, dl[0]);
     goto out_close;
   }
   size_t n = di[0], dim = (size_t)di[1] * di[2];
@@ -397,8 +388,15 @@ int dataset_load_idx(Dataset *ds, const char *images, const char *labels, int li
   if (idx_read_images(&fi, images, n * dim, keep * dim, &x, err, err_len) != 0) goto out_free;
   snprintf(what, sizeof what, "%u images of %u x %u pixels", di[0], di[1], di[2]);
   if (idx_expect_end(&fi, images, what, err, err_len) != 0) goto out_free;
-  *ds = (Dataset){.n = (int)keep, .dim = (int)dim, .rows = (int)di[1], .cols = (int)di[2],
-                  .n_classes = IDX_CLASSES, .pixels = x, .mean = mean, .std = std, .y = y};
+  *ds = (Dataset){.n = (int)keep,
+                  .dim = (int)dim,
+                  .rows = (int)di[1],
+                  .cols = (int)di[2],
+                  .n_classes = IDX_CLASSES,
+                  .pixels = x,
+                  .mean = mean,
+                  .std = std,
+                  .y = y};
   x = NULL;
   y = NULL;
   rc = 0;
@@ -429,14 +427,15 @@ out_close:
 void dataset_synthetic(Dataset *ds, int n, int dim, int n_classes, uint64_t seed, int split) {
   if (n <= 0 || dim <= 0 || n_classes < 2 || n_classes > 1000 || (split != 0 && split != 1))
     check_fail("DATA", __FILE__, __LINE__,
-               "dataset_synthetic: bad arguments n=%d dim=%d n_classes=%d split=%d", n, dim,
-               n_classes, split);
+               "dataset_synthetic: bad arguments n=%d dim=%d n_classes=%d split=%d", n, dim, n_classes,
+               split);
   float *centres = mallocCheck((size_t)n_classes * dim * sizeof *centres);
   Rng r;
   rng_init(&r, seed, RNG_STREAM_DATA);
-  for (size_t i = 0; i < (size_t)n_classes * dim; i++)
-    centres[i] = SYN_CENTRE_SCALE * rng_normal(&r);
-  *ds = (Dataset){.n = n, .dim = dim, .n_classes = n_classes,
+  for (size_t i = 0; i < (size_t)n_classes * dim; i++) centres[i] = SYN_CENTRE_SCALE * rng_normal(&r);
+  *ds = (Dataset){.n = n,
+                  .dim = dim,
+                  .n_classes = n_classes,
                   .x = mallocCheck((size_t)n * dim * sizeof *ds->x),
                   .y = mallocCheck((size_t)n * sizeof *ds->y)};
   // Labels cycle 0, 1, ..., n_classes-1 so that every class has n/n_classes samples (±1); the order
@@ -459,10 +458,8 @@ void dataset_synthetic(Dataset *ds, int n, int dim, int n_classes, uint64_t seed
 static void data_path(char *out, size_t len, const char *dir, const char *name, const char *what,
                       const char *hint) {
   struct stat st;
-  if (stat(dir, &st) != 0)
-    die(1, "%s data directory '%s': %s; %s", what, dir, strerror(errno), hint);
-  if (!S_ISDIR(st.st_mode))
-    die(1, "%s data directory '%s' is not a directory; %s", what, dir, hint);
+  if (stat(dir, &st) != 0) die(1, "%s data directory '%s': %s; %s", what, dir, strerror(errno), hint);
+  if (!S_ISDIR(st.st_mode)) die(1, "%s data directory '%s' is not a directory; %s", what, dir, hint);
   if ((size_t)snprintf(out, len, "%s/%s", dir, name) >= len)
     die(1, "data path '%s/%s' is too long", dir, name);
   if (stat(out, &st) == 0) return;
@@ -495,8 +492,8 @@ static void load_idx_check(const Dataset *train, const char *train_path, const D
         "the model takes one image size; replace the files with a matching set",
         what, test_path, test->rows, test->cols, train_path, train->rows, train->cols);
   if (test->n_classes != train->n_classes)
-    die(1, "%s: the test set '%s' has %d classes but the training set '%s' has %d", what,
-        test_path, test->n_classes, train_path, train->n_classes);
+    die(1, "%s: the test set '%s' has %d classes but the training set '%s' has %d", what, test_path,
+        test->n_classes, train_path, train->n_classes);
 }
 
 void dataset_load(DataKind kind, const char *dir, int train_limit, uint64_t seed, Dataset *train,
@@ -519,10 +516,10 @@ void dataset_load(DataKind kind, const char *dir, int train_limit, uint64_t seed
   if (!dir) dir = fashion ? DATA_FASHION_MNIST_DIR : MNIST_DIR;
   float mean = fashion ? FASHION_MEAN : MNIST_MEAN, std = fashion ? FASHION_STD : MNIST_STD;
   char train_path[4096], test_path[4096];
-  load_idx_split(train, train_path, dir, "train-images-idx3-ubyte.gz",
-                 "train-labels-idx1-ubyte.gz", train_limit, mean, std, what, hint);
-  load_idx_split(test, test_path, dir, "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz", 0,
-                 mean, std, what, hint);
+  load_idx_split(train, train_path, dir, "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+                 train_limit, mean, std, what, hint);
+  load_idx_split(test, test_path, dir, "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz", 0, mean, std,
+                 what, hint);
   load_idx_check(train, train_path, test, test_path, what);
 }
 
@@ -546,8 +543,8 @@ static uLong crc_labels(uLong crc, const Dataset *ds) {
 }
 
 DataId dataset_id(DataKind kind, const Dataset *train, const Dataset *test) {
-  DataId id = {(uint32_t)kind, (uint32_t)train->n, (uint32_t)test->n, (uint32_t)train->dim,
-               (uint32_t)train->n_classes, 0};
+  DataId id = {(uint32_t)kind,       (uint32_t)train->n,         (uint32_t)test->n,
+               (uint32_t)train->dim, (uint32_t)train->n_classes, 0};
   id.labels_crc = (uint32_t)crc_labels(crc_labels(crc32(0L, Z_NULL, 0), train), test);
   return id;
 }
@@ -555,6 +552,6 @@ DataId dataset_id(DataKind kind, const Dataset *train, const Dataset *test) {
 void dataset_id_str(char *buf, size_t len, const DataId *id) {
   static const char *const names[] = {"fashion-mnist", "mnist", "synthetic"};
   const char *name = id->kind < 3 ? names[id->kind] : "unknown data";
-  snprintf(buf, len, "%s: %u train / %u test samples of %u features, %u classes, labels crc %08x",
-           name, id->n_train, id->n_test, id->dim, id->n_classes, id->labels_crc);
+  snprintf(buf, len, "%s: %u train / %u test samples of %u features, %u classes, labels crc %08x", name,
+           id->n_train, id->n_test, id->dim, id->n_classes, id->labels_crc);
 }

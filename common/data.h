@@ -72,8 +72,8 @@ int data_parse(const char *name, DataKind *out);
  * @param[in] err_len    size of @p err.
  * @return 0 on success, -1 on error.
  */
-int dataset_load_idx(Dataset *ds, const char *images, const char *labels, int limit, float mean,
-                     float std, char *err, size_t err_len);
+int dataset_load_idx(Dataset *ds, const char *images, const char *labels, int limit, float mean, float std,
+                     char *err, size_t err_len);
 
 /**
  * @brief Generates a learnable synthetic dataset: @p n_classes cluster centres drawn from

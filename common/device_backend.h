@@ -21,9 +21,10 @@ extern "C" {
 #else
 /** @brief In a build without CUDA, the end of the job, saying so. device_init() refuses a CUDA
  *  context there, so no other dispatcher reaches it. */
-#define WITH_CUDA(statement)                                                                     \
-  die(1, "this program was built without CUDA; rebuild it on a machine with the CUDA toolkit, " \
-         "or use --device cpu")
+#define WITH_CUDA(statement)                                                                 \
+  die(1,                                                                                     \
+      "this program was built without CUDA; rebuild it on a machine with the CUDA toolkit, " \
+      "or use --device cpu")
 #endif
 
 /** @brief CUDA half of device_cuda_count(): cudaGetDeviceCount, its sticky error cleared. */

@@ -19,8 +19,7 @@ void cuda_check_impl(int err, const char *call, const char *file, int line) {
 void cublas_check_impl(int status, const char *call, const char *file, int line) {
   if (status == CUBLAS_STATUS_SUCCESS) return;
   cublasStatus_t s = (cublasStatus_t)status;
-  check_fail("CUBLAS", file, line, "%s: %s (%s)", call, cublasGetStatusString(s),
-             cublasGetStatusName(s));
+  check_fail("CUBLAS", file, line, "%s: %s (%s)", call, cublasGetStatusString(s), cublasGetStatusName(s));
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -49,8 +48,7 @@ void device_init_cuda(Ctx *c, int gpu) {
   }
   if (n <= 0) die(1, "--device cuda: no CUDA GPU found; use --device cpu");
   if (gpu < 0 || gpu >= n)
-    die(1, "--device cuda: GPU %d does not exist (this machine has %d); start fewer ranks per node",
-        gpu, n);
+    die(1, "--device cuda: GPU %d does not exist (this machine has %d); start fewer ranks per node", gpu, n);
 
   cudaStream_t stream = NULL;
   cublasHandle_t blas = NULL;
@@ -70,8 +68,8 @@ void device_init_cuda(Ctx *c, int gpu) {
 
 void device_set_tf32_cuda(const Ctx *c, bool on) {
   // cuBLAS's fp32 GEMMs may then round their inputs to TF32 and run on tensor cores.
-  cublasCheck(cublasSetMathMode((cublasHandle_t)c->blas,
-                                on ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+  cublasCheck(
+      cublasSetMathMode((cublasHandle_t)c->blas, on ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
 }
 
 void device_free_cuda(Ctx *c) {

@@ -17,8 +17,7 @@ void *dev_alloc_cuda(const Ctx *c, size_t bytes) {
   cudaError_t e = cudaMalloc(&p, n);
   if (e == cudaErrorMemoryAllocation) {
     (void)cudaGetLastError();
-    check_fail("CUDA", __FILE__, __LINE__, "out of GPU memory allocating %zu bytes on GPU %d",
-               bytes, c->gpu);
+    check_fail("CUDA", __FILE__, __LINE__, "out of GPU memory allocating %zu bytes on GPU %d", bytes, c->gpu);
   }
   cudaCheck(e);
   // Zero it and wait, so the memory is touched once here and not inside the training loop.

@@ -67,8 +67,7 @@ static void from_env(ProcessGroup *pg, const char *rank, const char *size, const
     if (pg->world_size > 1) die(1, "%s is not set; the launcher must say which GPU is this rank's", local);
     pg->local_rank = 0;
   }
-  if (pg->local_rank > pg->rank)
-    die(1, "%s=%d is larger than %s=%d", local, pg->local_rank, rank, pg->rank);
+  if (pg->local_rank > pg->rank) die(1, "%s=%d is larger than %s=%d", local, pg->local_rank, rank, pg->rank);
   // Ranks on this node: torchrun sets LOCAL_WORLD_SIZE; srun sets SLURM_NTASKS_PER_NODE when asked
   // for a fixed count. Without either, this rank only knows that it is at least local_rank + 1.
   pg->local_size = env_int("LOCAL_WORLD_SIZE");
@@ -96,8 +95,7 @@ static void bootstrap_host(const char *addr, char *host, size_t size) {
   if (n == 0 || strspn(addr, " \t") == n)
     die(1, "MASTER_ADDR is empty: set it to rank 0's host name or address");
   if (!bracketed && !strchr(addr, ':')) {  // a host name or an IPv4 address
-    if (strpbrk(addr, " \t[]/"))
-      die(1, "MASTER_ADDR='%s' is not a host name or an IP address", addr);
+    if (strpbrk(addr, " \t[]/")) die(1, "MASTER_ADDR='%s' is not a host name or an IP address", addr);
     snprintf(host, size, "%s", addr);
     return;
   }
@@ -110,8 +108,10 @@ static void bootstrap_host(const char *addr, char *host, size_t size) {
   if (zone) *zone = 0;
   unsigned char buf[16];
   if (inet_pton(AF_INET6, ip, buf) != 1)
-    die(1, "MASTER_ADDR='%s' is neither a host name nor an IPv4 or IPv6 address (give the port in "
-           "MASTER_PORT, not in MASTER_ADDR)", addr);
+    die(1,
+        "MASTER_ADDR='%s' is neither a host name nor an IPv4 or IPv6 address (give the port in "
+        "MASTER_PORT, not in MASTER_ADDR)",
+        addr);
   snprintf(host, size, "[%.*s]", (int)len, bracketed ? addr + 1 : addr);
 }
 
@@ -125,12 +125,15 @@ static void set_bootstrap_address(const ProcessGroup *pg) {
   const char *addr = getenv("MASTER_ADDR");
   int master = env_port("MASTER_PORT"), port = env_port("DDP_NCCL_PORT");
   if (!addr || (master < 0 && port < 0))
-    die(1, "rank %d of %d: set MASTER_ADDR and MASTER_PORT (the address and a free port of rank 0's "
-           "node) so that NCCL can bootstrap", pg->rank, pg->world_size);
+    die(1,
+        "rank %d of %d: set MASTER_ADDR and MASTER_PORT (the address and a free port of rank 0's "
+        "node) so that NCCL can bootstrap",
+        pg->rank, pg->world_size);
   if (port < 0) {
     if (master == 65535)
-      die(1, "MASTER_PORT=65535: NCCL bootstraps on MASTER_PORT + 1, which is not a port; choose a "
-             "lower MASTER_PORT, or set DDP_NCCL_PORT");
+      die(1,
+          "MASTER_PORT=65535: NCCL bootstraps on MASTER_PORT + 1, which is not a port; choose a "
+          "lower MASTER_PORT, or set DDP_NCCL_PORT");
     port = master + 1;
   }
   char host[INET6_ADDRSTRLEN + 80], id[INET6_ADDRSTRLEN + 96];
@@ -142,8 +145,9 @@ static void set_bootstrap_address(const ProcessGroup *pg) {
 static void discover(ProcessGroup *pg) {
   if (launched_by_mpirun()) {
     if (!dist_have_mpi())
-      die(1, "started by mpirun, but this program was built without MPI; rebuild with MPI installed "
-             "or launch with torchrun-style variables (RANK, WORLD_SIZE, LOCAL_RANK)");
+      die(1,
+          "started by mpirun, but this program was built without MPI; rebuild with MPI installed "
+          "or launch with torchrun-style variables (RANK, WORLD_SIZE, LOCAL_RANK)");
     pg->launcher = LAUNCH_MPI;
   } else if (getenv("RANK") || getenv("WORLD_SIZE")) {
     pg->launcher = LAUNCH_ENV;
@@ -179,13 +183,16 @@ static Backend choose_backend(const ProcessGroup *pg, const char *name, Device d
     die(2, "unknown --backend '%s' (expected auto, nccl or mpi)", name);
   }
   if (b == BACKEND_NCCL && !dist_have_nccl())
-    die(1, "--backend nccl: this program was built without NCCL (CUDA toolkit not found at build "
-           "time); use --backend mpi");
+    die(1,
+        "--backend nccl: this program was built without NCCL (CUDA toolkit not found at build "
+        "time); use --backend mpi");
   if (b == BACKEND_NCCL && dev != DEVICE_CUDA)
     die(1, "--backend nccl needs GPU buffers; use --device cuda, or --backend mpi on the CPU");
   if (b == BACKEND_MPI && pg->world_size > 1 && pg->launcher != LAUNCH_MPI)
-    die(1, "--backend mpi needs an MPI launcher: start with `mpirun -np %d ...`, or use --backend nccl "
-           "with %s", pg->world_size, pg->launcher == LAUNCH_SLURM ? "srun" : "torchrun");
+    die(1,
+        "--backend mpi needs an MPI launcher: start with `mpirun -np %d ...`, or use --backend nccl "
+        "with %s",
+        pg->world_size, pg->launcher == LAUNCH_SLURM ? "srun" : "torchrun");
   return b;
 }
 
@@ -250,8 +257,7 @@ void dist_work_free(ProcessGroup *pg, DistWork *w) {
   dev_event_free(pg->ctx, &w->start);
 }
 
-void dist_all_reduce_async(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op,
-                           DistWork *w) {
+void dist_all_reduce_async(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op, DistWork *w) {
   if (w->active) die(1, "dist_all_reduce_async: this handle is still in flight");
   if (op == DIST_AVG && type != DIST_FLOAT) die(1, "dist_all_reduce_async: DIST_AVG needs floats");
   w->buf = buf;

@@ -60,21 +60,21 @@ typedef enum Launcher {
 
 /** @brief A process group: this process's place in the job, and the communicator. */
 typedef struct ProcessGroup {
-  int rank;          ///< global rank, 0 .. world_size-1
-  int world_size;    ///< number of processes
-  int local_rank;    ///< rank among the processes on this node (selects the GPU)
-  int local_size;    ///< processes on this node
-  Launcher launcher; ///< how the job was started
-  Backend backend;   ///< collectives library
-  double timeout;    ///< seconds a collective may wait (watchdog)
-  bool mpi_up;       ///< MPI was initialised by dist_init()
-  void *nccl;        ///< ncclComm_t (BACKEND_NCCL), after dist_connect()
-  const Ctx *ctx;    ///< the device context given to dist_connect()
-  void *scratch;     ///< device, one int: the NCCL barrier's all-reduce
-  void *comm_stream; ///< cudaStream_t for asynchronous NCCL collectives (BACKEND_NCCL)
-  DevEvent ready;    ///< recorded on the compute stream before each asynchronous collective
-  void *stage;       ///< pinned host staging buffer (BACKEND_MPI with device buffers)
-  size_t stage_bytes;///< size of @ref stage
+  int rank;            ///< global rank, 0 .. world_size-1
+  int world_size;      ///< number of processes
+  int local_rank;      ///< rank among the processes on this node (selects the GPU)
+  int local_size;      ///< processes on this node
+  Launcher launcher;   ///< how the job was started
+  Backend backend;     ///< collectives library
+  double timeout;      ///< seconds a collective may wait (watchdog)
+  bool mpi_up;         ///< MPI was initialised by dist_init()
+  void *nccl;          ///< ncclComm_t (BACKEND_NCCL), after dist_connect()
+  const Ctx *ctx;      ///< the device context given to dist_connect()
+  void *scratch;       ///< device, one int: the NCCL barrier's all-reduce
+  void *comm_stream;   ///< cudaStream_t for asynchronous NCCL collectives (BACKEND_NCCL)
+  DevEvent ready;      ///< recorded on the compute stream before each asynchronous collective
+  void *stage;         ///< pinned host staging buffer (BACKEND_MPI with device buffers)
+  size_t stage_bytes;  ///< size of @ref stage
 } ProcessGroup;
 
 /**
@@ -112,15 +112,15 @@ void dist_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, DistO
 
 /** @brief An all-reduce in flight: from dist_all_reduce_async() to dist_wait(). */
 typedef struct DistWork {
-  void *buf;             ///< device memory being reduced
-  size_t n;              ///< element count
-  DistType type;         ///< element type
-  DistOp op;             ///< reduction
-  bool active;           ///< started and not yet waited for
-  bool done;             ///< completion seen (MPI), or nothing to wait for
-  unsigned char req[16]; ///< storage for the MPI_Request (BACKEND_MPI)
-  DevEvent start;        ///< when the collective started (on the communication stream on a GPU)
-  DevEvent end;          ///< when it ended (on the communication stream; on the CPU: when seen done)
+  void *buf;              ///< device memory being reduced
+  size_t n;               ///< element count
+  DistType type;          ///< element type
+  DistOp op;              ///< reduction
+  bool active;            ///< started and not yet waited for
+  bool done;              ///< completion seen (MPI), or nothing to wait for
+  unsigned char req[16];  ///< storage for the MPI_Request (BACKEND_MPI)
+  DevEvent start;         ///< when the collective started (on the communication stream on a GPU)
+  DevEvent end;           ///< when it ended (on the communication stream; on the CPU: when seen done)
 } DistWork;
 
 /** @brief Prepares @p w for dist_all_reduce_async() (creates its events). */
@@ -142,8 +142,7 @@ void dist_work_free(ProcessGroup *pg, DistWork *w);
  * @param[in] op    DIST_SUM or DIST_AVG.
  * @param[in,out] w the handle (from dist_work_init(), not active).
  */
-void dist_all_reduce_async(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op,
-                           DistWork *w);
+void dist_all_reduce_async(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op, DistWork *w);
 
 /**
  * @brief Lets an asynchronous all-reduce advance (MPI_Test) and says whether it has finished. Never

@@ -47,8 +47,7 @@ void dist_nccl_connect(ProcessGroup *pg, void (*share)(void *id, size_t size));
 /** @brief NCCL all-reduce on the context's stream; see dist_all_reduce(). */
 void dist_nccl_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op);
 /** @brief NCCL all-reduce queued on @p stream (a cudaStream_t). */
-void dist_nccl_all_reduce_on(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op,
-                             void *stream);
+void dist_nccl_all_reduce_on(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op, void *stream);
 /** @brief NCCL broadcast on the context's stream; see dist_broadcast(). */
 void dist_nccl_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, int root);
 /** @brief NCCL all-gather on the context's stream; see dist_all_gather(). */

@@ -44,8 +44,7 @@ void dist_mpi_init(ProcessGroup *pg) {
   mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &pg->rank));
   mpiCheck(MPI_Comm_size(MPI_COMM_WORLD, &pg->world_size));
   MPI_Comm node;  // the processes that share this node's memory
-  mpiCheck(
-      MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, pg->rank, MPI_INFO_NULL, &node));
+  mpiCheck(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, pg->rank, MPI_INFO_NULL, &node));
   mpiCheck(MPI_Comm_rank(node, &pg->local_rank));
   mpiCheck(MPI_Comm_size(node, &pg->local_size));
   mpiCheck(MPI_Comm_free(&node));
@@ -62,9 +61,7 @@ void dist_mpi_init(ProcessGroup *pg) {
 _Static_assert(DDP_MPI_CHUNK >= 1 && DDP_MPI_CHUNK <= INT_MAX, "an MPI count is an int");
 
 // The elements of the chunk that starts at @p done of @p n, as an MPI count.
-static int chunk(size_t n, size_t done) {
-  return (int)(n - done < DDP_MPI_CHUNK ? n - done : DDP_MPI_CHUNK);
-}
+static int chunk(size_t n, size_t done) { return (int)(n - done < DDP_MPI_CHUNK ? n - done : DDP_MPI_CHUNK); }
 
 // @p n as an MPI count for a call that cannot be split, or the end of the job.
 static int whole_count(size_t n, const char *call) {
@@ -106,8 +103,8 @@ void dist_mpi_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, D
   }
   size_t size = dist_type_size(type);
   for (size_t i = 0; i < n; i += (size_t)chunk(n, i))
-    WAITING("MPI_Allreduce", MPI_Allreduce(MPI_IN_PLACE, (char *)host + i * size, chunk(n, i),
-                                           mpi_type(type), MPI_SUM, MPI_COMM_WORLD));
+    WAITING("MPI_Allreduce", MPI_Allreduce(MPI_IN_PLACE, (char *)host + i * size, chunk(n, i), mpi_type(type),
+                                           MPI_SUM, MPI_COMM_WORLD));
   if (op == DIST_AVG) scale_avg(pg, host, n);
   if (on_gpu(pg)) dev_upload(pg->ctx, buf, host, bytes);
 }
@@ -123,8 +120,8 @@ void dist_mpi_all_reduce_start(ProcessGroup *pg, DistWork *w) {
     return;
   }
   MPI_Request *req = (MPI_Request *)w->req;
-  mpiCheck(MPI_Iallreduce(MPI_IN_PLACE, w->buf, whole_count(w->n, "MPI_Iallreduce"),
-                          mpi_type(w->type), MPI_SUM, MPI_COMM_WORLD, req));
+  mpiCheck(MPI_Iallreduce(MPI_IN_PLACE, w->buf, whole_count(w->n, "MPI_Iallreduce"), mpi_type(w->type),
+                          MPI_SUM, MPI_COMM_WORLD, req));
 }
 
 static void finish(ProcessGroup *pg, DistWork *w) {
@@ -155,29 +152,28 @@ void dist_mpi_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, in
   }
   size_t size = dist_type_size(type);
   for (size_t i = 0; i < n; i += (size_t)chunk(n, i))
-    WAITING("MPI_Bcast", MPI_Bcast((char *)host + i * size, chunk(n, i), mpi_type(type), root,
-                                   MPI_COMM_WORLD));
+    WAITING("MPI_Bcast",
+            MPI_Bcast((char *)host + i * size, chunk(n, i), mpi_type(type), root, MPI_COMM_WORLD));
   if (on_gpu(pg)) dev_upload(pg->ctx, buf, host, bytes);
 }
 
 void dist_mpi_broadcast_bytes(void *buf, size_t bytes, int root) {
   for (size_t i = 0; i < bytes; i += (size_t)chunk(bytes, i))
-    WAITING("MPI_Bcast",
-            MPI_Bcast((char *)buf + i, chunk(bytes, i), MPI_BYTE, root, MPI_COMM_WORLD));
+    WAITING("MPI_Bcast", MPI_Bcast((char *)buf + i, chunk(bytes, i), MPI_BYTE, root, MPI_COMM_WORLD));
 }
 
 void dist_mpi_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type) {
   size_t bytes = n * dist_type_size(type);
   int count = whole_count(n, "MPI_Allgather");
   if (!on_gpu(pg)) {
-    WAITING("MPI_Allgather", MPI_Allgather(send, count, mpi_type(type), recv, count,
-                                           mpi_type(type), MPI_COMM_WORLD));
+    WAITING("MPI_Allgather",
+            MPI_Allgather(send, count, mpi_type(type), recv, count, mpi_type(type), MPI_COMM_WORLD));
     return;
   }
   char *host = staging(pg, bytes * (size_t)(pg->world_size + 1));  // [mine | everyone's]
   dev_download(pg->ctx, host, send, bytes);
-  WAITING("MPI_Allgather", MPI_Allgather(host, count, mpi_type(type), host + bytes, count,
-                                         mpi_type(type), MPI_COMM_WORLD));
+  WAITING("MPI_Allgather",
+          MPI_Allgather(host, count, mpi_type(type), host + bytes, count, mpi_type(type), MPI_COMM_WORLD));
   dev_upload(pg->ctx, recv, host + bytes, bytes * (size_t)pg->world_size);
 }
 

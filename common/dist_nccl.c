@@ -19,7 +19,7 @@
 
 // Older NCCL headers lack NCCL_VERSION; ncclAvg needs 2.10, ncclGetLastError 2.13.
 #ifndef NCCL_VERSION
-#define NCCL_VERSION(X, Y, Z) ((X) * 1000 + (Y) * 100 + (Z))
+#define NCCL_VERSION(X, Y, Z) ((X)*1000 + (Y)*100 + (Z))
 #endif
 #define HEADER_HAS_AVG (NCCL_VERSION_CODE >= NCCL_VERSION(2, 10, 0))
 
@@ -72,10 +72,13 @@ static struct {
 // for the group's end.
 #define MAX_PENDING 64
 static struct {
-  int depth;                 // dist_group_start() calls not yet ended
-  cudaStream_t stream;       // the stream of the group's collectives (NULL: none yet)
-  int n_scale;               // pending divisions by the world size
-  struct { float *buf; size_t n; } scale[MAX_PENDING];
+  int depth;            // dist_group_start() calls not yet ended
+  cudaStream_t stream;  // the stream of the group's collectives (NULL: none yet)
+  int n_scale;          // pending divisions by the world size
+  struct {
+    float *buf;
+    size_t n;
+  } scale[MAX_PENDING];
 } g_group;
 
 static void note_collective(cudaStream_t s) {
@@ -118,8 +121,10 @@ int dist_nccl_poll(void *user, double timeout, char *why) {
     if (q == cudaSuccess) {
       g_last.when = 0;
     } else if (q == cudaErrorNotReady && log_clock() - g_last.when > timeout) {
-      snprintf(why, 256, "an NCCL collective has not finished after %g s (--timeout): a peer is "
-               "stuck, dead, or calling other collectives", timeout);
+      snprintf(why, 256,
+               "an NCCL collective has not finished after %g s (--timeout): a peer is "
+               "stuck, dead, or calling other collectives",
+               timeout);
       stuck = 1;
     }
   }
@@ -148,9 +153,10 @@ static void explain_init_failure(const ProcessGroup *pg, ncclResult_t r, int ver
 #endif
   if (r == ncclInvalidUsage && last && strstr(last, "Duplicate GPU")) {
     const char *visible = getenv("CUDA_VISIBLE_DEVICES");
-    die(1, "rank %d: several ranks of this node are on the same GPU (GPU %d; %d visible, "
-           "CUDA_VISIBLE_DEVICES=%s), and NCCL %d allows one rank per GPU: start at most one rank "
-           "per visible GPU, or, with NCCL >= 2.30, set NCCL_MULTI_RANK_GPU_ENABLE=1",
+    die(1,
+        "rank %d: several ranks of this node are on the same GPU (GPU %d; %d visible, "
+        "CUDA_VISIBLE_DEVICES=%s), and NCCL %d allows one rank per GPU: start at most one rank "
+        "per visible GPU, or, with NCCL >= 2.30, set NCCL_MULTI_RANK_GPU_ENABLE=1",
         pg->rank, pg->ctx->gpu, device_cuda_count(), visible ? visible : "unset", version);
   }
 }
@@ -192,14 +198,12 @@ void dist_nccl_group_end(ProcessGroup *pg) {
   if (--g_group.depth > 0 || !g_group.stream) return;
   cudaStream_t s = g_group.stream;
   g_group.stream = NULL;
-  for (int i = 0; i < g_group.n_scale; i++)
-    divide_by_world(pg, g_group.scale[i].buf, g_group.scale[i].n, s);
+  for (int i = 0; i < g_group.n_scale; i++) divide_by_world(pg, g_group.scale[i].buf, g_group.scale[i].n, s);
   g_group.n_scale = 0;
   note_collective(s);
 }
 
-void dist_nccl_all_reduce_on(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op,
-                             void *on) {
+void dist_nccl_all_reduce_on(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op, void *on) {
   ncclRedOp_t red = ncclSum;
 #if HEADER_HAS_AVG
   if (op == DIST_AVG && g_have_avg) red = ncclAvg;

@@ -10,9 +10,8 @@
 
 void loader_init(Loader *ld, const Ctx *c, Dataset *ds, int max_batch, int max_order) {
   if (ds->n <= 0 || ds->dim <= 0 || max_batch <= 0 || max_order <= 0)
-    check_fail("LOADER", __FILE__, __LINE__,
-               "loader_init: bad sizes n=%d dim=%d max_batch=%d max_order=%d", ds->n, ds->dim,
-               max_batch, max_order);
+    check_fail("LOADER", __FILE__, __LINE__, "loader_init: bad sizes n=%d dim=%d max_batch=%d max_order=%d",
+               ds->n, ds->dim, max_batch, max_order);
   if ((ds->x == NULL) == (ds->pixels == NULL))
     check_fail("LOADER", __FILE__, __LINE__,
                "loader_init: the dataset must have either float features or pixels");
@@ -54,14 +53,14 @@ void loader_init(Loader *ld, const Ctx *c, Dataset *ds, int max_batch, int max_o
 
 void loader_set_order(Loader *ld, const Ctx *c, const int *order, int n_order) {
   if (n_order < 0 || n_order > ld->max_order)
-    check_fail("LOADER", __FILE__, __LINE__, "loader_set_order: %d indices, capacity is %d",
-               n_order, ld->max_order);
+    check_fail("LOADER", __FILE__, __LINE__, "loader_set_order: %d indices, capacity is %d", n_order,
+               ld->max_order);
   // A bad index would make the gather read outside the dataset on the device; catch sampler bugs
   // here, once per epoch, where the message can name the position.
   for (int i = 0; i < n_order; i++)
     if (order[i] < 0 || order[i] >= ld->n)
-      check_fail("LOADER", __FILE__, __LINE__, "loader_set_order: order[%d] = %d is not in [0, %d)",
-                 i, order[i], ld->n);
+      check_fail("LOADER", __FILE__, __LINE__, "loader_set_order: order[%d] = %d is not in [0, %d)", i,
+                 order[i], ld->n);
   // The upload reads order_host asynchronously: wait for the previous epoch's batches (and upload)
   // before overwriting it. Once per epoch, so the wait costs nothing measurable.
   dev_sync(c);
@@ -72,11 +71,10 @@ void loader_set_order(Loader *ld, const Ctx *c, const int *order, int n_order) {
 void loader_batch(Loader *ld, const Ctx *c, int start, int B) {
   if (B <= 0 || B > ld->max_batch || start < 0 || start > ld->max_order - B)
     check_fail("LOADER", __FILE__, __LINE__,
-               "loader_batch: batch [%d, %d) is outside the order (length %d) or larger than %d",
-               start, start + B, ld->max_order, ld->max_batch);
+               "loader_batch: batch [%d, %d) is outside the order (length %d) or larger than %d", start,
+               start + B, ld->max_order, ld->max_batch);
   if (ld->pixels)
-    ops_gather_pixels(c, ld->pixels, ld->y, ld->order + start, B, ld->dim, ld->mean, ld->std,
-                      ld->xb, ld->yb);
+    ops_gather_pixels(c, ld->pixels, ld->y, ld->order + start, B, ld->dim, ld->mean, ld->std, ld->xb, ld->yb);
   else
     ops_gather(c, ld->x, ld->y, ld->order + start, B, ld->dim, ld->xb, ld->yb);
 }

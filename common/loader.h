@@ -19,19 +19,19 @@ extern "C" {
 
 /** @brief The device-side copy of a dataset and its batch buffers. */
 typedef struct Loader {
-  int n;          ///< samples in the dataset
-  int dim;        ///< features per sample
-  int max_batch;  ///< capacity of the batch buffers
-  int max_order;  ///< capacity of @ref order
-  float *x;       ///< device, (n, dim): all features, when the dataset has float features
+  int n;            ///< samples in the dataset
+  int dim;          ///< features per sample
+  int max_batch;    ///< capacity of the batch buffers
+  int max_order;    ///< capacity of @ref order
+  float *x;         ///< device, (n, dim): all features, when the dataset has float features
   uint8_t *pixels;  ///< device, (n, dim): all pixels, when the dataset has 8-bit pixels
-  float mean;     ///< with `pixels`: normalisation constants (see @ref Dataset)
-  float std;      ///< with `pixels`: see `mean`
-  int *y;         ///< device, (n): all labels
-  int *order;     ///< device, (max_order): the sample order set by loader_set_order()
+  float mean;       ///< with `pixels`: normalisation constants (see @ref Dataset)
+  float std;        ///< with `pixels`: see `mean`
+  int *y;           ///< device, (n): all labels
+  int *order;       ///< device, (max_order): the sample order set by loader_set_order()
   int *order_host;  ///< host staging for @ref order (pinned on CUDA)
-  float *xb;      ///< device, (max_batch, dim): the current batch's features
-  int *yb;        ///< device, (max_batch): the current batch's labels
+  float *xb;        ///< device, (max_batch, dim): the current batch's features
+  int *yb;          ///< device, (max_batch): the current batch's labels
 } Loader;
 
 /**

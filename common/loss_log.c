@@ -23,15 +23,17 @@ void loss_log_check_finite(float loss, long long step) {
   die(1,
       "step %lld: the loss is %s: training diverged (try a smaller --lr); no checkpoint was "
       "written for this epoch",
-      step, isnan(loss) ? "nan" : loss > 0 ? "inf" : "-inf");
+      step,
+      isnan(loss) ? "nan"
+      : loss > 0  ? "inf"
+                  : "-inf");
 }
 
 // Logs every loss that has arrived, waiting while more than max_ahead are in flight.
 static void take_arrived(LossLog *g, const Ctx *c, int max_ahead) {
   float loss;
   long long step;
-  for (int slot = g->ring.head; readback_take(&g->ring, c, max_ahead, &loss, &step);
-       slot = g->ring.head) {
+  for (int slot = g->ring.head; readback_take(&g->ring, c, max_ahead, &loss, &step); slot = g->ring.head) {
     int epoch = g->epoch_of[slot];
     loss_log_check_finite(loss, step);  // a diverged run stops here, before the epoch's checkpoint
     g->sum += loss;

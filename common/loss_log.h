@@ -32,14 +32,14 @@ extern "C" {
 
 /** @brief The loss logger of a training run. */
 typedef struct LossLog {
-  Readback ring;       ///< losses in flight, tagged with their step
+  Readback ring;                 ///< losses in flight, tagged with their step
   int epoch_of[READBACK_SLOTS];  ///< the epoch of each slot's step (same ring order)
-  Metrics *metrics;    ///< where `step` records go
-  Progress *progress;  ///< the progress line
-  int log_interval;    ///< steps between progress lines
-  int epochs;          ///< total epochs, for the progress line
-  double sum;          ///< sum of this epoch's logged losses
-  long long count;     ///< this epoch's logged steps
+  Metrics *metrics;              ///< where `step` records go
+  Progress *progress;            ///< the progress line
+  int log_interval;              ///< steps between progress lines
+  int epochs;                    ///< total epochs, for the progress line
+  double sum;                    ///< sum of this epoch's logged losses
+  long long count;               ///< this epoch's logged steps
 } LossLog;
 
 /**

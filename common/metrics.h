@@ -22,8 +22,8 @@ extern "C" {
 
 /** @brief An open metrics file (or a disabled one). */
 typedef struct Metrics {
-  FILE *f;      ///< output stream, NULL when disabled
-  double t0;    ///< monotonic time of metrics_open(), seconds
+  FILE *f;    ///< output stream, NULL when disabled
+  double t0;  ///< monotonic time of metrics_open(), seconds
 } Metrics;
 
 /**

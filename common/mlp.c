@@ -93,8 +93,7 @@ void mlp_loss(Mlp *m, const Ctx *c, const int *y, int B) {
 
 void mlp_zero_grad(Mlp *m) { m->grads_none = true; }
 
-void mlp_backward(Mlp *m, const Ctx *c, const float *x, int B, float scale, MlpGradHook hook,
-                  void *user) {
+void mlp_backward(Mlp *m, const Ctx *c, const float *x, int B, float scale, MlpGradHook hook, void *user) {
   float beta = m->grads_none ? 0.0f : 1.0f;  // write after zero_grad, else accumulate
   int L = m->n_layers;
   if (m->timed) dev_event_record(c, &m->backward_start, NULL);

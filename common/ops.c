@@ -27,13 +27,12 @@ void ops_bias_grad(const Ctx *c, const float *dy, float *db, int B, int N, float
   IMPL(c, ops_bias_grad)(c, dy, db, B, N, beta);
 }
 
-void ops_softmax_xent(const Ctx *c, const float *logits, const int *labels, int B, int C,
-                      float *dlogits, float *row_loss, float *loss) {
+void ops_softmax_xent(const Ctx *c, const float *logits, const int *labels, int B, int C, float *dlogits,
+                      float *row_loss, float *loss) {
   IMPL(c, ops_softmax_xent)(c, logits, labels, B, C, dlogits, row_loss, loss);
 }
 
-void ops_count_correct(const Ctx *c, const float *logits, const int *labels, int B, int C,
-                       int *correct) {
+void ops_count_correct(const Ctx *c, const float *logits, const int *labels, int B, int C, int *correct) {
   IMPL(c, ops_count_correct)(c, logits, labels, B, C, correct);
 }
 
@@ -42,20 +41,16 @@ void ops_sgd(const Ctx *c, float *p, const float *g, float *buf, size_t n, float
   IMPL(c, ops_sgd)(c, p, g, buf, n, lr, momentum, dampening, wd, nesterov, first);
 }
 
-void ops_scale(const Ctx *c, float *x, size_t n, float a) {
-  IMPL(c, ops_scale)(c, x, n, a);
-}
+void ops_scale(const Ctx *c, float *x, size_t n, float a) { IMPL(c, ops_scale)(c, x, n, a); }
 
-void ops_axpy(const Ctx *c, float *y, const float *x, size_t n, float a) {
-  IMPL(c, ops_axpy)(c, y, x, n, a);
-}
+void ops_axpy(const Ctx *c, float *y, const float *x, size_t n, float a) { IMPL(c, ops_axpy)(c, y, x, n, a); }
 
 void ops_gather(const Ctx *c, const float *src_x, const int *src_y, const int *idx, int B, int N,
                 float *dst_x, int *dst_y) {
   IMPL(c, ops_gather)(c, src_x, src_y, idx, B, N, dst_x, dst_y);
 }
 
-void ops_gather_pixels(const Ctx *c, const uint8_t *src_p, const int *src_y, const int *idx, int B,
-                       int N, float mean, float std, float *dst_x, int *dst_y) {
+void ops_gather_pixels(const Ctx *c, const uint8_t *src_p, const int *src_y, const int *idx, int B, int N,
+                       float mean, float std, float *dst_x, int *dst_y) {
   IMPL(c, ops_gather_pixels)(c, src_p, src_y, idx, B, N, mean, std, dst_x, dst_y);
 }

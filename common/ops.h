@@ -84,8 +84,8 @@ void ops_bias_grad(const Ctx *c, const float *dy, float *db, int B, int N, float
  * @param[out] row_loss device, (B): scratch, each row's loss.
  * @param[out] loss    device, (1): the batch mean.
  */
-void ops_softmax_xent(const Ctx *c, const float *logits, const int *labels, int B, int C,
-                      float *dlogits, float *row_loss, float *loss);
+void ops_softmax_xent(const Ctx *c, const float *logits, const int *labels, int B, int C, float *dlogits,
+                      float *row_loss, float *loss);
 
 /**
  * @brief Counts rows whose arg-max equals the label (first maximum wins) and adds the count.
@@ -95,8 +95,7 @@ void ops_softmax_xent(const Ctx *c, const float *logits, const int *labels, int 
  * @param[in] B,C        sizes.
  * @param[in,out] correct device, (1): incremented by the number of correct rows.
  */
-void ops_count_correct(const Ctx *c, const float *logits, const int *labels, int B, int C,
-                       int *correct);
+void ops_count_correct(const Ctx *c, const float *logits, const int *labels, int B, int C, int *correct);
 
 /**
  * @brief One fused SGD step over a flat buffer, with PyTorch's `torch.optim.SGD` semantics:
@@ -160,8 +159,8 @@ void ops_gather(const Ctx *c, const float *src_x, const int *src_y, const int *i
  * @param[out] dst_x    device, (B, N).
  * @param[out] dst_y    device, (B).
  */
-void ops_gather_pixels(const Ctx *c, const uint8_t *src_p, const int *src_y, const int *idx, int B,
-                       int N, float mean, float std, float *dst_x, int *dst_y);
+void ops_gather_pixels(const Ctx *c, const uint8_t *src_p, const int *src_y, const int *idx, int B, int N,
+                       float mean, float std, float *dst_x, int *dst_y);
 
 #ifdef __cplusplus
 }

@@ -22,8 +22,8 @@ void ops_gemm_cpu(const Ctx *c, bool ta, bool tb, int M, int N, int K, float alp
                   const float *B, float beta, float *C);
 /** @brief ops_gemm() in plain C (the CPU GEMM of a build without OpenBLAS: correct, several times
  *  slower); every element's sum runs over k in order, in fp32. Same arguments as ops_gemm(). */
-void ops_gemm_plain_cpu(const Ctx *c, bool ta, bool tb, int M, int N, int K, float alpha,
-                        const float *A, const float *B, float beta, float *C);
+void ops_gemm_plain_cpu(const Ctx *c, bool ta, bool tb, int M, int N, int K, float alpha, const float *A,
+                        const float *B, float beta, float *C);
 /** @brief CUDA version of ops_gemm() (cuBLAS, fp32). */
 void ops_gemm_cuda(const Ctx *c, bool ta, bool tb, int M, int N, int K, float alpha, const float *A,
                    const float *B, float beta, float *C);
@@ -40,23 +40,21 @@ void ops_bias_grad_cpu(const Ctx *c, const float *dy, float *db, int B, int N, f
 /** @brief CUDA version of ops_bias_grad(). */
 void ops_bias_grad_cuda(const Ctx *c, const float *dy, float *db, int B, int N, float beta);
 /** @brief CPU reference of ops_softmax_xent(). */
-void ops_softmax_xent_cpu(const Ctx *c, const float *logits, const int *labels, int B, int C,
-                          float *dlogits, float *row_loss, float *loss);
+void ops_softmax_xent_cpu(const Ctx *c, const float *logits, const int *labels, int B, int C, float *dlogits,
+                          float *row_loss, float *loss);
 /** @brief CUDA version of ops_softmax_xent(). */
-void ops_softmax_xent_cuda(const Ctx *c, const float *logits, const int *labels, int B, int C,
-                           float *dlogits, float *row_loss, float *loss);
+void ops_softmax_xent_cuda(const Ctx *c, const float *logits, const int *labels, int B, int C, float *dlogits,
+                           float *row_loss, float *loss);
 /** @brief CPU reference of ops_count_correct(). */
-void ops_count_correct_cpu(const Ctx *c, const float *logits, const int *labels, int B, int C,
-                           int *correct);
+void ops_count_correct_cpu(const Ctx *c, const float *logits, const int *labels, int B, int C, int *correct);
 /** @brief CUDA version of ops_count_correct(). */
-void ops_count_correct_cuda(const Ctx *c, const float *logits, const int *labels, int B, int C,
-                            int *correct);
+void ops_count_correct_cuda(const Ctx *c, const float *logits, const int *labels, int B, int C, int *correct);
 /** @brief CPU reference of ops_sgd(). */
-void ops_sgd_cpu(const Ctx *c, float *p, const float *g, float *buf, size_t n, float lr,
-                 float momentum, float dampening, float wd, bool nesterov, bool first);
+void ops_sgd_cpu(const Ctx *c, float *p, const float *g, float *buf, size_t n, float lr, float momentum,
+                 float dampening, float wd, bool nesterov, bool first);
 /** @brief CUDA version of ops_sgd() (one fused kernel). */
-void ops_sgd_cuda(const Ctx *c, float *p, const float *g, float *buf, size_t n, float lr,
-                  float momentum, float dampening, float wd, bool nesterov, bool first);
+void ops_sgd_cuda(const Ctx *c, float *p, const float *g, float *buf, size_t n, float lr, float momentum,
+                  float dampening, float wd, bool nesterov, bool first);
 /** @brief CPU reference of ops_scale(). */
 void ops_scale_cpu(const Ctx *c, float *x, size_t n, float a);
 /** @brief CUDA version of ops_scale(). */
@@ -72,11 +70,11 @@ void ops_gather_cpu(const Ctx *c, const float *src_x, const int *src_y, const in
 void ops_gather_cuda(const Ctx *c, const float *src_x, const int *src_y, const int *idx, int B, int N,
                      float *dst_x, int *dst_y);
 /** @brief CPU reference of ops_gather_pixels(). */
-void ops_gather_pixels_cpu(const Ctx *c, const uint8_t *src_p, const int *src_y, const int *idx,
-                           int B, int N, float mean, float std, float *dst_x, int *dst_y);
+void ops_gather_pixels_cpu(const Ctx *c, const uint8_t *src_p, const int *src_y, const int *idx, int B, int N,
+                           float mean, float std, float *dst_x, int *dst_y);
 /** @brief CUDA version of ops_gather_pixels(). */
-void ops_gather_pixels_cuda(const Ctx *c, const uint8_t *src_p, const int *src_y, const int *idx,
-                            int B, int N, float mean, float std, float *dst_x, int *dst_y);
+void ops_gather_pixels_cuda(const Ctx *c, const uint8_t *src_p, const int *src_y, const int *idx, int B,
+                            int N, float mean, float std, float *dst_x, int *dst_y);
 
 #ifdef __cplusplus
 }

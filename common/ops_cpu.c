@@ -15,8 +15,8 @@ void ops_gemm_cpu(const Ctx *c, bool ta, bool tb, int M, int N, int K, float alp
                   const float *B, float beta, float *C) {
   (void)c;
   // Dense row-major storage: A is (M, K), or (K, M) when transposed; likewise B.
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K,
-              alpha, A, ta ? M : K, B, tb ? K : N, beta, C, N);
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha,
+              A, ta ? M : K, B, tb ? K : N, beta, C, N);
 }
 #else
 bool ops_have_blas(void) { return false; }
@@ -36,8 +36,8 @@ static void gemm_scale_row(float *crow, int N, float beta) {
   }
 }
 
-void ops_gemm_plain_cpu(const Ctx *c, bool ta, bool tb, int M, int N, int K, float alpha,
-                        const float *A, const float *B, float beta, float *C) {
+void ops_gemm_plain_cpu(const Ctx *c, bool ta, bool tb, int M, int N, int K, float alpha, const float *A,
+                        const float *B, float beta, float *C) {
   (void)c;
   // op(A)[i][k] is A[i*K + k], or A[k*M + i] when transposed; op(B)[k][j] is B[k*N + j], or
   // B[j*K + k]. The loops are ordered so that the innermost one walks memory contiguously where it
@@ -90,8 +90,8 @@ void ops_bias_grad_cpu(const Ctx *c, const float *dy, float *db, int B, int N, f
   }
 }
 
-void ops_softmax_xent_cpu(const Ctx *c, const float *logits, const int *labels, int B, int C,
-                          float *dlogits, float *row_loss, float *loss) {
+void ops_softmax_xent_cpu(const Ctx *c, const float *logits, const int *labels, int B, int C, float *dlogits,
+                          float *row_loss, float *loss) {
   (void)c;
   double sum = 0.0;  // double: the mean of B losses loses nothing to rounding
   for (int b = 0; b < B; b++) {
@@ -108,8 +108,7 @@ void ops_softmax_xent_cpu(const Ctx *c, const float *logits, const int *labels, 
   loss[0] = (float)(sum / B);
 }
 
-void ops_count_correct_cpu(const Ctx *c, const float *logits, const int *labels, int B, int C,
-                           int *correct) {
+void ops_count_correct_cpu(const Ctx *c, const float *logits, const int *labels, int B, int C, int *correct) {
   (void)c;
   for (int b = 0; b < B; b++) {
     const float *x = logits + (size_t)b * C;
@@ -119,8 +118,8 @@ void ops_count_correct_cpu(const Ctx *c, const float *logits, const int *labels,
   }
 }
 
-void ops_sgd_cpu(const Ctx *c, float *p, const float *g, float *buf, size_t n, float lr,
-                 float momentum, float dampening, float wd, bool nesterov, bool first) {
+void ops_sgd_cpu(const Ctx *c, float *p, const float *g, float *buf, size_t n, float lr, float momentum,
+                 float dampening, float wd, bool nesterov, bool first) {
   (void)c;
   for (size_t i = 0; i < n; i++) {
     float d = g[i] + wd * p[i];
@@ -151,8 +150,8 @@ void ops_gather_cpu(const Ctx *c, const float *src_x, const int *src_y, const in
   }
 }
 
-void ops_gather_pixels_cpu(const Ctx *c, const uint8_t *src_p, const int *src_y, const int *idx,
-                           int B, int N, float mean, float std, float *dst_x, int *dst_y) {
+void ops_gather_pixels_cpu(const Ctx *c, const uint8_t *src_p, const int *src_y, const int *idx, int B, int N,
+                           float mean, float std, float *dst_x, int *dst_y) {
   (void)c;
   float lut[256];  // every pixel value's feature, computed as the CUDA kernel computes it
   for (int p = 0; p < 256; p++) lut[p] = ((float)p / 255.0f - mean) / std;

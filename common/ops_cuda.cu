@@ -22,9 +22,8 @@ static unsigned blocks_for(size_t n) {
 }
 
 // Index of this thread and the stride of a grid-stride loop, in size_t so that n may exceed 2^31.
-#define GRID_STRIDE_LOOP(i, n)                                            \
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
-       i += (size_t)blockDim.x * gridDim.x)
+#define GRID_STRIDE_LOOP(i, n) \
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (size_t)blockDim.x * gridDim.x)
 
 // ---------------------------------------------------------------------------------------------------
 // GEMM
@@ -43,8 +42,7 @@ extern "C" void ops_gemm_cuda(const Ctx *c, bool ta, bool tb, int M, int N, int 
   int ldb = tb ? K : N;
   int ldc = N;
   // With beta == 0 cuBLAS does not read C, so NaNs in it are ignored, as ops.h promises.
-  cublasCheck(cublasSgemm((cublasHandle_t)c->blas, opB, opA, N, M, K, &alpha, B, ldb, A, lda, &beta,
-                          C, ldc));
+  cublasCheck(cublasSgemm((cublasHandle_t)c->blas, opB, opA, N, M, K, &alpha, B, ldb, A, lda, &beta, C, ldc));
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -59,8 +57,7 @@ static __global__ void bias_act_kernel(float *y, const float *bias, size_t n, in
   }
 }
 
-extern "C" void ops_bias_act_cuda(const Ctx *c, float *y, const float *bias, int B, int N,
-                                  bool relu) {
+extern "C" void ops_bias_act_cuda(const Ctx *c, float *y, const float *bias, int B, int N, bool relu) {
   if (B <= 0 || N <= 0) return;
   size_t n = (size_t)B * N;
   bias_act_kernel<<<blocks_for(n), THREADS, 0, stream_of(c)>>>(y, bias, n, N, relu);
@@ -103,9 +100,8 @@ extern "C" void ops_axpy_cuda(const Ctx *c, float *y, const float *x, size_t n, 
 // One SGD step per element, in torch.optim.SGD's order. The explicitly rounded intrinsics keep nvcc
 // from fusing a multiply and an add into one FMA, so each step rounds exactly as the CPU reference
 // does (compiled as ISO C, which does not contract either).
-static __global__ void sgd_kernel(float *p, const float *grad, float *buf, size_t n, float lr,
-                                  float momentum, float dampening, float wd, bool nesterov,
-                                  bool first) {
+static __global__ void sgd_kernel(float *p, const float *grad, float *buf, size_t n, float lr, float momentum,
+                                  float dampening, float wd, bool nesterov, bool first) {
   GRID_STRIDE_LOOP(i, n) {
     float g = __fadd_rn(grad[i], __fmul_rn(wd, p[i]));
     if (momentum != 0.0f) {
@@ -120,15 +116,15 @@ static __global__ void sgd_kernel(float *p, const float *grad, float *buf, size_
 extern "C" void ops_sgd_cuda(const Ctx *c, float *p, const float *g, float *buf, size_t n, float lr,
                              float momentum, float dampening, float wd, bool nesterov, bool first) {
   if (n == 0) return;
-  sgd_kernel<<<blocks_for(n), THREADS, 0, stream_of(c)>>>(p, g, buf, n, lr, momentum, dampening, wd,
-                                                          nesterov, first);
+  sgd_kernel<<<blocks_for(n), THREADS, 0, stream_of(c)>>>(p, g, buf, n, lr, momentum, dampening, wd, nesterov,
+                                                          first);
   cudaCheck(cudaGetLastError());
 }
 
 // dst_x (B, N) and dst_y (B) from rows idx[b] of src_x (rows, N) and src_y (rows). The second loop
 // is separate so labels are gathered even when N is 0.
-static __global__ void gather_kernel(const float *src_x, const int *src_y, const int *idx, int B,
-                                     int N, float *dst_x, int *dst_y) {
+static __global__ void gather_kernel(const float *src_x, const int *src_y, const int *idx, int B, int N,
+                                     float *dst_x, int *dst_y) {
   size_t n = (size_t)B * N;
   GRID_STRIDE_LOOP(i, n) {
     size_t b = i / (size_t)N, k = i % (size_t)N;
@@ -137,21 +133,20 @@ static __global__ void gather_kernel(const float *src_x, const int *src_y, const
   GRID_STRIDE_LOOP(b, (size_t)B) { dst_y[b] = src_y[idx[b]]; }
 }
 
-extern "C" void ops_gather_cuda(const Ctx *c, const float *src_x, const int *src_y, const int *idx,
-                                int B, int N, float *dst_x, int *dst_y) {
+extern "C" void ops_gather_cuda(const Ctx *c, const float *src_x, const int *src_y, const int *idx, int B,
+                                int N, float *dst_x, int *dst_y) {
   if (B <= 0 || N < 0) return;
   size_t n = (size_t)B * N;
-  gather_kernel<<<blocks_for(n > (size_t)B ? n : (size_t)B), THREADS, 0, stream_of(c)>>>(
-      src_x, src_y, idx, B, N, dst_x, dst_y);
+  gather_kernel<<<blocks_for(n > (size_t)B ? n : (size_t)B), THREADS, 0, stream_of(c)>>>(src_x, src_y, idx, B,
+                                                                                         N, dst_x, dst_y);
   cudaCheck(cudaGetLastError());
 }
 
 // As gather_kernel, normalising 8-bit pixels on the way: the same float32 operations as the CPU's
 // lookup table, each correctly rounded (__fdiv_rn, __fsub_rn: whatever nvcc's math flags), so both
 // devices produce the same bits.
-static __global__ void gather_pixels_kernel(const uint8_t *src_p, const int *src_y, const int *idx,
-                                            int B, int N, float mean, float std, float *dst_x,
-                                            int *dst_y) {
+static __global__ void gather_pixels_kernel(const uint8_t *src_p, const int *src_y, const int *idx, int B,
+                                            int N, float mean, float std, float *dst_x, int *dst_y) {
   size_t n = (size_t)B * N;
   GRID_STRIDE_LOOP(i, n) {
     size_t b = i / (size_t)N, k = i % (size_t)N;
@@ -161,9 +156,8 @@ static __global__ void gather_pixels_kernel(const uint8_t *src_p, const int *src
   GRID_STRIDE_LOOP(b, (size_t)B) { dst_y[b] = src_y[idx[b]]; }
 }
 
-extern "C" void ops_gather_pixels_cuda(const Ctx *c, const uint8_t *src_p, const int *src_y,
-                                       const int *idx, int B, int N, float mean, float std,
-                                       float *dst_x, int *dst_y) {
+extern "C" void ops_gather_pixels_cuda(const Ctx *c, const uint8_t *src_p, const int *src_y, const int *idx,
+                                       int B, int N, float mean, float std, float *dst_x, int *dst_y) {
   if (B <= 0 || N < 0) return;
   size_t n = (size_t)B * N;
   gather_pixels_kernel<<<blocks_for(n > (size_t)B ? n : (size_t)B), THREADS, 0, stream_of(c)>>>(
@@ -196,8 +190,7 @@ static __global__ void bias_grad_kernel(const float *dy, float *db, int B, int N
   }
 }
 
-extern "C" void ops_bias_grad_cuda(const Ctx *c, const float *dy, float *db, int B, int N,
-                                   float beta) {
+extern "C" void ops_bias_grad_cuda(const Ctx *c, const float *dy, float *db, int B, int N, float beta) {
   // B == 0 still runs: the sum is empty, so db becomes beta * db (0 when beta is 0).
   if (N <= 0 || B < 0) return;
   dim3 block(BG_COLS, BG_ROWS);
@@ -266,8 +259,8 @@ static __global__ void mean_kernel(const float *row_loss, int B, float *loss) {
   if (threadIdx.x == 0) loss[0] = part[0] / (float)B;
 }
 
-extern "C" void ops_softmax_xent_cuda(const Ctx *c, const float *logits, const int *labels, int B,
-                                      int C, float *dlogits, float *row_loss, float *loss) {
+extern "C" void ops_softmax_xent_cuda(const Ctx *c, const float *logits, const int *labels, int B, int C,
+                                      float *dlogits, float *row_loss, float *loss) {
   if (B <= 0 || C <= 0) return;
   unsigned grid = (unsigned)((B + XENT_ROWS_PER_BLOCK - 1) / XENT_ROWS_PER_BLOCK);
   softmax_xent_kernel<<<grid, THREADS, 0, stream_of(c)>>>(logits, labels, B, C, dlogits, row_loss);
@@ -298,8 +291,8 @@ static __global__ void count_correct_kernel(const float *logits, const int *labe
   if (threadIdx.x == 0 && n > 0) atomicAdd(correct, n);
 }
 
-extern "C" void ops_count_correct_cuda(const Ctx *c, const float *logits, const int *labels, int B,
-                                       int C, int *correct) {
+extern "C" void ops_count_correct_cuda(const Ctx *c, const float *logits, const int *labels, int B, int C,
+                                       int *correct) {
   if (B <= 0 || C <= 0) return;
   unsigned grid = (unsigned)((B + THREADS - 1) / THREADS);
   count_correct_kernel<<<grid, THREADS, 0, stream_of(c)>>>(logits, labels, B, C, correct);

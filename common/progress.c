@@ -43,8 +43,8 @@ double progress_print(Progress *p, int epoch, int epochs, long long step, float 
   double eta = done > 0 && elapsed > 0 ? (double)left * elapsed / (double)done : -1.0;
   char eta_s[32];
   format_eta(eta_s, sizeof eta_s, eta);
-  log0("epoch %d/%d  step %lld/%lld  loss %.4f  %.0f samples/s  %.1f ms/step  ETA %s\n", epoch,
-       epochs, step, p->total, (double)loss, rate, ms_per_step, eta_s);
+  log0("epoch %d/%d  step %lld/%lld  loss %.4f  %.0f samples/s  %.1f ms/step  ETA %s\n", epoch, epochs, step,
+       p->total, (double)loss, rate, ms_per_step, eta_s);
   p->t_last = now;
   p->last_step = step;
   p->samples = 0;

@@ -38,10 +38,11 @@ FILE *rankfile_open(const char *flag, const char *path_template, int rank, int w
   if (world_size > 1 && !strstr(path_template, "{rank}")) {
     const char *base = strrchr(path_template, '/'), *dot = strrchr(base ? base : path_template, '.');
     int stem = dot && dot != (base ? base + 1 : path_template) ? (int)(dot - path_template)
-                                                                : (int)strlen(path_template);
-    die(2, "%s %s: at %d ranks the path must contain {rank} (e.g. %.*s_{rank}%s), or every rank "
-        "would write the same file", flag, path_template, world_size, stem, path_template,
-        path_template + stem);
+                                                               : (int)strlen(path_template);
+    die(2,
+        "%s %s: at %d ranks the path must contain {rank} (e.g. %.*s_{rank}%s), or every rank "
+        "would write the same file",
+        flag, path_template, world_size, stem, path_template, path_template + stem);
   }
   char path[4096];
   if (rankfile_path(path, sizeof path, path_template, rank) != 0)

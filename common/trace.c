@@ -25,16 +25,19 @@ static void separator(Trace *t) {
 void trace_track(Trace *t, int track, const char *name) {
   if (!t->f) return;
   separator(t);
-  fprintf(t->f, "{\"ph\": \"M\", \"name\": \"thread_name\", \"pid\": %d, \"tid\": %d, "
-          "\"args\": {\"name\": \"%s\"}}", t->rank, track, name);
+  fprintf(t->f,
+          "{\"ph\": \"M\", \"name\": \"thread_name\", \"pid\": %d, \"tid\": %d, "
+          "\"args\": {\"name\": \"%s\"}}",
+          t->rank, track, name);
 }
 
 void trace_span(Trace *t, int track, const char *name, double begin, double end, long long step) {
   if (!t->f) return;
   separator(t);
-  fprintf(t->f, "{\"ph\": \"X\", \"name\": \"%s\", \"pid\": %d, \"tid\": %d, \"ts\": %.3f, "
-          "\"dur\": %.3f, \"args\": {\"step\": %lld}}", name, t->rank, track, 1e6 * begin,
-          1e6 * (end > begin ? end - begin : 0.0), step);
+  fprintf(t->f,
+          "{\"ph\": \"X\", \"name\": \"%s\", \"pid\": %d, \"tid\": %d, \"ts\": %.3f, "
+          "\"dur\": %.3f, \"args\": {\"step\": %lld}}",
+          name, t->rank, track, 1e6 * begin, 1e6 * (end > begin ? end - begin : 0.0), step);
 }
 
 void trace_backward(Trace *t, const Ctx *c, const Mlp *m, const DistWork *const *work, int n_work,

@@ -25,8 +25,8 @@ static struct {
   WatchdogHook bind;
   WatchdogHook on_abort;
   void *user;
-  unsigned settings;      // incremented by every watchdog_start(): the thread binds again
-  int depth;              // waits in progress (only the first MAX_DEPTH are timed)
+  unsigned settings;  // incremented by every watchdog_start(): the thread binds again
+  int depth;          // waits in progress (only the first MAX_DEPTH are timed)
   const char *what[MAX_DEPTH];
   double since[MAX_DEPTH];
 } W = {.lock = PTHREAD_MUTEX_INITIALIZER, .polling = PTHREAD_MUTEX_INITIALIZER};
@@ -90,13 +90,15 @@ static void bound_abort(void *p) {
 }
 
 static void fire(const char *why, Settings s, double timeout) {
-  fprintf(stderr, "error: [rank %d] watchdog: %s; ending this rank so the job does not hang\n",
-          check_rank(), why);
+  fprintf(stderr, "error: [rank %d] watchdog: %s; ending this rank so the job does not hang\n", check_rank(),
+          why);
   fflush(stderr);
   double bound = timeout < WATCHDOG_ABORT_S ? timeout : WATCHDOG_ABORT_S;
   if (s.on_abort && !watchdog_call_bounded(bound_abort, &s, bound)) {
-    fprintf(stderr, "error: [rank %d] watchdog: the abort did not finish within %g s; exiting "
-            "without it\n", check_rank(), bound);
+    fprintf(stderr,
+            "error: [rank %d] watchdog: the abort did not finish within %g s; exiting "
+            "without it\n",
+            check_rank(), bound);
     fflush(stderr);
   }
   _exit(1);
@@ -120,8 +122,10 @@ static void *watch(void *arg) {
     int depth = W.depth < MAX_DEPTH ? W.depth : MAX_DEPTH;
     for (int i = 0; i < depth && !why[0]; i++)
       if (t - W.since[i] > W.timeout)
-        snprintf(why, sizeof why, "%s has waited more than %g s (--timeout): a peer is stuck, "
-                 "dead, missing, or calling other collectives", W.what[i], W.timeout);
+        snprintf(why, sizeof why,
+                 "%s has waited more than %g s (--timeout): a peer is stuck, "
+                 "dead, missing, or calling other collectives",
+                 W.what[i], W.timeout);
     Settings s = {W.bind, W.on_abort, W.user};
     WatchdogPoll poll = W.poll;
     double timeout = W.timeout;
@@ -152,8 +156,7 @@ void watchdog_start(double timeout_s, WatchdogPoll poll, WatchdogHook bind, Watc
   W.running = true;
   pthread_mutex_unlock(&W.lock);
   pthread_mutex_unlock(&W.polling);
-  if (start && pthread_create(&W.thread, NULL, watch, NULL) != 0)
-    die(1, "cannot start the watchdog thread");
+  if (start && pthread_create(&W.thread, NULL, watch, NULL) != 0) die(1, "cannot start the watchdog thread");
 }
 
 void watchdog_enter(const char *what) {

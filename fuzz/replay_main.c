@@ -48,9 +48,7 @@ static int run_file(const char *path) {
   return 0;
 }
 
-static int cmp(const void *a, const void *b) {
-  return strcmp(*(char *const *)a, *(char *const *)b);
-}
+static int cmp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 int main(int argc, char **argv) {
   int files = 0, bad = 0;

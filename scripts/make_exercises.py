@@ -38,8 +38,8 @@ EXERCISES = [
          "  t->world_size = 1;\n"
          "  t->local_rank = 0;\n"
          "  device_init(&t->ctx, dev, t->local_rank);\n"),
-        ("  dist_connect(&t->pg, &t->ctx);  // [init] the communicator, on this rank's GPU",
-         "  dist_connect(&t->pg, &t->ctx);  // [init] the communicator, on this rank's GPU",
+        ("  dist_connect(&t->pg, &t->ctx);           // [init] the communicator, on this rank's GPU",
+         "  dist_connect(&t->pg, &t->ctx);           // [init] the communicator, on this rank's GPU",
          "  // TODO(02): open the communicator on this rank's device (dist_connect)\n"),
         ("  dist_destroy(&t->pg);  // [init] leave the process group",
          "  dist_destroy(&t->pg);  // [init] leave the process group",

@@ -10,8 +10,10 @@
 
 void sampler_init(Sampler *s, int n, int world_size, int rank, bool drop_last, uint64_t seed) {
   if (n < world_size)
-    die(1, "%d training samples for %d ranks: every rank needs at least one sample of its own "
-           "(use fewer ranks or a larger --dataset_size)", n, world_size);
+    die(1,
+        "%d training samples for %d ranks: every rank needs at least one sample of its own "
+        "(use fewer ranks or a larger --dataset_size)",
+        n, world_size);
   s->n = n;
   s->world_size = world_size;
   s->rank = rank;

@@ -18,8 +18,7 @@ static void close_bucket(Bucket *b, size_t *end, size_t offset, int *n_tensors, 
   *bytes = 0;
 }
 
-int reducer_assign(const Mlp *m, size_t cap_bytes, size_t first_cap_bytes, Bucket *buckets,
-                   int *bucket_of) {
+int reducer_assign(const Mlp *m, size_t cap_bytes, size_t first_cap_bytes, Bucket *buckets, int *bucket_of) {
   int nb = 0, n_tensors = 0;
   size_t end = m->n_params, offset = end, bytes = 0;
   size_t limit = first_cap_bytes < cap_bytes ? first_cap_bytes : cap_bytes;

@@ -16,8 +16,7 @@ static void close_bucket(Bucket *b, size_t *end, size_t offset, int *n_tensors, 
   *bytes = 0;
 }
 
-int reducer_assign(const Mlp *m, size_t cap_bytes, size_t first_cap_bytes, Bucket *buckets,
-                   int *bucket_of) {
+int reducer_assign(const Mlp *m, size_t cap_bytes, size_t first_cap_bytes, Bucket *buckets, int *bucket_of) {
   int nb = 0, n_tensors = 0;
   size_t end = m->n_params, offset = end, bytes = 0;
   size_t limit = first_cap_bytes < cap_bytes ? first_cap_bytes : cap_bytes;
@@ -71,8 +70,7 @@ static void mark_bucket_ready(Reducer *r) {
   while (r->next_bucket < r->n_buckets && r->buckets[r->next_bucket].pending == 0) {
     Bucket *b = &r->buckets[r->next_bucket++];
     // a sum: backward ran on the loss times 1/W, so the gradients are already divided by W
-    dist_all_reduce_async(r->pg, r->model->grads + b->offset, b->count, DIST_FLOAT, DIST_SUM,
-                          &b->work);
+    dist_all_reduce_async(r->pg, r->model->grads + b->offset, b->count, DIST_FLOAT, DIST_SUM, &b->work);
   }
 }
 

@@ -31,33 +31,32 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "dist.h"    // dist.h: ProcessGroup, DistWork, dist_all_reduce_async, dist_wait
-#include "mlp.h"     // mlp.h: Mlp, MLP_MAX_LAYERS
+#include "dist.h"  // dist.h: ProcessGroup, DistWork, dist_all_reduce_async, dist_wait
+#include "mlp.h"   // mlp.h: Mlp, MLP_MAX_LAYERS
 
 #define REDUCER_FIRST_BUCKET_BYTES ((size_t)1 << 20)  // PyTorch's _DEFAULT_FIRST_BUCKET_BYTES
 #define REDUCER_MAX_TENSORS (2 * MLP_MAX_LAYERS)      // tensor 2l: layer l's weight, 2l+1: its bias
 
 typedef struct Bucket {
-  size_t offset;   // first float of the bucket in the flat gradient buffer
-  size_t count;    // floats in the bucket
-  int n_tensors;   // parameter tensors in it
-  int pending;     // of those, how many still wait for their gradient in this step
-  DistWork work;   // its all-reduce
+  size_t offset;  // first float of the bucket in the flat gradient buffer
+  size_t count;   // floats in the bucket
+  int n_tensors;  // parameter tensors in it
+  int pending;    // of those, how many still wait for their gradient in this step
+  DistWork work;  // its all-reduce
 } Bucket;
 
 typedef struct Reducer {
-  ProcessGroup *pg;   // who to reduce with
-  Mlp *model;         // whose gradients
-  int n_buckets;      // buckets in use
+  ProcessGroup *pg;  // who to reduce with
+  Mlp *model;        // whose gradients
+  int n_buckets;     // buckets in use
   Bucket buckets[REDUCER_MAX_TENSORS];
   int bucket_of[REDUCER_MAX_TENSORS];  // tensor -> bucket (PyTorch: variable_locators_)
-  int next_bucket;    // first bucket not yet started in this step
+  int next_bucket;                     // first bucket not yet started in this step
 } Reducer;
 
 // Assigns the model's parameter tensors to buckets (see above). Writes the buckets (offset, count,
 // n_tensors) and the tensor -> bucket map; returns the number of buckets.
-int reducer_assign(const Mlp *m, size_t cap_bytes, size_t first_cap_bytes, Bucket *buckets,
-                   int *bucket_of);
+int reducer_assign(const Mlp *m, size_t cap_bytes, size_t first_cap_bytes, Bucket *buckets, int *bucket_of);
 
 // Sets up the buckets for a cap of cap_mb MiB and their all-reduce handles.
 void reducer_init(Reducer *r, ProcessGroup *pg, Mlp *m, double cap_mb);

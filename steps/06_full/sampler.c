@@ -8,8 +8,10 @@
 
 void sampler_init(Sampler *s, int n, int world_size, int rank, bool drop_last, uint64_t seed) {
   if (n < world_size)
-    die(1, "%d training samples for %d ranks: every rank needs at least one sample of its own "
-           "(use fewer ranks or a larger --dataset_size)", n, world_size);
+    die(1,
+        "%d training samples for %d ranks: every rank needs at least one sample of its own "
+        "(use fewer ranks or a larger --dataset_size)",
+        n, world_size);
   s->n = n;
   s->world_size = world_size;
   s->rank = rank;
@@ -28,7 +30,7 @@ void sampler_set_epoch(Sampler *s, int epoch) {
 void sampler_indices(const Sampler *s, int *out) {
   for (int i = 0; i < s->num_samples; i++) {
     long long pos = s->rank + (long long)i * s->world_size;  // stride: r, r + W, r + 2W, ...
-    out[i] = s->perm[pos % s->n];  // past the end (padding): repeat from the start
+    out[i] = s->perm[pos % s->n];                            // past the end (padding): repeat from the start
   }
 }
 

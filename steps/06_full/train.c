@@ -17,26 +17,26 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "agree.h"    // agree.h: Agreement, agree_init, agree_args, agree_model, agree_check
-#include "args.h"     // args.h: Args, args_parse, ARGS_*
-#include "check.h"    // check.h: die, check_set_rank
+#include "agree.h"       // agree.h: Agreement, agree_init, agree_args, agree_model, agree_check
+#include "args.h"        // args.h: Args, args_parse, ARGS_*
+#include "check.h"       // check.h: die, check_set_rank
 #include "ckpt_model.h"  // ckpt_model.h: CkptMeta, ckpt_model_meta, ckpt_save_model, ckpt_load_model
-#include "data.h"     // data.h: Dataset, DataId, data_parse, dataset_load, dataset_id
-#include "device.h"   // device.h: Ctx, device_parse, device_init, device_set_tf32, device_free
-#include "devmem.h"   // devmem.h: dev_alloc, dev_upload, dev_download, dev_zero, dev_sync, dev_free
-#include "dist.h"     // dist.h: ProcessGroup, dist_init, dist_connect, dist_broadcast, dist_all_reduce,
-                      //         dist_barrier, dist_destroy
-#include "loader.h"   // loader.h: Loader, loader_init, loader_set_order, loader_batch
-#include "log.h"      // log.h: log0, log_clock
-#include "loss_log.h"  // loss_log.h: LossLog, loss_log_init, loss_log_push, loss_log_epoch
-#include "metrics.h"  // metrics.h: Metrics, metrics_open, metrics_step, metrics_epoch
-#include "mlp.h"      // mlp.h: Mlp, mlp_init, mlp_forward, mlp_loss, mlp_backward
-#include "ops.h"      // ops.h: ops_axpy
-#include "optim.h"    // optim.h: Sgd, sgd_init, sgd_step
-#include "progress.h"  // progress.h: Progress, progress_start, progress_add
-#include "reducer.h"  // reducer.h: Reducer, reducer_init, reducer_autograd_hook, reducer_finalize_backward
-#include "sampler.h"  // sampler.h: Sampler, sampler_init, sampler_set_epoch, sampler_indices
-#include "trace.h"    // trace.h: Trace, trace_open, trace_backward, trace_close
+#include "data.h"        // data.h: Dataset, DataId, data_parse, dataset_load, dataset_id
+#include "device.h"      // device.h: Ctx, device_parse, device_init, device_set_tf32, device_free
+#include "devmem.h"      // devmem.h: dev_alloc, dev_upload, dev_download, dev_zero, dev_sync, dev_free
+#include "dist.h"        // dist.h: ProcessGroup, dist_init, dist_connect, dist_broadcast, dist_all_reduce,
+                         //         dist_barrier, dist_destroy
+#include "loader.h"      // loader.h: Loader, loader_init, loader_set_order, loader_batch
+#include "log.h"         // log.h: log0, log_clock
+#include "loss_log.h"    // loss_log.h: LossLog, loss_log_init, loss_log_push, loss_log_epoch
+#include "metrics.h"     // metrics.h: Metrics, metrics_open, metrics_step, metrics_epoch
+#include "mlp.h"         // mlp.h: Mlp, mlp_init, mlp_forward, mlp_loss, mlp_backward
+#include "ops.h"         // ops.h: ops_axpy
+#include "optim.h"       // optim.h: Sgd, sgd_init, sgd_step
+#include "progress.h"    // progress.h: Progress, progress_start, progress_add
+#include "reducer.h"     // reducer.h: Reducer, reducer_init, reducer_autograd_hook, reducer_finalize_backward
+#include "sampler.h"     // sampler.h: Sampler, sampler_init, sampler_set_epoch, sampler_indices
+#include "trace.h"       // trace.h: Trace, trace_open, trace_backward, trace_close
 
 // ---------------------------------------------------------------------------------------------------
 // Configuration
@@ -44,31 +44,31 @@
 #define EVAL_BATCH 500  // test-set batch size: evaluation needs no gradients, so bigger is cheaper
 
 typedef struct Trainer {
-  Args args;            // command-line flags
-  int rank;             // this process's rank in the process group
-  int world_size;       // number of processes
-  int local_rank;       // rank within this node: selects the GPU
-  ProcessGroup pg;      // the process group: ranks and the communicator
-  Ctx ctx;              // device, stream, cuBLAS handle
-  Mlp model;            // parameters, gradients, activations
-  Sgd opt;              // momentum buffer
-  Reducer reducer;      // gradient buckets and their all-reduces
-  float *loss;          // device, (1): the step's loss, summed over its micro-batches
-  Trace trace;          // --trace timeline
-  Loader train, test;   // datasets on the device, batch buffers
-  int n_train;          // training samples in the dataset
-  Sampler sampler;      // this rank's shard of every epoch
-  int in, classes;      // features per sample, number of classes
-  DataId data_id;       // which data was loaded: recorded in checkpoints
-  int *order;           // host, (n_train): the samples this process visits this epoch, in order
-  int n_order;          // length of this epoch's order
-  int n_eval;           // test samples this rank evaluates
-  int *correct;         // device, (1): evaluation counter
-  int epoch0;           // first epoch to run (> 0 after --resume)
-  long long step;       // optimizer steps done
-  Metrics metrics;      // --metrics file
-  Progress progress;    // progress line state
-  LossLog losses;       // each step's loss, on its way to the metrics file and the progress line
+  Args args;           // command-line flags
+  int rank;            // this process's rank in the process group
+  int world_size;      // number of processes
+  int local_rank;      // rank within this node: selects the GPU
+  ProcessGroup pg;     // the process group: ranks and the communicator
+  Ctx ctx;             // device, stream, cuBLAS handle
+  Mlp model;           // parameters, gradients, activations
+  Sgd opt;             // momentum buffer
+  Reducer reducer;     // gradient buckets and their all-reduces
+  float *loss;         // device, (1): the step's loss, summed over its micro-batches
+  Trace trace;         // --trace timeline
+  Loader train, test;  // datasets on the device, batch buffers
+  int n_train;         // training samples in the dataset
+  Sampler sampler;     // this rank's shard of every epoch
+  int in, classes;     // features per sample, number of classes
+  DataId data_id;      // which data was loaded: recorded in checkpoints
+  int *order;          // host, (n_train): the samples this process visits this epoch, in order
+  int n_order;         // length of this epoch's order
+  int n_eval;          // test samples this rank evaluates
+  int *correct;        // device, (1): evaluation counter
+  int epoch0;          // first epoch to run (> 0 after --resume)
+  long long step;      // optimizer steps done
+  Metrics metrics;     // --metrics file
+  Progress progress;   // progress line state
+  LossLog losses;      // each step's loss, on its way to the metrics file and the progress line
 } Trainer;
 
 static void configure(Trainer *t, int argc, char **argv) {
@@ -90,13 +90,11 @@ static void setup(Trainer *t) {
   // launcher already gave each process a single GPU of its own, e.g. srun --gpus-per-task 1)
   int gpus = dev == DEVICE_CUDA ? device_cuda_count() : 0;
   if (gpus > 1 && t->pg.local_size > gpus)
-    die(1, "%d ranks on this node but only %d GPUs: start at most one rank per GPU",
-        t->pg.local_size, gpus);
+    die(1, "%d ranks on this node but only %d GPUs: start at most one rank per GPU", t->pg.local_size, gpus);
   device_init(&t->ctx, dev, gpus == 1 ? 0 : t->local_rank);
   device_set_tf32(&t->ctx, t->args.tf32);  // --tf32: faster GPU GEMMs, inputs rounded to TF32
-  dist_connect(&t->pg, &t->ctx);  // [init] the communicator, on this rank's GPU
-  log0("rank %d of %d (local rank %d) on %s\n", t->rank, t->world_size, t->local_rank,
-       device_name(dev));
+  dist_connect(&t->pg, &t->ctx);           // [init] the communicator, on this rank's GPU
+  log0("rank %d of %d (local rank %d) on %s\n", t->rank, t->world_size, t->local_rank, device_name(dev));
 }
 
 // [init] Every rank must train the same model on the same data with the same settings, or the
@@ -163,15 +161,14 @@ static void build_model(Trainer *t) {
   int sizes[MLP_MAX_LAYERS + 1];
   int n_layers = mlp_parse_sizes(t->args.hidden, t->in, t->classes, sizes);
   if (n_layers < 0)
-    die(2, "--hidden '%s': at most %d sizes, each 1..%d", t->args.hidden, MLP_MAX_LAYERS - 1,
-        MLP_MAX_WIDTH);
+    die(2, "--hidden '%s': at most %d sizes, each 1..%d", t->args.hidden, MLP_MAX_LAYERS - 1, MLP_MAX_WIDTH);
   int max_batch = t->args.batch_size > EVAL_BATCH ? t->args.batch_size : EVAL_BATCH;
   mlp_init(&t->model, &t->ctx, sizes, n_layers, max_batch, t->args.seed);
   // [bucket] gradient buckets of at most --bucket_cap_mb, each with its own all-reduce
   reducer_init(&t->reducer, &t->pg, &t->model, t->args.bucket_cap_mb);
   log0("reducer: %d buckets (cap %g MiB)\n", t->reducer.n_buckets, t->args.bucket_cap_mb);
-  sgd_init(&t->opt, &t->ctx, t->model.n_params, t->args.lr, t->args.momentum, 0.0f,
-           t->args.weight_decay, false);
+  sgd_init(&t->opt, &t->ctx, t->model.n_params, t->args.lr, t->args.momentum, 0.0f, t->args.weight_decay,
+           false);
   t->loss = dev_alloc(&t->ctx, sizeof(float));
   log0("model: %d layers, %zu parameters\n", n_layers, t->model.n_params);
 }
@@ -214,8 +211,7 @@ static const float *run_batch(Trainer *t, int start, int B) {
     float scale = (float)b / B / t->world_size;
     if (sync) reducer_prepare_for_backward(&t->reducer);
     // [bucket] the hook starts each bucket's all-reduce as soon as its gradients are ready
-    mlp_backward(&t->model, &t->ctx, t->train.xb, b, scale, sync ? reducer_autograd_hook : NULL,
-                 &t->reducer);
+    mlp_backward(&t->model, &t->ctx, t->train.xb, b, scale, sync ? reducer_autograd_hook : NULL, &t->reducer);
   }
   reducer_finalize_backward(&t->reducer);  // [bucket] the last bucket is in before the optimizer
   trace_step(t);
@@ -247,9 +243,7 @@ static long long steps_per_epoch(const Trainer *t) {
   return (samples_per_epoch(t) + step_size(t) - 1) / step_size(t);  // the last may be short
 }
 
-static bool out_of_steps(const Trainer *t) {
-  return t->args.max_steps > 0 && t->step >= t->args.max_steps;
-}
+static bool out_of_steps(const Trainer *t) { return t->args.max_steps > 0 && t->step >= t->args.max_steps; }
 
 // Returns whether the whole epoch ran (--max_steps may stop it early).
 static bool run_epoch(Trainer *t, int epoch) {
@@ -268,8 +262,8 @@ static bool run_epoch(Trainer *t, int epoch) {
   double train_loss = loss_log_epoch(&t->losses, &t->ctx);  // the last steps' losses; their mean
   double samples_per_s = (double)samples / (log_clock() - t0);
   double acc = evaluate(t);
-  log0("epoch %d/%d  train loss %.4f  test accuracy %.4f  %.0f samples/s\n", epoch + 1,
-       t->args.epochs, train_loss, acc, samples_per_s);
+  log0("epoch %d/%d  train loss %.4f  test accuracy %.4f  %.0f samples/s\n", epoch + 1, t->args.epochs,
+       train_loss, acc, samples_per_s);
   metrics_epoch(&t->metrics, epoch, (float)train_loss, acc, samples_per_s);
   return batches == steps_per_epoch(t);
 }
@@ -300,8 +294,10 @@ static void resume(Trainer *t) {
   t->step = (long long)meta.step;
   log0("resumed from %s at epoch %d, step %lld\n", t->args.resume, t->epoch0, t->step);
   if (t->epoch0 >= t->args.epochs)
-    log0("warning: %s has already completed %d epochs and --epochs is %d: nothing to train (raise "
-         "--epochs to go on)\n", t->args.resume, t->epoch0, t->args.epochs);
+    log0(
+        "warning: %s has already completed %d epochs and --epochs is %d: nothing to train (raise "
+        "--epochs to go on)\n",
+        t->args.resume, t->epoch0, t->args.epochs);
   dist_barrier(&t->pg);  // [ckpt] every rank has loaded before any trains
 }
 
@@ -324,8 +320,10 @@ static void train(Trainer *t) {
     if (complete && t->args.save_interval > 0 && (epoch + 1) % t->args.save_interval == 0)
       save_checkpoint(t, epoch + 1);
     else if (!complete && t->args.save_interval > 0)
-      log0("warning: --max_steps %d ended epoch %d before its end; checkpoints hold whole epochs, so "
-           "the steps of this partial epoch are not saved\n", t->args.max_steps, epoch + 1);
+      log0(
+          "warning: --max_steps %d ended epoch %d before its end; checkpoints hold whole epochs, so "
+          "the steps of this partial epoch are not saved\n",
+          t->args.max_steps, epoch + 1);
   }
 }
 

@@ -17,11 +17,11 @@
 
 #include <cuda_runtime.h>  // cudaLaunchHostFunc, cudaDeviceGetAttribute
 
-#include "device.h"  // device.h: Ctx, device_init, device_set_tf32, device_cuda_count
-#include "devmem.h"  // devmem.h: dev_alloc, dev_upload, dev_download, dev_host_alloc, ...
-#include "mlp.h"     // mlp.h: mlp_init, mlp_forward, mlp_loss, mlp_backward, ...
+#include "device.h"       // device.h: Ctx, device_init, device_set_tf32, device_cuda_count
+#include "devmem.h"       // devmem.h: dev_alloc, dev_upload, dev_download, dev_host_alloc, ...
+#include "mlp.h"          // mlp.h: mlp_init, mlp_forward, mlp_loss, mlp_backward, ...
 #include "ops_backend.h"  // ops_backend.h: ops_*_cpu, ops_*_cuda
-#include "readback.h"  // readback.h: readback_init, readback_push, readback_take
+#include "readback.h"     // readback.h: readback_init, readback_push, readback_take
 
 namespace {
 
@@ -55,8 +55,8 @@ void expect_near_all(const std::vector<float> &got, const std::vector<float> &wa
     double d = std::fabs((double)got[i] - (double)want[i]);
     double t = tol(i);
     if (!(d <= t) && bad++ < 5)
-      ADD_FAILURE() << what << "[" << i << "]: cuda " << got[i] << ", cpu " << want[i]
-                    << ", |diff| " << d << " > tol " << t;
+      ADD_FAILURE() << what << "[" << i << "]: cuda " << got[i] << ", cpu " << want[i] << ", |diff| " << d
+                    << " > tol " << t;
   }
   EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << got.size() << " out of tolerance";
 }
@@ -235,8 +235,7 @@ TEST_P(GemmCuda, MatchesCpu) {
   if (device_cuda_count() == 0) GTEST_SKIP() << "no CUDA GPU";
   const bool ta = std::get<0>(GetParam()), tb = std::get<1>(GetParam());
   const float beta = std::get<2>(GetParam()), alpha = 0.75f;
-  const int M = std::get<3>(GetParam()).M, N = std::get<3>(GetParam()).N,
-            K = std::get<3>(GetParam()).K;
+  const int M = std::get<3>(GetParam()).M, N = std::get<3>(GetParam()).N, K = std::get<3>(GetParam()).K;
   // Stored row-major: A is (M, K), or (K, M) when ta; B is (K, N), or (N, K) when tb; C is (M, N).
   std::vector<float> A = rand_floats((size_t)M * K, -1, 1, 11);
   std::vector<float> B = rand_floats((size_t)K * N, -1, 1, 12);
@@ -269,9 +268,8 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(GemmShape{37, 29, 53}, GemmShape{128, 300, 784})),
     [](const ::testing::TestParamInfo<GemmCuda::ParamType> &info) {
       const GemmShape &s = std::get<3>(info.param);
-      return std::string(std::get<0>(info.param) ? "At" : "A") +
-             (std::get<1>(info.param) ? "Bt" : "B") + "_beta" +
-             (std::get<2>(info.param) == 0.0f ? "0" : "1") + "_" + std::to_string(s.M) + "x" +
+      return std::string(std::get<0>(info.param) ? "At" : "A") + (std::get<1>(info.param) ? "Bt" : "B") +
+             "_beta" + (std::get<2>(info.param) == 0.0f ? "0" : "1") + "_" + std::to_string(s.M) + "x" +
              std::to_string(s.N) + "x" + std::to_string(s.K);
     });
 
@@ -399,10 +397,9 @@ TEST_F(OpsCuda, GatherPixels) {
   std::vector<int> dst_y(B);
   float *d_dst_x = up(dst_x);
   int *d_dst_y = up(dst_y);
-  ops_gather_pixels_cuda(gpu(), up(src_p), up(src_y), up(idx), B, N, 0.2860f, 0.3530f, d_dst_x,
-                         d_dst_y);
-  ops_gather_pixels_cpu(cpu(), src_p.data(), src_y.data(), idx.data(), B, N, 0.2860f, 0.3530f,
-                        dst_x.data(), dst_y.data());
+  ops_gather_pixels_cuda(gpu(), up(src_p), up(src_y), up(idx), B, N, 0.2860f, 0.3530f, d_dst_x, d_dst_y);
+  ops_gather_pixels_cpu(cpu(), src_p.data(), src_y.data(), idx.data(), B, N, 0.2860f, 0.3530f, dst_x.data(),
+                        dst_y.data());
   expect_equal_all(down(d_dst_x, dst_x.size()), dst_x, "dst_x");  // bit for bit
   expect_equal_all(down(d_dst_y, dst_y.size()), dst_y, "dst_y");
 }
@@ -433,8 +430,8 @@ TEST_P(SgdCuda, MatchesCpuOverSteps) {
     std::vector<float> g = rand_floats(n, -1, 1, 62 + step);
     bool first = step == 0;
     ops_sgd_cuda(gpu(), dp, up(g), dbuf, n, k.lr, k.momentum, k.dampening, k.wd, k.nesterov, first);
-    ops_sgd_cpu(cpu(), p.data(), g.data(), buf.data(), n, k.lr, k.momentum, k.dampening, k.wd,
-                k.nesterov, first);
+    ops_sgd_cpu(cpu(), p.data(), g.data(), buf.data(), n, k.lr, k.momentum, k.dampening, k.wd, k.nesterov,
+                first);
     SCOPED_TRACE("step " + std::to_string(step));
     expect_equal_all(down(dp, n), p, "p");
     expect_equal_all(down(dbuf, n), buf, "buf");
@@ -442,14 +439,15 @@ TEST_P(SgdCuda, MatchesCpuOverSteps) {
   if (k.momentum == 0.0f) expect_equal_all(down(dbuf, n), std::vector<float>(n, 7.0f), "buf");
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Cases, SgdCuda,
-    ::testing::Values(SgdCase{"plain", 0.1f, 0.0f, 0.0f, 0.0f, false},
-                      SgdCase{"wd", 0.05f, 0.0f, 0.0f, 1e-2f, false},
-                      SgdCase{"momentum", 0.1f, 0.9f, 0.0f, 0.0f, false},
-                      SgdCase{"momentum_wd", 0.01f, 0.9f, 0.0f, 1e-4f, false},
-                      SgdCase{"nesterov_damp_wd", 0.1f, 0.9f, 0.1f, 5e-4f, true}),
-    [](const ::testing::TestParamInfo<SgdCase> &info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(Cases, SgdCuda,
+                         ::testing::Values(SgdCase{"plain", 0.1f, 0.0f, 0.0f, 0.0f, false},
+                                           SgdCase{"wd", 0.05f, 0.0f, 0.0f, 1e-2f, false},
+                                           SgdCase{"momentum", 0.1f, 0.9f, 0.0f, 0.0f, false},
+                                           SgdCase{"momentum_wd", 0.01f, 0.9f, 0.0f, 1e-4f, false},
+                                           SgdCase{"nesterov_damp_wd", 0.1f, 0.9f, 0.1f, 5e-4f, true}),
+                         [](const ::testing::TestParamInfo<SgdCase> &info) {
+                           return std::string(info.param.name);
+                         });
 
 // ---------------------------------------------------------------------------------------------------
 // reductions: bias gradient, softmax cross-entropy, accuracy
@@ -487,8 +485,7 @@ class SoftmaxXentCuda : public OpsCuda, public ::testing::WithParamInterface<Xen
 TEST_P(SoftmaxXentCuda, MatchesCpu) {
   if (device_cuda_count() == 0) GTEST_SKIP() << "no CUDA GPU";
   const int B = GetParam().B, C = GetParam().C;
-  const float lo = GetParam().offset - GetParam().spread,
-              hi = GetParam().offset + GetParam().spread;
+  const float lo = GetParam().offset - GetParam().spread, hi = GetParam().offset + GetParam().spread;
   std::vector<float> logits = rand_floats((size_t)B * C, lo, hi, 81);
   std::vector<int> labels = rand_ints(B, 0, C - 1, 82);
   std::vector<float> dlogits((size_t)B * C), row_loss(B), loss(1);
@@ -528,8 +525,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, SoftmaxXentCuda,
                                            XentCase{5, 3, 1.0f, 0.0f},       // C < a warp
                                            XentCase{300, 10, 5.0f, 0.0f}),   // B > 256 (mean loop)
                          [](const ::testing::TestParamInfo<XentCase> &info) {
-                           return "B" + std::to_string(info.param.B) + "_C" +
-                                  std::to_string(info.param.C);
+                           return "B" + std::to_string(info.param.B) + "_C" + std::to_string(info.param.C);
                          });
 
 TEST_F(OpsCuda, CountCorrect) {

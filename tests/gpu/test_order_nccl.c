@@ -76,8 +76,9 @@ int main(void) {
   if (ncclGetVersion(&version) != ncclSuccess) return skip("ncclGetVersion failed");
   const char *share = getenv("NCCL_MULTI_RANK_GPU_ENABLE");
   if (gpus < world && (version < 23000 || !share || strcmp(share, "1") != 0))
-    return skip("fewer GPUs than ranks, and this NCCL does not share a GPU between ranks (needs "
-                "NCCL >= 2.30 and NCCL_MULTI_RANK_GPU_ENABLE=1)");
+    return skip(
+        "fewer GPUs than ranks, and this NCCL does not share a GPU between ranks (needs "
+        "NCCL >= 2.30 and NCCL_MULTI_RANK_GPU_ENABLE=1)");
 
   Ctx ctx;
   ProcessGroup pg;
@@ -115,8 +116,10 @@ int main(void) {
   dev_download(&ctx, got, m.grads, n * sizeof(float));
   size_t bad = 0;
   for (size_t i = 0; i < n; i++) bad += got[i] != sum;
-  snprintf(what, sizeof what, "after release every gradient is the sum over ranks %g (%zu of %zu "
-           "differ; first %g)", sum, bad, n, got[0]);
+  snprintf(what, sizeof what,
+           "after release every gradient is the sum over ranks %g (%zu of %zu "
+           "differ; first %g)",
+           sum, bad, n, got[0]);
   expect(bad == 0, pg.rank, what);
 
   // 2. the optimizer waits for the all-reduce
@@ -138,8 +141,7 @@ int main(void) {
   dev_download(&ctx, got, m.params, n * sizeof(float));
   bad = 0;
   for (size_t i = 0; i < n; i++) bad += got[i] != p0[i] - sum;
-  snprintf(what, sizeof what, "after release every parameter is p0 - %g (%zu of %zu differ)", sum,
-           bad, n);
+  snprintf(what, sizeof what, "after release every parameter is p0 - %g (%zu of %zu differ)", sum, bad, n);
   expect(bad == 0, pg.rank, what);
 
   dev_event_free(&ctx, &stepped);

@@ -167,8 +167,7 @@ TEST(Args, Errors) {
   EXPECT_EXIT(parse_and_exit({"--foo"}), code2, "error: unknown flag --foo");
   EXPECT_EXIT(parse_and_exit({"--foo=3"}), code2, "error: unknown flag --foo\n");
   EXPECT_EXIT(parse_and_exit({"-x"}), code2, "error: unknown flag -x");
-  EXPECT_EXIT(parse_and_exit({"--batch_size", "abc"}), code2,
-              "error: --batch_size: 'abc' is not an integer");
+  EXPECT_EXIT(parse_and_exit({"--batch_size", "abc"}), code2, "error: --batch_size: 'abc' is not an integer");
   EXPECT_EXIT(parse_and_exit({"--batch_size=12x"}), code2, "'12x' is not an integer");
   EXPECT_EXIT(parse_and_exit({"--batch_size", " 12"}), code2, "' 12' is not an integer");
   EXPECT_EXIT(parse_and_exit({"--batch_size", "99999999999"}), code2, "out of range");
@@ -192,8 +191,7 @@ TEST(Args, Errors) {
   EXPECT_EXIT(parse_and_exit({"--weight_decay", "-1"}), code2, "--weight_decay must be >= 0");
   EXPECT_EXIT(parse_and_exit({"--momentum", "1"}), code2, "--momentum must be in \\[0, 1\\)");
   EXPECT_EXIT(parse_and_exit({"--momentum", "-0.5"}), code2, "--momentum must be in");
-  EXPECT_EXIT(parse_and_exit({"--device", "gpu"}), code2,
-              "--device: 'gpu' is not one of auto\\|cpu\\|cuda");
+  EXPECT_EXIT(parse_and_exit({"--device", "gpu"}), code2, "--device: 'gpu' is not one of auto\\|cpu\\|cuda");
   EXPECT_EXIT(parse_and_exit({"--data", "cifar"}), code2, "--data: 'cifar' is not one of");
   EXPECT_EXIT(parse_and_exit({"--backend=gloo"}), code2, "--backend: 'gloo' is not one of");
   for (const char *bad : {"12,x", "0", "8,", ",8", "8,,8", "00", "-3", "3.5", " 3", "3 ", "1e3"})
@@ -255,21 +253,16 @@ TEST(Args, UpperBounds) {
   auto code2 = ::testing::ExitedWithCode(2);
   EXPECT_EXIT(parse_and_exit({"--epochs", "1000001"}), code2,
               "--epochs must be <= 1000000 \\(got 1000001\\)");
-  EXPECT_EXIT(parse_and_exit({"--batch_size", "1048577"}), code2,
-              "--batch_size must be <= 1048576");
+  EXPECT_EXIT(parse_and_exit({"--batch_size", "1048577"}), code2, "--batch_size must be <= 1048576");
   EXPECT_EXIT(parse_and_exit({"--grad_accum", "65537"}), code2, "--grad_accum must be <= 65536");
-  EXPECT_EXIT(parse_and_exit({"--dataset_size", "100000001"}), code2,
-              "--dataset_size must be <= 100000000");
-  EXPECT_EXIT(parse_and_exit({"--save_interval", "1000001"}), code2,
-              "--save_interval must be <= 1000000");
-  EXPECT_EXIT(parse_and_exit({"--max_steps", "1000000001"}), code2,
-              "--max_steps must be <= 1000000000");
+  EXPECT_EXIT(parse_and_exit({"--dataset_size", "100000001"}), code2, "--dataset_size must be <= 100000000");
+  EXPECT_EXIT(parse_and_exit({"--save_interval", "1000001"}), code2, "--save_interval must be <= 1000000");
+  EXPECT_EXIT(parse_and_exit({"--max_steps", "1000000001"}), code2, "--max_steps must be <= 1000000000");
   EXPECT_EXIT(parse_and_exit({"--log_interval", "2000000000"}), code2,
               "--log_interval must be <= 1000000000");
   EXPECT_EXIT(parse_and_exit({"--bucket_cap_mb", "1e30"}), code2,
               "--bucket_cap_mb must be <= 1024 \\(got 1e30\\)");
-  EXPECT_EXIT(parse_and_exit({"--bucket_cap_mb", "1024.5"}), code2,
-              "--bucket_cap_mb must be <= 1024");
+  EXPECT_EXIT(parse_and_exit({"--bucket_cap_mb", "1024.5"}), code2, "--bucket_cap_mb must be <= 1024");
   EXPECT_EXIT(parse_and_exit({"--timeout", "1e30"}), code2, "--timeout must be <= 604800");
   // The product, whichever flag comes last.
   EXPECT_EXIT(parse_and_exit({"--batch_size", "1048576", "--grad_accum", "32"}), code2,
@@ -278,9 +271,9 @@ TEST(Args, UpperBounds) {
   EXPECT_EXIT(parse_and_exit({"--grad_accum", "65536", "--batch_size", "65536"}), code2,
               "x --grad_accum 65536 = 4294967296 samples per optimizer step");
   // The bounds themselves are accepted.
-  Argv v({"--epochs", "1000000", "--batch_size", "1048576", "--grad_accum", "16", "--bucket_cap_mb",
-          "1024", "--timeout", "604800", "--max_steps", "1000000000", "--dataset_size", "100000000",
-          "--hidden", "1048576,1048576,1048576,1048576,1048576,1048576,1048576"});
+  Argv v({"--epochs", "1000000", "--batch_size", "1048576", "--grad_accum", "16", "--bucket_cap_mb", "1024",
+          "--timeout", "604800", "--max_steps", "1000000000", "--dataset_size", "100000000", "--hidden",
+          "1048576,1048576,1048576,1048576,1048576,1048576,1048576"});
   Args a;
   parse(&a, v);
   EXPECT_EQ(a.batch_size, 1048576);
@@ -303,8 +296,8 @@ TEST(Args, HiddenBoundsAreTheModels) {
   EXPECT_EQ(mlp_parse_sizes(std::to_string(MLP_MAX_WIDTH).c_str(), 784, 10, sizes), 2);
   EXPECT_EQ(mlp_parse_sizes("1,2,3,4,5,6,7", 784, 10, sizes), MLP_MAX_LAYERS);
   std::string help = help_text(ARGS_TRAIN, "help_hidden.txt");
-  std::string bounds = "at most " + std::to_string(MLP_MAX_LAYERS - 1) + " sizes, each 1.." +
-                       std::to_string(MLP_MAX_WIDTH);
+  std::string bounds =
+      "at most " + std::to_string(MLP_MAX_LAYERS - 1) + " sizes, each 1.." + std::to_string(MLP_MAX_WIDTH);
   EXPECT_NE(help.find(bounds), std::string::npos) << bounds << "\n" << help;
 }
 
@@ -314,8 +307,7 @@ TEST(Args, HelpStatesEveryLimit) {
        {"--epochs N                             passes over the training data; 1..1000000",
         "per process; 1..1048576 (default 128)", "learning rate; > 0", "SGD momentum; in [0, 1)",
         "0 = all (synthetic: 10000); 0..100000000", "0 = never; 0..1000000",
-        "at most 7 sizes, each 1..1048576",
-        "0 = no limit; 0..1000000000", "progress lines; 1..1000000000",
+        "at most 7 sizes, each 1..1048576", "0 = no limit; 0..1000000000", "progress lines; 1..1000000000",
         "in (0, 604800] (default 300)", "cap in MiB; in (0, 1024] (default 25)",
         "micro-batches per optimizer step; 1..65536", "{rank} required above 1 rank",
         "limits: --batch_size x --grad_accum <= 16777216"})

@@ -140,9 +140,9 @@ TEST(Ckpt, SaveRemovesStaleTemporaryFiles) {
   ASSERT_EQ(waitpid(dead, nullptr, 0), dead);
   const std::string d = std::to_string(dead), alive = std::to_string(getppid());
   const std::vector<std::string> old_dead = {path + ".tmp." + d},
-                                 kept = {path + ".tmp." + alive,   // its process runs
-                                         path + ".tmp.x" + d,      // not a PID
-                                         tmp_path("other.bin.tmp." + d)};  // another checkpoint's
+                                 kept = {path + ".tmp." + alive,             // its process runs
+                                         path + ".tmp.x" + d,                // not a PID
+                                         tmp_path("other.bin.tmp." + d)};    // another checkpoint's
   std::string young_dead = path + ".tmp." + std::to_string(dead + 1000000);  // surely no such PID
   for (const std::string &f : old_dead) write_bytes(f, {1, 2, 3});
   for (const std::string &f : kept) write_bytes(f, {1, 2, 3});
@@ -217,11 +217,11 @@ TEST(Ckpt, TruncationAtSeveralOffsets) {
     const char *expect;
   } cases[] = {
       {0, "too short for a header"},
-      {30, "too short for a header"},              // inside the fixed header
-      {60, "header needs 92 bytes, file has 60"},  // inside the layer sizes
-      {80, "header needs 92 bytes, file has 80"},  // inside the data set's identity
-      {kHeader, "truncated: expected"},            // no arrays at all
-      {kHeader + 4 * n / 2, "truncated: expected"},  // inside params
+      {30, "too short for a header"},                 // inside the fixed header
+      {60, "header needs 92 bytes, file has 60"},     // inside the layer sizes
+      {80, "header needs 92 bytes, file has 80"},     // inside the data set's identity
+      {kHeader, "truncated: expected"},               // no arrays at all
+      {kHeader + 4 * n / 2, "truncated: expected"},   // inside params
       {kHeader + 4 * n + 12, "truncated: expected"},  // inside the optimizer state
       {b.size() - 4, "truncated: expected"},          // missing CRC
       {b.size() - 1, "truncated: expected"},          // partial CRC
@@ -235,9 +235,9 @@ TEST(Ckpt, TruncationAtSeveralOffsets) {
   // The truncation message gives both sizes.
   write_bytes(bad, std::vector<unsigned char>(b.begin(), b.end() - 4));
   fx.load(bad, &msg);
-  EXPECT_NE(msg.find("expected " + std::to_string(b.size()) + " bytes, file has " +
-                     std::to_string(b.size() - 4)),
-            std::string::npos)
+  EXPECT_NE(
+      msg.find("expected " + std::to_string(b.size()) + " bytes, file has " + std::to_string(b.size() - 4)),
+      std::string::npos)
       << msg;
 }
 
@@ -469,8 +469,7 @@ TEST(Ckpt, SaveRefusesNonFiniteValuesAndKeepsThePreviousFile) {
   Fixture inf_state;
   inf_state.opt[3] = -INFINITY;
   EXPECT_EQ(inf_state.save(path, &msg), -1);
-  EXPECT_NE(msg.find("optimizer state (momentum) value 3 of " + n + " is -inf"), std::string::npos)
-      << msg;
+  EXPECT_NE(msg.find("optimizer state (momentum) value 3 of " + n + " is -inf"), std::string::npos) << msg;
   EXPECT_EQ(read_bytes(path), before);
   EXPECT_FALSE(exists(tmp));
 }
@@ -488,11 +487,13 @@ TEST(Ckpt, LoadRefusesNonFiniteValues) {
     uint32_t bits;
     std::string says;
   } cases[] = {
-      {kHeader + 4 * 2, 0x7fc00000u, "holds a non-finite parameter: index 2 of " + std::to_string(n) +
-                                         " is nan"},
+      {kHeader + 4 * 2, 0x7fc00000u,
+       "holds a non-finite parameter: index 2 of " + std::to_string(n) + " is nan"},
       {kHeader + 4 * (n - 1), 0xff800000u, "non-finite parameter: index " + std::to_string(n - 1)},
-      {kHeader + 4 * n + 4 * 1, 0x7f800000u, "non-finite optimizer state (momentum) value: index 1 "
-                                             "of " + std::to_string(n) + " is inf"},
+      {kHeader + 4 * n + 4 * 1, 0x7f800000u,
+       "non-finite optimizer state (momentum) value: index 1 "
+       "of " +
+           std::to_string(n) + " is inf"},
   };
   for (const Case &c : cases) {
     SCOPED_TRACE(c.says);
@@ -520,7 +521,8 @@ TEST(Ckpt, LoadRefusesImpossibleCounters) {
   };
   edit(16, 0x80000000u, 4);  // epoch 2^31
   EXPECT_EQ(fx.load(path, &msg), -1);
-  EXPECT_NE(msg.find("checkpoint '" + path + "' is corrupt: epoch 2147483648 is more than "
+  EXPECT_NE(msg.find("checkpoint '" + path +
+                     "' is corrupt: epoch 2147483648 is more than "
                      "2147483647"),
             std::string::npos)
       << msg;

@@ -120,8 +120,8 @@ TEST(CkptCrash, SigkillDuringSaveNeverCorrupts) {
     kills_mid_run++;
 
     if (!exists(path)) {
-      ASSERT_EQ(last_epoch, 0u) << "trial " << trial << ": the previous checkpoint (epoch "
-                                << last_epoch << ") disappeared";
+      ASSERT_EQ(last_epoch, 0u) << "trial " << trial << ": the previous checkpoint (epoch " << last_epoch
+                                << ") disappeared";
       absent++;
     } else {
       CkptMeta got{};
@@ -141,8 +141,10 @@ TEST(CkptCrash, SigkillDuringSaveNeverCorrupts) {
   RecordProperty("loaded", loaded);
   RecordProperty("absent", absent);
   RecordProperty("stale_tmp", stale);
-  printf("50 SIGKILLs of a saver: %d checkpoints loaded, %d absent (no save had finished), %d stale "
-         "temporary files removed, last epoch %u\n", loaded, absent, stale, last_epoch);
+  printf(
+      "50 SIGKILLs of a saver: %d checkpoints loaded, %d absent (no save had finished), %d stale "
+      "temporary files removed, last epoch %u\n",
+      loaded, absent, stale, last_epoch);
   EXPECT_EQ(kills_mid_run, 50);
   EXPECT_GT(stale, 0) << "no kill landed inside a write: the test did not exercise a partial file";
 }

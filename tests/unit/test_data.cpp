@@ -94,8 +94,7 @@ std::string load_error(const std::string &images, const std::string &labels) {
   std::memset(&ds, 0x5a, sizeof ds);
   Dataset before = ds;
   char err[1024] = "";
-  EXPECT_EQ(dataset_load_idx(&ds, images.c_str(), labels.c_str(), 0, kMean, kStd, err, sizeof err),
-            -1);
+  EXPECT_EQ(dataset_load_idx(&ds, images.c_str(), labels.c_str(), 0, kMean, kStd, err, sizeof err), -1);
   EXPECT_EQ(std::memcmp(&ds, &before, sizeof ds), 0) << "dataset touched on error";
   EXPECT_EQ(std::strchr(err, '\n'), nullptr) << "message must be one line: " << err;
   return err;
@@ -120,8 +119,7 @@ TEST(DataIdx, LoadsPixelsAndNormalisation) {
   Files f = write_good(false);
   Dataset ds{};
   char err[256];
-  int rc =
-      dataset_load_idx(&ds, f.images.c_str(), f.labels.c_str(), 0, kMean, kStd, err, sizeof err);
+  int rc = dataset_load_idx(&ds, f.images.c_str(), f.labels.c_str(), 0, kMean, kStd, err, sizeof err);
   ASSERT_EQ(rc, 0) << err;
   ASSERT_EQ(ds.n, (int)kN);
   ASSERT_EQ(ds.dim, (int)(kRows * kCols));
@@ -148,8 +146,7 @@ TEST(DataIdx, LimitKeepsFirstSamples) {
     for (int limit : {1, 2, 5, 100}) {
       Dataset ds{};
       char err[256];
-      int rc = dataset_load_idx(&ds, f.images.c_str(), f.labels.c_str(), limit, kMean, kStd, err,
-                                sizeof err);
+      int rc = dataset_load_idx(&ds, f.images.c_str(), f.labels.c_str(), limit, kMean, kStd, err, sizeof err);
       ASSERT_EQ(rc, 0) << err;
       int want = limit < (int)kN ? limit : (int)kN;
       ASSERT_EQ(ds.n, want);
@@ -164,12 +161,10 @@ TEST(DataIdx, GzipEqualsPlain) {
   Files plain = write_good(false), gz = write_good(true);
   Dataset a{}, b{};
   char err[256];
-  ASSERT_EQ(dataset_load_idx(&a, plain.images.c_str(), plain.labels.c_str(), 0, kMean, kStd, err,
-                             sizeof err),
+  ASSERT_EQ(dataset_load_idx(&a, plain.images.c_str(), plain.labels.c_str(), 0, kMean, kStd, err, sizeof err),
             0)
       << err;
-  int rc =
-      dataset_load_idx(&b, gz.images.c_str(), gz.labels.c_str(), 0, kMean, kStd, err, sizeof err);
+  int rc = dataset_load_idx(&b, gz.images.c_str(), gz.labels.c_str(), 0, kMean, kStd, err, sizeof err);
   ASSERT_EQ(rc, 0) << err;
   ASSERT_EQ(a.n, b.n);
   ASSERT_EQ(a.dim, b.dim);
@@ -193,12 +188,10 @@ TEST(DataIdx, GzipWithTwoMembersLoads) {
   write_bytes(both, cat);
   Dataset x{}, y{};
   char err[256];
-  ASSERT_EQ(dataset_load_idx(&x, plain.images.c_str(), plain.labels.c_str(), 0, kMean, kStd, err,
-                             sizeof err),
+  ASSERT_EQ(dataset_load_idx(&x, plain.images.c_str(), plain.labels.c_str(), 0, kMean, kStd, err, sizeof err),
             0)
       << err;
-  ASSERT_EQ(dataset_load_idx(&y, both.c_str(), plain.labels.c_str(), 0, kMean, kStd, err, sizeof err),
-            0)
+  ASSERT_EQ(dataset_load_idx(&y, both.c_str(), plain.labels.c_str(), 0, kMean, kStd, err, sizeof err), 0)
       << err;
   ASSERT_EQ(x.n, y.n);
   EXPECT_EQ(std::memcmp(x.pixels, y.pixels, (size_t)x.n * x.dim), 0);
@@ -244,8 +237,7 @@ TEST(DataIdx, GzipHeaderCrcIsChecked) {
     if (good) {
       Dataset ds{};
       char err[256];
-      ASSERT_EQ(dataset_load_idx(&ds, path.c_str(), lab.c_str(), 0, kMean, kStd, err, sizeof err), 0)
-          << err;
+      ASSERT_EQ(dataset_load_idx(&ds, path.c_str(), lab.c_str(), 0, kMean, kStd, err, sizeof err), 0) << err;
       EXPECT_EQ(std::memcmp(ds.pixels, pixels().data(), (size_t)ds.n * ds.dim), 0);
       dataset_free(&ds);
     } else {
@@ -296,8 +288,7 @@ void expect_trailer_checked(const std::vector<unsigned char> &good, const std::s
   write_bytes(ok, good);
   Dataset ds{};
   char err[512];
-  ASSERT_EQ(dataset_load_idx(&ds, ok.c_str(), lab.c_str(), 0, kMean, kStd, err, sizeof err), 0)
-      << err;
+  ASSERT_EQ(dataset_load_idx(&ds, ok.c_str(), lab.c_str(), 0, kMean, kStd, err, sizeof err), 0) << err;
   dataset_free(&ds);
   size_t loaded = 0, first_loaded = 0;
   for (size_t pos = payload_start; pos < good.size() - 8; pos += 17) {  // 1 payload byte in 17
@@ -573,8 +564,7 @@ TEST(DataLoad, FallsBackToPlainFiles) {
 TEST(DataLoadDeathTest, MissingDirectoryExplainsHowToGetData) {
   std::string dir = tmp("absent");
   Dataset tr{}, te{};
-  EXPECT_EXIT(dataset_load(DATA_FASHION_MNIST, dir.c_str(), 0, 0, &tr, &te),
-              ::testing::ExitedWithCode(1),
+  EXPECT_EXIT(dataset_load(DATA_FASHION_MNIST, dir.c_str(), 0, 0, &tr, &te), ::testing::ExitedWithCode(1),
               "absent.*sudo apt-get install dataset-fashion-mnist.*--data_dir DIR.*"
               "--data synthetic");
 }
@@ -593,8 +583,8 @@ TEST(DataLoadDeathTest, CorruptFileNamesIt) {
   write_file(dir + "/train-images-idx3-ubyte.gz", idx_images(kN, kRows, kCols, pixels(), 1), true);
   write_file(dir + "/train-labels-idx1-ubyte.gz", idx_labels(kLabels), true);
   Dataset tr{}, te{};
-  EXPECT_EXIT(dataset_load(DATA_FASHION_MNIST, dir.c_str(), 0, 0, &tr, &te),
-              ::testing::ExitedWithCode(1), "train-images-idx3-ubyte.gz' is truncated");
+  EXPECT_EXIT(dataset_load(DATA_FASHION_MNIST, dir.c_str(), 0, 0, &tr, &te), ::testing::ExitedWithCode(1),
+              "train-images-idx3-ubyte.gz' is truncated");
 }
 
 // The model is built for the training images: a test set of another size (even with the same
@@ -616,10 +606,9 @@ TEST(DataLoadDeathTest, TestSetMustMatchTrainingImageSize) {
     write_file(dir + "/t10k-images-idx3-ubyte.gz", idx_images(kN, c.rows, c.cols, p), true);
     write_file(dir + "/t10k-labels-idx1-ubyte.gz", idx_labels(kLabels), true);
     Dataset tr{}, te{};
-    EXPECT_EXIT(dataset_load(DATA_FASHION_MNIST, dir.c_str(), 0, 0, &tr, &te),
-                ::testing::ExitedWithCode(1),
-                std::string("t10k-images-idx3-ubyte.gz' ") + c.says +
-                    " '.*train-images-idx3-ubyte.gz' are 3 x 4");
+    EXPECT_EXIT(
+        dataset_load(DATA_FASHION_MNIST, dir.c_str(), 0, 0, &tr, &te), ::testing::ExitedWithCode(1),
+        std::string("t10k-images-idx3-ubyte.gz' ") + c.says + " '.*train-images-idx3-ubyte.gz' are 3 x 4");
   }
 }
 
@@ -633,8 +622,7 @@ TEST(DataReal, FashionMnistFirst1000) {
     GTEST_SKIP() << "Fashion-MNIST not installed in " << dir;
   Dataset ds{};
   char err[512];
-  ASSERT_EQ(dataset_load_idx(&ds, img.c_str(), lab.c_str(), 1000, kMean, kStd, err, sizeof err), 0)
-      << err;
+  ASSERT_EQ(dataset_load_idx(&ds, img.c_str(), lab.c_str(), 1000, kMean, kStd, err, sizeof err), 0) << err;
   ASSERT_EQ(ds.n, 1000);
   ASSERT_EQ(ds.dim, 784);
   std::vector<int> count(10, 0);

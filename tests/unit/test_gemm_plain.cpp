@@ -46,7 +46,8 @@ class GemmPlain : public ::testing::TestWithParam<Param> {
   double tol(int i, int j) const {
     double t = 0;
     for (int k = 0; k < s.K; k++) t += std::fabs((double)a(i, k) * b(k, j));
-    return (s.K + 4) * FLT_EPSILON * (std::fabs(alpha) * t + std::fabs(beta * C0[(size_t)i * s.N + j])) + 1e-30;
+    return (s.K + 4) * FLT_EPSILON * (std::fabs(alpha) * t + std::fabs(beta * C0[(size_t)i * s.N + j])) +
+           1e-30;
   }
   // beta 0 must ignore C: the plain GEMM gets NaNs there.
   std::vector<float> start() const {
@@ -91,15 +92,19 @@ TEST_P(GemmPlain, MatchesOpenBlas) {
   EXPECT_EQ(bad, 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    AllCases, GemmPlain,
-    ::testing::Combine(::testing::Bool(), ::testing::Bool(), ::testing::Values(0.0f, 1.0f, 0.5f),
-                       ::testing::Values(Shape{37, 29, 53}, Shape{128, 300, 784})),
-    [](const ::testing::TestParamInfo<Param> &info) {
-      const Shape &s = std::get<3>(info.param);
-      float beta = std::get<2>(info.param);
-      return std::string(std::get<0>(info.param) ? "At" : "A") + (std::get<1>(info.param) ? "Bt" : "B") +
-             "_beta" + (beta == 0.0f ? "0" : beta == 1.0f ? "1" : "half") + "_" + std::to_string(s.M) +
-             "x" + std::to_string(s.N) + "x" + std::to_string(s.K);
-    });
+INSTANTIATE_TEST_SUITE_P(AllCases, GemmPlain,
+                         ::testing::Combine(::testing::Bool(), ::testing::Bool(),
+                                            ::testing::Values(0.0f, 1.0f, 0.5f),
+                                            ::testing::Values(Shape{37, 29, 53}, Shape{128, 300, 784})),
+                         [](const ::testing::TestParamInfo<Param> &info) {
+                           const Shape &s = std::get<3>(info.param);
+                           float beta = std::get<2>(info.param);
+                           return std::string(std::get<0>(info.param) ? "At" : "A") +
+                                  (std::get<1>(info.param) ? "Bt" : "B") + "_beta" +
+                                  (beta == 0.0f   ? "0"
+                                   : beta == 1.0f ? "1"
+                                                  : "half") +
+                                  "_" + std::to_string(s.M) + "x" + std::to_string(s.N) + "x" +
+                                  std::to_string(s.K);
+                         });
 }  // namespace

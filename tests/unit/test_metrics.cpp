@@ -127,8 +127,8 @@ TEST(Metrics, LinesAreDocumentedJson) {
 }
 
 TEST(Metrics, FloatsRoundTripExactly) {
-  std::vector<float> losses = {2.30258512f, 0.1f, 1.0f / 3.0f, 1e-8f, 123456.789f, 3.4028235e38f,
-                               1.17549435e-38f, 1e-45f, -0.0f, 0.0f, 7.0f};
+  std::vector<float> losses = {2.30258512f,     0.1f,   1.0f / 3.0f, 1e-8f, 123456.789f, 3.4028235e38f,
+                               1.17549435e-38f, 1e-45f, -0.0f,       0.0f,  7.0f};
   for (int i = 0; i < 1000; i++) losses.push_back(std::ldexp((float)(i * 2654435761u % 1000003), -i % 40));
   std::string path = tmp_path("metrics_roundtrip.jsonl");
   Metrics m;
@@ -184,8 +184,7 @@ TEST(Metrics, LinesAreFlushedBeforeClose) {
   metrics_step(&m, 1, 0, 0.5f);
   auto lines = read_lines(path);  // still open: the line must already be on disk
   ASSERT_EQ(lines.size(), 1u);
-  EXPECT_EQ(lines[0].rfind(R"({"type":"step","step":1,"epoch":0,"loss":0.5,"time":)", 0), 0u)
-      << lines[0];
+  EXPECT_EQ(lines[0].rfind(R"({"type":"step","step":1,"epoch":0,"loss":0.5,"time":)", 0), 0u) << lines[0];
   metrics_close(&m);
 }
 

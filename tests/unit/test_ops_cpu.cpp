@@ -159,6 +159,6 @@ TEST(OpsCpu, GatherPixelsNormalises) {
       EXPECT_EQ(dst[(size_t)b * N + k], want) << "row " << idx[b] << " col " << k;
     }
   }
-  EXPECT_FLOAT_EQ(dst[N], -mean / std_);               // pixel 0
-  EXPECT_FLOAT_EQ(dst[0], (1.0f - mean) / std_);       // pixel 255
+  EXPECT_FLOAT_EQ(dst[N], -mean / std_);          // pixel 0
+  EXPECT_FLOAT_EQ(dst[0], (1.0f - mean) / std_);  // pixel 255
 }

@@ -27,7 +27,7 @@ TEST(RankFile, Path) {
   char small[6];
   EXPECT_EQ(rankfile_path(small, sizeof small, "ab{rank}", 1234), -1);
   EXPECT_EQ(rankfile_path(small, sizeof small, "ab{rank}", 123), 0);  // "ab123" just fits
-  EXPECT_EQ(rankfile_path(small, sizeof small, "abcdef", 0), -1);    // needs 7 with the NUL
+  EXPECT_EQ(rankfile_path(small, sizeof small, "abcdef", 0), -1);     // needs 7 with the NUL
 }
 
 TEST(RankFile, TooLongNamesTheFlag) {

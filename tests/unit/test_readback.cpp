@@ -75,6 +75,5 @@ TEST_F(ReadbackCpu, FullQueueDies) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   float dev = 1.0f;
   for (int i = 0; i < READBACK_SLOTS; i++) readback_push(&r, &c, &dev, i);
-  EXPECT_EXIT(readback_push(&r, &c, &dev, READBACK_SLOTS), ::testing::ExitedWithCode(1),
-              "already in flight");
+  EXPECT_EXIT(readback_push(&r, &c, &dev, READBACK_SLOTS), ::testing::ExitedWithCode(1), "already in flight");
 }

@@ -11,8 +11,7 @@
 
 // The first outputs of PCG's pcg32-demo, which seeds with pcg32_srandom_r(&rng, 42u, 54u).
 TEST(Rng, MatchesPcg32ReferenceDemo) {
-  const uint32_t expected[] = {0xa15c02b7u, 0x7b47f409u, 0xba1d3330u,
-                               0x83d2f293u, 0xbfa4784bu, 0xcbed606eu};
+  const uint32_t expected[] = {0xa15c02b7u, 0x7b47f409u, 0xba1d3330u, 0x83d2f293u, 0xbfa4784bu, 0xcbed606eu};
   Rng r;
   rng_init(&r, 42, 54);
   for (uint32_t e : expected) EXPECT_EQ(rng_next(&r), e);

@@ -49,7 +49,8 @@ TEST(Sampler, StrideSplitOfTheSharedPermutation) {
   auto sh = shards(10, 2, false, 5, 2);
   for (int r = 0; r < 2; r++)
     for (int i = 0; i < 5; i++)
-      EXPECT_EQ(sh[r][i], perm[r + 2 * i]) << "rank " << r << " pos " << i
+      EXPECT_EQ(sh[r][i], perm[r + 2 * i])
+          << "rank " << r << " pos " << i
           << ": likely cause: rank r's i-th index must be perm[r + i * W] (start at the rank, stride W)";
 }
 
@@ -65,8 +66,9 @@ TEST(Sampler, PaddingRepeatsFromTheStart) {
     for (int i : s) count[i]++;
   }
   EXPECT_EQ(count.size(), 10u);  // covers everything
-  const char *wrap = "likely cause: a position p >= N must wrap around to perm[p - N] (p % N): the "
-                     "padding repeats the permutation from its start";
+  const char *wrap =
+      "likely cause: a position p >= N must wrap around to perm[p - N] (p % N): the "
+      "padding repeats the permutation from its start";
   EXPECT_EQ(count[perm[0]], 2) << wrap;  // positions 10 and 11 repeat positions 0 and 1
   EXPECT_EQ(count[perm[1]], 2) << wrap;
   EXPECT_EQ(sh[2][2], perm[0]) << wrap;  // position 10 = rank 2, i = 2
