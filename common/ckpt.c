@@ -18,6 +18,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "file.h"
+
 #define CKPT_MAGIC "DDPCKPT"  // 7 characters + NUL = 8 bytes
 #define CKPT_FIXED 56         // header bytes before the layer sizes
 #define CKPT_DATA_ID 24       // version 2: the DataId's six u32 after the layer sizes
@@ -360,16 +362,6 @@ int ckpt_dir_check(const char *dir, char *err, size_t err_len) {
 }
 
 // ---- load -----------------------------------------------------------------------------------------
-
-// What a path that is not a regular file is, for the message.
-static const char *file_kind(mode_t mode) {
-  return S_ISDIR(mode)    ? "a directory"
-         : S_ISFIFO(mode) ? "a FIFO"
-         : S_ISCHR(mode)  ? "a character device"
-         : S_ISBLK(mode)  ? "a block device"
-         : S_ISSOCK(mode) ? "a socket"
-                          : "not a plain file";
-}
 
 // Reads the whole file into a malloc'ed buffer; NULL with err set on failure. Only a regular file:
 // /dev/zero would be read until memory runs out and a FIFO would block (O_NONBLOCK lets its open

@@ -24,6 +24,7 @@
 #endif
 
 #include "check.h"
+#include "file.h"
 #include "rng.h"
 
 #define IDX_MAGIC_IMAGES 2051u  // 0x00000803: unsigned bytes, 3 dimensions
@@ -143,16 +144,6 @@ static int idx_inflate_whole(int fd, const char *path, size_t size, IdxFile *f, 
   return rc;
 }
 #endif
-
-// What a path that is not a regular file is, for the message.
-static const char *file_kind(mode_t mode) {
-  return S_ISDIR(mode)    ? "a directory"
-         : S_ISFIFO(mode) ? "a FIFO"
-         : S_ISCHR(mode)  ? "a character device"
-         : S_ISBLK(mode)  ? "a block device"
-         : S_ISSOCK(mode) ? "a socket"
-                          : "not a plain file";
-}
 
 // Opens an IDX file. Only regular files: a FIFO would block every rank and /dev/zero would be read
 // until memory runs out. O_NONBLOCK makes opening a FIFO return at once, so that fstat can tell.

@@ -19,8 +19,8 @@ out=build-fuzz
 mkdir -p "$out"
 flags=(-std=c11 -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined
        -fno-sanitize-recover=undefined -Wall -Wextra -Icommon -Ifuzz)
-declare -A src=([idx]="fuzz/fuzz_idx.c common/data.c common/check.c common/rng.c"
-                [ckpt]="fuzz/fuzz_ckpt.c common/ckpt.c")
+declare -A src=([idx]="fuzz/fuzz_idx.c common/data.c common/file.c common/check.c common/rng.c"
+                [ckpt]="fuzz/fuzz_ckpt.c common/ckpt.c common/file.c")
 libs=(-lz -lm)
 # The IDX reader's fast path (whole-file inflate) exists only with libdeflate: fuzz it when present.
 if [ -f /usr/include/libdeflate.h ]; then

@@ -16,7 +16,9 @@ struct Line {
 };
 
 // Prints one line as if @p seconds had passed since the previous one (t_last moved back: the test
-// reads no clock of its own, so it holds on a machine of any speed).
+// reads no clock of its own). The real time the test itself takes (milliseconds, more under a
+// sanitizer on a busy machine) adds to those seconds, so the tests use intervals of 100 s and more
+// and compare within 1 %: a slow machine cannot make them fail, a wrong rate still does.
 Line print_after(Progress *p, double seconds, int epoch, long long step, float loss) {
   p->t_last -= seconds;
   testing::internal::CaptureStdout();
@@ -37,32 +39,32 @@ Line print_after(Progress *p, double seconds, int epoch, long long step, float l
 TEST(Progress, LineHasEveryField) {
   Progress p;
   progress_start(&p, 100, 0);
-  progress_add(&p, 1280);
-  Line l = print_after(&p, 2.0, 1, 10, 0.5f);
+  progress_add(&p, 128000);
+  Line l = print_after(&p, 200.0, 1, 10, 0.5f);
   EXPECT_TRUE(std::regex_match(l.text, std::regex("epoch 1/3  step 10/100  loss 0\\.5000  [0-9]+ "
                                                   "samples/s  [0-9]+\\.[0-9] ms/step  ETA [0-9:]+\n")))
       << l.text;
-  // 1280 samples and 10 steps in about 2 s: about 640 samples/s and 200 ms a step.
-  EXPECT_NEAR(l.samples_per_s, 640, 2) << l.text;
-  EXPECT_NEAR(l.ms_per_step, 200, 1) << l.text;
+  // 128000 samples and 10 steps in 200 s: 640 samples/s and 20 s a step.
+  EXPECT_NEAR(l.samples_per_s, 640, 6.4) << l.text;
+  EXPECT_NEAR(l.ms_per_step, 20000, 200) << l.text;
 }
 
 TEST(Progress, RatesCoverOnlyTheStepsSinceThePreviousLine) {
   Progress p;
   progress_start(&p, 100, 0);
-  progress_add(&p, 640);
-  print_after(&p, 1.0, 1, 10, 1.0f);
-  progress_add(&p, 320);  // 5 more steps of 64
-  Line l = print_after(&p, 0.25, 1, 15, 1.0f);
-  EXPECT_NEAR(l.samples_per_s, 1280, 8) << l.text;  // 320 samples in 0.25 s
-  EXPECT_NEAR(l.ms_per_step, 50, 1) << l.text;      // 5 steps in 0.25 s
+  progress_add(&p, 64000);
+  print_after(&p, 1000.0, 1, 10, 1.0f);
+  progress_add(&p, 32000);  // 5 more steps of 6400
+  Line l = print_after(&p, 100.0, 1, 15, 1.0f);
+  EXPECT_NEAR(l.samples_per_s, 320, 3.2) << l.text;  // 32000 samples in 100 s, not 96000 in 1100
+  EXPECT_NEAR(l.ms_per_step, 20000, 200) << l.text;  // 5 steps in 100 s
 }
 
 TEST(Progress, ResumedRunCountsFromItsFirstStep) {
   Progress p;
   progress_start(&p, 100, 40);  // resumed after step 40
-  progress_add(&p, 640);
-  Line l = print_after(&p, 1.0, 2, 50, 1.0f);
-  EXPECT_NEAR(l.ms_per_step, 100, 1) << l.text;  // 10 steps in 1 s, not 50
+  progress_add(&p, 64000);
+  Line l = print_after(&p, 100.0, 2, 50, 1.0f);
+  EXPECT_NEAR(l.ms_per_step, 10000, 100) << l.text;  // 10 steps in 100 s, not 50
   EXPECT_NE(l.text.find("step 50/100"), std::string::npos) << l.text;
 }
