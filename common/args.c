@@ -63,7 +63,7 @@ static const Flag FLAGS[] = {
     {"dataset_size", ARGS_TRAIN, KIND_INT, F(dataset_size), "0", RANGE_GE, 0, MAX_DATASET, NULL, "N",
      "training samples to use, 0 = all (synthetic: 10000)"},
     {"save_interval", ARGS_TRAIN, KIND_INT, F(save_interval), "1", RANGE_GE, 0, MAX_EPOCHS, NULL, "N",
-     "save a checkpoint after every N-th complete epoch (not at a --max_steps stop), 0 = never"},
+     "save a checkpoint after every N-th epoch and where --max_steps stops, 0 = never"},
     {"device", ARGS_TRAIN, KIND_STR, F(device), "auto", RANGE_NONE, 0, NO_MAX, "auto|cpu|cuda", "NAME",
      "where to train"},
     {"tf32", ARGS_TRAIN, KIND_BOOL, F(tf32), NULL, RANGE_NONE, 0, NO_MAX, NULL, NULL,

@@ -48,6 +48,12 @@ void ckpt_load_model(const char *path, const CkptMeta *expect, CkptMeta *meta, M
   if (meta->seed != expect->seed)
     die(1, "%s was trained with --seed %llu; pass the same seed to resume", path,
         (unsigned long long)meta->seed);
+  // Inside an epoch, which samples are left depends on how the epoch was sharded: W ranks.
+  if (meta->epoch_step > 0 && meta->world_size != expect->world_size)
+    die(1,
+        "%s was saved %u steps into epoch %u at %u ranks: resume it at %u ranks (the rest of an "
+        "epoch depends on the world size), or resume from a checkpoint saved at an epoch's end",
+        path, meta->epoch_step, meta->epoch + 1, meta->world_size, meta->world_size);
   dev_upload(c, m->params, params, bytes);
   dev_upload(c, opt->buf, state, bytes);
   dev_sync(c);

@@ -46,31 +46,32 @@
 #define EVAL_BATCH 500  // test-set batch size: evaluation needs no gradients, so bigger is cheaper
 
 typedef struct Trainer {
-  Args args;           // command-line flags
-  int rank;            // this process's rank in the process group
-  int world_size;      // number of processes
-  int local_rank;      // rank within this node: selects the GPU
-  ProcessGroup pg;     // the process group: ranks and the communicator
-  Ctx ctx;             // device, stream, cuBLAS handle
-  Mlp model;           // parameters, gradients, activations
-  Sgd opt;             // momentum buffer
-  Reducer reducer;     // gradient buckets and their all-reduces
-  float *loss;         // device, (1): the step's loss, summed over its micro-batches
-  Trace trace;         // --trace timeline
-  Loader train, test;  // datasets on the device, batch buffers
-  int n_train;         // training samples in the dataset
-  Sampler sampler;     // this rank's shard of every epoch
-  int in, classes;     // features per sample, number of classes
-  DataId data_id;      // which data was loaded: recorded in checkpoints
-  int *order;          // host, (n_train): the samples this process visits this epoch, in order
-  int n_order;         // length of this epoch's order
-  int n_eval;          // test samples this rank evaluates
-  int *correct;        // device, (1): evaluation counter
-  int epoch0;          // first epoch to run (> 0 after --resume)
-  long long step;      // optimizer steps done
-  Metrics metrics;     // --metrics file
-  Progress progress;   // progress line state
-  LossLog losses;      // each step's loss, on its way to the metrics file and the progress line
+  Args args;             // command-line flags
+  int rank;              // this process's rank in the process group
+  int world_size;        // number of processes
+  int local_rank;        // rank within this node: selects the GPU
+  ProcessGroup pg;       // the process group: ranks and the communicator
+  Ctx ctx;               // device, stream, cuBLAS handle
+  Mlp model;             // parameters, gradients, activations
+  Sgd opt;               // momentum buffer
+  Reducer reducer;       // gradient buckets and their all-reduces
+  float *loss;           // device, (1): the step's loss, summed over its micro-batches
+  Trace trace;           // --trace timeline
+  Loader train, test;    // datasets on the device, batch buffers
+  int n_train;           // training samples in the dataset
+  Sampler sampler;       // this rank's shard of every epoch
+  int in, classes;       // features per sample, number of classes
+  DataId data_id;        // which data was loaded: recorded in checkpoints
+  int *order;            // host, (n_train): the samples this process visits this epoch, in order
+  int n_order;           // length of this epoch's order
+  int n_eval;            // test samples this rank evaluates
+  int *correct;          // device, (1): evaluation counter
+  int epoch0;            // first epoch to run (> 0 after --resume)
+  long long step;        // optimizer steps done
+  long long epoch_step;  // steps done in the current epoch: > 0 after a --max_steps stop or resume
+  Metrics metrics;       // --metrics file
+  Progress progress;     // progress line state
+  LossLog losses;        // each step's loss, on its way to the metrics file and the progress line
 } Trainer;
 
 static void configure(Trainer *t, int argc, char **argv) {
@@ -251,8 +252,9 @@ static bool out_of_steps(const Trainer *t) { return t->args.max_steps > 0 && t->
 static bool run_epoch(Trainer *t, int epoch) {
   epoch_order(t, epoch);
   double t0 = log_clock();
-  long long batches = 0, samples = 0;
-  for (int start = 0; start < t->n_order && !out_of_steps(t); start += step_size(t)) {
+  long long batches = t->epoch_step, samples = 0;  // a resumed epoch goes on where it stopped
+  for (int start = (int)(batches * step_size(t)); start < t->n_order && !out_of_steps(t);
+       start += step_size(t)) {
     int B = t->n_order - start < step_size(t) ? t->n_order - start : step_size(t);
     const float *loss = run_batch(t, start, B);
     t->step++;
@@ -267,7 +269,8 @@ static bool run_epoch(Trainer *t, int epoch) {
   log0("epoch %d/%d  train loss %.4f  test accuracy %.4f  %.0f samples/s\n", epoch + 1, t->args.epochs,
        train_loss, acc, samples_per_s);
   metrics_epoch(&t->metrics, epoch, (float)train_loss, acc, samples_per_s);
-  return batches == steps_per_epoch(t);
+  t->epoch_step = batches == steps_per_epoch(t) ? 0 : batches;  // where a --max_steps stop leaves it
+  return t->epoch_step == 0;
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -276,6 +279,7 @@ static bool run_epoch(Trainer *t, int epoch) {
 static CkptMeta checkpoint_meta(const Trainer *t, int epochs_done) {
   CkptMeta meta = ckpt_model_meta(&t->model, &t->opt, t->args.seed, &t->data_id);
   meta.epoch = (uint32_t)epochs_done;
+  meta.epoch_step = (uint32_t)t->epoch_step;
   meta.step = (uint64_t)t->step;
   meta.world_size = (uint32_t)t->world_size;
   return meta;
@@ -294,6 +298,7 @@ static void resume(Trainer *t) {
   ckpt_load_model(t->args.resume, &expect, &meta, &t->model, &t->opt, &t->ctx);
   t->epoch0 = (int)meta.epoch;
   t->step = (long long)meta.step;
+  t->epoch_step = (long long)meta.epoch_step;
   log0("resumed from %s at epoch %d, step %lld\n", t->args.resume, t->epoch0, t->step);
   if (t->epoch0 >= t->args.epochs)
     log0(
@@ -315,17 +320,15 @@ static void train(Trainer *t) {
   metrics_open(&t->metrics, t->args.metrics, t->rank, t->world_size);
   trace_open(&t->trace, &t->ctx, t->args.trace, t->rank, t->world_size);
   if (trace_on(&t->trace)) mlp_time_backward(&t->model, &t->ctx);  // its layers' times, for the trace
-  progress_start(&t->progress, t->step + (t->args.epochs - t->epoch0) * steps_per_epoch(t), t->step);
+  long long left = (t->args.epochs - t->epoch0) * steps_per_epoch(t) - t->epoch_step;
+  progress_start(&t->progress, t->step + left, t->step);
   loss_log_init(&t->losses, &t->ctx, &t->metrics, &t->progress, t->args.log_interval, t->args.epochs);
   for (int epoch = t->epoch0; epoch < t->args.epochs && !out_of_steps(t); epoch++) {
-    bool complete = run_epoch(t, epoch);  // checkpoints mark epoch boundaries: save complete epochs
+    bool complete = run_epoch(t, epoch);
     if (complete && t->args.save_interval > 0 && (epoch + 1) % t->args.save_interval == 0)
       save_checkpoint(t, epoch + 1);
     else if (!complete && t->args.save_interval > 0)
-      log0(
-          "warning: --max_steps %d ended epoch %d before its end; checkpoints hold whole epochs, so "
-          "the steps of this partial epoch are not saved\n",
-          t->args.max_steps, epoch + 1);
+      save_checkpoint(t, epoch);  // a --max_steps stop inside the epoch: resumed where it stopped
   }
 }
 
