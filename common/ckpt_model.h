@@ -56,8 +56,8 @@ void ckpt_save_model(const char *dir, const CkptMeta *meta, const Mlp *m, const 
  * @brief Reads and verifies @p path (ckpt_load(): shape and data against @p expect), checks that it
  * was trained with @p expect's seed and, when it was saved inside an epoch (a `--max_steps` stop),
  * at @p expect's world size (the rest of the epoch is that world size's shard; the batch size must
- * be the same too, which the file does not record), and loads its parameters into @p m and its momentum buffer
- * and step count into @p opt.
+ * be the same too, which the file does not record), and loads its parameters into @p m and its momentum
+ * buffer and step count into @p opt.
  * @param[in] path    the checkpoint (`--resume`).
  * @param[in] expect  what this run has: layer sizes, data and seed.
  * @param[out] meta   the file's header (epoch, step, …), for the caller's counters.
