@@ -90,6 +90,7 @@ void agree_args(Agreement *a, const Args *g) {
   add_float(a, "--bucket_cap_mb", g->bucket_cap_mb);
   agree_add(a, "--grad_accum", "%d", g->grad_accum);
   agree_add(a, "--trace", "%s", g->trace ? "on" : "off");
+  agree_add(a, "--save_init", "%s", g->save_init ? "on" : "off");  // a save has a barrier from step 05
 }
 
 void agree_model(Agreement *a, const int *sizes, int n_layers) {

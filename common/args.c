@@ -84,6 +84,8 @@ static const Flag FLAGS[] = {
      "DIR", "folder of checkpoint.bin (each step its own)"},
     {"resume", ARGS_TRAIN, KIND_STR, F(resume), NULL, RANGE_NONE, 0, NO_MAX, NULL, "PATH",
      "checkpoint to continue from"},
+    {"save_init", ARGS_TRAIN, KIND_STR, F(save_init), NULL, RANGE_NONE, 0, NO_MAX, NULL, "DIR",
+     "before training, write the initial state (as built, or as resumed) to DIR/checkpoint.bin"},
     {"max_steps", ARGS_TRAIN, KIND_INT, F(max_steps), "0", RANGE_GE, 0, MAX_STEPS, NULL, "N",
      "stop after N optimizer steps, 0 = no limit"},
     {"log_interval", ARGS_TRAIN, KIND_INT, F(log_interval), "50", RANGE_GE, 1, MAX_STEPS, NULL, "N",

@@ -31,30 +31,31 @@ extern "C" {
 
 /** @brief Parsed flags. Defaults and bounds: see `--help` (args.c's flag table). */
 typedef struct Args {
-  int epochs;            ///< --epochs: passes over the training data
-  int batch_size;        ///< --batch_size: samples per optimizer step per process
-  float lr;              ///< --lr: learning rate
-  float momentum;        ///< --momentum: SGD momentum
-  float weight_decay;    ///< --weight_decay: L2 weight decay
-  int dataset_size;      ///< --dataset_size: train samples to use, 0 = all
-  int save_interval;     ///< --save_interval: save a checkpoint every N epochs, 0 = never
-  const char *device;    ///< --device: auto | cpu | cuda
-  bool tf32;             ///< --tf32: GPU GEMMs may use TF32 tensor cores
-  const char *data;      ///< --data: fashion-mnist | mnist | synthetic
-  const char *data_dir;  ///< --data_dir: IDX directory (NULL: the dataset's default)
-  const char *hidden;    ///< --hidden: hidden layer sizes, comma-separated positive integers
-  uint64_t seed;         ///< --seed: initialisation and shuffling
-  const char *metrics;   ///< --metrics: JSON Lines path, `{rank}` replaced (NULL: none)
-  const char *ckpt_dir;  ///< --ckpt_dir: where checkpoints go
-  const char *resume;    ///< --resume: checkpoint to continue from (NULL: none)
-  int max_steps;         ///< --max_steps: stop after this many optimizer steps, 0 = no limit
-  int log_interval;      ///< --log_interval: steps between progress lines
-  const char *backend;   ///< --backend: auto | nccl | mpi (ARGS_DIST)
-  float timeout;         ///< --timeout: seconds a collective may wait before the job ends (ARGS_DIST)
-  bool drop_last;        ///< --drop_last: drop the tail instead of padding (ARGS_SAMPLER)
-  float bucket_cap_mb;   ///< --bucket_cap_mb: bucket size cap in MiB (ARGS_REDUCER)
-  int grad_accum;        ///< --grad_accum: micro-batches per optimizer step (ARGS_REDUCER)
-  const char *trace;     ///< --trace: Chrome trace output path (ARGS_REDUCER; NULL: none)
+  int epochs;             ///< --epochs: passes over the training data
+  int batch_size;         ///< --batch_size: samples per optimizer step per process
+  float lr;               ///< --lr: learning rate
+  float momentum;         ///< --momentum: SGD momentum
+  float weight_decay;     ///< --weight_decay: L2 weight decay
+  int dataset_size;       ///< --dataset_size: train samples to use, 0 = all
+  int save_interval;      ///< --save_interval: save a checkpoint every N epochs, 0 = never
+  const char *device;     ///< --device: auto | cpu | cuda
+  bool tf32;              ///< --tf32: GPU GEMMs may use TF32 tensor cores
+  const char *data;       ///< --data: fashion-mnist | mnist | synthetic
+  const char *data_dir;   ///< --data_dir: IDX directory (NULL: the dataset's default)
+  const char *hidden;     ///< --hidden: hidden layer sizes, comma-separated positive integers
+  uint64_t seed;          ///< --seed: initialisation and shuffling
+  const char *metrics;    ///< --metrics: JSON Lines path, `{rank}` replaced (NULL: none)
+  const char *ckpt_dir;   ///< --ckpt_dir: where checkpoints go
+  const char *resume;     ///< --resume: checkpoint to continue from (NULL: none)
+  const char *save_init;  ///< --save_init: folder for the initial state's checkpoint (NULL: none)
+  int max_steps;          ///< --max_steps: stop after this many optimizer steps, 0 = no limit
+  int log_interval;       ///< --log_interval: steps between progress lines
+  const char *backend;    ///< --backend: auto | nccl | mpi (ARGS_DIST)
+  float timeout;          ///< --timeout: seconds a collective may wait before the job ends (ARGS_DIST)
+  bool drop_last;         ///< --drop_last: drop the tail instead of padding (ARGS_SAMPLER)
+  float bucket_cap_mb;    ///< --bucket_cap_mb: bucket size cap in MiB (ARGS_REDUCER)
+  int grad_accum;         ///< --grad_accum: micro-batches per optimizer step (ARGS_REDUCER)
+  const char *trace;      ///< --trace: Chrome trace output path (ARGS_REDUCER; NULL: none)
 } Args;
 
 /**

@@ -27,6 +27,7 @@ void ckpt_dir_require(const char *dir) {
 
 void ckpt_save_model(const char *dir, const CkptMeta *meta, const Mlp *m, const Sgd *opt, const Ctx *c) {
   char path[4096], err[512];
+  ckpt_dir_require(dir);  // created if missing (e.g. --save_init's folder), and writable
   if (snprintf(path, sizeof path, "%s/checkpoint.bin", dir) >= (int)sizeof path)
     die(1, "--ckpt_dir '%s': path too long", dir);
   size_t bytes = m->n_params * sizeof(float);

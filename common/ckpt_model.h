@@ -43,7 +43,7 @@ void ckpt_dir_require(const char *dir);
 /**
  * @brief Writes `dir/checkpoint.bin` atomically (ckpt_save()) with the model's parameters and the
  * optimizer's momentum buffer, then prints (rank 0) `saved PATH (epoch E, step S)`.
- * @param[in] dir  the checkpoint folder (`--ckpt_dir`; it must exist: ckpt_dir_check()).
+ * @param[in] dir  the checkpoint folder (`--ckpt_dir`, `--save_init`; created when missing).
  * @param[in] meta the header: epoch, step, seed, world size, layer sizes, data (n_layers and sizes
  *                 must be the model's).
  * @param[in] m    the model (its parameters are read from the device).

@@ -256,10 +256,10 @@ static CkptMeta checkpoint_meta(const Trainer *t, int epochs_done) {
   return meta;
 }
 
-static void save_checkpoint(Trainer *t, int epochs_done) {
+static void save_checkpoint(Trainer *t, const char *dir, int epochs_done) {
   CkptMeta meta = checkpoint_meta(t, epochs_done);
   if (t->rank == 0)  // [ckpt] one writer: the replicas are equal
-    ckpt_save_model(t->args.ckpt_dir, &meta, &t->model, &t->opt, &t->ctx);
+    ckpt_save_model(dir, &meta, &t->model, &t->opt, &t->ctx);
   dist_barrier(&t->pg);  // [ckpt] nobody goes on (or reads the file) before it is complete
 }
 
@@ -292,12 +292,13 @@ static void train(Trainer *t) {
   long long left = (t->args.epochs - t->epoch0) * steps_per_epoch(t) - t->epoch_step;
   progress_start(&t->progress, t->step + left, t->step);
   loss_log_init(&t->losses, &t->ctx, &t->metrics, &t->progress, t->args.log_interval, t->args.epochs);
+  if (t->args.save_init) save_checkpoint(t, t->args.save_init, t->epoch0);  // the state to start from
   for (int epoch = t->epoch0; epoch < t->args.epochs && !out_of_steps(t); epoch++) {
     bool complete = run_epoch(t, epoch);
     if (complete && t->args.save_interval > 0 && (epoch + 1) % t->args.save_interval == 0)
-      save_checkpoint(t, epoch + 1);
+      save_checkpoint(t, t->args.ckpt_dir, epoch + 1);
     else if (!complete && t->args.save_interval > 0)
-      save_checkpoint(t, epoch);  // a --max_steps stop inside the epoch: resumed where it stopped
+      save_checkpoint(t, t->args.ckpt_dir, epoch);  // a --max_steps stop inside the epoch
   }
 }
 

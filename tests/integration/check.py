@@ -809,6 +809,27 @@ def step01_warnings(tmp):
         raise Failure(f"a resume with an epoch left to train should not warn: {out!r}")
 
 
+def save_init(tmp):
+    """--save_init writes the initial state before the first step (the C form of torch.save before
+    training): step 0, epoch 0, and the parameters the run starts from; at 2 ranks (step 05) the same
+    file, written once, since rank 0's parameters are broadcast."""
+    # A learning rate of 1e-30 leaves every parameter unchanged, so the epoch-1 checkpoint holds the
+    # initial parameters too.
+    run("01_single_gpu", SMALL + ["--epochs", "1", "--lr", "1e-30", "--save_interval", "1",
+                                  "--ckpt_dir", f"{tmp}/ck", "--save_init", f"{tmp}/init1"])
+    h0, p0 = read_checkpoint(f"{tmp}/init1/checkpoint.bin")
+    h1, p1 = read_checkpoint(f"{tmp}/ck/checkpoint.bin")
+    if (h0["epoch"], h0["step"]) != (0, 0) or h1["step"] == 0:
+        raise Failure(f"--save_init wrote epoch {h0['epoch']}, step {h0['step']}: expected 0, 0")
+    if p0 != p1:
+        raise Failure("--save_init's parameters are not the ones training started from")
+    run("05_metrics_ckpt", SMALL + ["--epochs", "1", "--save_init", f"{tmp}/init5"], np=2)
+    h5, p5 = read_checkpoint(f"{tmp}/init5/checkpoint.bin")
+    if (h5["epoch"], h5["step"]) != (0, 0) or p5 != p0:
+        raise Failure("step 05's --save_init at 2 ranks does not hold the initial parameters")
+    print(f"--save_init: step 0, {len(p0)} parameters equal to those training started from")
+
+
 def max_steps_resume(step, np):
     def scenario(tmp):
         # 2048 samples, batch 128 at 1 rank (64 at 2): 16 steps an epoch; --max_steps 20 stops 4 steps
@@ -920,7 +941,7 @@ def launcher_signal(tmp):
                 p.wait()
 
 
-SCENARIOS = {f.__name__: f for f in [step01_warnings, max_steps_resume("01_single_gpu", 1),
+SCENARIOS = {f.__name__: f for f in [step01_warnings, save_init, max_steps_resume("01_single_gpu", 1),
     max_steps_resume("05_metrics_ckpt", 2), max_steps_resume("06_full", 2),
     launchers, launcher_signal, watchdog_deadlock, step06_grad_accum, step06_trace, step06_replicas(2), step06_replicas(3), step06_replicas(4),
     step06_matches_step04(2), step06_matches_step04(3), step06_matches_step04(4),

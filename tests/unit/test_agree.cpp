@@ -72,6 +72,7 @@ TEST(Agree, EachTrainingFlagIsCompared) {
       {"--bucket_cap_mb", [](Args *a) { a->bucket_cap_mb = 1.0f; }},
       {"--grad_accum", [](Args *a) { a->grad_accum = 2; }},
       {"--trace", [](Args *a) { a->trace = "t.json"; }},
+      {"--save_init", [](Args *a) { a->save_init = "init"; }},
   };
   for (const Case &c : cases) {
     Args a = defaults(), b = defaults();
