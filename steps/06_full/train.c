@@ -215,7 +215,7 @@ static const float *run_batch(Trainer *t, int start, int B) {
     mlp_backward(&t->model, &t->ctx, t->train.xb, b, scale, sync ? reducer_autograd_hook : NULL, &t->reducer);
   }
   reducer_finalize_backward(&t->reducer);  // [bucket] the last bucket is in before the optimizer
-  trace_step(t);
+  if (trace_on(&t->trace)) trace_step(t);  // --trace: this step's timeline
   sgd_step(&t->opt, &t->ctx, t->model.params, t->model.grads);
   dist_all_reduce(&t->pg, t->loss, 1, DIST_FLOAT, DIST_AVG);  // [metrics] the global loss
   return t->loss;
