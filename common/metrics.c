@@ -6,6 +6,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "check.h"
 #include "log.h"
@@ -56,8 +57,12 @@ void metrics_epoch(Metrics *m, int epoch, float train_loss, double test_acc, dou
 
 void metrics_final(Metrics *m, int world_size, long long steps, uint64_t param_digest) {
   if (!m->f) return;
-  fprintf(m->f, "{\"type\":\"final\",\"world_size\":%d,\"steps\":%lld,\"param_digest\":\"%016" PRIx64 "\"",
-          world_size, steps, param_digest);
+  struct rusage ru;
+  long peak_kib = getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_maxrss : -1;  // Linux: KiB
+  fprintf(m->f,
+          "{\"type\":\"final\",\"world_size\":%d,\"steps\":%lld,\"param_digest\":\"%016" PRIx64
+          "\",\"peak_rss_kib\":%ld",
+          world_size, steps, param_digest, peak_kib);
   end_line(m);
 }
 

@@ -7,7 +7,8 @@
  *   metrics_open() (for benchmarks: steady-state step times without a timer in the trainer);
  * - per epoch: `{"type":"epoch","epoch":E,"train_loss":L,"test_acc":A,"samples_per_s":R}` (test_acc
  *   omitted when not evaluated);
- * - last: `{"type":"final","world_size":W,"steps":S,"param_digest":"<16 hex digits>"}`.
+ * - last: `{"type":"final","world_size":W,"steps":S,"param_digest":"<16 hex digits>","peak_rss_kib":K}`
+ *   (K: the process's peak resident memory so far, in KiB, from getrusage; -1 if unknown).
  * Floats are printed with 9 significant digits, enough to round-trip a float32 exactly.
  */
 #ifndef DDP_METRICS_H
@@ -50,7 +51,7 @@ void metrics_step(Metrics *m, long long step, int epoch, float loss);
  */
 void metrics_epoch(Metrics *m, int epoch, float train_loss, double test_acc, double samples_per_s);
 
-/** @brief Writes the final object with the world size, steps and the parameter digest. */
+/** @brief Writes the final object: the world size, steps, the parameter digest and the peak memory. */
 void metrics_final(Metrics *m, int world_size, long long steps, uint64_t param_digest);
 
 /** @brief Closes the file (flushing it). */

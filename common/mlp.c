@@ -26,6 +26,12 @@ static void init_params_host(const Mlp *m, float *p, uint64_t seed) {
 }
 
 void mlp_init(Mlp *m, const Ctx *c, const int *sizes, int n_layers, int max_batch, uint64_t seed) {
+  mlp_init_sharded(m, c, sizes, n_layers, max_batch, seed, 1);
+}
+
+void mlp_init_sharded(Mlp *m, const Ctx *c, const int *sizes, int n_layers, int max_batch, uint64_t seed,
+                      int shards) {
+  if (shards < 1) die(2, "mlp_init_sharded: %d shards", shards);
   if (n_layers < 1 || n_layers > MLP_MAX_LAYERS)
     die(2, "an MLP has 1 to %d layers, not %d", MLP_MAX_LAYERS, n_layers);
   memset(m, 0, sizeof *m);
@@ -40,8 +46,9 @@ void mlp_init(Mlp *m, const Ctx *c, const int *sizes, int n_layers, int max_batc
     m->b_off[l] = m->w_off[l] + (size_t)OUT(m, l) * IN(m, l);
     m->n_params = m->b_off[l] + OUT(m, l);
   }
-  m->params = dev_alloc(c, m->n_params * sizeof(float));
-  m->grads = dev_alloc(c, m->n_params * sizeof(float));
+  m->n_alloc = (m->n_params + (size_t)shards - 1) / (size_t)shards * (size_t)shards;
+  m->params = dev_alloc(c, m->n_alloc * sizeof(float));
+  m->grads = dev_alloc(c, m->n_alloc * sizeof(float));
   for (int l = 0; l < n_layers; l++) {
     m->act[l] = dev_alloc(c, (size_t)max_batch * OUT(m, l) * sizeof(float));
     m->dact[l] = dev_alloc(c, (size_t)max_batch * OUT(m, l) * sizeof(float));
@@ -55,6 +62,9 @@ void mlp_init(Mlp *m, const Ctx *c, const int *sizes, int n_layers, int max_batc
   dev_upload(c, m->params, host, m->n_params * sizeof(float));
   dev_sync(c);  // the upload reads `host` asynchronously on CUDA
   free(host);
+  // the padding stays zero; the gradients start at zero (after `host` is gone: a lower peak)
+  dev_zero(c, m->params + m->n_params, (m->n_alloc - m->n_params) * sizeof(float));
+  dev_zero(c, m->grads, m->n_alloc * sizeof(float));
 }
 
 void mlp_free(Mlp *m, const Ctx *c) {

@@ -47,9 +47,10 @@ typedef struct Mlp {
   size_t w_off[MLP_MAX_LAYERS];         ///< offset (floats) of layer l's weight in the flat buffers
   size_t b_off[MLP_MAX_LAYERS];         ///< offset (floats) of layer l's bias in the flat buffers
   size_t n_params;                      ///< total parameters
+  size_t n_alloc;                       ///< floats in params and grads: n_params, or padded (mlp_init_sharded())
   int max_batch;                        ///< capacity of the activation buffers
-  float *params;                        ///< device, (n_params)
-  float *grads;                         ///< device, (n_params)
+  float *params;                        ///< device, (n_alloc): the parameters, then zero padding
+  float *grads;                         ///< device, (n_alloc): their gradients, then zero padding
   float *act[MLP_MAX_LAYERS];           ///< device, (max_batch, sizes[l+1]): layer l's output (after ReLU)
   float *dact[MLP_MAX_LAYERS];          ///< device, (max_batch, sizes[l+1]): gradient w.r.t. act[l]
   float *row_loss;                      ///< device, (max_batch): scratch for the loss
@@ -72,6 +73,22 @@ typedef struct Mlp {
  * @param[in] seed      initialisation seed.
  */
 void mlp_init(Mlp *m, const Ctx *c, const int *sizes, int n_layers, int max_batch, uint64_t seed);
+
+/**
+ * @brief mlp_init(), with the flat parameter and gradient buffers padded with zeros to
+ * `n_alloc` = @p shards · ⌈n_params / @p shards⌉ floats, so that they split into @p shards equal,
+ * contiguous shards (a sharded optimizer: each rank updates one shard). The padding is never read by
+ * the model; it stays zero. mlp_init() is this with one shard.
+ * @param[out] m        the model.
+ * @param[in] c         context.
+ * @param[in] sizes     host, (n_layers + 1): I, hidden sizes…, O; each > 0.
+ * @param[in] n_layers  number of Linear layers, 1..MLP_MAX_LAYERS.
+ * @param[in] max_batch largest batch forward/backward will see.
+ * @param[in] seed      initialisation seed.
+ * @param[in] shards    number of shards, >= 1.
+ */
+void mlp_init_sharded(Mlp *m, const Ctx *c, const int *sizes, int n_layers, int max_batch, uint64_t seed,
+                      int shards);
 
 /** @brief Frees everything mlp_init() allocated. */
 void mlp_free(Mlp *m, const Ctx *c);

@@ -8,6 +8,7 @@ Standard library only, so a fresh machine needs nothing beyond python3.
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import struct
@@ -941,6 +942,150 @@ def launcher_signal(tmp):
                 p.wait()
 
 
+# ---- step 07: ZeRO stage 1 ----------------------------------------------------------------------------
+
+# --hidden 63: 50,095 parameters, a multiple of none of 2, 3 and 4, so the last shard is padded.
+ZERO = small(hidden=63)
+
+
+def ckpt_params_momentum(path):
+    """(params, momentum) of a checkpoint, as float lists (the momentum follows the parameters)."""
+    hdr, params = read_checkpoint(path)
+    with open(path, "rb") as f:
+        data = f.read()
+    hsize = struct.unpack_from("<I", data, 12)[0]
+    n = len(params)
+    return params, struct.unpack_from(f"<{n}f", data, hsize + 4 * n)
+
+
+def rel_diff(pa, pb):
+    """max |a - b| over max |a|: how far two parameter vectors are apart."""
+    return max(abs(x - y) for x, y in zip(pa, pb)) / max(abs(x) for x in pa)
+
+
+def step07_replicas(np):
+    def scenario(tmp):
+        for cap in CAPS:
+            for accum, batch in (("1", "32"), ("4", "8")):
+                tag = f"c{cap}_a{accum}_"
+                run("07_zero", ZERO + ["--epochs", "1", "--bucket_cap_mb", cap, "--grad_accum", accum,
+                                       "--batch_size", batch, "--metrics", f"{tmp}/{tag}{{rank}}.jsonl"], np=np)
+                d = digests(f"{tmp}/{tag}", np)
+                if len(set(d)) != 1:
+                    raise Failure(f"bucket cap {cap} MiB, grad_accum {accum}, {np} ranks: replicas differ {d}"
+                                  " (is every updated shard all-gathered into every rank's parameters?)")
+    scenario.__name__ = f"step07_replicas_np{np}"
+    scenario.__doc__ = (f"Step 07 at {np} ranks: bit-identical replicas for bucket caps {', '.join(CAPS)} MiB "
+                        "and grad_accum 1 and 4, with a parameter count that is not a multiple of the ranks.")
+    return scenario
+
+
+def step07_matches_step06(np):
+    def scenario(tmp):
+        # batch 64 per rank: 2048 / (64 W) steps an epoch; enough epochs for at least 32 steps
+        epochs = str(-(-32 * 64 * np // 2048))
+        common = ZERO + ["--batch_size", "64", "--epochs", epochs, "--save_interval", epochs]
+        run("06_full", common + ["--ckpt_dir", f"{tmp}/a", "--metrics", f"{tmp}/a{{rank}}.jsonl"], np=np)
+        la = global_losses(f"{tmp}/a", np, 6)
+        pa, ma = ckpt_params_momentum(f"{tmp}/a/checkpoint.bin")
+        if len(la) < 32:
+            raise Failure(f"only {len(la)} steps: the comparison needs at least 32")
+        for cap in CAPS:
+            run("07_zero", common + ["--bucket_cap_mb", cap, "--ckpt_dir", f"{tmp}/b",
+                                     "--metrics", f"{tmp}/b{{rank}}.jsonl"], np=np)
+            lb = global_losses(f"{tmp}/b", np, 7)
+            pb, mb = ckpt_params_momentum(f"{tmp}/b/checkpoint.bin")
+            worst = max(abs(x - y) / max(abs(x), 1e-3) for x, y in zip(la, lb))
+            if len(la) != len(lb) or worst > LOSS_TOL:
+                raise Failure(f"bucket cap {cap}: per-step loss differs from step 06 by {worst:.2e} (relative) > "
+                              f"{LOSS_TOL}: is each rank's shard the mean of the ranks' gradients (the "
+                              "reduce-scatter's counts and offsets), and is each rank updating its own shard?")
+            pworst, mworst = rel_diff(pa, pb), rel_diff(ma, mb)
+            if pworst > PARAM_TOL or mworst > PARAM_TOL:
+                raise Failure(f"bucket cap {cap}: parameters differ from step 06's by {pworst:.2e}, momentum by "
+                              f"{mworst:.2e} of their largest value (> {PARAM_TOL})")
+            # At 2 ranks each sum has two terms whatever the collective: 07 must be 06, bit for bit.
+            if np == 2 and (pa != pb or ma != mb or la != lb):
+                raise Failure(f"bucket cap {cap}: at 2 ranks step 07 should equal step 06 exactly")
+            print(f"cap {cap} MiB at {np} ranks, {len(lb)} steps: max loss diff from step 06 {worst:.1e}, "
+                  f"parameters {pworst:.1e}, momentum {mworst:.1e}")
+    scenario.__name__ = f"step07_matches_step06_np{np}"
+    scenario.__doc__ = (f"Step 07 at {np} ranks tracks step 06 over at least 32 steps for every bucket cap: "
+                        "per-step loss, parameters and the saved momentum"
+                        + (", bit for bit." if np == 2 else ", within the tolerances."))
+    return scenario
+
+
+def logged_int(out, pattern):
+    m = re.search(pattern, out)
+    if not m:
+        raise Failure(f"no line matching {pattern!r} in:\n{out}")
+    return int(m.group(1))
+
+
+def step07_memory(tmp):
+    """Step 07 at 4 ranks: the momentum is ceil(n/4) floats per rank, and each rank's peak memory is below
+    step 06's."""
+    np = 4
+    common = SMALL + ["--hidden", "2048,1024", "--dataset_size", "512", "--max_steps", "2", "--epochs", "1"]
+    peaks = {}
+    for step in ("06_full", "07_zero"):
+        out, _ = run(step, common + ["--metrics", f"{tmp}/{step}_{{rank}}.jsonl"], np=np)
+        peaks[step] = [metrics(f"{tmp}/{step}_{r}.jsonl")[2]["peak_rss_kib"] for r in range(np)]
+        if step == "07_zero":
+            n = logged_int(out, r"model: \d+ layers, (\d+) parameters")
+            floats = logged_int(out, r"optimizer state: (\d+) floats per rank")
+            nbytes = logged_int(out, r"optimizer state: \d+ floats per rank, (\d+) bytes")
+            if floats != -(-n // np) or nbytes != 4 * floats:
+                raise Failure(f"{n} parameters at {np} ranks: the momentum should be {-(-n // np)} floats "
+                              f"({4 * -(-n // np)} bytes) per rank, the program has {floats} ({nbytes} bytes)")
+    if max(peaks["07_zero"]) >= min(peaks["06_full"]):
+        raise Failure(f"peak memory per rank (KiB): step 07 {peaks['07_zero']}, step 06 {peaks['06_full']}: "
+                      "step 07 should need less")
+    print(f"n = {n}: momentum {floats} floats ({nbytes} bytes) per rank; peak KiB per rank: "
+          f"06 {peaks['06_full']}, 07 {peaks['07_zero']}")
+
+
+def step07_checkpoints(tmp):
+    """Step 06 and step 07 checkpoints are interchangeable (2 ranks: bit for bit), and step 07 resumes at
+    another world size at an epoch boundary."""
+    common = ZERO + ["--batch_size", "64"]
+    # two epochs straight (06), and one epoch saved by each step
+    run("06_full", common + ["--epochs", "2", "--metrics", f"{tmp}/s{{rank}}.jsonl"], np=2)
+    straight = digests(f"{tmp}/s", 2)
+    for step, ck in (("06_full", "c6"), ("07_zero", "c7")):
+        run(step, common + ["--epochs", "1", "--save_interval", "1", "--ckpt_dir", f"{tmp}/{ck}"], np=2)
+    p6, m6 = ckpt_params_momentum(f"{tmp}/c6/checkpoint.bin")
+    p7, m7 = ckpt_params_momentum(f"{tmp}/c7/checkpoint.bin")
+    if p6 != p7 or m6 != m7:
+        raise Failure(f"after one epoch at 2 ranks, step 07's checkpoint differs from step 06's (parameters "
+                      f"{rel_diff(p6, p7):.1e}, momentum {rel_diff(m6, m7):.1e}): are the momentum shards "
+                      "gathered in rank order before rank 0 writes them?")
+    # each resumes the other's file and ends where two epochs straight end
+    for step, ck in (("07_zero", "c6"), ("06_full", "c7")):
+        tag = f"r{step[:2]}_"
+        run(step, common + ["--epochs", "2", "--resume", f"{tmp}/{ck}/checkpoint.bin",
+                            "--metrics", f"{tmp}/{tag}{{rank}}.jsonl"], np=2)
+        if digests(f"{tmp}/{tag}", 2) != straight:
+            raise Failure(f"{step} resumed from the other step's checkpoint ends at {digests(f'{tmp}/{tag}', 2)}, "
+                          f"two epochs straight at {straight}")
+    # another world size: 07 at 3 ranks from the 2-rank file, against 06 doing the same
+    for step in ("06_full", "07_zero"):
+        run(step, common + ["--epochs", "2", "--resume", f"{tmp}/c7/checkpoint.bin", "--save_interval", "1",
+                            "--ckpt_dir", f"{tmp}/w{step[:2]}", "--metrics", f"{tmp}/w{step[:2]}_{{rank}}.jsonl"],
+            np=3)
+    if len(set(digests(f"{tmp}/w07_", 3))) != 1:
+        raise Failure("step 07 resumed at 3 ranks from a 2-rank checkpoint: the replicas differ")
+    l6, l7 = global_losses(f"{tmp}/w06_", 3, 6), global_losses(f"{tmp}/w07_", 3, 7)
+    pw6, mw6 = ckpt_params_momentum(f"{tmp}/w06/checkpoint.bin")
+    pw7, mw7 = ckpt_params_momentum(f"{tmp}/w07/checkpoint.bin")
+    if not close(l6, l7) or rel_diff(pw6, pw7) > PARAM_TOL or rel_diff(mw6, mw7) > PARAM_TOL:
+        raise Failure("resumed at 3 ranks from a 2-rank checkpoint, step 07 does not track step 06: parameters "
+                      f"{rel_diff(pw6, pw7):.1e}, momentum {rel_diff(mw6, mw7):.1e}")
+    print(f"2 ranks: 06 and 07 files identical, each resumes the other's exactly; 3 ranks from a 2-rank file: "
+          f"07 tracks 06 (parameters {rel_diff(pw6, pw7):.1e}, momentum {rel_diff(mw6, mw7):.1e})")
+
+
 SCENARIOS = {f.__name__: f for f in [step01_warnings, save_init, max_steps_resume("01_single_gpu", 1),
     max_steps_resume("05_metrics_ckpt", 2), max_steps_resume("06_full", 2),
     launchers, launcher_signal, watchdog_deadlock, step06_grad_accum, step06_trace, step06_replicas(2), step06_replicas(3), step06_replicas(4),
@@ -952,7 +1097,9 @@ SCENARIOS = {f.__name__: f for f in [step01_warnings, save_init, max_steps_resum
     replicas_identical("04_ddp_wrap", 4), replicas_identical("05_metrics_ckpt", 2),
     replicas_identical("05_metrics_ckpt", 3), replicas_identical("05_metrics_ckpt", 4),
     matches_baseline("04_ddp_wrap", 2), matches_baseline("04_ddp_wrap", 4),
-    matches_baseline("05_metrics_ckpt", 2), matches_baseline("05_metrics_ckpt", 4)]}
+    matches_baseline("05_metrics_ckpt", 2), matches_baseline("05_metrics_ckpt", 4),
+    step07_replicas(2), step07_replicas(3), step07_replicas(4), step07_matches_step06(2),
+    step07_matches_step06(3), step07_matches_step06(4), step07_memory, step07_checkpoints]}
 
 
 def main():

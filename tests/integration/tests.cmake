@@ -58,6 +58,15 @@ endforeach()
 foreach(np 2 3 4)
   ddp_integration(step06_matches_step04_np${np} PROCESSORS 2)
 endforeach()
+# Step 07 (ZeRO stage 1): replicas at 2, 3 and 4 ranks, step 06's training within the tolerances
+# (bit for bit at 2 ranks), the momentum sharded and the peak memory below step 06's, checkpoints
+# interchangeable with step 06's and across world sizes.
+foreach(np 2 3 4)
+  ddp_integration(step07_replicas_np${np} PROCESSORS 2)
+  ddp_integration(step07_matches_step06_np${np} PROCESSORS 2)
+endforeach()
+ddp_integration(step07_memory PROCESSORS 2)
+ddp_integration(step07_checkpoints PROCESSORS 2)
 ddp_integration(launchers PROCESSORS 2)
 ddp_integration(launcher_signal PROCESSORS 2)
 ddp_integration(watchdog_deadlock PROCESSORS 2)
