@@ -281,6 +281,17 @@ void dist_all_reduce_async(ProcessGroup *pg, void *buf, size_t n, DistType type,
   }
 }
 
+void dist_shard_counts(size_t a, size_t b, size_t S, int W, size_t *counts) {
+  if (a > b || W < 1 || b > S * (size_t)W)
+    die(1, "dist_shard_counts: the slice [%zu, %zu) is not inside %d shards of %zu", a, b, W, S);
+  for (int j = 0; j < W; j++) {
+    size_t lo = (size_t)j * S, hi = lo + S;
+    if (a > lo) lo = a;
+    if (b < hi) hi = b;
+    counts[j] = hi > lo ? hi - lo : 0;
+  }
+}
+
 bool dist_test(ProcessGroup *pg, DistWork *w) {
   if (!w->active || w->done || pg->backend == BACKEND_NCCL) return true;
 #if HAVE_MPI

@@ -145,6 +145,19 @@ void dist_work_free(ProcessGroup *pg, DistWork *w);
 void dist_all_reduce_async(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op, DistWork *w);
 
 /**
+ * @brief The counts of a reduce-scatter for the slice [@p a, @p b) of a flat buffer cut into
+ * @p W shards of @p S elements (rank j owns [j·S, (j+1)·S)): counts[j] is the size of the slice's
+ * intersection with shard j, 0 when they do not meet. Rank j's piece starts at element
+ * max(a, j·S) − j·S of its shard. Ends the job when a > b or b > W·S.
+ * @param[in] a       first element of the slice.
+ * @param[in] b       one past its last element.
+ * @param[in] S       shard size, elements (ceil(n / W) for a buffer of n, padded to W·S).
+ * @param[in] W       number of shards (the world size).
+ * @param[out] counts host, (W).
+ */
+void dist_shard_counts(size_t a, size_t b, size_t S, int W, size_t *counts);
+
+/**
  * @brief Lets an asynchronous all-reduce advance (MPI_Test) and says whether it has finished. Never
  * blocks.
  * @return true when @p w is complete (always true on NCCL, whose completion the streams order).
