@@ -367,8 +367,12 @@ void dist_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, int ro
 }
 
 void dist_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type) {
+  size_t bytes = n * dist_type_size(type);
+  bool in_place = send == (const char *)recv + (size_t)pg->rank * bytes;
+  if (!in_place && overlap(send, bytes, recv, bytes * (size_t)pg->world_size))
+    die(1, "dist_all_gather: send overlaps recv but is not recv + rank·n (the in-place form)");
   if (solo(pg)) {
-    dev_copy(pg->ctx, recv, send, n * dist_type_size(type));
+    if (!in_place) dev_copy(pg->ctx, recv, send, bytes);
   } else if (pg->backend == BACKEND_NCCL) {
     WITH_NCCL(dist_nccl_all_gather(pg, send, recv, n, type));
   } else {

@@ -221,9 +221,12 @@ void dist_wait(ProcessGroup *pg, DistWork *w);
 void dist_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, int root);
 
 /**
- * @brief All-gather: rank r's @p n elements land at `recv + r·n` on every rank.
+ * @brief All-gather: rank r's @p n elements land at `recv + r·n` on every rank. In place when
+ * @p send is `recv + rank·n` (each rank's part is already where it belongs, as a shard of a flat
+ * buffer is after a sharded optimizer step): MPI_IN_PLACE on MPI, natively on NCCL. Any other
+ * overlap of @p send and @p recv ends the job. NCCL: queued on the context's stream; MPI: blocking.
  * @param[in] pg    process group.
- * @param[in] send  device, (n).
+ * @param[in] send  device, (n); `recv + rank·n` for the in-place form.
  * @param[out] recv device, (world_size · n).
  * @param[in] n     elements per rank.
  * @param[in] type  element type.

@@ -206,11 +206,13 @@ void dist_mpi_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t 
   size_t bytes = n * dist_type_size(type);
   int count = whole_count(n, "MPI_Allgather");
   if (!on_gpu(pg)) {
-    WAITING("MPI_Allgather",
-            MPI_Allgather(send, count, mpi_type(type), recv, count, mpi_type(type), MPI_COMM_WORLD));
+    bool in_place = send == (const char *)recv + (size_t)pg->rank * bytes;  // MPI forbids aliasing
+    WAITING("MPI_Allgather", MPI_Allgather(in_place ? MPI_IN_PLACE : send, count, mpi_type(type), recv, count,
+                                           mpi_type(type), MPI_COMM_WORLD));
     return;
   }
-  char *host = staging(pg, bytes * (size_t)(pg->world_size + 1));  // [mine | everyone's]
+  // [mine | everyone's]: mine is downloaded before anything is uploaded, so in place works too
+  char *host = staging(pg, bytes * (size_t)(pg->world_size + 1));
   dev_download(pg->ctx, host, send, bytes);
   WAITING("MPI_Allgather",
           MPI_Allgather(host, count, mpi_type(type), host + bytes, count, mpi_type(type), MPI_COMM_WORLD));

@@ -267,6 +267,7 @@ void dist_nccl_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, i
   note_collective(stream(pg));
 }
 
+// In place when send == recv + rank·n: NCCL then sends from where the rank's part already lies.
 void dist_nccl_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type) {
   ncclCheck(ncclAllGather(send, recv, n, nccl_type(type), (ncclComm_t)pg->nccl, stream(pg)));
   note_collective(stream(pg));
