@@ -1,6 +1,7 @@
 // dist_cases.h: checks of the process group's collectives that run on either device. Their buffers
 // are memory of the group's context (host memory on the CPU, device memory on a GPU), so the same
-// cases can run on the CPU under mpirun (tests/mpi/test_dist.c) and on GPUs.
+// cases run on the CPU under mpirun (tests/mpi/test_dist.c) and on GPUs over NCCL, or over MPI
+// through the host (tests/gpu/test_dist_gpu.c).
 #ifndef DDP_TESTS_DIST_CASES_H
 #define DDP_TESTS_DIST_CASES_H
 

@@ -1,8 +1,8 @@
 // test_dist.c: every collective of the process group (common/dist.h) on CPU buffers under mpirun,
 // against values each rank can compute for itself. Run: mpirun -np 3 build/bin/test_dist
-// (CTest runs it at 2, 3 and 4 ranks). The reduce-scatter and in-place all-gather cases are in
-// dist_cases.c, which runs on either device. Prints one line per check on rank 0 and "N passed, M
-// failed"; exits 1 on any failure.
+// (CTest runs it at 2, 3 and 4 ranks). The reduce-scatter and in-place all-gather cases are shared
+// with the GPU test (dist_cases.c). Prints one line per check on rank 0 and "N passed, M failed";
+// exits 1 on any failure.
 #include <stdio.h>
 #include <string.h>
 
