@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -249,35 +250,90 @@ void dist_work_init(ProcessGroup *pg, DistWork *w) {
   memset(w, 0, sizeof *w);
   dev_event_init(pg->ctx, &w->start);
   dev_event_init(pg->ctx, &w->end);
+  if (pg->backend == BACKEND_MPI && !solo(pg))  // MPI reads a reduce-scatter's counts until it ends
+    w->counts = mallocCheck((size_t)pg->world_size * sizeof *w->counts);
 }
 
 void dist_work_free(ProcessGroup *pg, DistWork *w) {
-  if (w->active) die(1, "dist_work_free: the all-reduce is still in flight (call dist_wait first)");
+  if (w->active) die(1, "dist_work_free: the collective is still in flight (call dist_wait first)");
+  free(w->counts);
+  w->counts = NULL;
   dev_event_free(pg->ctx, &w->end);
   dev_event_free(pg->ctx, &w->start);
 }
 
-void dist_all_reduce_async(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op, DistWork *w) {
-  if (w->active) die(1, "dist_all_reduce_async: this handle is still in flight");
-  if (op == DIST_AVG && type != DIST_FLOAT) die(1, "dist_all_reduce_async: DIST_AVG needs floats");
+// Marks @p w started for a collective that writes @p n elements at @p buf on this rank.
+static void work_begin(DistWork *w, const char *call, void *buf, size_t n, DistType type, DistOp op) {
+  if (w->active) die(1, "%s: this handle is still in flight", call);
+  if (op == DIST_AVG && type != DIST_FLOAT) die(1, "%s: DIST_AVG needs floats", call);
   w->buf = buf;
   w->n = n;
   w->type = type;
   w->op = op;
   w->active = true;
   w->done = false;
+}
+
+// A collective with nothing to exchange: complete at once (its events mark the moment).
+static void work_done_now(ProcessGroup *pg, DistWork *w) {
+  dev_event_record(pg->ctx, &w->start, NULL);
+  dev_event_record(pg->ctx, &w->end, NULL);
+  w->done = true;
+}
+
+// NCCL: the communication stream starts after the work queued so far on the compute stream (which
+// wrote the collective's input); @p w's start event is recorded there.
+static void comm_stream_begin(ProcessGroup *pg, DistWork *w) {
+  dev_event_record(pg->ctx, &pg->ready, NULL);
+  dev_stream_wait(pg->ctx, pg->comm_stream, &pg->ready);
+  dev_event_record(pg->ctx, &w->start, pg->comm_stream);
+}
+
+void dist_all_reduce_async(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op, DistWork *w) {
+  work_begin(w, "dist_all_reduce_async", buf, n, type, op);
   if (n == 0 || solo(pg)) {
-    dev_event_record(pg->ctx, &w->start, NULL);
-    dev_event_record(pg->ctx, &w->end, NULL);
-    w->done = true;
+    work_done_now(pg, w);
   } else if (pg->backend == BACKEND_NCCL) {
-    dev_event_record(pg->ctx, &pg->ready, NULL);            // after the work that wrote buf ...
-    dev_stream_wait(pg->ctx, pg->comm_stream, &pg->ready);  // ... the communication stream starts
-    dev_event_record(pg->ctx, &w->start, pg->comm_stream);
+    comm_stream_begin(pg, w);
     WITH_NCCL(dist_nccl_all_reduce_on(pg, buf, n, type, op, pg->comm_stream));
     dev_event_record(pg->ctx, &w->end, pg->comm_stream);
   } else {
     WITH_MPI(dist_mpi_all_reduce_start(pg, w));
+  }
+}
+
+// True when the byte ranges [a, a + an) and [b, b + bn) share a byte.
+static bool overlap(const void *a, size_t an, const void *b, size_t bn) {
+  uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+  return an > 0 && bn > 0 && x < y + bn && y < x + an;
+}
+
+void dist_reduce_scatter_async(ProcessGroup *pg, const void *send, void *recv, const size_t *counts,
+                               DistType type, DistOp op, DistWork *w) {
+  work_begin(w, "dist_reduce_scatter_async", recv, counts[pg->rank], type, op);
+  size_t total = dist_chunk_offset(counts, pg->world_size), size = dist_type_size(type);
+  if (overlap(send, total * size, recv, w->n * size))
+    die(1, "dist_reduce_scatter_async: the send and receive buffers overlap (it works out of place)");
+  if (total == 0 || solo(pg)) {
+    dev_copy(pg->ctx, recv, send, w->n * size);  // one rank: its own chunk (the mean of one is itself)
+    work_done_now(pg, w);
+  } else if (pg->backend == BACKEND_NCCL) {
+    comm_stream_begin(pg, w);
+    WITH_NCCL(dist_nccl_reduce_scatter_on(pg, send, recv, counts, type, op, pg->comm_stream));
+    dev_event_record(pg->ctx, &w->end, pg->comm_stream);
+  } else {
+    WITH_MPI(dist_mpi_reduce_scatter_start(pg, send, counts, w));
+  }
+}
+
+void dist_shard_counts(size_t a, size_t b, size_t S, int W, size_t *counts) {
+  if (a > b || W < 1 || b > S * (size_t)W)
+    die(1, "dist_shard_counts: the slice [%zu, %zu) is not inside %d shards of %zu", a, b, W, S);
+  for (int j = 0; j < W; j++) {
+    size_t lo = (size_t)j * S, hi = lo + S;
+    if (a > lo) lo = a;
+    if (b < hi) hi = b;
+    counts[j] = hi > lo ? hi - lo : 0;
   }
 }
 
@@ -311,8 +367,12 @@ void dist_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, int ro
 }
 
 void dist_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type) {
+  size_t bytes = n * dist_type_size(type);
+  bool in_place = send == (const char *)recv + (size_t)pg->rank * bytes;
+  if (!in_place && overlap(send, bytes, recv, bytes * (size_t)pg->world_size))
+    die(1, "dist_all_gather: send overlaps recv but is not recv + rank·n (the in-place form)");
   if (solo(pg)) {
-    dev_copy(pg->ctx, recv, send, n * dist_type_size(type));
+    if (!in_place) dev_copy(pg->ctx, recv, send, bytes);
   } else if (pg->backend == BACKEND_NCCL) {
     WITH_NCCL(dist_nccl_all_gather(pg, send, recv, n, type));
   } else {

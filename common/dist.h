@@ -110,20 +110,30 @@ void dist_connect(ProcessGroup *pg, const Ctx *c);
  */
 void dist_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op);
 
-/** @brief An all-reduce in flight: from dist_all_reduce_async() to dist_wait(). */
+/**
+ * @brief An asynchronous collective in flight: from dist_all_reduce_async() or
+ * dist_reduce_scatter_async() to dist_wait(). It records what completion has to finish: the buffer
+ * the collective writes on this rank (DIST_AVG on MPI divides it by the world size there).
+ */
 typedef struct DistWork {
-  void *buf;              ///< device memory being reduced
-  size_t n;               ///< element count
+  void *buf;              ///< device memory written: the buffer, or the reduce-scatter's received chunk
+  size_t n;               ///< element count of @ref buf
   DistType type;          ///< element type
   DistOp op;              ///< reduction
   bool active;            ///< started and not yet waited for
   bool done;              ///< completion seen (MPI), or nothing to wait for
   unsigned char req[16];  ///< storage for the MPI_Request (BACKEND_MPI)
+  int *counts;            ///< host, (world_size): a reduce-scatter's receive counts, read by MPI until
+                          ///< completion (BACKEND_MPI with several ranks; else NULL)
   DevEvent start;         ///< when the collective started (on the communication stream on a GPU)
   DevEvent end;           ///< when it ended (on the communication stream; on the CPU: when seen done)
 } DistWork;
 
-/** @brief Prepares @p w for dist_all_reduce_async() (creates its events). */
+/**
+ * @brief Prepares @p w for dist_all_reduce_async() and dist_reduce_scatter_async(): creates its
+ * events and, on MPI with several ranks, its array of receive counts (so that starting a collective
+ * allocates nothing).
+ */
 void dist_work_init(ProcessGroup *pg, DistWork *w);
 /** @brief Releases what dist_work_init() created. @pre @p w is not active. */
 void dist_work_free(ProcessGroup *pg, DistWork *w);
@@ -145,14 +155,55 @@ void dist_work_free(ProcessGroup *pg, DistWork *w);
 void dist_all_reduce_async(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op, DistWork *w);
 
 /**
- * @brief Lets an asynchronous all-reduce advance (MPI_Test) and says whether it has finished. Never
+ * @brief Starts a reduce-scatter and returns at once: chunk j of @p send, summed (or averaged) over
+ * the ranks, lands in rank j's @p recv.
+ *
+ * @p send holds world_size consecutive chunks: chunk j has counts[j] elements and starts at
+ * counts[0] + ... + counts[j-1]. This rank receives the reduction of chunk `rank` (counts[rank]
+ * elements, possibly none). Counts may differ and may be 0: a bucket [a, b) of a flat buffer cut
+ * into shards gets its counts from dist_shard_counts(). Every rank passes the same counts.
+ *
+ * Equal counts use the native collective (`MPI_Ireduce_scatter_block`, `ncclReduceScatter`);
+ * unequal ones `MPI_Ireduce_scatter`, or on NCCL one `ncclReduce` per rank with a nonzero count
+ * (root j), launched together in one NCCL group. NCCL: queued on the communication stream after the
+ * work the compute stream has queued, as dist_all_reduce_async() does; not inside
+ * dist_group_start(). MPI: it advances inside dist_test() and dist_wait(); DIST_AVG divides the
+ * received chunk there (device buffers of a CUDA context are reduced at once, through the host).
+ * Neither buffer may be touched until dist_wait().
+ * @param[in] pg     process group.
+ * @param[in] send   device memory of the connected context, (counts[0] + ... + counts[W-1]) elements.
+ * @param[out] recv  device memory of the connected context, (counts[rank]) elements; does not
+ *                   overlap @p send.
+ * @param[in] counts host, (world_size): the elements of each rank's chunk; read during the call only.
+ * @param[in] type   element type.
+ * @param[in] op     DIST_SUM or DIST_AVG (DIST_AVG for floats only).
+ * @param[in,out] w  the handle (from dist_work_init(), not active).
+ */
+void dist_reduce_scatter_async(ProcessGroup *pg, const void *send, void *recv, const size_t *counts,
+                               DistType type, DistOp op, DistWork *w);
+
+/**
+ * @brief The counts of a reduce-scatter for the slice [@p a, @p b) of a flat buffer cut into
+ * @p W shards of @p S elements (rank j owns [j·S, (j+1)·S)): counts[j] is the size of the slice's
+ * intersection with shard j, 0 when they do not meet. Rank j's piece starts at element
+ * max(a, j·S) − j·S of its shard. Ends the job when a > b or b > W·S.
+ * @param[in] a       first element of the slice.
+ * @param[in] b       one past its last element.
+ * @param[in] S       shard size, elements (ceil(n / W) for a buffer of n, padded to W·S).
+ * @param[in] W       number of shards (the world size).
+ * @param[out] counts host, (W).
+ */
+void dist_shard_counts(size_t a, size_t b, size_t S, int W, size_t *counts);
+
+/**
+ * @brief Lets an asynchronous collective advance (MPI_Test) and says whether it has finished. Never
  * blocks.
  * @return true when @p w is complete (always true on NCCL, whose completion the streams order).
  */
 bool dist_test(ProcessGroup *pg, DistWork *w);
 
 /**
- * @brief Completes an asynchronous all-reduce: MPI waits for it and averages; NCCL makes the compute
+ * @brief Completes an asynchronous collective: MPI waits for it and averages; NCCL makes the compute
  * stream wait for it (no host synchronisation). Afterwards @p w may be started again.
  * @param[in] pg    process group.
  * @param[in,out] w an active handle.
@@ -170,9 +221,12 @@ void dist_wait(ProcessGroup *pg, DistWork *w);
 void dist_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, int root);
 
 /**
- * @brief All-gather: rank r's @p n elements land at `recv + r·n` on every rank.
+ * @brief All-gather: rank r's @p n elements land at `recv + r·n` on every rank. In place when
+ * @p send is `recv + rank·n` (each rank's part is already where it belongs, as a shard of a flat
+ * buffer is after a sharded optimizer step): MPI_IN_PLACE on MPI, natively on NCCL. Any other
+ * overlap of @p send and @p recv ends the job. NCCL: queued on the context's stream; MPI: blocking.
  * @param[in] pg    process group.
- * @param[in] send  device, (n).
+ * @param[in] send  device, (n); `recv + rank·n` for the in-place form.
  * @param[out] recv device, (world_size · n).
  * @param[in] n     elements per rank.
  * @param[in] type  element type.

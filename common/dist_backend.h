@@ -21,6 +21,12 @@ void dist_mpi_set_abort(void);
 void dist_mpi_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op);
 /** @brief Starts an MPI_Iallreduce for @p w (blocking, through the host, for GPU buffers). */
 void dist_mpi_all_reduce_start(ProcessGroup *pg, DistWork *w);
+/**
+ * @brief Starts an MPI_Ireduce_scatter_block (equal counts) or MPI_Ireduce_scatter for @p w, whose
+ * buf, n, type and op dist.c has set (blocking, through the host, for GPU buffers); see
+ * dist_reduce_scatter_async().
+ */
+void dist_mpi_reduce_scatter_start(ProcessGroup *pg, const void *send, const size_t *counts, DistWork *w);
 /** @brief MPI_Test on @p w; on completion averages if asked and records the end event. */
 bool dist_mpi_test(ProcessGroup *pg, DistWork *w);
 /** @brief MPI_Wait on @p w; then as dist_mpi_test(). */
@@ -48,6 +54,13 @@ void dist_nccl_connect(ProcessGroup *pg, void (*share)(void *id, size_t size));
 void dist_nccl_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op);
 /** @brief NCCL all-reduce queued on @p stream (a cudaStream_t). */
 void dist_nccl_all_reduce_on(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op, void *stream);
+/**
+ * @brief NCCL reduce-scatter queued on @p stream (a cudaStream_t): ncclReduceScatter for equal
+ * counts, else one ncclReduce per rank with a nonzero count in one group; see
+ * dist_reduce_scatter_async().
+ */
+void dist_nccl_reduce_scatter_on(ProcessGroup *pg, const void *send, void *recv, const size_t *counts,
+                                 DistType type, DistOp op, void *stream);
 /** @brief NCCL broadcast on the context's stream; see dist_broadcast(). */
 void dist_nccl_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, int root);
 /** @brief NCCL all-gather on the context's stream; see dist_all_gather(). */
@@ -71,6 +84,20 @@ void dist_nccl_destroy(ProcessGroup *pg);
 /** @brief Size in bytes of one element of @p type. */
 static inline size_t dist_type_size(DistType type) {
   return type == DIST_DOUBLE ? sizeof(double) : type == DIST_INT ? sizeof(int) : sizeof(float);
+}
+
+/** @brief True when the @p W counts of a reduce-scatter are all equal (the native collective). */
+static inline bool dist_counts_equal(const size_t *counts, int W) {
+  for (int j = 1; j < W; j++)
+    if (counts[j] != counts[0]) return false;
+  return true;
+}
+
+/** @brief Where chunk @p j of a reduce-scatter starts in its send buffer, in elements. */
+static inline size_t dist_chunk_offset(const size_t *counts, int j) {
+  size_t offset = 0;
+  for (int i = 0; i < j; i++) offset += counts[i];
+  return offset;
 }
 
 #ifdef __cplusplus

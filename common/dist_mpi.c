@@ -52,9 +52,9 @@ void dist_mpi_init(ProcessGroup *pg) {
 
 // MPI counts are ints. A blocking collective of more elements runs in chunks of DDP_MPI_CHUNK
 // elements (element-wise, so the result is the same); the calls that cannot be split -- the
-// non-blocking all-reduce (one request) and the all-gather (its layout) -- refuse such counts
-// with a message. No count is ever cast to int unchecked. A test build sets a tiny chunk so that
-// the chunked paths run (tests/integration/tests.cmake: dist_collectives_chunked).
+// non-blocking all-reduce (one request), the all-gather and the reduce-scatter (their layout) --
+// refuse such counts with a message. No count is ever cast to int unchecked. A test build sets a
+// tiny chunk so that the chunked paths run (tests/integration/tests.cmake: dist_collectives_chunked).
 #ifndef DDP_MPI_CHUNK
 #define DDP_MPI_CHUNK ((size_t)1 << 30)
 #endif
@@ -124,6 +124,46 @@ void dist_mpi_all_reduce_start(ProcessGroup *pg, DistWork *w) {
                           MPI_SUM, MPI_COMM_WORLD, req));
 }
 
+// w->counts as MPI's int receive counts; true when they are all equal (reduce_scatter_block).
+static bool recv_counts(const ProcessGroup *pg, const size_t *counts, DistWork *w, const char *call) {
+  for (int j = 0; j < pg->world_size; j++) w->counts[j] = whole_count(counts[j], call);
+  return dist_counts_equal(counts, pg->world_size);
+}
+
+// Device buffers of a CUDA context: the whole send buffer and this rank's chunk go through the
+// pinned staging buffer ([send | received chunk]), with a blocking reduce-scatter.
+static void reduce_scatter_staged(ProcessGroup *pg, const void *send, const size_t *counts, DistWork *w) {
+  size_t size = dist_type_size(w->type), total = dist_chunk_offset(counts, pg->world_size);
+  char *host = staging(pg, (total + w->n) * size), *mine = host + total * size;
+  dev_download(pg->ctx, host, send, total * size);
+  MPI_Datatype t = mpi_type(w->type);
+  if (recv_counts(pg, counts, w, "MPI_Reduce_scatter")) {
+    WAITING("MPI_Reduce_scatter_block",
+            MPI_Reduce_scatter_block(host, mine, w->counts[0], t, MPI_SUM, MPI_COMM_WORLD));
+  } else {
+    WAITING("MPI_Reduce_scatter", MPI_Reduce_scatter(host, mine, w->counts, t, MPI_SUM, MPI_COMM_WORLD));
+  }
+  if (w->op == DIST_AVG) scale_avg(pg, (float *)mine, w->n);
+  dev_upload(pg->ctx, w->buf, mine, w->n * size);
+}
+
+void dist_mpi_reduce_scatter_start(ProcessGroup *pg, const void *send, const size_t *counts, DistWork *w) {
+  dev_event_record(pg->ctx, &w->start, NULL);
+  if (on_gpu(pg)) {  // staged through the host: nothing to overlap, reduce now
+    reduce_scatter_staged(pg, send, counts, w);
+    dev_event_record(pg->ctx, &w->end, NULL);
+    w->done = true;
+    return;
+  }
+  MPI_Request *req = (MPI_Request *)w->req;
+  MPI_Datatype t = mpi_type(w->type);
+  if (recv_counts(pg, counts, w, "MPI_Ireduce_scatter")) {
+    mpiCheck(MPI_Ireduce_scatter_block(send, w->buf, w->counts[0], t, MPI_SUM, MPI_COMM_WORLD, req));
+  } else {
+    mpiCheck(MPI_Ireduce_scatter(send, w->buf, w->counts, t, MPI_SUM, MPI_COMM_WORLD, req));
+  }
+}
+
 static void finish(ProcessGroup *pg, DistWork *w) {
   if (w->op == DIST_AVG) scale_avg(pg, w->buf, w->n);
   dev_event_record(pg->ctx, &w->end, NULL);
@@ -166,11 +206,13 @@ void dist_mpi_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t 
   size_t bytes = n * dist_type_size(type);
   int count = whole_count(n, "MPI_Allgather");
   if (!on_gpu(pg)) {
-    WAITING("MPI_Allgather",
-            MPI_Allgather(send, count, mpi_type(type), recv, count, mpi_type(type), MPI_COMM_WORLD));
+    bool in_place = send == (const char *)recv + (size_t)pg->rank * bytes;  // MPI forbids aliasing
+    WAITING("MPI_Allgather", MPI_Allgather(in_place ? MPI_IN_PLACE : send, count, mpi_type(type), recv, count,
+                                           mpi_type(type), MPI_COMM_WORLD));
     return;
   }
-  char *host = staging(pg, bytes * (size_t)(pg->world_size + 1));  // [mine | everyone's]
+  // [mine | everyone's]: mine is downloaded before anything is uploaded, so in place works too
+  char *host = staging(pg, bytes * (size_t)(pg->world_size + 1));
   dev_download(pg->ctx, host, send, bytes);
   WAITING("MPI_Allgather",
           MPI_Allgather(host, count, mpi_type(type), host + bytes, count, mpi_type(type), MPI_COMM_WORLD));

@@ -203,11 +203,17 @@ void dist_nccl_group_end(ProcessGroup *pg) {
   note_collective(s);
 }
 
-void dist_nccl_all_reduce_on(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op, void *on) {
-  ncclRedOp_t red = ncclSum;
+// NCCL's reduction for @p op: ncclAvg where available, else ncclSum (then the caller divides).
+static ncclRedOp_t reduction(DistOp op) {
 #if HEADER_HAS_AVG
-  if (op == DIST_AVG && g_have_avg) red = ncclAvg;
+  if (op == DIST_AVG && g_have_avg) return ncclAvg;
 #endif
+  (void)op;
+  return ncclSum;
+}
+
+void dist_nccl_all_reduce_on(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op, void *on) {
+  ncclRedOp_t red = reduction(op);
   ncclCheck(ncclAllReduce(buf, buf, n, nccl_type(type), red, (ncclComm_t)pg->nccl, (cudaStream_t)on));
   if (op == DIST_AVG && red == ncclSum) {
     if (g_group.depth == 0) {
@@ -222,6 +228,36 @@ void dist_nccl_all_reduce_on(ProcessGroup *pg, void *buf, size_t n, DistType typ
   note_collective((cudaStream_t)on);
 }
 
+// Unequal counts: chunk j is reduced onto rank j (one ncclReduce per rank with a nonzero count, as
+// PyTorch does for an uneven reduce_scatter), all launched together in one NCCL group. The receive
+// buffer is read by NCCL on the root only.
+static void reduce_per_root(ProcessGroup *pg, const void *send, void *recv, const size_t *counts,
+                            DistType type, ncclRedOp_t red, cudaStream_t on) {
+  size_t size = dist_type_size(type), offset = 0;
+  ncclCheck(ncclGroupStart());
+  for (int j = 0; j < pg->world_size; offset += counts[j++])
+    if (counts[j] > 0)
+      ncclCheck(ncclReduce((const char *)send + offset * size, recv, counts[j], nccl_type(type), red, j,
+                           (ncclComm_t)pg->nccl, on));
+  ncclCheck(ncclGroupEnd());
+}
+
+void dist_nccl_reduce_scatter_on(ProcessGroup *pg, const void *send, void *recv, const size_t *counts,
+                                 DistType type, DistOp op, void *stream) {
+  // In a caller's group, the division below and the watchdog's event would precede the collectives.
+  if (g_group.depth > 0) die(1, "dist_reduce_scatter_async: not allowed inside dist_group_start()");
+  cudaStream_t on = (cudaStream_t)stream;
+  ncclRedOp_t red = reduction(op);
+  if (dist_counts_equal(counts, pg->world_size)) {
+    ncclCheck(ncclReduceScatter(send, recv, counts[0], nccl_type(type), red, (ncclComm_t)pg->nccl, on));
+  } else {
+    reduce_per_root(pg, send, recv, counts, type, red, on);
+  }
+  if (op == DIST_AVG && red == ncclSum && counts[pg->rank] > 0)
+    divide_by_world(pg, recv, counts[pg->rank], on);
+  note_collective(on);
+}
+
 void dist_nccl_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op) {
   dist_nccl_all_reduce_on(pg, buf, n, type, op, stream(pg));
 }
@@ -231,6 +267,7 @@ void dist_nccl_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, i
   note_collective(stream(pg));
 }
 
+// In place when send == recv + rank·n: NCCL then sends from where the rank's part already lies.
 void dist_nccl_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type) {
   ncclCheck(ncclAllGather(send, recv, n, nccl_type(type), (ncclComm_t)pg->nccl, stream(pg)));
   note_collective(stream(pg));

@@ -3,8 +3,9 @@
 # package installs:
 #   1. configure and build with CUDA and NCCL (MPI when present); report the NCCL it linked and the
 #      one it loads;
-#   2. the `gpu` tests: every CUDA op against its CPU reference, the MLP on both devices, and (with
-#      an NCCL that can put 2 ranks on one GPU) the order of step 06's bucket all-reduce;
+#   2. the `gpu` tests: every CUDA op against its CPU reference, the MLP on both devices, (with
+#      an NCCL that can put 2 ranks on one GPU) the order of step 06's bucket all-reduce, and the
+#      reduce-scatter and in-place all-gather on GPU buffers (NCCL; MPI through the host);
 #   3. step 01 on the GPU against the CPU, same seed and data order;
 #   4. the process group over NCCL at world size 1: step 05's exact resume; step 06 = step 05;
 #   5. with NCCL >= 2.30 loaded: steps 04, 05 and 06 at 2 and 4 ranks on one GPU
@@ -246,9 +247,11 @@ else
   fail "GPU visible to CUDA" "cudaGetDeviceCount finds none (nvidia-smi: ${gpu_name:-not found})"
 fi
 ctest --test-dir "$BUILD_DIR" -L gpu --output-on-failure > "$LOG/ctest_gpu.log" 2>&1
-t_pass=$(grep -cE 'Test +#[0-9]+: .* Passed' "$LOG/ctest_gpu.log")
-t_skip=$(grep -cE 'Test +#[0-9]+: .*\*\*\*Skipped' "$LOG/ctest_gpu.log")
-t_fail=$(grep -cE 'Test +#[0-9]+: .*\*\*\*(Failed|Timeout|Exception)|Test +#[0-9]+: .* Not Run' "$LOG/ctest_gpu.log")
+# The collectives on GPU buffers (dist_gpu_*) get a line of their own, below.
+other_tests=$(grep -vE 'Test +#[0-9]+: dist_gpu_' "$LOG/ctest_gpu.log")
+t_pass=$(grep -cE 'Test +#[0-9]+: .* Passed' <<< "$other_tests")
+t_skip=$(grep -cE 'Test +#[0-9]+: .*\*\*\*Skipped' <<< "$other_tests")
+t_fail=$(grep -cE 'Test +#[0-9]+: .*\*\*\*(Failed|Timeout|Exception)|Test +#[0-9]+: .* Not Run' <<< "$other_tests")
 if grep -q "nccl_bucket_order" "$LOG/ctest_gpu.log"; then
   order_line=$(grep -E 'nccl_bucket_order' "$LOG/ctest_gpu.log" | tail -1)
 else
@@ -275,6 +278,24 @@ elif [[ "$order_line" == *Skipped* ]]; then
   fi
 else
   fail "bucket all-reduce order, 2 ranks (gpu test)" "$(grep -m1 'FAILED' "$LOG/ctest_gpu.log" | cut -c1-140)"
+fi
+# The reduce-scatter and in-place all-gather on GPU buffers (tests/gpu/test_dist_gpu.c): over NCCL at
+# 2 and 3 ranks (skipped where NCCL cannot share this machine's GPUs), and over MPI through the host.
+dist_lines=$(grep -E 'Test +#[0-9]+: dist_gpu_' "$LOG/ctest_gpu.log")
+d_pass=$(grep -c ' Passed' <<< "$dist_lines")
+d_skip=$(grep -c '\*\*\*Skipped' <<< "$dist_lines")
+d_fail=$(grep -cE '\*\*\*(Failed|Timeout|Exception)| Not Run' <<< "$dist_lines")
+d_name="reduce-scatter, all-gather in place (gpu tests)"
+if [ -z "$dist_lines" ]; then
+  fail "$d_name" "not built (needs NCCL or MPI)"
+elif [ "$d_fail" -gt 0 ]; then
+  fail "$d_name" "$d_fail failed: $(grep -m1 -E 'FAILED|ERROR' "$LOG/ctest_gpu.log" | cut -c1-120)"
+elif [ "$d_pass" -gt 0 ]; then
+  ok "$d_name" "$d_pass passed, $d_skip skipped (NCCL tests skip where NCCL cannot share the GPU)"
+elif [ "$ngpu" -eq 0 ]; then
+  fail "$d_name" "skipped: no GPU"
+else
+  skip "$d_name" "every one skipped (NCCL cannot share the GPU, and no MPI)"
 fi
 
 # ---- 3. step 01, GPU against CPU --------------------------------------------------------------------

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The sanitizer check CI runs after the tests: the `asan` preset (AddressSanitizer, LeakSanitizer,
 # UndefinedBehaviorSanitizer; CUDA off) builds everything, runs the unit tests, then a short 2-rank
-# step 06 run (checkpoints, trace, gradient accumulation, tiny buckets). Any report fails it.
+# step 06 run (checkpoints, trace, gradient accumulation, tiny buckets), then every collective of the
+# process group at 2, 3 and 4 ranks (tests/mpi/test_dist.c). Any report fails it.
 # Needs what scripts/setup.sh installs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,3 +23,4 @@ mpirun -np 2 build-asan/bin/06_full --device cpu --data synthetic --dataset_size
   > "$tmp/resume.log"
 echo "sanitizers: 2-rank step 06 runs (train, checkpoint, trace, resume) clean"
 ctest --preset asan -L unit -j "$(nproc)"
+ctest --preset asan -R '^dist_collectives' -j "$(nproc)"
