@@ -250,14 +250,13 @@ void dist_work_init(ProcessGroup *pg, DistWork *w) {
   memset(w, 0, sizeof *w);
   dev_event_init(pg->ctx, &w->start);
   dev_event_init(pg->ctx, &w->end);
-  if (pg->backend == BACKEND_MPI && !solo(pg))  // MPI reads a reduce-scatter's counts until it ends
-    w->counts = mallocCheck((size_t)pg->world_size * sizeof *w->counts);
+  if (pg->backend == BACKEND_MPI && !solo(pg))  // the counts and ring state of a reduce-scatter
+    WITH_MPI(dist_mpi_work_init(pg, w));
 }
 
 void dist_work_free(ProcessGroup *pg, DistWork *w) {
   if (w->active) die(1, "dist_work_free: the collective is still in flight (call dist_wait first)");
-  free(w->counts);
-  w->counts = NULL;
+  if (w->ring) WITH_MPI(dist_mpi_work_free(w));
   dev_event_free(pg->ctx, &w->end);
   dev_event_free(pg->ctx, &w->start);
 }
@@ -308,8 +307,8 @@ static bool overlap(const void *a, size_t an, const void *b, size_t bn) {
   return an > 0 && bn > 0 && x < y + bn && y < x + an;
 }
 
-void dist_reduce_scatter_async(ProcessGroup *pg, const void *send, void *recv, const size_t *counts,
-                               DistType type, DistOp op, DistWork *w) {
+void dist_reduce_scatter_async(ProcessGroup *pg, void *send, void *recv, const size_t *counts, DistType type,
+                               DistOp op, DistWork *w) {
   work_begin(w, "dist_reduce_scatter_async", recv, counts[pg->rank], type, op);
   size_t total = dist_chunk_offset(counts, pg->world_size), size = dist_type_size(type);
   if (overlap(send, total * size, recv, w->n * size))

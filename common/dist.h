@@ -123,8 +123,10 @@ typedef struct DistWork {
   bool active;            ///< started and not yet waited for
   bool done;              ///< completion seen (MPI), or nothing to wait for
   unsigned char req[16];  ///< storage for the MPI_Request (BACKEND_MPI)
-  int *counts;            ///< host, (world_size): a reduce-scatter's receive counts, read by MPI until
+  int *counts;            ///< host, (world_size): a reduce-scatter's chunk sizes, read by MPI until
                           ///< completion (BACKEND_MPI with several ranks; else NULL)
+  void *ring;             ///< the MPI reduce-scatter ring's state (dist_mpi.c; BACKEND_MPI with several
+                          ///< ranks; else NULL)
   DevEvent start;         ///< when the collective started (on the communication stream on a GPU)
   DevEvent end;           ///< when it ended (on the communication stream; on the CPU: when seen done)
 } DistWork;
@@ -163,15 +165,18 @@ void dist_all_reduce_async(ProcessGroup *pg, void *buf, size_t n, DistType type,
  * elements, possibly none). Counts may differ and may be 0: a bucket [a, b) of a flat buffer cut
  * into shards gets its counts from dist_shard_counts(). Every rank passes the same counts.
  *
- * Equal counts use the native collective (`MPI_Ireduce_scatter_block`, `ncclReduceScatter`);
- * unequal ones `MPI_Ireduce_scatter`, or on NCCL one `ncclReduce` per rank with a nonzero count
- * (root j), launched together in one NCCL group. NCCL: queued on the communication stream after the
- * work the compute stream has queued, as dist_all_reduce_async() does; not inside
- * dist_group_start(). MPI: it advances inside dist_test() and dist_wait(); DIST_AVG divides the
- * received chunk there (device buffers of a CUDA context are reduced at once, through the host).
- * Neither buffer may be touched until dist_wait().
+ * NCCL: equal counts use `ncclReduceScatter`; unequal ones one `ncclReduce` per rank with a nonzero
+ * count (root j), launched together in one NCCL group (as PyTorch's ProcessGroupNCCL does for an
+ * uneven reduce_scatter); queued on the communication stream after the work the compute stream has
+ * queued, as dist_all_reduce_async() does; not inside dist_group_start(). MPI on the CPU: a ring of
+ * point-to-point messages (W-1 steps, one chunk of scratch) that advances inside dist_test() and
+ * dist_wait(), because Open MPI's own reduce-scatters take scratch as large as the whole send buffer
+ * (dist_mpi.c); with a CUDA context, `MPI_Reduce_scatter[_block]` at once, through the host. DIST_AVG
+ * divides the received chunk on completion. Neither buffer may be touched until dist_wait(), and
+ * @p send's contents are undefined afterwards (the ring makes its partial sums there).
  * @param[in] pg     process group.
- * @param[in] send   device memory of the connected context, (counts[0] + ... + counts[W-1]) elements.
+ * @param[in,out] send device memory of the connected context, (counts[0] + ... + counts[W-1]) elements;
+ *                   scratch afterwards.
  * @param[out] recv  device memory of the connected context, (counts[rank]) elements; does not
  *                   overlap @p send.
  * @param[in] counts host, (world_size): the elements of each rank's chunk; read during the call only.
@@ -179,8 +184,8 @@ void dist_all_reduce_async(ProcessGroup *pg, void *buf, size_t n, DistType type,
  * @param[in] op     DIST_SUM or DIST_AVG (DIST_AVG for floats only).
  * @param[in,out] w  the handle (from dist_work_init(), not active).
  */
-void dist_reduce_scatter_async(ProcessGroup *pg, const void *send, void *recv, const size_t *counts,
-                               DistType type, DistOp op, DistWork *w);
+void dist_reduce_scatter_async(ProcessGroup *pg, void *send, void *recv, const size_t *counts, DistType type,
+                               DistOp op, DistWork *w);
 
 /**
  * @brief The counts of a reduce-scatter for the slice [@p a, @p b) of a flat buffer cut into

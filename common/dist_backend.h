@@ -21,12 +21,15 @@ void dist_mpi_set_abort(void);
 void dist_mpi_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op);
 /** @brief Starts an MPI_Iallreduce for @p w (blocking, through the host, for GPU buffers). */
 void dist_mpi_all_reduce_start(ProcessGroup *pg, DistWork *w);
+/** @brief Gives @p w the counts array and ring state of an MPI reduce-scatter (several ranks). */
+void dist_mpi_work_init(ProcessGroup *pg, DistWork *w);
+/** @brief Frees what dist_mpi_work_init() allocated. */
+void dist_mpi_work_free(DistWork *w);
 /**
- * @brief Starts an MPI_Ireduce_scatter_block (equal counts) or MPI_Ireduce_scatter for @p w, whose
- * buf, n, type and op dist.c has set (blocking, through the host, for GPU buffers); see
- * dist_reduce_scatter_async().
+ * @brief Starts the reduce-scatter ring for @p w, whose buf, n, type and op dist.c has set (blocking
+ * MPI_Reduce_scatter[_block], through the host, for GPU buffers); see dist_reduce_scatter_async().
  */
-void dist_mpi_reduce_scatter_start(ProcessGroup *pg, const void *send, const size_t *counts, DistWork *w);
+void dist_mpi_reduce_scatter_start(ProcessGroup *pg, void *send, const size_t *counts, DistWork *w);
 /** @brief MPI_Test on @p w; on completion averages if asked and records the end event. */
 bool dist_mpi_test(ProcessGroup *pg, DistWork *w);
 /** @brief MPI_Wait on @p w; then as dist_mpi_test(). */

@@ -147,7 +147,113 @@ static void reduce_scatter_staged(ProcessGroup *pg, const void *send, const size
   dev_upload(pg->ctx, w->buf, mine, w->n * size);
 }
 
-void dist_mpi_reduce_scatter_start(ProcessGroup *pg, const void *send, const size_t *counts, DistWork *w) {
+// ---- the CPU reduce-scatter: a ring of point-to-point messages --------------------------------------
+//
+// Not MPI_Ireduce_scatter: Open MPI 4.1's reduce-scatters (blocking or not, _block or not, in place
+// or not) reduce into scratch as large as the whole send buffer on some ranks, twice that on rank 0
+// (measured with getrusage at 4 ranks), which would undo what a sharded optimizer saves. This ring
+// needs one chunk of scratch. At step s = 0 .. W-2, rank r sends chunk (r-s-1) mod W of the send
+// buffer to rank r+1, receives chunk (r-s-2) mod W from rank r-1 and adds it into its own values of
+// that chunk, which it sends on at the next step; at the last step the chunk received is r's own, and
+// the sum goes to recv. Its messages carry a tag of their own: the number of reduce-scatters this
+// process had started before, the same on every rank (collectives start in the same order everywhere),
+// so rings in flight together never take each other's messages.
+
+/** The state of one reduce-scatter ring (DistWork.ring). */
+typedef struct Ring {
+  MPI_Request req[2];  // this step's send and receive
+  bool active;         // a ring is in flight on the handle
+  char *send;          // the send buffer: the partial sums are made in it
+  const int *counts;   // (W): chunk sizes (the handle's counts)
+  int step;            // the step in flight, 0 .. W-2
+  int tag;             // its messages' tag
+  char *tmp;           // host: the chunk received at this step
+  size_t tmp_bytes;    // its size (grown to the largest chunk seen: only the first calls allocate)
+} Ring;
+
+static unsigned g_rings_started;  // reduce-scatters started by this process: the next ring's tag
+
+void dist_mpi_work_init(ProcessGroup *pg, DistWork *w) {
+  w->counts = mallocCheck((size_t)pg->world_size * sizeof *w->counts);
+  Ring *g = mallocCheck(sizeof *g);
+  memset(g, 0, sizeof *g);
+  w->ring = g;
+}
+
+void dist_mpi_work_free(DistWork *w) {
+  Ring *g = w->ring;
+  if (g) free(g->tmp);
+  free(g);
+  free(w->counts);
+  w->ring = NULL;
+  w->counts = NULL;
+}
+
+static int ring_mod(int a, int W) { return (a % W + W) % W; }
+
+// Where chunk j starts in the send buffer, in bytes.
+static size_t ring_offset(const Ring *g, int j, size_t size) {
+  size_t elements = 0;
+  for (int i = 0; i < j; i++) elements += (size_t)g->counts[i];
+  return elements * size;
+}
+
+// dst = a + b, n elements of type.
+static void add_into(void *dst, const void *a, const void *b, size_t n, DistType type) {
+  if (type == DIST_INT) {
+    for (size_t i = 0; i < n; i++) ((int *)dst)[i] = ((const int *)a)[i] + ((const int *)b)[i];
+  } else if (type == DIST_DOUBLE) {
+    for (size_t i = 0; i < n; i++) ((double *)dst)[i] = ((const double *)a)[i] + ((const double *)b)[i];
+  } else {
+    for (size_t i = 0; i < n; i++) ((float *)dst)[i] = ((const float *)a)[i] + ((const float *)b)[i];
+  }
+}
+
+// Posts the step's two messages: chunk (r-s-1) to rank r+1, chunk (r-s-2) from rank r-1.
+static void ring_post(const ProcessGroup *pg, DistWork *w, Ring *g) {
+  int W = pg->world_size, r = pg->rank, out = ring_mod(r - g->step - 1, W), in = ring_mod(r - g->step - 2, W);
+  size_t size = dist_type_size(w->type);
+  MPI_Datatype t = mpi_type(w->type);
+  mpiCheck(MPI_Isend(g->send + ring_offset(g, out, size), g->counts[out], t, ring_mod(r + 1, W), g->tag,
+                     MPI_COMM_WORLD, &g->req[0]));
+  mpiCheck(MPI_Irecv(g->tmp, g->counts[in], t, ring_mod(r - 1, W), g->tag, MPI_COMM_WORLD, &g->req[1]));
+}
+
+// The step's messages are done: add the received chunk into ours (the last step: into recv), then
+// post the next step. Returns whether the ring has ended.
+static bool ring_advance(const ProcessGroup *pg, DistWork *w, Ring *g) {
+  int W = pg->world_size, in = ring_mod(pg->rank - g->step - 2, W);
+  size_t size = dist_type_size(w->type);
+  char *own = g->send + ring_offset(g, in, size);
+  bool last = g->step == W - 2;
+  add_into(last ? w->buf : own, g->tmp, own, (size_t)g->counts[in], w->type);
+  if (last) return true;
+  g->step++;
+  ring_post(pg, w, g);
+  return false;
+}
+
+static void ring_start(ProcessGroup *pg, void *send, const size_t *counts, DistWork *w) {
+  Ring *g = w->ring;
+  size_t size = dist_type_size(w->type), largest = 0;
+  for (int j = 0; j < pg->world_size; j++) {
+    w->counts[j] = whole_count(counts[j], "the reduce-scatter's MPI_Isend");
+    if (counts[j] > largest) largest = counts[j];
+  }
+  if (largest * size > g->tmp_bytes) {
+    free(g->tmp);
+    g->tmp_bytes = largest * size;
+    g->tmp = mallocCheck(g->tmp_bytes);
+  }
+  g->send = send;
+  g->counts = w->counts;
+  g->step = 0;
+  g->tag = (int)(g_rings_started++ % 32768u);  // MPI guarantees tags up to 32767
+  g->active = true;
+  ring_post(pg, w, g);
+}
+
+void dist_mpi_reduce_scatter_start(ProcessGroup *pg, void *send, const size_t *counts, DistWork *w) {
   dev_event_record(pg->ctx, &w->start, NULL);
   if (on_gpu(pg)) {  // staged through the host: nothing to overlap, reduce now
     reduce_scatter_staged(pg, send, counts, w);
@@ -155,30 +261,46 @@ void dist_mpi_reduce_scatter_start(ProcessGroup *pg, const void *send, const siz
     w->done = true;
     return;
   }
-  MPI_Request *req = (MPI_Request *)w->req;
-  MPI_Datatype t = mpi_type(w->type);
-  if (recv_counts(pg, counts, w, "MPI_Ireduce_scatter")) {
-    mpiCheck(MPI_Ireduce_scatter_block(send, w->buf, w->counts[0], t, MPI_SUM, MPI_COMM_WORLD, req));
-  } else {
-    mpiCheck(MPI_Ireduce_scatter(send, w->buf, w->counts, t, MPI_SUM, MPI_COMM_WORLD, req));
-  }
+  ring_start(pg, send, counts, w);
 }
 
 static void finish(ProcessGroup *pg, DistWork *w) {
+  if (w->ring) ((Ring *)w->ring)->active = false;
   if (w->op == DIST_AVG) scale_avg(pg, w->buf, w->n);
   dev_event_record(pg->ctx, &w->end, NULL);
   w->done = true;
 }
 
-bool dist_mpi_test(ProcessGroup *pg, DistWork *w) {
+// A ring advances as far as its messages have arrived, without blocking.
+static bool ring_test(ProcessGroup *pg, DistWork *w, Ring *g) {
   int flag = 0;
-  mpiCheck(MPI_Test((MPI_Request *)w->req, &flag, MPI_STATUS_IGNORE));
+  do {
+    mpiCheck(MPI_Testall(2, g->req, &flag, MPI_STATUSES_IGNORE));
+  } while (flag && !ring_advance(pg, w, g));
+  return flag != 0;
+}
+
+bool dist_mpi_test(ProcessGroup *pg, DistWork *w) {
+  Ring *g = w->ring;
+  int flag = 0;
+  if (g && g->active) {
+    flag = ring_test(pg, w, g);
+  } else {
+    mpiCheck(MPI_Test((MPI_Request *)w->req, &flag, MPI_STATUS_IGNORE));
+  }
   if (flag) finish(pg, w);
   return flag != 0;
 }
 
 void dist_mpi_wait(ProcessGroup *pg, DistWork *w) {
-  WAITING("MPI_Wait", MPI_Wait((MPI_Request *)w->req, MPI_STATUS_IGNORE));
+  Ring *g = w->ring;
+  if (g && g->active) {
+    do {
+      WAITING("MPI_Waitall (reduce-scatter ring)", MPI_Waitall(2, g->req, MPI_STATUSES_IGNORE));
+    } while (!ring_advance(pg, w, g));
+  } else {
+    WAITING("MPI_Wait", MPI_Wait((MPI_Request *)w->req, MPI_STATUS_IGNORE));
+  }
   finish(pg, w);
 }
 

@@ -147,11 +147,15 @@ void mlp_count_correct(Mlp *m, const Ctx *c, const float *x, const int *y, int B
 size_t mlp_layer_size(const Mlp *m, int l) { return (size_t)OUT(m, l) * IN(m, l) + OUT(m, l); }
 
 uint64_t mlp_param_digest(const Mlp *m, const Ctx *c) {
+  enum { CHUNK = 1 << 20 };  // read back a MiB at a time: no copy of the whole model on the host
   size_t bytes = m->n_params * sizeof(float);
-  unsigned char *host = mallocCheck(bytes);
-  dev_download(c, host, m->params, bytes);
+  unsigned char *host = mallocCheck(bytes < CHUNK ? bytes + 1 : CHUNK);
   uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a 64
-  for (size_t i = 0; i < bytes; i++) h = (h ^ host[i]) * 0x100000001b3ull;
+  for (size_t done = 0; done < bytes; done += CHUNK) {
+    size_t len = bytes - done < CHUNK ? bytes - done : CHUNK;
+    dev_download(c, host, (const unsigned char *)m->params + done, len);
+    for (size_t i = 0; i < len; i++) h = (h ^ host[i]) * 0x100000001b3ull;
+  }
   free(host);
   return h;
 }

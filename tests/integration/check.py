@@ -1027,7 +1027,7 @@ def step07_memory(tmp):
     """Step 07 at 4 ranks: the momentum is ceil(n/4) floats per rank, and each rank's peak memory is below
     step 06's."""
     np = 4
-    common = SMALL + ["--hidden", "2048,1024", "--dataset_size", "512", "--max_steps", "2", "--epochs", "1"]
+    common = SMALL + ["--hidden", "4096,2048", "--dataset_size", "512", "--max_steps", "2", "--epochs", "1"]
     peaks = {}
     for step in ("06_full", "07_zero"):
         out, _ = run(step, common + ["--metrics", f"{tmp}/{step}_{{rank}}.jsonl"], np=np)
