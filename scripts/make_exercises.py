@@ -76,10 +76,11 @@ EXERCISES = [
     ]),
     ("05_metrics_ckpt", "steps/05_metrics_ckpt/train.c", [
         ("  // [metrics] each rank evaluates every W-th test sample: a shard without padding, none counted twice",
-         "  for (int i = t->rank; i < test.n; i += t->world_size) all[t->n_eval++] = i;",
+         "  loader_set_stride_order(&t->test, &t->ctx, t->rank, t->world_size);",
          "  // TODO(05): each rank evaluates its own shard of the test set: every W-th sample from its rank\n"
-         "  // on, without padding. Until then every rank evaluates the whole test set, as in step 04.\n"
-         "  for (int i = 0; i < test.n; i++) all[t->n_eval++] = i;\n"),
+         "  // on, without padding (loader.h). Until then every rank evaluates the whole test set, as in\n"
+         "  // step 04.\n"
+         "  loader_set_stride_order(&t->test, &t->ctx, 0, 1);\n"),
         ("  dist_all_reduce(&t->pg, t->model.loss, 1, DIST_FLOAT, DIST_AVG);  // [metrics] the global loss",
          "  dist_all_reduce(&t->pg, t->model.loss, 1, DIST_FLOAT, DIST_AVG);  // [metrics] the global loss",
          "  // TODO(05): log the global loss: this step's loss (t->model.loss) averaged over the ranks\n"),

@@ -52,7 +52,6 @@ typedef struct Trainer {
   int in, classes;       // features per sample, number of classes
   DataId data_id;        // which data was loaded: recorded in checkpoints
   int *order;            // host, (n_train): the samples this process visits this epoch, in order
-  int n_order;           // length of this epoch's order
   int *correct;          // device, (1): evaluation counter
   int epoch0;            // first epoch to run (> 0 after --resume)
   long long step;        // optimizer steps done
@@ -116,10 +115,7 @@ static void load_data(Trainer *t) {
   t->data_id = dataset_id(kind, &train, &test);  // before the loaders take the arrays
   loader_init(&t->train, &t->ctx, &train, t->args.batch_size, train.n);
   loader_init(&t->test, &t->ctx, &test, EVAL_BATCH, test.n);
-  int *all = mallocCheck((size_t)test.n * sizeof *all);  // the test set is visited in order
-  for (int i = 0; i < test.n; i++) all[i] = i;
-  loader_set_order(&t->test, &t->ctx, all, test.n);
-  free(all);
+  loader_set_stride_order(&t->test, &t->ctx, 0, 1);  // the test set is visited in order
   t->order = mallocCheck((size_t)train.n * sizeof *t->order);
   t->correct = dev_alloc(&t->ctx, sizeof(int));
   log0("data: %s, %d train / %d test samples\n", t->args.data, train.n, test.n);
@@ -133,8 +129,7 @@ static int samples_per_epoch(const Trainer *t) { return t->n_train; }
 // This epoch's data order: a permutation of the whole training set, from seed + epoch.
 static void epoch_order(Trainer *t, int epoch) {
   rng_permutation(t->order, t->n_train, t->args.seed + (uint64_t)epoch);
-  t->n_order = samples_per_epoch(t);
-  loader_set_order(&t->train, &t->ctx, t->order, t->n_order);
+  loader_set_order(&t->train, &t->ctx, t->order, samples_per_epoch(t));
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -168,8 +163,8 @@ static const float *run_batch(Trainer *t, int start, int B) {
 
 static double evaluate(Trainer *t) {
   dev_zero(&t->ctx, t->correct, sizeof(int));
-  for (int start = 0; start < t->test.n; start += EVAL_BATCH) {
-    int B = t->test.n - start < EVAL_BATCH ? t->test.n - start : EVAL_BATCH;
+  for (int start = 0; start < t->test.n_order; start += EVAL_BATCH) {
+    int B = t->test.n_order - start < EVAL_BATCH ? t->test.n_order - start : EVAL_BATCH;
     loader_batch(&t->test, &t->ctx, start, B);
     mlp_count_correct(&t->model, &t->ctx, t->test.xb, t->test.yb, B, t->correct);
   }
@@ -192,9 +187,9 @@ static bool run_epoch(Trainer *t, int epoch) {
   epoch_order(t, epoch);
   double t0 = log_clock();
   long long batches = t->epoch_step, samples = 0;  // a resumed epoch goes on where it stopped
-  for (int start = (int)(batches * t->args.batch_size); start < t->n_order && !out_of_steps(t);
+  for (int start = (int)(batches * t->args.batch_size); start < t->train.n_order && !out_of_steps(t);
        start += t->args.batch_size) {
-    int B = t->n_order - start < t->args.batch_size ? t->n_order - start : t->args.batch_size;
+    int B = t->train.n_order - start < t->args.batch_size ? t->train.n_order - start : t->args.batch_size;
     const float *loss = run_batch(t, start, B);
     t->step++;
     batches++;

@@ -107,10 +107,11 @@ WRONG = {
               "step05_matches_baseline_np2", ["is 2 times the reference's", "without dividing by the world size"],
               "the loss is summed over the ranks, not averaged"),
         Wrong("eval_padding", S05,
-              [("  for (int i = t->rank; i < test.n; i += t->world_size) all[t->n_eval++] = i;",
-                "  for (int i = t->rank; i < (test.n + t->world_size - 1) / t->world_size * t->world_size;\n"
-                "       i += t->world_size)\n"
-                "    all[t->n_eval++] = i % test.n;")],
+              [("  loader_set_stride_order(&t->test, &t->ctx, t->rank, t->world_size);",
+                "  int n_eval = (test.n + t->world_size - 1) / t->world_size, *all = mallocCheck(sizeof(int) * n_eval);\n"
+                "  for (int i = 0; i < n_eval; i++) all[i] = (t->rank + i * t->world_size) % test.n;\n"
+                "  loader_set_order(&t->test, &t->ctx, all, n_eval);\n"
+                "  free(all);")],
               "step05_eval_exact", ["counted twice", "must not be padded"],
               "the evaluation shards are padded like the training sampler's: samples counted twice"),
         Wrong("correct_not_summed", S05,
