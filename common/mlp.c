@@ -134,6 +134,14 @@ void mlp_count_correct(Mlp *m, const Ctx *c, const float *x, const int *y, int B
   ops_count_correct(c, logits, y, B, m->sizes[m->n_layers], correct);
 }
 
+void mlp_count_correct_loader(Mlp *m, const Ctx *c, Loader *ld, int batch, int *correct) {
+  for (int start = 0; start < ld->n_order; start += batch) {
+    int B = ld->n_order - start < batch ? ld->n_order - start : batch;
+    loader_batch(ld, c, start, B);
+    mlp_count_correct(m, c, ld->xb, ld->yb, B, correct);
+  }
+}
+
 size_t mlp_layer_size(const Mlp *m, int l) { return (size_t)OUT(m, l) * IN(m, l) + OUT(m, l); }
 
 uint64_t mlp_param_digest(const Mlp *m, const Ctx *c) {

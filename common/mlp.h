@@ -22,6 +22,7 @@
 
 #include "device.h"
 #include "devmem.h"
+#include "loader.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -145,6 +146,19 @@ float mlp_loss_value(const Mlp *m, const Ctx *c);
  * @param[in,out] correct device, (1): running count.
  */
 void mlp_count_correct(Mlp *m, const Ctx *c, const float *x, const int *y, int B, int *correct);
+
+/**
+ * @brief mlp_count_correct() over a loader's whole order (loader_set_order()), in batches of at most
+ * @p batch samples (the last may be short): adds the number of correctly classified samples of the
+ * order to @p correct.
+ * @param[in,out] m       model; its max_batch must be at least @p batch.
+ * @param[in] c           context.
+ * @param[in,out] ld      the loader (its batch buffers are overwritten); its max_batch must be at
+ *                        least @p batch.
+ * @param[in] batch       samples per forward pass, >= 1.
+ * @param[in,out] correct device, (1): running count.
+ */
+void mlp_count_correct_loader(Mlp *m, const Ctx *c, Loader *ld, int batch, int *correct);
 
 /** @brief Number of floats of layer @p l's parameters (weight then bias, contiguous). */
 size_t mlp_layer_size(const Mlp *m, int l);

@@ -193,11 +193,7 @@ static const float *run_batch(Trainer *t, int start, int B) {
 
 static double evaluate(Trainer *t) {
   dev_zero(&t->ctx, t->correct, sizeof(int));
-  for (int start = 0; start < t->test.n_order; start += EVAL_BATCH) {
-    int B = t->test.n_order - start < EVAL_BATCH ? t->test.n_order - start : EVAL_BATCH;
-    loader_batch(&t->test, &t->ctx, start, B);
-    mlp_count_correct(&t->model, &t->ctx, t->test.xb, t->test.yb, B, t->correct);
-  }
+  mlp_count_correct_loader(&t->model, &t->ctx, &t->test, EVAL_BATCH, t->correct);
   dist_all_reduce(&t->pg, t->correct, 1, DIST_INT, DIST_SUM);  // [metrics] all ranks' answers
   int correct;
   dev_download(&t->ctx, &correct, t->correct, sizeof correct);
