@@ -30,7 +30,6 @@
 #include "metrics.h"     // metrics.h: Metrics, metrics_open, metrics_step, metrics_epoch
 #include "mlp.h"         // mlp.h: Mlp, mlp_init, mlp_forward, mlp_loss, mlp_backward
 #include "optim.h"       // optim.h: Sgd, sgd_init, sgd_step
-#include "progress.h"    // progress.h: Progress, progress_start, progress_add
 #include "rng.h"         // rng.h: rng_permutation
 
 // ---------------------------------------------------------------------------------------------------
@@ -57,7 +56,6 @@ typedef struct Trainer {
   long long step;        // optimizer steps done
   long long epoch_step;  // steps done in the current epoch: > 0 after a --max_steps stop or resume
   Metrics metrics;       // --metrics file
-  Progress progress;     // progress line state
   LossLog losses;        // each step's loss, on its way to the metrics file and the progress line
 } Trainer;
 
@@ -186,12 +184,11 @@ static bool run_epoch(Trainer *t, int epoch) {
   for (int start = (int)(batches * t->args.batch_size); start < t->train.n_order && !out_of_steps(t);
        start += t->args.batch_size) {
     int B = t->train.n_order - start < t->args.batch_size ? t->train.n_order - start : t->args.batch_size;
-    const float *loss = run_batch(t, start, B);
+    const float *loss = run_batch(t, start, B);  // on the device: logged once it reaches the host
     t->step++;
     batches++;
     samples += B;
-    progress_add(&t->progress, B);
-    loss_log_push(&t->losses, &t->ctx, loss, t->step, epoch);  // logged once it reaches the host
+    loss_log_push(&t->losses, &t->ctx, loss, t->step, epoch, B);
   }
   double train_loss = loss_log_epoch(&t->losses, &t->ctx);  // the last steps' losses; their mean
   double samples_per_s = (double)samples / (log_clock() - t0);
@@ -242,9 +239,8 @@ static void train(Trainer *t) {
   if (t->args.save_interval > 0) ckpt_dir_require(t->args.ckpt_dir);  // not after an epoch
   log0("batch: %d samples per step\n", t->args.batch_size);
   metrics_open(&t->metrics, t->args.metrics, t->rank, t->world_size);
-  long long left = (t->args.epochs - t->epoch0) * steps_per_epoch(t) - t->epoch_step;
-  progress_start(&t->progress, t->step + left, t->step);
-  loss_log_init(&t->losses, &t->ctx, &t->metrics, &t->progress, t->args.log_interval, t->args.epochs);
+  long long total = t->step + (t->args.epochs - t->epoch0) * steps_per_epoch(t) - t->epoch_step;
+  loss_log_init(&t->losses, &t->ctx, &t->metrics, t->args.log_interval, t->args.epochs, t->step, total);
   if (t->args.save_init) save_checkpoint(t, t->args.save_init, t->epoch0);  // the state to start from
   for (int epoch = t->epoch0; epoch < t->args.epochs && !out_of_steps(t); epoch++) {
     bool complete = run_epoch(t, epoch);

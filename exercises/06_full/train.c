@@ -35,7 +35,6 @@
 #include "mlp.h"         // mlp.h: Mlp, mlp_init, mlp_forward, mlp_loss, mlp_backward
 #include "ops.h"         // ops.h: ops_axpy
 #include "optim.h"       // optim.h: Sgd, sgd_init, sgd_step
-#include "progress.h"    // progress.h: Progress, progress_start, progress_add
 #include "reducer.h"     // reducer.h: Reducer, reducer_init, reducer_autograd_hook, reducer_finalize_backward
 #include "sampler.h"     // sampler.h: Sampler, sampler_init, sampler_set_epoch, sampler_indices
 #include "trace.h"       // trace.h: Trace, trace_open, trace_backward, trace_close
@@ -68,7 +67,6 @@ typedef struct Trainer {
   long long step;        // optimizer steps done
   long long epoch_step;  // steps done in the current epoch: > 0 after a --max_steps stop or resume
   Metrics metrics;       // --metrics file
-  Progress progress;     // progress line state
   LossLog losses;        // each step's loss, on its way to the metrics file and the progress line
 } Trainer;
 
@@ -246,12 +244,11 @@ static bool run_epoch(Trainer *t, int epoch) {
   for (int start = (int)(batches * step_size(t)); start < t->train.n_order && !out_of_steps(t);
        start += step_size(t)) {
     int B = t->train.n_order - start < step_size(t) ? t->train.n_order - start : step_size(t);
-    const float *loss = run_batch(t, start, B);
+    const float *loss = run_batch(t, start, B);  // on the device: logged once it reaches the host
     t->step++;
     batches++;
     samples += (long long)B * t->world_size;  // [metrics] the global batch
-    progress_add(&t->progress, (long long)B * t->world_size);
-    loss_log_push(&t->losses, &t->ctx, loss, t->step, epoch);  // logged once it reaches the host
+    loss_log_push(&t->losses, &t->ctx, loss, t->step, epoch, (long long)B * t->world_size);
   }
   double train_loss = loss_log_epoch(&t->losses, &t->ctx);  // the last steps' losses; their mean
   double samples_per_s = (double)samples / (log_clock() - t0);
@@ -310,9 +307,8 @@ static void train(Trainer *t) {
   metrics_open(&t->metrics, t->args.metrics, t->rank, t->world_size);
   trace_open(&t->trace, &t->ctx, t->args.trace, t->rank, t->world_size);
   if (trace_on(&t->trace)) mlp_time_backward(&t->model, &t->ctx);  // its layers' times, for the trace
-  long long left = (t->args.epochs - t->epoch0) * steps_per_epoch(t) - t->epoch_step;
-  progress_start(&t->progress, t->step + left, t->step);
-  loss_log_init(&t->losses, &t->ctx, &t->metrics, &t->progress, t->args.log_interval, t->args.epochs);
+  long long total = t->step + (t->args.epochs - t->epoch0) * steps_per_epoch(t) - t->epoch_step;
+  loss_log_init(&t->losses, &t->ctx, &t->metrics, t->args.log_interval, t->args.epochs, t->step, total);
   if (t->args.save_init) save_checkpoint(t, t->args.save_init, t->epoch0);  // the state to start from
   for (int epoch = t->epoch0; epoch < t->args.epochs && !out_of_steps(t); epoch++) {
     bool complete = run_epoch(t, epoch);
