@@ -198,12 +198,7 @@ static void resume(Trainer *t) {
   t->epoch0 = (int)meta.epoch;
   t->step = (long long)meta.step;
   t->epoch_step = (long long)meta.epoch_step;
-  log0("resumed from %s at epoch %d, step %lld\n", t->args.resume, t->epoch0, t->step);
-  if (t->epoch0 >= t->args.epochs)
-    log0(
-        "warning: %s has already completed %d epochs and --epochs is %d: nothing to train (raise "
-        "--epochs to go on)\n",
-        t->args.resume, t->epoch0, t->args.epochs);
+  ckpt_log_resume(t->args.resume, &meta, t->args.epochs);
 }
 
 // ---------------------------------------------------------------------------------------------------
