@@ -238,11 +238,9 @@ static void train(Trainer *t) {
   loss_log_init(&t->losses, &t->ctx, &t->metrics, t->args.log_interval, t->args.epochs, t->step, total);
   if (t->args.save_init) save_checkpoint(t, t->args.save_init, t->epoch0);  // the state to start from
   for (int epoch = t->epoch0; epoch < t->args.epochs && !out_of_steps(t); epoch++) {
-    bool complete = run_epoch(t, epoch);
-    if (complete && t->args.save_interval > 0 && (epoch + 1) % t->args.save_interval == 0)
-      save_checkpoint(t, t->args.ckpt_dir, epoch + 1);
-    else if (!complete && t->args.save_interval > 0)
-      save_checkpoint(t, t->args.ckpt_dir, epoch);  // a --max_steps stop inside the epoch
+    bool complete = run_epoch(t, epoch);  // false after a --max_steps stop inside the epoch
+    if (t->args.save_interval > 0 && (!complete || (epoch + 1) % t->args.save_interval == 0))
+      save_checkpoint(t, t->args.ckpt_dir, complete ? epoch + 1 : epoch);
   }
 }
 
