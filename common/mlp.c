@@ -170,3 +170,10 @@ int mlp_parse_sizes(const char *hidden, int in, int out, int *sizes) {
   sizes[n] = out;
   return n;  // Linear layers = hidden layers + 1
 }
+
+int mlp_parse_hidden(const char *hidden, int in, int out, int *sizes) {
+  int n_layers = mlp_parse_sizes(hidden, in, out, sizes);
+  if (n_layers < 0)
+    die(2, "--hidden '%s': at most %d sizes, each 1..%d", hidden, MLP_MAX_LAYERS - 1, MLP_MAX_WIDTH);
+  return n_layers;
+}

@@ -182,6 +182,18 @@ uint64_t mlp_param_digest(const Mlp *m, const Ctx *c);
  */
 int mlp_parse_sizes(const char *hidden, int in, int out, int *sizes);
 
+/**
+ * @brief mlp_parse_sizes() for the `--hidden` flag: ends the job on a list it rejects, with exit
+ * status 2 and `error: --hidden 'LIST': at most 7 sizes, each 1..1048576` (check.h's die(); the
+ * numbers are MLP_MAX_LAYERS - 1 and MLP_MAX_WIDTH).
+ * @param[in] hidden   the flag's value.
+ * @param[in] in       input features I.
+ * @param[in] out      classes O.
+ * @param[out] sizes   host, (MLP_MAX_LAYERS + 1): I, hidden…, O.
+ * @return number of Linear layers.
+ */
+int mlp_parse_hidden(const char *hidden, int in, int out, int *sizes);
+
 #ifdef __cplusplus
 }
 #endif

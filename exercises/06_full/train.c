@@ -154,9 +154,7 @@ static void epoch_order(Trainer *t, int epoch) {
 
 static void build_model(Trainer *t) {
   int sizes[MLP_MAX_LAYERS + 1];
-  int n_layers = mlp_parse_sizes(t->args.hidden, t->in, t->classes, sizes);
-  if (n_layers < 0)
-    die(2, "--hidden '%s': at most %d sizes, each 1..%d", t->args.hidden, MLP_MAX_LAYERS - 1, MLP_MAX_WIDTH);
+  int n_layers = mlp_parse_hidden(t->args.hidden, t->in, t->classes, sizes);  // I, hidden…, O
   int max_batch = t->args.batch_size > EVAL_BATCH ? t->args.batch_size : EVAL_BATCH;
   mlp_init(&t->model, &t->ctx, sizes, n_layers, max_batch, t->args.seed);
   // [bucket] gradient buckets of at most --bucket_cap_mb, each with its own all-reduce

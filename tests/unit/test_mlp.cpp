@@ -269,3 +269,14 @@ TEST(MlpSizes, ParsesHiddenList) {
   EXPECT_EQ(mlp_parse_sizes("abc", 4, 2, s), -1);
   EXPECT_EQ(mlp_parse_sizes("1,2,3,4,5,6,7,8", 4, 2, s), -1);  // 9 layers > MLP_MAX_LAYERS
 }
+
+// The flag's version of the parse ends the job with the bounds, or returns what mlp_parse_sizes does.
+TEST(MlpParseHiddenDeathTest, BadListsEndTheJobWithTheBounds) {
+  int s[MLP_MAX_LAYERS + 1];
+  ASSERT_EQ(mlp_parse_hidden("64,32", 784, 10, s), 3);
+  EXPECT_EQ(s[1], 64);
+  EXPECT_EQ(s[3], 10);
+  EXPECT_EXIT(mlp_parse_hidden("1,2,3,4,5,6,7,8", 4, 2, s), ::testing::ExitedWithCode(2),
+              "error: --hidden '1,2,3,4,5,6,7,8': at most 7 sizes, each 1..1048576");
+  EXPECT_EXIT(mlp_parse_hidden("1048577", 4, 2, s), ::testing::ExitedWithCode(2), "--hidden '1048577'");
+}
