@@ -57,11 +57,9 @@ typedef struct Trainer {
   float *loss;           // device, (1): the step's loss, summed over its micro-batches
   Trace trace;           // --trace timeline
   Loader train, test;    // datasets on the device, batch buffers
-  int n_train;           // training samples in the dataset
   Sampler sampler;       // this rank's shard of every epoch
-  int in, classes;       // features per sample, number of classes
-  DataId data_id;        // which data was loaded: recorded in checkpoints
-  int *order;            // host, (n_train): the samples this process visits this epoch, in order
+  DataId data_id;        // which data was loaded (sizes, dim, classes): recorded in checkpoints
+  int *order;            // host, (train.n): the samples this process visits this epoch, in order
   int *correct;          // device, (1): evaluation counter
   int epoch0;            // first epoch to run (> 0 after --resume)
   long long step;        // optimizer steps done
@@ -122,11 +120,8 @@ static void load_data(Trainer *t) {
   if (data_parse(t->args.data, &kind) != 0) die(2, "unknown --data '%s'", t->args.data);
   Dataset train, test;
   dataset_load(kind, t->args.data_dir, t->args.dataset_size, t->args.seed, &train, &test);
-  t->n_train = train.n;
   sampler_init(&t->sampler, train.n, t->world_size, t->rank, t->args.drop_last,  // [sampler]
                t->args.seed);
-  t->in = train.dim;
-  t->classes = train.n_classes;
   t->data_id = dataset_id(kind, &train, &test);  // before the loaders take the arrays
   loader_init(&t->train, &t->ctx, &train, t->args.batch_size, train.n);
   loader_init(&t->test, &t->ctx, &test, EVAL_BATCH, test.n);
@@ -154,7 +149,7 @@ static void epoch_order(Trainer *t, int epoch) {
 
 static void build_model(Trainer *t) {
   int sizes[MLP_MAX_LAYERS + 1];
-  int n_layers = mlp_parse_hidden(t->args.hidden, t->in, t->classes, sizes);  // I, hidden…, O
+  int n_layers = mlp_parse_hidden(t->args.hidden, t->data_id.dim, t->data_id.n_classes, sizes);
   int max_batch = t->args.batch_size > EVAL_BATCH ? t->args.batch_size : EVAL_BATCH;
   mlp_init(&t->model, &t->ctx, sizes, n_layers, max_batch, t->args.seed);
   // [bucket] gradient buckets of at most --bucket_cap_mb, each with its own all-reduce

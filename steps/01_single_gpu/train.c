@@ -41,10 +41,8 @@ typedef struct Trainer {
   Mlp model;             // parameters, gradients, activations
   Sgd opt;               // momentum buffer
   Loader train, test;    // datasets on the device, batch buffers
-  int n_train;           // training samples in the dataset
-  int in, classes;       // features per sample, number of classes
-  DataId data_id;        // which data was loaded: recorded in checkpoints
-  int *order;            // host, (n_train): the samples this process visits this epoch, in order
+  DataId data_id;        // which data was loaded (sizes, dim, classes): recorded in checkpoints
+  int *order;            // host, (train.n): the samples this process visits this epoch, in order
   int *correct;          // device, (1): evaluation counter
   int epoch0;            // first epoch to run (> 0 after --resume)
   long long step;        // optimizer steps done
@@ -81,9 +79,6 @@ static void load_data(Trainer *t) {
   if (data_parse(t->args.data, &kind) != 0) die(2, "unknown --data '%s'", t->args.data);
   Dataset train, test;
   dataset_load(kind, t->args.data_dir, t->args.dataset_size, t->args.seed, &train, &test);
-  t->n_train = train.n;
-  t->in = train.dim;
-  t->classes = train.n_classes;
   t->data_id = dataset_id(kind, &train, &test);  // before the loaders take the arrays
   loader_init(&t->train, &t->ctx, &train, t->args.batch_size, train.n);
   loader_init(&t->test, &t->ctx, &test, EVAL_BATCH, test.n);
@@ -96,11 +91,11 @@ static void load_data(Trainer *t) {
 }
 
 // How many samples this process visits per epoch: all of them.
-static int samples_per_epoch(const Trainer *t) { return t->n_train; }
+static int samples_per_epoch(const Trainer *t) { return t->train.n; }
 
 // This epoch's data order: a permutation of the whole training set, from seed + epoch.
 static void epoch_order(Trainer *t, int epoch) {
-  rng_permutation(t->order, t->n_train, t->args.seed + (uint64_t)epoch);
+  rng_permutation(t->order, t->train.n, t->args.seed + (uint64_t)epoch);
   loader_set_order(&t->train, &t->ctx, t->order, samples_per_epoch(t));
 }
 
@@ -109,7 +104,7 @@ static void epoch_order(Trainer *t, int epoch) {
 
 static void build_model(Trainer *t) {
   int sizes[MLP_MAX_LAYERS + 1];
-  int n_layers = mlp_parse_hidden(t->args.hidden, t->in, t->classes, sizes);  // I, hidden…, O
+  int n_layers = mlp_parse_hidden(t->args.hidden, t->data_id.dim, t->data_id.n_classes, sizes);
   int max_batch = t->args.batch_size > EVAL_BATCH ? t->args.batch_size : EVAL_BATCH;
   mlp_init(&t->model, &t->ctx, sizes, n_layers, max_batch, t->args.seed);
   sgd_init(&t->opt, &t->ctx, t->model.n_params, t->args.lr, t->args.momentum, 0.0f, t->args.weight_decay,
