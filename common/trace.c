@@ -40,8 +40,7 @@ void trace_span(Trace *t, int track, const char *name, double begin, double end,
           name, t->rank, track, 1e6 * begin, 1e6 * (end > begin ? end - begin : 0.0), step);
 }
 
-void trace_backward(Trace *t, const Ctx *c, const Mlp *m, const DistWork *const *work, int n_work,
-                    long long step) {
+void trace_backward(Trace *t, const Ctx *c, const Mlp *m, const DistWork *work, int n_work, long long step) {
   if (!t->f || t->steps >= TRACE_STEPS) return;
   if (t->steps++ == 0) {
     trace_track(t, 1, "compute: backward");
@@ -56,10 +55,10 @@ void trace_backward(Trace *t, const Ctx *c, const Mlp *m, const DistWork *const 
     prev = &m->layer_done[l];
   }
   for (int i = 0; i < n_work; i++) {
-    snprintf(name, sizeof name, "all-reduce bucket %d: %zu floats (%.2f MiB)", i, work[i]->n,
-             (double)work[i]->n * sizeof(float) / (1 << 20));
-    trace_span(t, 2, name, dev_event_elapsed(c, &t->origin, &work[i]->start),
-               dev_event_elapsed(c, &t->origin, &work[i]->end), step);
+    snprintf(name, sizeof name, "all-reduce bucket %d: %zu floats (%.2f MiB)", i, work[i].n,
+             (double)work[i].n * sizeof(float) / (1 << 20));
+    trace_span(t, 2, name, dev_event_elapsed(c, &t->origin, &work[i].start),
+               dev_event_elapsed(c, &t->origin, &work[i].end), step);
   }
 }
 

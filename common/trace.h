@@ -82,12 +82,11 @@ void trace_span(Trace *t, int track, const char *name, double begin, double end,
  * @param[in,out] t  trace.
  * @param[in] c      context of the events.
  * @param[in] m      the model, with its backward's events.
- * @param[in] work   the step's all-reduces, in the order they were started: (n_work) pointers.
+ * @param[in] work   host, (n_work): the step's all-reduces, in the order they were started.
  * @param[in] n_work number of all-reduces.
  * @param[in] step   optimizer step (0-based), stored in each span.
  */
-void trace_backward(Trace *t, const Ctx *c, const Mlp *m, const DistWork *const *work, int n_work,
-                    long long step);
+void trace_backward(Trace *t, const Ctx *c, const Mlp *m, const DistWork *work, int n_work, long long step);
 
 /** @brief Finishes the JSON document and closes the file. */
 void trace_close(Trace *t, const Ctx *c);

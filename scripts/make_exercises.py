@@ -101,7 +101,7 @@ EXERCISES = [
          "  }",
          "  // TODO(06): start, in bucket order (r->next_bucket onwards), every bucket none of whose\n"
          "  // tensors is still pending: an asynchronous DIST_SUM all-reduce of its slice of the flat\n"
-         "  // gradient buffer (dist_all_reduce_async into the bucket's own DistWork; a sum, because\n"
+         "  // gradient buffer (dist_all_reduce_async into its handle, r->work[i] for bucket i; a sum, because\n"
          "  // backward ran on the loss times 1/W). Stop at the first bucket that is not ready, even if a\n"
          "  // later one is: every rank must start the same buckets in the same order.\n"
          "  (void)r;\n"),
@@ -112,11 +112,11 @@ EXERCISES = [
          "  (void)r;\n"
          "  (void)tensor;\n"
          "}\n"),
-        ("  for (int i = 0; i < r->next_bucket; i++) dist_test(r->pg, &r->buckets[i].work);  // let MPI progress",
-         "  for (int i = 0; i < r->next_bucket; i++) dist_test(r->pg, &r->buckets[i].work);  // let MPI progress",
+        ("  for (int i = 0; i < r->next_bucket; i++) dist_test(r->pg, &r->work[i]);  // let MPI progress",
+         "  for (int i = 0; i < r->next_bucket; i++) dist_test(r->pg, &r->work[i]);  // let MPI progress",
          "  // TODO(06): give MPI a chance to advance the all-reduces already started (dist_test)\n"),
         ("  if (r->next_bucket != r->n_buckets)",
-         "  for (int i = 0; i < r->n_buckets; i++) dist_wait(r->pg, &r->buckets[i].work);",
+         "  for (int i = 0; i < r->n_buckets; i++) dist_wait(r->pg, &r->work[i]);",
          "  // TODO(06): every bucket must have been started (if not, a hook was missed: die), then wait\n"
          "  // for each bucket's all-reduce (dist_wait) before the optimizer may use the gradients\n"
          "  (void)r;\n"),

@@ -172,13 +172,6 @@ static void wrap_model(Trainer *t) {
 // ---------------------------------------------------------------------------------------------------
 // Train step
 
-// --trace: this step's backward layers and bucket all-reduces, as spans (its first TRACE_STEPS steps)
-static void trace_step(Trainer *t) {
-  const DistWork *work[REDUCER_MAX_TENSORS];
-  for (int i = 0; i < t->reducer.n_buckets; i++) work[i] = &t->reducer.buckets[i].work;
-  trace_backward(&t->trace, &t->ctx, &t->model, work, t->reducer.n_buckets, t->step);
-}
-
 // One optimizer step over the B samples at `start`, in micro-batches of at most --batch_size;
 // returns the step's loss, on the device.
 static const float *run_batch(Trainer *t, int start, int B) {
@@ -202,7 +195,8 @@ static const float *run_batch(Trainer *t, int start, int B) {
     mlp_backward(&t->model, &t->ctx, t->train.xb, b, scale, sync ? reducer_autograd_hook : NULL, &t->reducer);
   }
   reducer_finalize_backward(&t->reducer);  // [bucket] the last bucket is in before the optimizer
-  if (trace_on(&t->trace)) trace_step(t);  // --trace: this step's timeline
+  if (trace_on(&t->trace))  // --trace: this step's backward layers and bucket all-reduces, as spans
+    trace_backward(&t->trace, &t->ctx, &t->model, t->reducer.work, t->reducer.n_buckets, t->step);
   sgd_step(&t->opt, &t->ctx, t->model.params, t->model.grads);
   dist_all_reduce(&t->pg, t->loss, 1, DIST_FLOAT, DIST_AVG);  // [metrics] the global loss
   return t->loss;

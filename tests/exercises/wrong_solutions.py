@@ -130,22 +130,23 @@ WRONG = {
     "06": [
         Wrong("wrong_bucket_order", R06,
               [("  while (r->next_bucket < r->n_buckets && r->buckets[r->next_bucket].pending == 0) {\n"
-                "    Bucket *b = &r->buckets[r->next_bucket++];",
+                "    int i = r->next_bucket++;\n"
+                "    Bucket *b = &r->buckets[i];",
                 "  for (int i = 0; i < r->n_buckets; i++) {  // every ready bucket at once, whatever its place\n"
                 "    Bucket *b = &r->buckets[i];\n"
-                "    if (b->pending != 0 || b->work.active) continue;\n"
+                "    if (b->pending != 0 || r->work[i].active) continue;\n"
                 "    r->next_bucket++;")],
               "none", ["FAIL unit ReducerHooks.ALaterReadyBucketWaitsForTheEarlierOnes", "bucket order"],
               "a ready bucket starts at once, even before an earlier bucket: ranks may then differ in order"),
         Wrong("wait_too_early", R06,
-              [("DIST_FLOAT, DIST_SUM, &b->work);\n",
-                "DIST_FLOAT, DIST_SUM, &b->work);\n    dist_wait(r->pg, &b->work);\n"),
-               ("  for (int i = 0; i < r->n_buckets; i++) dist_wait(r->pg, &r->buckets[i].work);",
-                "  for (int i = 0; i < r->n_buckets; i++) dist_test(r->pg, &r->buckets[i].work);")],
+              [("DIST_FLOAT, DIST_SUM, &r->work[i]);\n",
+                "DIST_FLOAT, DIST_SUM, &r->work[i]);\n    dist_wait(r->pg, &r->work[i]);\n"),
+               ("  for (int i = 0; i < r->n_buckets; i++) dist_wait(r->pg, &r->work[i]);",
+                "  for (int i = 0; i < r->n_buckets; i++) dist_test(r->pg, &r->work[i]);")],
               "none", ["FAIL unit ReducerHooks.BucketsStayInFlightUntilFinalize", "waits too early"],
               "each bucket is waited for as soon as it starts: correct numbers, but nothing overlaps"),
         Wrong("no_wait", R06,
-              [("  for (int i = 0; i < r->n_buckets; i++) dist_wait(r->pg, &r->buckets[i].work);\n", "")],
+              [("  for (int i = 0; i < r->n_buckets; i++) dist_wait(r->pg, &r->work[i]);\n", "")],
               "none", ["FAIL unit ReducerHooks.BucketsStayInFlightUntilFinalize",
                        "must dist_wait every bucket"],
               "finalize never waits: the optimizer may use gradients still being reduced"),
