@@ -122,7 +122,7 @@ EXERCISES = [
          "  (void)r;\n"),
     ]),
     ("06_full", "steps/06_full/train.c", [
-        ("    // [bucket] backward of the loss times 1/W: every gradient comes out divided by W, so the",
+        ("    // [bucket] backward of the loss times 1/W, so that the reducer's all-reduce, a plain sum, yields the mean",
          "    float scale = (float)b / B / t->world_size;",
          "    // TODO(06): the factor backward multiplies the loss by: 1 / W, so that the reducer's sum of\n"
          "    // the ranks' gradients is their average, and, with K > 1 micro-batches, also b / B, so that\n"

@@ -3,16 +3,14 @@
 /*
  * Step 06 — full: the complete trainer, with DDP's bucketed all-reduce overlapped with backward.
  *
- * Adds over step 05: the gradients are reduced by a reducer (reducer.c) the way PyTorch's DDP does
- * it. They are grouped into buckets (--bucket_cap_mb), and a bucket is all-reduced asynchronously as
- * soon as backward has produced all of its gradients, while backward goes on with the earlier layers;
- * the optimizer waits for the last bucket. --grad_accum K takes K micro-batches per optimizer step and
- * communicates only after the last one (DDP's no_sync). --trace writes a timeline of both.
+ * Adds over step 05 a reducer (reducer.c) that reduces the gradients as PyTorch's DDP does: in
+ * buckets (--bucket_cap_mb), each all-reduced asynchronously as soon as backward has produced all of
+ * its gradients, while backward goes on with the earlier layers; the optimizer waits for the last one.
+ * --grad_accum K takes K micro-batches per step, and only the last communicates (DDP's no_sync).
  *
  * Run:  mpirun -np 2 build/bin/06_full --device cpu                (2 CPU ranks, Fashion-MNIST)
  *       mpirun -np 4 build/bin/06_full                             (4 GPUs, NCCL)
- *       torchrun --nproc_per_node 4 --no_python build/bin/06_full  (4 GPUs, environment launch;
- *         Debian's torch 1.13 also needs --redirects 2 --tee 1)
+ *       torchrun --nproc_per_node 4 --redirects 2 --tee 1 --no_python build/bin/06_full  (4 GPUs, no MPI)
  *       srun -n 8 --gpus-per-task 1 build/bin/06_full              (Slurm; set MASTER_ADDR/PORT)
  */
 #define _POSIX_C_SOURCE 200809L
@@ -152,8 +150,7 @@ static void build_model(Trainer *t) {
   int n_layers = mlp_parse_hidden(t->args.hidden, t->data_id.dim, t->data_id.n_classes, sizes);
   int max_batch = t->args.batch_size > EVAL_BATCH ? t->args.batch_size : EVAL_BATCH;
   mlp_init(&t->model, &t->ctx, sizes, n_layers, max_batch, t->args.seed);
-  // [bucket] gradient buckets of at most --bucket_cap_mb, each with its own all-reduce
-  reducer_init(&t->reducer, &t->pg, &t->model, t->args.bucket_cap_mb);
+  reducer_init(&t->reducer, &t->pg, &t->model, t->args.bucket_cap_mb);  // [bucket] buckets of --bucket_cap_mb
   log0("reducer: %d buckets (cap %g MiB)\n", t->reducer.n_buckets, t->args.bucket_cap_mb);
   sgd_init(&t->opt, &t->ctx, t->model.n_params, t->args.lr, t->args.momentum, 0.0f, t->args.weight_decay,
            false);
@@ -172,8 +169,7 @@ static void wrap_model(Trainer *t) {
 // ---------------------------------------------------------------------------------------------------
 // Train step
 
-// One optimizer step over the B samples at `start`, in micro-batches of at most --batch_size;
-// returns the step's loss, on the device.
+// One optimizer step on the B samples at `start`, in micro-batches; returns the step's loss, on the device.
 static const float *run_batch(Trainer *t, int start, int B) {
   int micro = t->args.batch_size, K = (B + micro - 1) / micro;
   mlp_zero_grad(&t->model);
@@ -184,8 +180,7 @@ static const float *run_batch(Trainer *t, int start, int B) {
     loader_batch(&t->train, &t->ctx, start + k * micro, b);
     mlp_forward(&t->model, &t->ctx, t->train.xb, b);
     mlp_loss(&t->model, &t->ctx, t->train.yb, b);
-    // [accum] the step's loss is the micro-batches' losses weighed by b/B, summed on the device
-    ops_axpy(&t->ctx, t->loss, t->model.loss, 1, (float)b / B);
+    ops_axpy(&t->ctx, t->loss, t->model.loss, 1, (float)b / B);  // [accum] the step's loss: b/B-weighted sum
     // TODO(06): the factor backward multiplies the loss by: 1 / W, so that the reducer's sum of
     // the ranks' gradients is their average, and, with K > 1 micro-batches, also b / B, so that
     // the gradients summed over the K backward passes are the mean over all B samples.
