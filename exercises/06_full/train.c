@@ -14,7 +14,6 @@
  *       srun -n 8 --gpus-per-task 1 build/bin/06_full              (Slurm; set MASTER_ADDR/PORT)
  */
 #define _POSIX_C_SOURCE 200809L
-#include <stdio.h>
 #include <stdlib.h>
 
 #include "agree.h"       // agree.h: Agreement, agree_init, agree_args, agree_model, agree_check

@@ -10,7 +10,6 @@
  *       build/bin/01_single_gpu --device cpu --data synthetic --epochs 1
  */
 #define _POSIX_C_SOURCE 200809L
-#include <stdio.h>
 #include <stdlib.h>
 
 #include "args.h"        // args.h: Args, args_parse, ARGS_*

@@ -11,7 +11,6 @@
  *       mpirun -np 2 build/bin/05_metrics_ckpt --resume checkpoints/05_metrics_ckpt/checkpoint.bin --epochs 3
  */
 #define _POSIX_C_SOURCE 200809L
-#include <stdio.h>
 #include <stdlib.h>
 
 #include "agree.h"       // agree.h: Agreement, agree_init, agree_args, agree_model, agree_check
