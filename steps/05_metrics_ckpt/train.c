@@ -108,8 +108,7 @@ static void load_data(Trainer *t) {
   if (data_parse(t->args.data, &kind) != 0) die(2, "unknown --data '%s'", t->args.data);
   Dataset train, test;
   dataset_load(kind, t->args.data_dir, t->args.dataset_size, t->args.seed, &train, &test);
-  sampler_init(&t->sampler, train.n, t->world_size, t->rank, t->args.drop_last,  // [sampler]
-               t->args.seed);
+  sampler_init(&t->sampler, train.n, t->world_size, t->rank, t->args.drop_last, t->args.seed);  // [sampler]
   t->data_id = dataset_id(kind, &train, &test);  // before the loaders take the arrays
   loader_init(&t->train, &t->ctx, &train, t->args.batch_size, train.n);
   loader_init(&t->test, &t->ctx, &test, EVAL_BATCH, test.n);
