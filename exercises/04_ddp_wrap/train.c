@@ -145,9 +145,8 @@ static void build_model(Trainer *t) {
   log0("model: %d layers, %zu parameters\n", n_layers, t->model.n_params);
 }
 
-// [ddp] Wrapping the model (PyTorch: DDP(model)): every replica continues from rank 0's parameters,
-// whatever seed each rank was given or checkpoint it loaded, so main calls this after resume(). The
-// momentum buffer follows too (PyTorch leaves the optimizer to you: load the same checkpoint everywhere).
+// [ddp] Wrapping the model (PyTorch: DDP(model)), after resume(): every replica continues from rank 0's
+// parameters and momentum buffer (PyTorch leaves that to you), whatever seed or checkpoint each rank had.
 static void wrap_model(Trainer *t) {
   // TODO(04): every replica must continue from rank 0's state, whatever seed each rank was
   // given or checkpoint it loaded: broadcast (dist_broadcast, root 0) the flat parameter buffer

@@ -144,9 +144,8 @@ static void build_model(Trainer *t) {
   log0("model: %d layers, %zu parameters\n", n_layers, t->model.n_params);
 }
 
-// [ddp] Wrapping the model (PyTorch: DDP(model)): every replica continues from rank 0's parameters,
-// whatever seed each rank was given or checkpoint it loaded, so main calls this after resume(). The
-// momentum buffer follows too (PyTorch leaves the optimizer to you: load the same checkpoint everywhere).
+// [ddp] Wrapping the model (PyTorch: DDP(model)), after resume(): every replica continues from rank 0's
+// parameters and momentum buffer (PyTorch leaves that to you), whatever seed or checkpoint each rank had.
 static void wrap_model(Trainer *t) {
   dist_broadcast(&t->pg, t->model.params, t->model.n_params, DIST_FLOAT, 0);
   dist_broadcast(&t->pg, t->opt.buf, t->model.n_params, DIST_FLOAT, 0);
