@@ -6,7 +6,7 @@
 #include "check.h"
 #include "rankfile.h"
 
-void trace_open(Trace *t, const Ctx *c, const char *path_template, int rank, int world_size) {
+void trace_open(Trace *t, const Ctx *c, Mlp *m, const char *path_template, int rank, int world_size) {
   memset(t, 0, sizeof *t);
   t->rank = rank;
   if (!path_template) return;
@@ -14,6 +14,7 @@ void trace_open(Trace *t, const Ctx *c, const char *path_template, int rank, int
   fputs("{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n", t->f);
   dev_event_init(c, &t->origin);
   dev_event_record(c, &t->origin, NULL);
+  mlp_time_backward(m, c);
 }
 
 bool trace_on(const Trace *t) { return t->f != NULL; }

@@ -276,8 +276,7 @@ static void train(Trainer *t) {
   log0("global batch: %d ranks x %d x %d micro-batches = %lld samples per step\n", t->world_size,
        t->args.batch_size, t->args.grad_accum, (long long)t->world_size * step_size(t));
   metrics_open(&t->metrics, t->args.metrics, t->rank, t->world_size);
-  trace_open(&t->trace, &t->ctx, t->args.trace, t->rank, t->world_size);
-  if (trace_on(&t->trace)) mlp_time_backward(&t->model, &t->ctx);  // its layers' times, for the trace
+  trace_open(&t->trace, &t->ctx, &t->model, t->args.trace, t->rank, t->world_size);
   long long total = t->step + (t->args.epochs - t->epoch0) * steps_per_epoch(t) - t->epoch_step;
   loss_log_init(&t->losses, &t->ctx, &t->metrics, t->args.log_interval, t->args.epochs, t->step, total);
   if (t->args.save_init) save_checkpoint(t, t->args.save_init, t->epoch0);  // the state to start from
