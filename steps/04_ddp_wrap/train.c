@@ -266,8 +266,7 @@ static void train(Trainer *t) {
 
 static void finish(Trainer *t) {
   uint64_t digest = mlp_param_digest(&t->model, &t->ctx);
-  metrics_final(&t->metrics, t->world_size, t->step, digest);
-  metrics_close(&t->metrics);
+  metrics_final(&t->metrics, t->world_size, t->step, digest);  // the last record; closes the file
   loss_log_free(&t->losses, &t->ctx);
   log0("done: %lld steps, param_digest %016llx\n", t->step, (unsigned long long)digest);
   dev_free(&t->ctx, t->correct);
