@@ -59,6 +59,7 @@ void metrics_final(Metrics *m, int world_size, long long steps, uint64_t param_d
   fprintf(m->f, "{\"type\":\"final\",\"world_size\":%d,\"steps\":%lld,\"param_digest\":\"%016" PRIx64 "\"",
           world_size, steps, param_digest);
   end_line(m);
+  metrics_close(m);
 }
 
 void metrics_close(Metrics *m) {
