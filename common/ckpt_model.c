@@ -62,3 +62,12 @@ void ckpt_load_model(const char *path, const CkptMeta *expect, CkptMeta *meta, M
   free(state);
   free(params);
 }
+
+void ckpt_log_resume(const char *path, const CkptMeta *meta, int epochs) {
+  log0("resumed from %s at epoch %u, step %llu\n", path, meta->epoch, (unsigned long long)meta->step);
+  if ((long long)meta->epoch >= epochs)
+    log0(
+        "warning: %s has already completed %u epochs and --epochs is %d: nothing to train (raise "
+        "--epochs to go on)\n",
+        path, meta->epoch, epochs);
+}

@@ -68,6 +68,16 @@ void ckpt_save_model(const char *dir, const CkptMeta *meta, const Mlp *m, const 
 void ckpt_load_model(const char *path, const CkptMeta *expect, CkptMeta *meta, Mlp *m, Sgd *opt,
                      const Ctx *c);
 
+/**
+ * @brief Prints (rank 0) where a run resumes, `resumed from PATH at epoch E, step S`, and when the
+ * checkpoint has already completed @p epochs epochs or more, `warning: PATH has already completed E
+ * epochs and --epochs is N: nothing to train (raise --epochs to go on)`.
+ * @param[in] path   the checkpoint (`--resume`).
+ * @param[in] meta   its header, as ckpt_load_model() returned it.
+ * @param[in] epochs the run's `--epochs`.
+ */
+void ckpt_log_resume(const char *path, const CkptMeta *meta, int epochs);
+
 #ifdef __cplusplus
 }
 #endif

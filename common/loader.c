@@ -51,6 +51,19 @@ void loader_init(Loader *ld, const Ctx *c, Dataset *ds, int max_batch, int max_o
   dev_sync(c);
 }
 
+// The host staging of the order, free to overwrite: the upload reads it asynchronously, so wait for
+// the previous epoch's batches (and upload) first. Once per epoch, so the wait costs nothing measurable.
+static int *order_staging(Loader *ld, const Ctx *c) {
+  dev_sync(c);
+  return ld->order_host;
+}
+
+// Uploads the first n_order entries of the staging as the order.
+static void upload_order(Loader *ld, const Ctx *c, int n_order) {
+  dev_upload(c, ld->order, ld->order_host, (size_t)n_order * sizeof(int));
+  ld->n_order = n_order;
+}
+
 void loader_set_order(Loader *ld, const Ctx *c, const int *order, int n_order) {
   if (n_order < 0 || n_order > ld->max_order)
     check_fail("LOADER", __FILE__, __LINE__, "loader_set_order: %d indices, capacity is %d", n_order,
@@ -61,11 +74,20 @@ void loader_set_order(Loader *ld, const Ctx *c, const int *order, int n_order) {
     if (order[i] < 0 || order[i] >= ld->n)
       check_fail("LOADER", __FILE__, __LINE__, "loader_set_order: order[%d] = %d is not in [0, %d)", i,
                  order[i], ld->n);
-  // The upload reads order_host asynchronously: wait for the previous epoch's batches (and upload)
-  // before overwriting it. Once per epoch, so the wait costs nothing measurable.
-  dev_sync(c);
-  memcpy(ld->order_host, order, (size_t)n_order * sizeof(int));
-  dev_upload(c, ld->order, ld->order_host, (size_t)n_order * sizeof(int));
+  memcpy(order_staging(ld, c), order, (size_t)n_order * sizeof(int));
+  upload_order(ld, c, n_order);
+}
+
+void loader_set_stride_order(Loader *ld, const Ctx *c, int first, int stride) {
+  if (first < 0 || stride < 1)
+    check_fail("LOADER", __FILE__, __LINE__, "loader_set_stride_order: first %d, stride %d", first, stride);
+  int n_order = first < ld->n ? (int)(((long long)ld->n - first + stride - 1) / stride) : 0;
+  if (n_order > ld->max_order)
+    check_fail("LOADER", __FILE__, __LINE__, "loader_set_stride_order: %d indices, capacity is %d", n_order,
+               ld->max_order);
+  int *order = order_staging(ld, c);
+  for (int i = 0; i < n_order; i++) order[i] = first + i * stride;
+  upload_order(ld, c, n_order);
 }
 
 void loader_batch(Loader *ld, const Ctx *c, int start, int B) {

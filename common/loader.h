@@ -4,8 +4,9 @@
  * index (the analogue of a `DataLoader` that is given its sample order).
  *
  * The trainer decides the order (a permutation, or a rank's shard of one) and hands it over once per
- * epoch with loader_set_order(); loader_batch() then gathers rows on the device, with no host work and
- * no allocation.
+ * epoch with loader_set_order(), or has the loader build a strided one (loader_set_stride_order():
+ * the whole set in order, or every W-th sample); loader_batch() then gathers rows on the device, with
+ * no host work and no allocation.
  */
 #ifndef DDP_LOADER_H
 #define DDP_LOADER_H
@@ -23,6 +24,7 @@ typedef struct Loader {
   int dim;          ///< features per sample
   int max_batch;    ///< capacity of the batch buffers
   int max_order;    ///< capacity of @ref order
+  int n_order;      ///< length of the current order (0 before the first loader_set_order())
   float *x;         ///< device, (n, dim): all features, when the dataset has float features
   uint8_t *pixels;  ///< device, (n, dim): all pixels, when the dataset has 8-bit pixels
   float mean;       ///< with `pixels`: normalisation constants (see @ref Dataset)
@@ -55,6 +57,18 @@ void loader_init(Loader *ld, const Ctx *c, Dataset *ds, int max_batch, int max_o
  * @param[in] n_order length, <= max_order.
  */
 void loader_set_order(Loader *ld, const Ctx *c, const int *order, int n_order);
+
+/**
+ * @brief Sets the order to the samples @p first, @p first + @p stride, @p first + 2 @p stride, … below
+ * @ref Loader.n, with no padding and no wrap-around, so each sample is visited at most once. (0, 1) is the
+ * whole dataset in order; (rank, world size) is a rank's shard, and the W shards together visit every
+ * sample exactly once. Like loader_set_order(), one upload.
+ * @param[in,out] ld  the loader; its max_order must hold the order (e.g. max_order = n).
+ * @param[in] c       context.
+ * @param[in] first   first sample, >= 0 (none when >= n).
+ * @param[in] stride  distance between consecutive samples, >= 1.
+ */
+void loader_set_stride_order(Loader *ld, const Ctx *c, int first, int stride);
 
 /**
  * @brief Gathers samples `order[start .. start+B)` into @ref Loader.xb and @ref Loader.yb.

@@ -8,12 +8,12 @@
 
 _Static_assert(LOSS_LOG_AHEAD < READBACK_SLOTS, "the losses of AHEAD + 1 steps must fit in flight");
 
-void loss_log_init(LossLog *g, const Ctx *c, Metrics *metrics, Progress *progress, int log_interval,
-                   int epochs) {
+void loss_log_init(LossLog *g, const Ctx *c, Metrics *metrics, int log_interval, int epochs,
+                   long long first_step, long long total_steps) {
   memset(g, 0, sizeof *g);
   readback_init(&g->ring, c);
   g->metrics = metrics;
-  g->progress = progress;
+  progress_start(&g->progress, total_steps, first_step);
   g->log_interval = log_interval;
   g->epochs = epochs;
 }
@@ -39,11 +39,13 @@ static void take_arrived(LossLog *g, const Ctx *c, int max_ahead) {
     g->sum += loss;
     g->count++;
     metrics_step(g->metrics, step, epoch, loss);
-    if (step % g->log_interval == 0) progress_print(g->progress, epoch + 1, g->epochs, step, loss);
+    if (step % g->log_interval == 0) progress_print(&g->progress, epoch + 1, g->epochs, step, loss);
   }
 }
 
-void loss_log_push(LossLog *g, const Ctx *c, const float *loss, long long step, int epoch) {
+void loss_log_push(LossLog *g, const Ctx *c, const float *loss, long long step, int epoch,
+                   long long samples) {
+  progress_add(&g->progress, samples);
   g->epoch_of[(g->ring.head + g->ring.count) % READBACK_SLOTS] = epoch;
   readback_push(&g->ring, c, loss, step);
   take_arrived(g, c, LOSS_LOG_AHEAD);

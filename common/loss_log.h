@@ -6,8 +6,8 @@
  * Each step's loss is a float on the device. Reading it at once (dev_download()) would make the host
  * wait for the device to finish the step before it can queue the next one, so the GPU would idle
  * while the host launches work. A LossLog queues the read instead (readback.h) and logs each step
- * when its loss has arrived: a `step` record in the metrics file, a progress line every
- * `--log_interval` steps, and the epoch's running sum. The host runs at most LOSS_LOG_AHEAD steps
+ * when its loss has arrived: a `step` record in the metrics file, a progress line (progress.h)
+ * every `--log_interval` steps, and the epoch's running sum. The host runs at most LOSS_LOG_AHEAD steps
  * ahead of the device; loss_log_epoch() waits for the rest at the end of an epoch. On the CPU every
  * loss has arrived as soon as it is queued, so the log is written step by step, as it would be
  * without the queue.
@@ -35,7 +35,7 @@ typedef struct LossLog {
   Readback ring;                 ///< losses in flight, tagged with their step
   int epoch_of[READBACK_SLOTS];  ///< the epoch of each slot's step (same ring order)
   Metrics *metrics;              ///< where `step` records go
-  Progress *progress;            ///< the progress line
+  Progress progress;             ///< the progress line's clock and counts
   int log_interval;              ///< steps between progress lines
   int epochs;                    ///< total epochs, for the progress line
   double sum;                    ///< sum of this epoch's logged losses
@@ -43,27 +43,30 @@ typedef struct LossLog {
 } LossLog;
 
 /**
- * @brief Starts a logger.
- * @param[out] g          the logger.
- * @param[in] c           the context whose stream computes the losses.
- * @param[in] metrics     the metrics file (kept; may be disabled).
- * @param[in] progress    the progress line state (kept).
+ * @brief Starts a logger, and the progress line's clock (progress_start()).
+ * @param[out] g           the logger.
+ * @param[in] c            the context whose stream computes the losses.
+ * @param[in] metrics      the metrics file (kept; may be disabled).
  * @param[in] log_interval steps between progress lines (`--log_interval`).
- * @param[in] epochs      total epochs (`--epochs`).
+ * @param[in] epochs       total epochs (`--epochs`).
+ * @param[in] first_step   optimizer steps already done (> 0 after a resume; they are not timed).
+ * @param[in] total_steps  the optimizer step the run will end at (for the ETA).
  */
-void loss_log_init(LossLog *g, const Ctx *c, Metrics *metrics, Progress *progress, int log_interval,
-                   int epochs);
+void loss_log_init(LossLog *g, const Ctx *c, Metrics *metrics, int log_interval, int epochs,
+                   long long first_step, long long total_steps);
 
 /**
- * @brief Queues the copy of one step's loss, then logs every step whose loss has arrived; waits for
- * the oldest only when more than LOSS_LOG_AHEAD steps are in flight.
+ * @brief Counts the step's samples for the progress line's samples/s (progress_add()), queues the
+ * copy of its loss, then logs every step whose loss has arrived; waits for the oldest only when more
+ * than LOSS_LOG_AHEAD steps are in flight.
  * @param[in,out] g   the logger.
  * @param[in] c       its context.
  * @param[in] loss    device, (1): the step's loss, after the work that computes it was queued.
  * @param[in] step    the global optimizer step it belongs to (1-based).
  * @param[in] epoch   the epoch of that step (0-based).
+ * @param[in] samples the step's samples: this process's, or the global batch's (the caller decides).
  */
-void loss_log_push(LossLog *g, const Ctx *c, const float *loss, long long step, int epoch);
+void loss_log_push(LossLog *g, const Ctx *c, const float *loss, long long step, int epoch, long long samples);
 
 /**
  * @brief Waits for the losses still in flight, logs them, and returns the mean loss of the epoch's

@@ -64,6 +64,7 @@ void metrics_final(Metrics *m, int world_size, long long steps, uint64_t param_d
           "\",\"peak_rss_kib\":%ld",
           world_size, steps, param_digest, peak_kib);
   end_line(m);
+  metrics_close(m);
 }
 
 void metrics_close(Metrics *m) {

@@ -51,10 +51,13 @@ void metrics_step(Metrics *m, long long step, int epoch, float loss);
  */
 void metrics_epoch(Metrics *m, int epoch, float train_loss, double test_acc, double samples_per_s);
 
-/** @brief Writes the final object: the world size, steps, the parameter digest and the peak memory. */
+/**
+ * @brief Writes the final object: the world size, steps, the parameter digest and the peak memory,
+ * then closes the file (metrics_close()): nothing comes after the final object.
+ */
 void metrics_final(Metrics *m, int world_size, long long steps, uint64_t param_digest);
 
-/** @brief Closes the file (flushing it). */
+/** @brief Closes the file (flushing it); does nothing once it is closed (or when disabled). */
 void metrics_close(Metrics *m);
 
 #ifdef __cplusplus

@@ -144,6 +144,14 @@ void mlp_count_correct(Mlp *m, const Ctx *c, const float *x, const int *y, int B
   ops_count_correct(c, logits, y, B, m->sizes[m->n_layers], correct);
 }
 
+void mlp_count_correct_loader(Mlp *m, const Ctx *c, Loader *ld, int batch, int *correct) {
+  for (int start = 0; start < ld->n_order; start += batch) {
+    int B = ld->n_order - start < batch ? ld->n_order - start : batch;
+    loader_batch(ld, c, start, B);
+    mlp_count_correct(m, c, ld->xb, ld->yb, B, correct);
+  }
+}
+
 size_t mlp_layer_size(const Mlp *m, int l) { return (size_t)OUT(m, l) * IN(m, l) + OUT(m, l); }
 
 uint64_t mlp_param_digest(const Mlp *m, const Ctx *c) {
@@ -175,4 +183,11 @@ int mlp_parse_sizes(const char *hidden, int in, int out, int *sizes) {
   }
   sizes[n] = out;
   return n;  // Linear layers = hidden layers + 1
+}
+
+int mlp_parse_hidden(const char *hidden, int in, int out, int *sizes) {
+  int n_layers = mlp_parse_sizes(hidden, in, out, sizes);
+  if (n_layers < 0)
+    die(2, "--hidden '%s': at most %d sizes, each 1..%d", hidden, MLP_MAX_LAYERS - 1, MLP_MAX_WIDTH);
+  return n_layers;
 }

@@ -22,6 +22,7 @@
 
 #include "device.h"
 #include "devmem.h"
+#include "loader.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -163,6 +164,19 @@ float mlp_loss_value(const Mlp *m, const Ctx *c);
  */
 void mlp_count_correct(Mlp *m, const Ctx *c, const float *x, const int *y, int B, int *correct);
 
+/**
+ * @brief mlp_count_correct() over a loader's whole order (loader_set_order()), in batches of at most
+ * @p batch samples (the last may be short): adds the number of correctly classified samples of the
+ * order to @p correct.
+ * @param[in,out] m       model; its max_batch must be at least @p batch.
+ * @param[in] c           context.
+ * @param[in,out] ld      the loader (its batch buffers are overwritten); its max_batch must be at
+ *                        least @p batch.
+ * @param[in] batch       samples per forward pass, >= 1.
+ * @param[in,out] correct device, (1): running count.
+ */
+void mlp_count_correct_loader(Mlp *m, const Ctx *c, Loader *ld, int batch, int *correct);
+
 /** @brief Number of floats of layer @p l's parameters (weight then bias, contiguous). */
 size_t mlp_layer_size(const Mlp *m, int l);
 
@@ -184,6 +198,18 @@ uint64_t mlp_param_digest(const Mlp *m, const Ctx *c);
  * checked).
  */
 int mlp_parse_sizes(const char *hidden, int in, int out, int *sizes);
+
+/**
+ * @brief mlp_parse_sizes() for the `--hidden` flag: ends the job on a list it rejects, with exit
+ * status 2 and `error: --hidden 'LIST': at most 7 sizes, each 1..1048576` (check.h's die(); the
+ * numbers are MLP_MAX_LAYERS - 1 and MLP_MAX_WIDTH).
+ * @param[in] hidden   the flag's value.
+ * @param[in] in       input features I.
+ * @param[in] out      classes O.
+ * @param[out] sizes   host, (MLP_MAX_LAYERS + 1): I, hidden…, O.
+ * @return number of Linear layers.
+ */
+int mlp_parse_hidden(const char *hidden, int in, int out, int *sizes);
 
 #ifdef __cplusplus
 }

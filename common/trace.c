@@ -6,7 +6,7 @@
 #include "check.h"
 #include "rankfile.h"
 
-void trace_open(Trace *t, const Ctx *c, const char *path_template, int rank, int world_size) {
+void trace_open(Trace *t, const Ctx *c, Mlp *m, const char *path_template, int rank, int world_size) {
   memset(t, 0, sizeof *t);
   t->rank = rank;
   if (!path_template) return;
@@ -14,6 +14,7 @@ void trace_open(Trace *t, const Ctx *c, const char *path_template, int rank, int
   fputs("{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n", t->f);
   dev_event_init(c, &t->origin);
   dev_event_record(c, &t->origin, NULL);
+  mlp_time_backward(m, c);
 }
 
 bool trace_on(const Trace *t) { return t->f != NULL; }
@@ -40,8 +41,7 @@ void trace_span(Trace *t, int track, const char *name, double begin, double end,
           name, t->rank, track, 1e6 * begin, 1e6 * (end > begin ? end - begin : 0.0), step);
 }
 
-void trace_backward(Trace *t, const Ctx *c, const Mlp *m, const DistWork *const *work, int n_work,
-                    long long step) {
+void trace_backward(Trace *t, const Ctx *c, const Mlp *m, const DistWork *work, int n_work, long long step) {
   if (!t->f || t->steps >= TRACE_STEPS) return;
   if (t->steps++ == 0) {
     trace_track(t, 1, "compute: backward");
@@ -56,10 +56,10 @@ void trace_backward(Trace *t, const Ctx *c, const Mlp *m, const DistWork *const 
     prev = &m->layer_done[l];
   }
   for (int i = 0; i < n_work; i++) {
-    snprintf(name, sizeof name, "all-reduce bucket %d: %zu floats (%.2f MiB)", i, work[i]->n,
-             (double)work[i]->n * sizeof(float) / (1 << 20));
-    trace_span(t, 2, name, dev_event_elapsed(c, &t->origin, &work[i]->start),
-               dev_event_elapsed(c, &t->origin, &work[i]->end), step);
+    snprintf(name, sizeof name, "all-reduce bucket %d: %zu floats (%.2f MiB)", i, work[i].n,
+             (double)work[i].n * sizeof(float) / (1 << 20));
+    trace_span(t, 2, name, dev_event_elapsed(c, &t->origin, &work[i].start),
+               dev_event_elapsed(c, &t->origin, &work[i].end), step);
   }
 }
 

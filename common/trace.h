@@ -43,14 +43,16 @@ typedef struct Trace {
  * @brief Opens `path_template` with `{rank}` replaced; disabled when the template is NULL. Ends the
  * job when the file cannot be created, or when @p world_size > 1 and the template has no `{rank}`
  * (ranks writing one file would leave invalid JSON). An enabled trace's time zero is now, on @p c's
- * stream.
+ * stream, and it has the model record its backward's events from now on (mlp_time_backward()), for
+ * trace_backward(); a disabled one leaves the model untimed.
  * @param[out] t            the trace.
  * @param[in] c             the device context whose events the spans will be timed with.
+ * @param[in,out] m         the model whose backward the trace will show.
  * @param[in] path_template path, `{rank}` replaced by @p rank.
  * @param[in] rank          this process's rank (the event's pid).
  * @param[in] world_size    number of ranks.
  */
-void trace_open(Trace *t, const Ctx *c, const char *path_template, int rank, int world_size);
+void trace_open(Trace *t, const Ctx *c, Mlp *m, const char *path_template, int rank, int world_size);
 
 /** @brief True when the trace is enabled. */
 bool trace_on(const Trace *t);
@@ -77,17 +79,16 @@ void trace_span(Trace *t, int track, const char *name, double begin, double end,
 /**
  * @brief Writes one optimizer step of data-parallel training, for the first TRACE_STEPS steps (later
  * calls, and calls on a disabled trace, return at once): on track 1 a span per layer of the model's
- * last backward (mlp_time_backward() must have been called before it), on track 2 a span per
- * all-reduce, from its start to its end events. Waits for the device (the events' times).
+ * last backward (timed since trace_open()), on track 2 a span per all-reduce, from its start to its
+ * end events. Waits for the device (the events' times).
  * @param[in,out] t  trace.
  * @param[in] c      context of the events.
  * @param[in] m      the model, with its backward's events.
- * @param[in] work   the step's all-reduces, in the order they were started: (n_work) pointers.
+ * @param[in] work   host, (n_work): the step's all-reduces, in the order they were started.
  * @param[in] n_work number of all-reduces.
  * @param[in] step   optimizer step (0-based), stored in each span.
  */
-void trace_backward(Trace *t, const Ctx *c, const Mlp *m, const DistWork *const *work, int n_work,
-                    long long step);
+void trace_backward(Trace *t, const Ctx *c, const Mlp *m, const DistWork *work, int n_work, long long step);
 
 /** @brief Finishes the JSON document and closes the file. */
 void trace_close(Trace *t, const Ctx *c);

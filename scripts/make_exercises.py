@@ -76,10 +76,11 @@ EXERCISES = [
     ]),
     ("05_metrics_ckpt", "steps/05_metrics_ckpt/train.c", [
         ("  // [metrics] each rank evaluates every W-th test sample: a shard without padding, none counted twice",
-         "  for (int i = t->rank; i < test.n; i += t->world_size) all[t->n_eval++] = i;",
+         "  loader_set_stride_order(&t->test, &t->ctx, t->rank, t->world_size);",
          "  // TODO(05): each rank evaluates its own shard of the test set: every W-th sample from its rank\n"
-         "  // on, without padding. Until then every rank evaluates the whole test set, as in step 04.\n"
-         "  for (int i = 0; i < test.n; i++) all[t->n_eval++] = i;\n"),
+         "  // on, without padding (loader.h). Until then every rank evaluates the whole test set, as in\n"
+         "  // step 04.\n"
+         "  loader_set_stride_order(&t->test, &t->ctx, 0, 1);\n"),
         ("  dist_all_reduce(&t->pg, t->model.loss, 1, DIST_FLOAT, DIST_AVG);  // [metrics] the global loss",
          "  dist_all_reduce(&t->pg, t->model.loss, 1, DIST_FLOAT, DIST_AVG);  // [metrics] the global loss",
          "  // TODO(05): log the global loss: this step's loss (t->model.loss) averaged over the ranks\n"),
@@ -100,7 +101,7 @@ EXERCISES = [
          "  }",
          "  // TODO(06): start, in bucket order (r->next_bucket onwards), every bucket none of whose\n"
          "  // tensors is still pending: an asynchronous DIST_SUM all-reduce of its slice of the flat\n"
-         "  // gradient buffer (dist_all_reduce_async into the bucket's own DistWork; a sum, because\n"
+         "  // gradient buffer (dist_all_reduce_async into its handle, r->work[i] for bucket i; a sum, because\n"
          "  // backward ran on the loss times 1/W). Stop at the first bucket that is not ready, even if a\n"
          "  // later one is: every rank must start the same buckets in the same order.\n"
          "  (void)r;\n"),
@@ -111,17 +112,17 @@ EXERCISES = [
          "  (void)r;\n"
          "  (void)tensor;\n"
          "}\n"),
-        ("  for (int i = 0; i < r->next_bucket; i++) dist_test(r->pg, &r->buckets[i].work);  // let MPI progress",
-         "  for (int i = 0; i < r->next_bucket; i++) dist_test(r->pg, &r->buckets[i].work);  // let MPI progress",
+        ("  for (int i = 0; i < r->next_bucket; i++) dist_test(r->pg, &r->work[i]);  // let MPI progress",
+         "  for (int i = 0; i < r->next_bucket; i++) dist_test(r->pg, &r->work[i]);  // let MPI progress",
          "  // TODO(06): give MPI a chance to advance the all-reduces already started (dist_test)\n"),
         ("  if (r->next_bucket != r->n_buckets)",
-         "  for (int i = 0; i < r->n_buckets; i++) dist_wait(r->pg, &r->buckets[i].work);",
+         "  for (int i = 0; i < r->n_buckets; i++) dist_wait(r->pg, &r->work[i]);",
          "  // TODO(06): every bucket must have been started (if not, a hook was missed: die), then wait\n"
          "  // for each bucket's all-reduce (dist_wait) before the optimizer may use the gradients\n"
          "  (void)r;\n"),
     ]),
     ("06_full", "steps/06_full/train.c", [
-        ("    // [bucket] backward of the loss times 1/W: every gradient comes out divided by W, so the",
+        ("    // [bucket] backward of the loss times 1/W, so that the reducer's all-reduce, a plain sum, yields the mean",
          "    float scale = (float)b / B / t->world_size;",
          "    // TODO(06): the factor backward multiplies the loss by: 1 / W, so that the reducer's sum of\n"
          "    // the ranks' gradients is their average, and, with K > 1 micro-batches, also b / B, so that\n"

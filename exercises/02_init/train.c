@@ -12,7 +12,6 @@
  *       mpirun -np 2 build/bin/02_init                   (one GPU per rank, NCCL)
  */
 #define _POSIX_C_SOURCE 200809L
-#include <stdio.h>
 #include <stdlib.h>
 
 #include "agree.h"       // agree.h: Agreement, agree_init, agree_args, agree_model, agree_check
@@ -30,7 +29,6 @@
 #include "metrics.h"     // metrics.h: Metrics, metrics_open, metrics_step, metrics_epoch
 #include "mlp.h"         // mlp.h: Mlp, mlp_init, mlp_forward, mlp_loss, mlp_backward
 #include "optim.h"       // optim.h: Sgd, sgd_init, sgd_step
-#include "progress.h"    // progress.h: Progress, progress_start, progress_add
 #include "rng.h"         // rng.h: rng_permutation
 
 // ---------------------------------------------------------------------------------------------------
@@ -48,17 +46,13 @@ typedef struct Trainer {
   Mlp model;             // parameters, gradients, activations
   Sgd opt;               // momentum buffer
   Loader train, test;    // datasets on the device, batch buffers
-  int n_train;           // training samples in the dataset
-  int in, classes;       // features per sample, number of classes
-  DataId data_id;        // which data was loaded: recorded in checkpoints
-  int *order;            // host, (n_train): the samples this process visits this epoch, in order
-  int n_order;           // length of this epoch's order
+  DataId data_id;        // which data was loaded (sizes, dim, classes): recorded in checkpoints
+  int *order;            // host, (train.n): the samples this process visits this epoch, in order
   int *correct;          // device, (1): evaluation counter
   int epoch0;            // first epoch to run (> 0 after --resume)
   long long step;        // optimizer steps done
   long long epoch_step;  // steps done in the current epoch: > 0 after a --max_steps stop or resume
   Metrics metrics;       // --metrics file
-  Progress progress;     // progress line state
   LossLog losses;        // each step's loss, on its way to the metrics file and the progress line
 } Trainer;
 
@@ -110,16 +104,10 @@ static void load_data(Trainer *t) {
   if (data_parse(t->args.data, &kind) != 0) die(2, "unknown --data '%s'", t->args.data);
   Dataset train, test;
   dataset_load(kind, t->args.data_dir, t->args.dataset_size, t->args.seed, &train, &test);
-  t->n_train = train.n;
-  t->in = train.dim;
-  t->classes = train.n_classes;
   t->data_id = dataset_id(kind, &train, &test);  // before the loaders take the arrays
   loader_init(&t->train, &t->ctx, &train, t->args.batch_size, train.n);
   loader_init(&t->test, &t->ctx, &test, EVAL_BATCH, test.n);
-  int *all = mallocCheck((size_t)test.n * sizeof *all);  // the test set is visited in order
-  for (int i = 0; i < test.n; i++) all[i] = i;
-  loader_set_order(&t->test, &t->ctx, all, test.n);
-  free(all);
+  loader_set_stride_order(&t->test, &t->ctx, 0, 1);  // the test set is visited in order
   t->order = mallocCheck((size_t)train.n * sizeof *t->order);
   t->correct = dev_alloc(&t->ctx, sizeof(int));
   log0("data: %s, %d train / %d test samples\n", t->args.data, train.n, test.n);
@@ -128,13 +116,12 @@ static void load_data(Trainer *t) {
 }
 
 // How many samples this process visits per epoch: all of them.
-static int samples_per_epoch(const Trainer *t) { return t->n_train; }
+static int samples_per_epoch(const Trainer *t) { return t->train.n; }
 
 // This epoch's data order: a permutation of the whole training set, from seed + epoch.
 static void epoch_order(Trainer *t, int epoch) {
-  rng_permutation(t->order, t->n_train, t->args.seed + (uint64_t)epoch);
-  t->n_order = samples_per_epoch(t);
-  loader_set_order(&t->train, &t->ctx, t->order, t->n_order);
+  rng_permutation(t->order, t->train.n, t->args.seed + (uint64_t)epoch);
+  loader_set_order(&t->train, &t->ctx, t->order, samples_per_epoch(t));
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -142,9 +129,7 @@ static void epoch_order(Trainer *t, int epoch) {
 
 static void build_model(Trainer *t) {
   int sizes[MLP_MAX_LAYERS + 1];
-  int n_layers = mlp_parse_sizes(t->args.hidden, t->in, t->classes, sizes);
-  if (n_layers < 0)
-    die(2, "--hidden '%s': at most %d sizes, each 1..%d", t->args.hidden, MLP_MAX_LAYERS - 1, MLP_MAX_WIDTH);
+  int n_layers = mlp_parse_hidden(t->args.hidden, t->data_id.dim, t->data_id.n_classes, sizes);
   int max_batch = t->args.batch_size > EVAL_BATCH ? t->args.batch_size : EVAL_BATCH;
   mlp_init(&t->model, &t->ctx, sizes, n_layers, max_batch, t->args.seed);
   sgd_init(&t->opt, &t->ctx, t->model.n_params, t->args.lr, t->args.momentum, 0.0f, t->args.weight_decay,
@@ -168,11 +153,7 @@ static const float *run_batch(Trainer *t, int start, int B) {
 
 static double evaluate(Trainer *t) {
   dev_zero(&t->ctx, t->correct, sizeof(int));
-  for (int start = 0; start < t->test.n; start += EVAL_BATCH) {
-    int B = t->test.n - start < EVAL_BATCH ? t->test.n - start : EVAL_BATCH;
-    loader_batch(&t->test, &t->ctx, start, B);
-    mlp_count_correct(&t->model, &t->ctx, t->test.xb, t->test.yb, B, t->correct);
-  }
+  mlp_count_correct_loader(&t->model, &t->ctx, &t->test, EVAL_BATCH, t->correct);
   int correct;
   dev_download(&t->ctx, &correct, t->correct, sizeof correct);
   return (double)correct / t->test.n;
@@ -192,15 +173,14 @@ static bool run_epoch(Trainer *t, int epoch) {
   epoch_order(t, epoch);
   double t0 = log_clock();
   long long batches = t->epoch_step, samples = 0;  // a resumed epoch goes on where it stopped
-  for (int start = (int)(batches * t->args.batch_size); start < t->n_order && !out_of_steps(t);
+  for (int start = (int)(batches * t->args.batch_size); start < t->train.n_order && !out_of_steps(t);
        start += t->args.batch_size) {
-    int B = t->n_order - start < t->args.batch_size ? t->n_order - start : t->args.batch_size;
-    const float *loss = run_batch(t, start, B);
+    int B = t->train.n_order - start < t->args.batch_size ? t->train.n_order - start : t->args.batch_size;
+    const float *loss = run_batch(t, start, B);  // on the device: logged once it reaches the host
     t->step++;
     batches++;
     samples += B;
-    progress_add(&t->progress, B);
-    loss_log_push(&t->losses, &t->ctx, loss, t->step, epoch);  // logged once it reaches the host
+    loss_log_push(&t->losses, &t->ctx, loss, t->step, epoch, B);
   }
   double train_loss = loss_log_epoch(&t->losses, &t->ctx);  // the last steps' losses; their mean
   double samples_per_s = (double)samples / (log_clock() - t0);
@@ -236,12 +216,7 @@ static void resume(Trainer *t) {
   t->epoch0 = (int)meta.epoch;
   t->step = (long long)meta.step;
   t->epoch_step = (long long)meta.epoch_step;
-  log0("resumed from %s at epoch %d, step %lld\n", t->args.resume, t->epoch0, t->step);
-  if (t->epoch0 >= t->args.epochs)
-    log0(
-        "warning: %s has already completed %d epochs and --epochs is %d: nothing to train (raise "
-        "--epochs to go on)\n",
-        t->args.resume, t->epoch0, t->args.epochs);
+  ckpt_log_resume(t->args.resume, &meta, t->args.epochs);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -251,23 +226,19 @@ static void train(Trainer *t) {
   if (t->args.save_interval > 0) ckpt_dir_require(t->args.ckpt_dir);  // not after an epoch
   log0("batch: %d samples per step\n", t->args.batch_size);
   metrics_open(&t->metrics, t->args.metrics, t->rank, t->world_size);
-  long long left = (t->args.epochs - t->epoch0) * steps_per_epoch(t) - t->epoch_step;
-  progress_start(&t->progress, t->step + left, t->step);
-  loss_log_init(&t->losses, &t->ctx, &t->metrics, &t->progress, t->args.log_interval, t->args.epochs);
+  long long total = t->step + (t->args.epochs - t->epoch0) * steps_per_epoch(t) - t->epoch_step;
+  loss_log_init(&t->losses, &t->ctx, &t->metrics, t->args.log_interval, t->args.epochs, t->step, total);
   if (t->args.save_init) save_checkpoint(t, t->args.save_init, t->epoch0);  // the state to start from
   for (int epoch = t->epoch0; epoch < t->args.epochs && !out_of_steps(t); epoch++) {
-    bool complete = run_epoch(t, epoch);
-    if (complete && t->args.save_interval > 0 && (epoch + 1) % t->args.save_interval == 0)
-      save_checkpoint(t, t->args.ckpt_dir, epoch + 1);
-    else if (!complete && t->args.save_interval > 0)
-      save_checkpoint(t, t->args.ckpt_dir, epoch);  // a --max_steps stop inside the epoch
+    bool complete = run_epoch(t, epoch);  // false after a --max_steps stop inside the epoch
+    if (t->args.save_interval > 0 && (!complete || (epoch + 1) % t->args.save_interval == 0))
+      save_checkpoint(t, t->args.ckpt_dir, complete ? epoch + 1 : epoch);
   }
 }
 
 static void finish(Trainer *t) {
   uint64_t digest = mlp_param_digest(&t->model, &t->ctx);
-  metrics_final(&t->metrics, t->world_size, t->step, digest);
-  metrics_close(&t->metrics);
+  metrics_final(&t->metrics, t->world_size, t->step, digest);  // the last record; closes the file
   loss_log_free(&t->losses, &t->ctx);
   log0("done: %lld steps, param_digest %016llx\n", t->step, (unsigned long long)digest);
   dev_free(&t->ctx, t->correct);

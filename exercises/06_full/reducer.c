@@ -52,11 +52,11 @@ void reducer_init(Reducer *r, ProcessGroup *pg, Mlp *m, double cap_mb) {
   r->model = m;
   size_t cap = (size_t)(cap_mb * 1024.0 * 1024.0);
   r->n_buckets = reducer_assign(m, cap ? cap : 1, REDUCER_FIRST_BUCKET_BYTES, r->buckets, r->bucket_of);
-  for (int i = 0; i < r->n_buckets; i++) dist_work_init(pg, &r->buckets[i].work);
+  for (int i = 0; i < r->n_buckets; i++) dist_work_init(pg, &r->work[i]);
 }
 
 void reducer_free(Reducer *r) {
-  for (int i = r->n_buckets - 1; i >= 0; i--) dist_work_free(r->pg, &r->buckets[i].work);
+  for (int i = r->n_buckets - 1; i >= 0; i--) dist_work_free(r->pg, &r->work[i]);
 }
 
 // ---- one step --------------------------------------------------------------------------------------
@@ -71,7 +71,7 @@ void reducer_prepare_for_backward(Reducer *r) {
 static void mark_bucket_ready(Reducer *r) {
   // TODO(06): start, in bucket order (r->next_bucket onwards), every bucket none of whose
   // tensors is still pending: an asynchronous DIST_SUM all-reduce of its slice of the flat
-  // gradient buffer (dist_all_reduce_async into the bucket's own DistWork; a sum, because
+  // gradient buffer (dist_all_reduce_async into its handle, r->work[i] for bucket i; a sum, because
   // backward ran on the loss times 1/W). Stop at the first bucket that is not ready, even if a
   // later one is: every rank must start the same buckets in the same order.
   (void)r;

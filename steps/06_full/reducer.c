@@ -50,11 +50,11 @@ void reducer_init(Reducer *r, ProcessGroup *pg, Mlp *m, double cap_mb) {
   r->model = m;
   size_t cap = (size_t)(cap_mb * 1024.0 * 1024.0);
   r->n_buckets = reducer_assign(m, cap ? cap : 1, REDUCER_FIRST_BUCKET_BYTES, r->buckets, r->bucket_of);
-  for (int i = 0; i < r->n_buckets; i++) dist_work_init(pg, &r->buckets[i].work);
+  for (int i = 0; i < r->n_buckets; i++) dist_work_init(pg, &r->work[i]);
 }
 
 void reducer_free(Reducer *r) {
-  for (int i = r->n_buckets - 1; i >= 0; i--) dist_work_free(r->pg, &r->buckets[i].work);
+  for (int i = r->n_buckets - 1; i >= 0; i--) dist_work_free(r->pg, &r->work[i]);
 }
 
 // ---- one step --------------------------------------------------------------------------------------
@@ -68,9 +68,10 @@ void reducer_prepare_for_backward(Reducer *r) {
 // waits for the earlier ones: every rank must start the same collectives in the same order.
 static void mark_bucket_ready(Reducer *r) {
   while (r->next_bucket < r->n_buckets && r->buckets[r->next_bucket].pending == 0) {
-    Bucket *b = &r->buckets[r->next_bucket++];
+    int i = r->next_bucket++;
+    Bucket *b = &r->buckets[i];
     // a sum: backward ran on the loss times 1/W, so the gradients are already divided by W
-    dist_all_reduce_async(r->pg, r->model->grads + b->offset, b->count, DIST_FLOAT, DIST_SUM, &b->work);
+    dist_all_reduce_async(r->pg, r->model->grads + b->offset, b->count, DIST_FLOAT, DIST_SUM, &r->work[i]);
   }
 }
 
@@ -82,12 +83,12 @@ void reducer_autograd_hook(int layer, void *user) {
   mark_variable_ready(r, 2 * layer);      // the weight
   mark_variable_ready(r, 2 * layer + 1);  // the bias
   mark_bucket_ready(r);
-  for (int i = 0; i < r->next_bucket; i++) dist_test(r->pg, &r->buckets[i].work);  // let MPI progress
+  for (int i = 0; i < r->next_bucket; i++) dist_test(r->pg, &r->work[i]);  // let MPI progress
 }
 
 void reducer_finalize_backward(Reducer *r) {
   if (r->next_bucket != r->n_buckets)
     die(1, "reducer: %d of %d buckets never became ready (was every layer's hook called?)",
         r->n_buckets - r->next_bucket, r->n_buckets);
-  for (int i = 0; i < r->n_buckets; i++) dist_wait(r->pg, &r->buckets[i].work);
+  for (int i = 0; i < r->n_buckets; i++) dist_wait(r->pg, &r->work[i]);
 }

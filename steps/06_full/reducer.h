@@ -42,7 +42,6 @@ typedef struct Bucket {
   size_t count;   // floats in the bucket
   int n_tensors;  // parameter tensors in it
   int pending;    // of those, how many still wait for their gradient in this step
-  DistWork work;  // its all-reduce
 } Bucket;
 
 typedef struct Reducer {
@@ -50,6 +49,7 @@ typedef struct Reducer {
   Mlp *model;        // whose gradients
   int n_buckets;     // buckets in use
   Bucket buckets[REDUCER_MAX_TENSORS];
+  DistWork work[REDUCER_MAX_TENSORS];  // work[i]: bucket i's all-reduce (one array, for trace_backward)
   int bucket_of[REDUCER_MAX_TENSORS];  // tensor -> bucket (PyTorch: variable_locators_)
   int next_bucket;                     // first bucket not yet started in this step
 } Reducer;

@@ -107,10 +107,11 @@ WRONG = {
               "step05_matches_baseline_np2", ["is 2 times the reference's", "without dividing by the world size"],
               "the loss is summed over the ranks, not averaged"),
         Wrong("eval_padding", S05,
-              [("  for (int i = t->rank; i < test.n; i += t->world_size) all[t->n_eval++] = i;",
-                "  for (int i = t->rank; i < (test.n + t->world_size - 1) / t->world_size * t->world_size;\n"
-                "       i += t->world_size)\n"
-                "    all[t->n_eval++] = i % test.n;")],
+              [("  loader_set_stride_order(&t->test, &t->ctx, t->rank, t->world_size);",
+                "  int n_eval = (test.n + t->world_size - 1) / t->world_size, *all = mallocCheck(sizeof(int) * n_eval);\n"
+                "  for (int i = 0; i < n_eval; i++) all[i] = (t->rank + i * t->world_size) % test.n;\n"
+                "  loader_set_order(&t->test, &t->ctx, all, n_eval);\n"
+                "  free(all);")],
               "step05_eval_exact", ["counted twice", "must not be padded"],
               "the evaluation shards are padded like the training sampler's: samples counted twice"),
         Wrong("correct_not_summed", S05,
@@ -129,22 +130,23 @@ WRONG = {
     "06": [
         Wrong("wrong_bucket_order", R06,
               [("  while (r->next_bucket < r->n_buckets && r->buckets[r->next_bucket].pending == 0) {\n"
-                "    Bucket *b = &r->buckets[r->next_bucket++];",
+                "    int i = r->next_bucket++;\n"
+                "    Bucket *b = &r->buckets[i];",
                 "  for (int i = 0; i < r->n_buckets; i++) {  // every ready bucket at once, whatever its place\n"
                 "    Bucket *b = &r->buckets[i];\n"
-                "    if (b->pending != 0 || b->work.active) continue;\n"
+                "    if (b->pending != 0 || r->work[i].active) continue;\n"
                 "    r->next_bucket++;")],
               "none", ["FAIL unit ReducerHooks.ALaterReadyBucketWaitsForTheEarlierOnes", "bucket order"],
               "a ready bucket starts at once, even before an earlier bucket: ranks may then differ in order"),
         Wrong("wait_too_early", R06,
-              [("DIST_FLOAT, DIST_SUM, &b->work);\n",
-                "DIST_FLOAT, DIST_SUM, &b->work);\n    dist_wait(r->pg, &b->work);\n"),
-               ("  for (int i = 0; i < r->n_buckets; i++) dist_wait(r->pg, &r->buckets[i].work);",
-                "  for (int i = 0; i < r->n_buckets; i++) dist_test(r->pg, &r->buckets[i].work);")],
+              [("DIST_FLOAT, DIST_SUM, &r->work[i]);\n",
+                "DIST_FLOAT, DIST_SUM, &r->work[i]);\n    dist_wait(r->pg, &r->work[i]);\n"),
+               ("  for (int i = 0; i < r->n_buckets; i++) dist_wait(r->pg, &r->work[i]);",
+                "  for (int i = 0; i < r->n_buckets; i++) dist_test(r->pg, &r->work[i]);")],
               "none", ["FAIL unit ReducerHooks.BucketsStayInFlightUntilFinalize", "waits too early"],
               "each bucket is waited for as soon as it starts: correct numbers, but nothing overlaps"),
         Wrong("no_wait", R06,
-              [("  for (int i = 0; i < r->n_buckets; i++) dist_wait(r->pg, &r->buckets[i].work);\n", "")],
+              [("  for (int i = 0; i < r->n_buckets; i++) dist_wait(r->pg, &r->work[i]);\n", "")],
               "none", ["FAIL unit ReducerHooks.BucketsStayInFlightUntilFinalize",
                        "must dist_wait every bucket"],
               "finalize never waits: the optimizer may use gradients still being reduced"),

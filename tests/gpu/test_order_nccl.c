@@ -109,7 +109,7 @@ int main(void) {
   ops_axpy(&ctx, m.grads, d_ones, n, mine);  // the gradient: r + 1, written behind the hold
   reducer_prepare_for_backward(&r);
   reducer_autograd_hook(0, &r);  // the bucket is complete: its all-reduce starts
-  expect(stays_unfinished(&ctx, &r.buckets[0].work.start), pg.rank,
+  expect(stays_unfinished(&ctx, &r.work[0].start), pg.rank,
          "the bucket's all-reduce did not start while its gradient was not yet written");
   atomic_store(&release1, 1);
   reducer_finalize_backward(&r);

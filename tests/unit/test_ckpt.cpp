@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "ckpt.h"
+#include "ckpt_model.h"
 #include "test_files.h"
 
 namespace {
@@ -622,4 +623,21 @@ TEST(CkptDir, RefusesWhatCannotHoldCheckpoints) {
     EXPECT_EQ(ckpt_dir_check(c.dir.c_str(), err, sizeof err), -1) << c.dir;
     EXPECT_NE(std::string(err).find(c.says), std::string::npos) << err;
   }
+}
+
+// The resume line names the file and where it goes on; a checkpoint with --epochs already done adds
+// a warning that there is nothing to train.
+TEST(CkptModel, LogResumeSaysWhereAndWarnsWhenNothingIsLeft) {
+  CkptMeta meta{};
+  meta.epoch = 2;
+  meta.step = 80;
+  testing::internal::CaptureStdout();
+  ckpt_log_resume("ck/checkpoint.bin", &meta, 3);
+  EXPECT_EQ(testing::internal::GetCapturedStdout(), "resumed from ck/checkpoint.bin at epoch 2, step 80\n");
+  testing::internal::CaptureStdout();
+  ckpt_log_resume("ck/checkpoint.bin", &meta, 2);
+  EXPECT_EQ(testing::internal::GetCapturedStdout(),
+            "resumed from ck/checkpoint.bin at epoch 2, step 80\n"
+            "warning: ck/checkpoint.bin has already completed 2 epochs and --epochs is 2: nothing to "
+            "train (raise --epochs to go on)\n");
 }

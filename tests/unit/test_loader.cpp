@@ -38,8 +38,11 @@ TEST(Loader, GathersBatchesInOrder) {
   EXPECT_EQ(ld.n, n);
   EXPECT_EQ(ld.dim, dim);
 
+  EXPECT_EQ(ld.n_order, 0);
+
   const std::vector<int> order = {6, 2, 5, 0, 3, 1, 4, 6, 2};
   loader_set_order(&ld, &c, order.data(), (int)order.size());
+  EXPECT_EQ(ld.n_order, (int)order.size());
   std::vector<float> xb(B * dim);
   std::vector<int> yb(B);
   for (int start = 0; start < (int)order.size(); start += B) {
@@ -57,6 +60,7 @@ TEST(Loader, GathersBatchesInOrder) {
   // A new epoch's order replaces the old one.
   const std::vector<int> order2 = {1, 1, 0};
   loader_set_order(&ld, &c, order2.data(), 3);
+  EXPECT_EQ(ld.n_order, 3);
   loader_batch(&ld, &c, 0, 3);
   dev_download(&c, yb.data(), ld.yb, sizeof(int) * 3);
   dev_download(&c, xb.data(), ld.xb, sizeof(float) * 3 * dim);
@@ -106,6 +110,55 @@ TEST(Loader, NormalisesPixelsAsItGathers) {
   device_free(&c);
 }
 
+namespace {
+
+// The labels of the loader's whole order, gathered in batches of at most 2 (label i % 3 of sample i).
+std::vector<int> order_labels(Loader *ld, const Ctx *c) {
+  std::vector<int> labels, yb(2);
+  for (int start = 0; start < ld->n_order; start += 2) {
+    int b = ld->n_order - start < 2 ? ld->n_order - start : 2;
+    loader_batch(ld, c, start, b);
+    dev_download(c, yb.data(), ld->yb, sizeof(int) * b);
+    labels.insert(labels.end(), yb.begin(), yb.begin() + b);
+  }
+  return labels;
+}
+
+}  // namespace
+
+// A strided order: the whole set in order with (0, 1); with (rank, W) the W shards have no padding and
+// together visit every sample exactly once, whether or not W divides n.
+TEST(Loader, StrideOrderShardsWithoutPadding) {
+  Ctx c;
+  device_init(&c, DEVICE_CPU, 0);
+  const int n = 7;
+  Dataset ds{};
+  make_dataset(&ds, n, 1);  // one feature, 100 i: the gathered row names its sample
+  Loader ld;
+  loader_init(&ld, &c, &ds, 2, n);
+  loader_set_stride_order(&ld, &c, 0, 1);
+  EXPECT_EQ(ld.n_order, n);
+  EXPECT_EQ(order_labels(&ld, &c), (std::vector<int>{0, 1, 2, 0, 1, 2, 0}));
+  for (int W = 1; W <= 9; W++) {
+    std::vector<int> seen(n, 0);
+    for (int rank = 0; rank < W; rank++) {
+      loader_set_stride_order(&ld, &c, rank, W);
+      EXPECT_EQ(ld.n_order, rank < n ? (n - rank + W - 1) / W : 0) << "W " << W << " rank " << rank;
+      std::vector<float> xb(1);
+      for (int i = 0; i < ld.n_order; i++) {
+        loader_batch(&ld, &c, i, 1);
+        dev_download(&c, xb.data(), ld.xb, sizeof(float));
+        int sample = (int)(xb[0] / 100.0f);
+        EXPECT_EQ(sample, rank + i * W) << "W " << W << " rank " << rank;
+        seen[sample]++;
+      }
+    }
+    EXPECT_EQ(seen, std::vector<int>(n, 1)) << "W " << W;
+  }
+  loader_free(&ld, &c);
+  device_free(&c);
+}
+
 TEST(LoaderDeathTest, RejectsBadOrderAndBatch) {
   Ctx c;
   device_init(&c, DEVICE_CPU, 0);
@@ -120,6 +173,8 @@ TEST(LoaderDeathTest, RejectsBadOrderAndBatch) {
               "order\\[1\\] = 4 is not in \\[0, 4\\)");
   EXPECT_EXIT(loader_batch(&ld, &c, 0, 3), ::testing::ExitedWithCode(1), "larger than 2");
   EXPECT_EXIT(loader_batch(&ld, &c, 3, 2), ::testing::ExitedWithCode(1), "outside the order");
+  EXPECT_EXIT(loader_set_stride_order(&ld, &c, -1, 1), ::testing::ExitedWithCode(1), "first -1, stride 1");
+  EXPECT_EXIT(loader_set_stride_order(&ld, &c, 0, 0), ::testing::ExitedWithCode(1), "first 0, stride 0");
   loader_free(&ld, &c);
   dataset_free(&ds);
   device_free(&c);

@@ -1,5 +1,6 @@
 // loss_log.h on the CPU: every pushed step is logged once, in order, with its epoch; the epoch's
-// mean is returned and the next epoch starts afresh; a non-finite loss ends the job naming the step.
+// mean is returned and the next epoch starts afresh; the progress line comes every log_interval
+// steps; a non-finite loss ends the job naming the step.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -19,8 +20,7 @@ class LossLogCpu : public ::testing::Test {
     path = std::string(DDP_TEST_TMPDIR) + "/loss_log.jsonl";
     device_init(&c, DEVICE_CPU, 0);
     metrics_open(&m, path.c_str(), 0, 1);
-    progress_start(&p, 100, 0);
-    loss_log_init(&g, &c, &m, &p, 1000, 2);
+    loss_log_init(&g, &c, &m, 1000, 2, 0, 100);
   }
   void TearDown() override {
     loss_log_free(&g, &c);
@@ -38,7 +38,6 @@ class LossLogCpu : public ::testing::Test {
   std::string path;
   Ctx c = {};
   Metrics m = {};
-  Progress p = {};
   LossLog g = {};
 };
 }  // namespace
@@ -47,11 +46,11 @@ TEST_F(LossLogCpu, EveryStepOnceInOrderAndTheEpochMean) {
   float dev = 0.0f;  // on the CPU, "device memory" is host memory
   for (int i = 1; i <= 5; i++) {
     dev = (float)i;
-    loss_log_push(&g, &c, &dev, i, 0);
+    loss_log_push(&g, &c, &dev, i, 0, 32);
   }
   EXPECT_DOUBLE_EQ(loss_log_epoch(&g, &c), 3.0);  // (1 + 2 + 3 + 4 + 5) / 5
   dev = 10.0f;
-  loss_log_push(&g, &c, &dev, 6, 1);
+  loss_log_push(&g, &c, &dev, 6, 1, 32);
   EXPECT_DOUBLE_EQ(loss_log_epoch(&g, &c), 10.0);  // a new epoch, a new mean
   EXPECT_DOUBLE_EQ(loss_log_epoch(&g, &c), 0.0);   // an epoch without steps
   auto s = steps();
@@ -64,12 +63,28 @@ TEST_F(LossLogCpu, EveryStepOnceInOrderAndTheEpochMean) {
 
 TEST_F(LossLogCpu, NonFiniteLossEndsTheJobNamingTheStep) {
   float dev = 1.0f;
-  loss_log_push(&g, &c, &dev, 1, 0);
+  loss_log_push(&g, &c, &dev, 1, 0, 32);
   dev = std::numeric_limits<float>::quiet_NaN();
-  EXPECT_EXIT(loss_log_push(&g, &c, &dev, 2, 0), ::testing::ExitedWithCode(1),
+  EXPECT_EXIT(loss_log_push(&g, &c, &dev, 2, 0, 32), ::testing::ExitedWithCode(1),
               "step 2: the loss is nan: training diverged");
   dev = std::numeric_limits<float>::infinity();
-  EXPECT_EXIT(loss_log_push(&g, &c, &dev, 7, 0), ::testing::ExitedWithCode(1), "step 7: the loss is inf");
+  EXPECT_EXIT(loss_log_push(&g, &c, &dev, 7, 0, 32), ::testing::ExitedWithCode(1), "step 7: the loss is inf");
+}
+
+// The logger owns the progress line: one every log_interval steps, with the run's range (a resumed
+// run's first step and its last) and the samples pushed since the previous line.
+TEST_F(LossLogCpu, PrintsTheProgressLineEveryIntervalWithTheSamplesPushed) {
+  loss_log_free(&g, &c);
+  loss_log_init(&g, &c, &m, 2, 3, 4, 10);  // every 2 steps; resumed after step 4 of 10
+  g.progress.t_last -= 100.0;              // the first line comes 100 s after the start
+  float dev = 6.0f;
+  testing::internal::CaptureStdout();
+  loss_log_push(&g, &c, &dev, 5, 1, 64);
+  loss_log_push(&g, &c, &dev, 6, 1, 64);
+  std::string out = testing::internal::GetCapturedStdout();
+  // 128 samples in 100 s (and the milliseconds the test takes): 1 samples/s.
+  EXPECT_EQ(out.rfind("epoch 2/3  step 6/10  loss 6.0000  1 samples/s  ", 0), 0u) << out;
+  EXPECT_EQ(out.find('\n'), out.size() - 1) << out;  // step 5 printed nothing
 }
 
 // loss_log_check_finite lets a finite loss through and ends the job on NaN or an infinity.

@@ -97,8 +97,9 @@ TEST(Metrics, LinesAreDocumentedJson) {
   metrics_epoch(&m, 0, 0.56789f, 0.8421, 12345.678);
   metrics_epoch(&m, 1, 0.5f, -1.0, 1e6);  // not evaluated: no test_acc
   metrics_final(&m, 4, 1407, 0x0123456789abcdefULL);
-  metrics_close(&m);
-  EXPECT_EQ(m.f, nullptr);
+  EXPECT_EQ(m.f, nullptr);          // the final object closes the file
+  metrics_step(&m, 1408, 2, 0.1f);  // nothing comes after it
+  metrics_close(&m);                // closing again does nothing
 
   auto lines = read_lines(tmp_path("metrics_3.jsonl"));
   ASSERT_EQ(lines.size(), 5u);

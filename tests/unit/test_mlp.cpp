@@ -5,8 +5,10 @@
 #include <random>
 #include <vector>
 
+#include "data.h"
 #include "device.h"
 #include "devmem.h"
+#include "loader.h"
 #include "mlp.h"
 
 namespace {
@@ -204,6 +206,37 @@ TEST_F(MlpTest, ReferenceMatchesFiniteDifferences) {
   }
 }
 
+// Over a loader's order, in batches smaller than the order, added to the running count; a strided
+// shard counts only its rows. Every third row (0, 3, 6) is labelled wrongly, the others with the
+// model's own answer, so the count is known: 4 of all 7 rows, 2 of rows 0, 2, 4, 6, 2 of rows 1, 3, 5.
+TEST_F(MlpTest, CountCorrectLoaderCountsTheWholeOrder) {
+  const float *logits = mlp_forward(&m, &c, x.data(), B);
+  Dataset ds{};
+  ds.n = B;
+  ds.dim = sizes[0];
+  ds.n_classes = sizes[3];
+  ds.x = (float *)malloc(sizeof(float) * x.size());
+  ds.y = (int *)malloc(sizeof(int) * B);
+  std::copy(x.begin(), x.end(), ds.x);
+  for (int r = 0; r < B; r++) {
+    int best = 0;
+    for (int k = 1; k < sizes[3]; k++)
+      if (logits[r * sizes[3] + k] > logits[r * sizes[3] + best]) best = k;
+    ds.y[r] = r % 3 == 0 ? (best + 1) % sizes[3] : best;
+  }
+  Loader ld;
+  loader_init(&ld, &c, &ds, 3, B);  // the whole order in batches of 3, 3 and 1
+  dataset_free(&ds);
+  const int first[3] = {0, 0, 1}, stride[3] = {1, 2, 2}, expect[3] = {4, 2, 2};
+  for (int i = 0; i < 3; i++) {
+    loader_set_stride_order(&ld, &c, first[i], stride[i]);
+    int correct = 100;  // a running count: the order's answers are added to it
+    mlp_count_correct_loader(&m, &c, &ld, 3, &correct);
+    EXPECT_EQ(correct, 100 + expect[i]) << "first " << first[i] << ", stride " << stride[i];
+  }
+  loader_free(&ld, &c);
+}
+
 TEST_F(MlpTest, CountCorrectMatchesArgmax) {
   int correct = 0;
   mlp_count_correct(&m, &c, x.data(), y.data(), B, &correct);
@@ -235,4 +268,15 @@ TEST(MlpSizes, ParsesHiddenList) {
   EXPECT_EQ(mlp_parse_sizes("-3", 4, 2, s), -1);
   EXPECT_EQ(mlp_parse_sizes("abc", 4, 2, s), -1);
   EXPECT_EQ(mlp_parse_sizes("1,2,3,4,5,6,7,8", 4, 2, s), -1);  // 9 layers > MLP_MAX_LAYERS
+}
+
+// The flag's version of the parse ends the job with the bounds, or returns what mlp_parse_sizes does.
+TEST(MlpParseHiddenDeathTest, BadListsEndTheJobWithTheBounds) {
+  int s[MLP_MAX_LAYERS + 1];
+  ASSERT_EQ(mlp_parse_hidden("64,32", 784, 10, s), 3);
+  EXPECT_EQ(s[1], 64);
+  EXPECT_EQ(s[3], 10);
+  EXPECT_EXIT(mlp_parse_hidden("1,2,3,4,5,6,7,8", 4, 2, s), ::testing::ExitedWithCode(2),
+              "error: --hidden '1,2,3,4,5,6,7,8': at most 7 sizes, each 1..1048576");
+  EXPECT_EXIT(mlp_parse_hidden("1048577", 4, 2, s), ::testing::ExitedWithCode(2), "--hidden '1048577'");
 }

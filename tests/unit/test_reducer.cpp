@@ -156,7 +156,7 @@ class ReducerHooks : public ::testing::Test {
   void make(double cap_mb) { reducer_init(&r, &pg, &m, cap_mb); }
   void TearDown() override {
     for (int i = 0; i < r.n_buckets; i++)  // a wrong reducer may leave one in flight
-      if (r.buckets[i].work.active) dist_wait(&pg, &r.buckets[i].work);
+      if (r.work[i].active) dist_wait(&pg, &r.work[i]);
     reducer_free(&r);
     dist_destroy(&pg);
     mlp_free(&m, &c);
@@ -165,13 +165,13 @@ class ReducerHooks : public ::testing::Test {
   std::vector<int> started() const {
     std::vector<int> s;
     for (int i = 0; i < r.n_buckets; i++)
-      if (r.buckets[i].work.done) s.push_back(i);
+      if (r.work[i].done) s.push_back(i);
     return s;
   }
   std::vector<int> in_flight() const {
     std::vector<int> s;
     for (int i = 0; i < r.n_buckets; i++)
-      if (r.buckets[i].work.active) s.push_back(i);
+      if (r.work[i].active) s.push_back(i);
     return s;
   }
 };
@@ -191,7 +191,7 @@ TEST_F(ReducerHooks, BucketsStartInBucketOrderAsBackwardRuns) {
   reducer_autograd_hook(0, &r);
   EXPECT_EQ(started(), (std::vector<int>{0, 1, 2, 3, 4, 5}));
   for (int i = 0; i < r.n_buckets; i++) {
-    const DistWork &w = r.buckets[i].work;
+    const DistWork &w = r.work[i];
     EXPECT_EQ(w.buf, (void *)(m.grads + r.buckets[i].offset))
         << "bucket " << i << ": likely cause: a bucket's all-reduce is on its slice of the flat gradient "
         << "buffer, r->model->grads + b->offset";
