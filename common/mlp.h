@@ -43,22 +43,22 @@ typedef void (*MlpGradHook)(int layer, void *user);
 
 /** @brief An MLP with its parameters, gradients and activation buffers on one device. */
 typedef struct Mlp {
-  int n_layers;                         ///< L, number of Linear layers
-  int sizes[MLP_MAX_LAYERS + 1];        ///< sizes[0] = I, sizes[l+1] = outputs of layer l, sizes[L] = O
-  size_t w_off[MLP_MAX_LAYERS];         ///< offset (floats) of layer l's weight in the flat buffers
-  size_t b_off[MLP_MAX_LAYERS];         ///< offset (floats) of layer l's bias in the flat buffers
-  size_t n_params;                      ///< total parameters
-  size_t n_alloc;                       ///< floats in params and grads: n_params, or padded (mlp_init_sharded())
-  int max_batch;                        ///< capacity of the activation buffers
-  float *params;                        ///< device, (n_alloc): the parameters, then zero padding
-  float *grads;                         ///< device, (n_alloc): their gradients, then zero padding
-  float *act[MLP_MAX_LAYERS];           ///< device, (max_batch, sizes[l+1]): layer l's output (after ReLU)
-  float *dact[MLP_MAX_LAYERS];          ///< device, (max_batch, sizes[l+1]): gradient w.r.t. act[l]
-  float *row_loss;                      ///< device, (max_batch): scratch for the loss
-  float *loss;                          ///< device, (1): mean loss of the last mlp_loss()
-  bool grads_none;                      ///< next backward writes grads instead of accumulating
-  bool timed;                           ///< backward records the events below (mlp_time_backward())
-  DevEvent backward_start;              ///< recorded when the last backward began
+  int n_layers;                   ///< L, number of Linear layers
+  int sizes[MLP_MAX_LAYERS + 1];  ///< sizes[0] = I, sizes[l+1] = outputs of layer l, sizes[L] = O
+  size_t w_off[MLP_MAX_LAYERS];   ///< offset (floats) of layer l's weight in the flat buffers
+  size_t b_off[MLP_MAX_LAYERS];   ///< offset (floats) of layer l's bias in the flat buffers
+  size_t n_params;                ///< total parameters
+  size_t n_alloc;                 ///< floats in params and grads: n_params, or padded (mlp_init_sharded())
+  int max_batch;                  ///< capacity of the activation buffers
+  float *params;                  ///< device, (n_alloc): the parameters, then zero padding
+  float *grads;                   ///< device, (n_alloc): their gradients, then zero padding
+  float *act[MLP_MAX_LAYERS];     ///< device, (max_batch, sizes[l+1]): layer l's output (after ReLU)
+  float *dact[MLP_MAX_LAYERS];    ///< device, (max_batch, sizes[l+1]): gradient w.r.t. act[l]
+  float *row_loss;                ///< device, (max_batch): scratch for the loss
+  float *loss;                    ///< device, (1): mean loss of the last mlp_loss()
+  bool grads_none;                ///< next backward writes grads instead of accumulating
+  bool timed;                     ///< backward records the events below (mlp_time_backward())
+  DevEvent backward_start;        ///< recorded when the last backward began
   DevEvent layer_done[MLP_MAX_LAYERS];  ///< recorded when that backward had queued layer l's gradients
 } Mlp;
 

@@ -68,7 +68,7 @@ void reducer_init(Reducer *r, ProcessGroup *pg, Mlp *m, double cap_mb, size_t sh
   r->buckets[0].count += padded - m->n_params;  // [zero] the padding joins the bucket at the end
   for (int i = 0; i < r->n_buckets; i++) {
     shard_bucket(&r->buckets[i], shard, pg->world_size, pg->rank);
-    dist_work_init(pg, &r->buckets[i].work);
+    dist_work_init(pg, &r->work[i]);
   }
   r->shard = shard;
   r->shard_grad = dev_alloc(pg->ctx, shard * sizeof(float));
@@ -78,7 +78,7 @@ void reducer_init(Reducer *r, ProcessGroup *pg, Mlp *m, double cap_mb, size_t sh
 void reducer_free(Reducer *r) {
   dev_free(r->pg->ctx, r->shard_grad);
   for (int i = r->n_buckets - 1; i >= 0; i--) {
-    dist_work_free(r->pg, &r->buckets[i].work);
+    dist_work_free(r->pg, &r->work[i]);
     free(r->buckets[i].counts);
   }
 }
@@ -94,11 +94,12 @@ void reducer_prepare_for_backward(Reducer *r) {
 // waits for the earlier ones: every rank must start the same collectives in the same order.
 static void mark_bucket_ready(Reducer *r) {
   while (r->next_bucket < r->n_buckets && r->buckets[r->next_bucket].pending == 0) {
-    Bucket *b = &r->buckets[r->next_bucket++];
+    int i = r->next_bucket++;
+    Bucket *b = &r->buckets[i];
     // [zero] each rank receives the sum of its own part of the bucket, into its shard gradient
     // (a sum: backward ran on the loss times 1/W, so the gradients are already divided by W)
     dist_reduce_scatter_async(r->pg, r->model->grads + b->offset, r->shard_grad + b->shard_offset, b->counts,
-                              DIST_FLOAT, DIST_SUM, &b->work);
+                              DIST_FLOAT, DIST_SUM, &r->work[i]);
   }
 }
 
@@ -110,12 +111,12 @@ void reducer_autograd_hook(int layer, void *user) {
   mark_variable_ready(r, 2 * layer);      // the weight
   mark_variable_ready(r, 2 * layer + 1);  // the bias
   mark_bucket_ready(r);
-  for (int i = 0; i < r->next_bucket; i++) dist_test(r->pg, &r->buckets[i].work);  // let MPI progress
+  for (int i = 0; i < r->next_bucket; i++) dist_test(r->pg, &r->work[i]);  // let MPI progress
 }
 
 void reducer_finalize_backward(Reducer *r) {
   if (r->next_bucket != r->n_buckets)
     die(1, "reducer: %d of %d buckets never became ready (was every layer's hook called?)",
         r->n_buckets - r->next_bucket, r->n_buckets);
-  for (int i = 0; i < r->n_buckets; i++) dist_wait(r->pg, &r->buckets[i].work);
+  for (int i = 0; i < r->n_buckets; i++) dist_wait(r->pg, &r->work[i]);
 }

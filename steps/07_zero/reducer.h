@@ -44,13 +44,12 @@
 #define REDUCER_MAX_TENSORS (2 * MLP_MAX_LAYERS)      // tensor 2l: layer l's weight, 2l+1: its bias
 
 typedef struct Bucket {
-  size_t offset;  // first float of the bucket in the flat gradient buffer
-  size_t count;   // floats in the bucket
-  int n_tensors;  // parameter tensors in it
-  int pending;    // of those, how many still wait for their gradient in this step
+  size_t offset;        // first float of the bucket in the flat gradient buffer
+  size_t count;         // floats in the bucket
+  int n_tensors;        // parameter tensors in it
+  int pending;          // of those, how many still wait for their gradient in this step
   size_t *counts;       // [zero] (W): floats of the bucket in each rank's shard (often 0)
   size_t shard_offset;  // [zero] where this rank's part of the bucket sits in its shard
-  DistWork work;        // its reduce-scatter
 } Bucket;
 
 typedef struct Reducer {
@@ -58,6 +57,7 @@ typedef struct Reducer {
   Mlp *model;        // whose gradients
   int n_buckets;     // buckets in use
   Bucket buckets[REDUCER_MAX_TENSORS];
+  DistWork work[REDUCER_MAX_TENSORS];  // work[i]: bucket i's reduce-scatter (one array, for trace_backward)
   int bucket_of[REDUCER_MAX_TENSORS];  // tensor -> bucket (PyTorch: variable_locators_)
   int next_bucket;                     // first bucket not yet started in this step
   size_t shard;                        // [zero] S: floats in each rank's shard of the flat buffers
@@ -79,7 +79,7 @@ void reducer_prepare_for_backward(Reducer *r);
 void reducer_autograd_hook(int layer, void *user);
 
 // Waits for every bucket's reduce-scatter; afterwards shard_grad is the mean over the ranks of this
-// rank's shard of the gradients (the model's own gradients are left as this rank computed them).
+// rank's shard of the gradients (the model's gradient buffer is scratch until the next backward).
 void reducer_finalize_backward(Reducer *r);
 
 void reducer_free(Reducer *r);

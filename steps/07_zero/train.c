@@ -1,19 +1,17 @@
 /*
  * Step 07 — ZeRO stage 1: the optimizer state is sharded across the ranks.
  *
- * Adds over step 06: every rank no longer keeps the whole momentum buffer. The flat buffers are cut
- * into W equal shards of S = ⌈n/W⌉ floats (padded); rank r owns shard r. The reducer reduce-scatters
- * each bucket instead of all-reducing it (still overlapped with backward), so a rank receives the
- * averaged gradient of its shard only; it updates only its shard, with momentum for its shard only
- * (S floats instead of n); then the ranks all-gather the updated shards before the next forward.
- * Checkpoints keep step 06's format: the momentum shards are gathered for the file, and sliced again
- * when a file is loaded, so 06 and 07 resume each other's checkpoints, at any world size.
+ * Adds over step 06: no rank keeps the whole momentum buffer any more. The flat buffers are cut into
+ * W equal shards of S = ⌈n/W⌉ floats (padded); rank r owns shard r. The reducer reduce-scatters each
+ * bucket instead of all-reducing it (still overlapped with backward), so a rank receives the mean
+ * gradient of its shard only; it updates only its shard, with momentum for its shard only (S floats
+ * instead of n); then the ranks all-gather the updated shards before the next forward. Checkpoints
+ * keep step 06's format (the momentum shards gathered), so 06 and 07 resume each other's files.
  *
- * Run:  mpirun -np 4 build/bin/07_zero --device cpu    (4 CPU ranks, Fashion-MNIST)
- *       mpirun -np 4 build/bin/07_zero                 (4 GPUs, NCCL)
+ * Run:  mpirun -np 4 build/bin/07_zero --device cpu                (4 CPU ranks, Fashion-MNIST)
+ *       mpirun -np 4 build/bin/07_zero                             (4 GPUs, NCCL)
  */
 #define _POSIX_C_SOURCE 200809L
-#include <stdio.h>
 #include <stdlib.h>
 
 #include "agree.h"       // agree.h: Agreement, agree_init, agree_args, agree_model, agree_check
@@ -32,7 +30,6 @@
 #include "mlp.h"         // mlp.h: Mlp, mlp_init, mlp_forward, mlp_loss, mlp_backward
 #include "ops.h"         // ops.h: ops_axpy
 #include "optim.h"       // optim.h: Sgd, sgd_init, sgd_step
-#include "progress.h"    // progress.h: Progress, progress_start, progress_add
 #include "reducer.h"     // reducer.h: Reducer, reducer_init, reducer_autograd_hook, reducer_finalize_backward
 #include "sampler.h"     // sampler.h: Sampler, sampler_init, sampler_set_epoch, sampler_indices
 #include "trace.h"       // trace.h: Trace, trace_open, trace_backward, trace_close
@@ -56,19 +53,14 @@ typedef struct Trainer {
   float *loss;           // device, (1): the step's loss, summed over its micro-batches
   Trace trace;           // --trace timeline
   Loader train, test;    // datasets on the device, batch buffers
-  int n_train;           // training samples in the dataset
   Sampler sampler;       // this rank's shard of every epoch
-  int in, classes;       // features per sample, number of classes
-  DataId data_id;        // which data was loaded: recorded in checkpoints
-  int *order;            // host, (n_train): the samples this process visits this epoch, in order
-  int n_order;           // length of this epoch's order
-  int n_eval;            // test samples this rank evaluates
+  DataId data_id;        // which data was loaded (sizes, dim, classes): recorded in checkpoints
+  int *order;            // host, (train.n): the samples this process visits this epoch, in order
   int *correct;          // device, (1): evaluation counter
   int epoch0;            // first epoch to run (> 0 after --resume)
   long long step;        // optimizer steps done
   long long epoch_step;  // steps done in the current epoch: > 0 after a --max_steps stop or resume
   Metrics metrics;       // --metrics file
-  Progress progress;     // progress line state
   LossLog losses;        // each step's loss, on its way to the metrics file and the progress line
 } Trainer;
 
@@ -124,19 +116,12 @@ static void load_data(Trainer *t) {
   if (data_parse(t->args.data, &kind) != 0) die(2, "unknown --data '%s'", t->args.data);
   Dataset train, test;
   dataset_load(kind, t->args.data_dir, t->args.dataset_size, t->args.seed, &train, &test);
-  t->n_train = train.n;
-  sampler_init(&t->sampler, train.n, t->world_size, t->rank, t->args.drop_last,  // [sampler]
-               t->args.seed);
-  t->in = train.dim;
-  t->classes = train.n_classes;
+  sampler_init(&t->sampler, train.n, t->world_size, t->rank, t->args.drop_last, t->args.seed);  // [sampler]
   t->data_id = dataset_id(kind, &train, &test);  // before the loaders take the arrays
   loader_init(&t->train, &t->ctx, &train, t->args.batch_size, train.n);
   loader_init(&t->test, &t->ctx, &test, EVAL_BATCH, test.n);
-  int *all = mallocCheck((size_t)test.n * sizeof *all);  // the test set is visited in order
   // [metrics] each rank evaluates every W-th test sample: a shard without padding, none counted twice
-  for (int i = t->rank; i < test.n; i += t->world_size) all[t->n_eval++] = i;
-  loader_set_order(&t->test, &t->ctx, all, t->n_eval);
-  free(all);
+  loader_set_stride_order(&t->test, &t->ctx, t->rank, t->world_size);
   t->order = mallocCheck((size_t)train.n * sizeof *t->order);
   t->correct = dev_alloc(&t->ctx, sizeof(int));
   log0("data: %s, %d train / %d test samples\n", t->args.data, train.n, test.n);
@@ -151,8 +136,7 @@ static int samples_per_epoch(const Trainer *t) { return t->sampler.num_samples; 
 static void epoch_order(Trainer *t, int epoch) {
   sampler_set_epoch(&t->sampler, epoch);  // [sampler] new order each epoch, same on every rank
   sampler_indices(&t->sampler, t->order);
-  t->n_order = samples_per_epoch(t);
-  loader_set_order(&t->train, &t->ctx, t->order, t->n_order);
+  loader_set_order(&t->train, &t->ctx, t->order, samples_per_epoch(t));
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -160,15 +144,12 @@ static void epoch_order(Trainer *t, int epoch) {
 
 static void build_model(Trainer *t) {
   int sizes[MLP_MAX_LAYERS + 1];
-  int n_layers = mlp_parse_sizes(t->args.hidden, t->in, t->classes, sizes);
-  if (n_layers < 0)
-    die(2, "--hidden '%s': at most %d sizes, each 1..%d", t->args.hidden, MLP_MAX_LAYERS - 1, MLP_MAX_WIDTH);
+  int n_layers = mlp_parse_hidden(t->args.hidden, t->data_id.dim, t->data_id.n_classes, sizes);
   int max_batch = t->args.batch_size > EVAL_BATCH ? t->args.batch_size : EVAL_BATCH;
   // [zero] the flat buffers padded to W equal shards of S = ⌈n/W⌉ floats; rank r owns [r·S, (r+1)·S)
   mlp_init_sharded(&t->model, &t->ctx, sizes, n_layers, max_batch, t->args.seed, t->world_size);
   t->shard = t->model.n_alloc / t->world_size;
-  // [bucket] gradient buckets of at most --bucket_cap_mb, each with its own reduce-scatter
-  reducer_init(&t->reducer, &t->pg, &t->model, t->args.bucket_cap_mb, t->shard);
+  reducer_init(&t->reducer, &t->pg, &t->model, t->args.bucket_cap_mb, t->shard);  // [bucket] [zero]
   log0("reducer: %d buckets (cap %g MiB)\n", t->reducer.n_buckets, t->args.bucket_cap_mb);
   // [zero] momentum for this rank's shard only
   sgd_init(&t->opt, &t->ctx, t->shard, t->args.lr, t->args.momentum, 0.0f, t->args.weight_decay, false);
@@ -181,9 +162,8 @@ static void build_model(Trainer *t) {
 // [zero] This rank's shard of a flat buffer (the parameters, or the gradients): W·S floats long.
 static float *my_shard(const Trainer *t, float *flat) { return flat + (size_t)t->rank * t->shard; }
 
-// [ddp] Wrapping the model (PyTorch: DDP(model)): every replica continues from rank 0's parameters,
-// whatever seed each rank was given or checkpoint it loaded, so main calls this after resume(). The
-// momentum buffer follows too (PyTorch leaves the optimizer to you: load the same checkpoint everywhere).
+// [ddp] Wrapping the model (PyTorch: DDP(model)), after resume(): every replica continues from rank 0's
+// parameters and momentum buffer (PyTorch leaves that to you), whatever seed or checkpoint each rank had.
 static void wrap_model(Trainer *t) {
   dist_broadcast(&t->pg, t->model.params, t->model.n_params, DIST_FLOAT, 0);
   // [zero] rank 0's full momentum (resume() left it in the gradient buffer; zero when there was no
@@ -195,15 +175,7 @@ static void wrap_model(Trainer *t) {
 // ---------------------------------------------------------------------------------------------------
 // Train step
 
-// --trace: this step's backward layers and bucket all-reduces, as spans (its first TRACE_STEPS steps)
-static void trace_step(Trainer *t) {
-  const DistWork *work[REDUCER_MAX_TENSORS];
-  for (int i = 0; i < t->reducer.n_buckets; i++) work[i] = &t->reducer.buckets[i].work;
-  trace_backward(&t->trace, &t->ctx, &t->model, work, t->reducer.n_buckets, t->step);
-}
-
-// One optimizer step over the B samples at `start`, in micro-batches of at most --batch_size;
-// returns the step's loss, on the device.
+// One optimizer step on the B samples at `start`, in micro-batches; returns the step's loss, on the device.
 static const float *run_batch(Trainer *t, int start, int B) {
   int micro = t->args.batch_size, K = (B + micro - 1) / micro;
   mlp_zero_grad(&t->model);
@@ -214,18 +186,17 @@ static const float *run_batch(Trainer *t, int start, int B) {
     loader_batch(&t->train, &t->ctx, start + k * micro, b);
     mlp_forward(&t->model, &t->ctx, t->train.xb, b);
     mlp_loss(&t->model, &t->ctx, t->train.yb, b);
-    // [accum] the step's loss is the micro-batches' losses weighed by b/B, summed on the device
-    ops_axpy(&t->ctx, t->loss, t->model.loss, 1, (float)b / B);
-    // [bucket] backward of the loss times 1/W: every gradient comes out divided by W, so the
-    // reducer's reduce-scatter, a plain sum, yields their average without another pass over them
-    // [accum] and times b/B, so that the K micro-batches' gradients add up to the mean over B
+    ops_axpy(&t->ctx, t->loss, t->model.loss, 1, (float)b / B);  // [accum] the step's loss: b/B-weighted sum
+    // [bucket] backward of the loss times 1/W, so that the reducer's reduce-scatter, a plain sum, yields the
+    // mean [accum] and times b/B, so that the K micro-batches' gradients add up to the mean over B
     float scale = (float)b / B / t->world_size;
     if (sync) reducer_prepare_for_backward(&t->reducer);
     // [bucket] the hook starts each bucket's reduce-scatter as soon as its gradients are ready
     mlp_backward(&t->model, &t->ctx, t->train.xb, b, scale, sync ? reducer_autograd_hook : NULL, &t->reducer);
   }
   reducer_finalize_backward(&t->reducer);  // [bucket] the last bucket is in before the optimizer
-  if (trace_on(&t->trace)) trace_step(t);  // --trace: this step's timeline
+  if (trace_on(&t->trace))  // --trace: this step's backward layers and bucket reduce-scatters, as spans
+    trace_backward(&t->trace, &t->ctx, &t->model, t->reducer.work, t->reducer.n_buckets, t->step);
   // [zero] each rank updates its own shard of the parameters, with its shard of the mean gradient
   sgd_step(&t->opt, &t->ctx, my_shard(t, t->model.params), t->reducer.shard_grad);
   // [zero] and receives everyone else's: the whole updated model, for the next forward
@@ -236,11 +207,7 @@ static const float *run_batch(Trainer *t, int start, int B) {
 
 static double evaluate(Trainer *t) {
   dev_zero(&t->ctx, t->correct, sizeof(int));
-  for (int start = 0; start < t->n_eval; start += EVAL_BATCH) {
-    int B = t->n_eval - start < EVAL_BATCH ? t->n_eval - start : EVAL_BATCH;
-    loader_batch(&t->test, &t->ctx, start, B);
-    mlp_count_correct(&t->model, &t->ctx, t->test.xb, t->test.yb, B, t->correct);
-  }
+  mlp_count_correct_loader(&t->model, &t->ctx, &t->test, EVAL_BATCH, t->correct);
   dist_all_reduce(&t->pg, t->correct, 1, DIST_INT, DIST_SUM);  // [metrics] all ranks' answers
   int correct;
   dev_download(&t->ctx, &correct, t->correct, sizeof correct);
@@ -264,15 +231,14 @@ static bool run_epoch(Trainer *t, int epoch) {
   epoch_order(t, epoch);
   double t0 = log_clock();
   long long batches = t->epoch_step, samples = 0;  // a resumed epoch goes on where it stopped
-  for (int start = (int)(batches * step_size(t)); start < t->n_order && !out_of_steps(t);
+  for (int start = (int)(batches * step_size(t)); start < t->train.n_order && !out_of_steps(t);
        start += step_size(t)) {
-    int B = t->n_order - start < step_size(t) ? t->n_order - start : step_size(t);
-    const float *loss = run_batch(t, start, B);
+    int B = t->train.n_order - start < step_size(t) ? t->train.n_order - start : step_size(t);
+    const float *loss = run_batch(t, start, B);  // on the device: logged once it reaches the host
     t->step++;
     batches++;
     samples += (long long)B * t->world_size;  // [metrics] the global batch
-    progress_add(&t->progress, (long long)B * t->world_size);
-    loss_log_push(&t->losses, &t->ctx, loss, t->step, epoch);  // logged once it reaches the host
+    loss_log_push(&t->losses, &t->ctx, loss, t->step, epoch, (long long)B * t->world_size);
   }
   double train_loss = loss_log_epoch(&t->losses, &t->ctx);  // the last steps' losses; their mean
   double samples_per_s = (double)samples / (log_clock() - t0);
@@ -325,12 +291,7 @@ static void resume(Trainer *t) {
   t->epoch0 = (int)meta.epoch;
   t->step = (long long)meta.step;
   t->epoch_step = (long long)meta.epoch_step;
-  log0("resumed from %s at epoch %d, step %lld\n", t->args.resume, t->epoch0, t->step);
-  if (t->epoch0 >= t->args.epochs)
-    log0(
-        "warning: %s has already completed %d epochs and --epochs is %d: nothing to train (raise "
-        "--epochs to go on)\n",
-        t->args.resume, t->epoch0, t->args.epochs);
+  ckpt_log_resume(t->args.resume, &meta, t->args.epochs);
   dist_barrier(&t->pg);  // [ckpt] every rank has loaded before any trains
 }
 
@@ -344,25 +305,20 @@ static void train(Trainer *t) {
   log0("global batch: %d ranks x %d x %d micro-batches = %lld samples per step\n", t->world_size,
        t->args.batch_size, t->args.grad_accum, (long long)t->world_size * step_size(t));
   metrics_open(&t->metrics, t->args.metrics, t->rank, t->world_size);
-  trace_open(&t->trace, &t->ctx, t->args.trace, t->rank, t->world_size);
-  if (trace_on(&t->trace)) mlp_time_backward(&t->model, &t->ctx);  // its layers' times, for the trace
-  long long left = (t->args.epochs - t->epoch0) * steps_per_epoch(t) - t->epoch_step;
-  progress_start(&t->progress, t->step + left, t->step);
-  loss_log_init(&t->losses, &t->ctx, &t->metrics, &t->progress, t->args.log_interval, t->args.epochs);
+  trace_open(&t->trace, &t->ctx, &t->model, t->args.trace, t->rank, t->world_size);
+  long long total = t->step + (t->args.epochs - t->epoch0) * steps_per_epoch(t) - t->epoch_step;
+  loss_log_init(&t->losses, &t->ctx, &t->metrics, t->args.log_interval, t->args.epochs, t->step, total);
   if (t->args.save_init) save_checkpoint(t, t->args.save_init, t->epoch0);  // the state to start from
   for (int epoch = t->epoch0; epoch < t->args.epochs && !out_of_steps(t); epoch++) {
-    bool complete = run_epoch(t, epoch);
-    if (complete && t->args.save_interval > 0 && (epoch + 1) % t->args.save_interval == 0)
-      save_checkpoint(t, t->args.ckpt_dir, epoch + 1);
-    else if (!complete && t->args.save_interval > 0)
-      save_checkpoint(t, t->args.ckpt_dir, epoch);  // a --max_steps stop inside the epoch
+    bool complete = run_epoch(t, epoch);  // false after a --max_steps stop inside the epoch
+    if (t->args.save_interval > 0 && (!complete || (epoch + 1) % t->args.save_interval == 0))
+      save_checkpoint(t, t->args.ckpt_dir, complete ? epoch + 1 : epoch);
   }
 }
 
 static void finish(Trainer *t) {
   uint64_t digest = mlp_param_digest(&t->model, &t->ctx);
-  metrics_final(&t->metrics, t->world_size, t->step, digest);
-  metrics_close(&t->metrics);
+  metrics_final(&t->metrics, t->world_size, t->step, digest);  // the last record; closes the file
   loss_log_free(&t->losses, &t->ctx);
   trace_close(&t->trace, &t->ctx);
   log0("done: %lld steps, param_digest %016llx\n", t->step, (unsigned long long)digest);
