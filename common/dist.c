@@ -311,10 +311,11 @@ void dist_reduce_scatter_async(ProcessGroup *pg, void *send, void *recv, const s
                                DistOp op, DistWork *w) {
   work_begin(w, "dist_reduce_scatter_async", recv, counts[pg->rank], type, op);
   size_t total = dist_chunk_offset(counts, pg->world_size), size = dist_type_size(type);
-  if (overlap(send, total * size, recv, w->n * size))
-    die(1, "dist_reduce_scatter_async: the send and receive buffers overlap (it works out of place)");
+  bool in_place = recv == (char *)send + dist_chunk_offset(counts, pg->rank) * size;
+  if (!in_place && overlap(send, total * size, recv, w->n * size))
+    die(1, "dist_reduce_scatter_async: recv overlaps send but is not this rank's chunk of it (the in-place form)");
   if (total == 0 || solo(pg)) {
-    dev_copy(pg->ctx, recv, send, w->n * size);  // one rank: its own chunk (the mean of one is itself)
+    if (!in_place) dev_copy(pg->ctx, recv, send, w->n * size);  // one rank: the mean of one is itself
     work_done_now(pg, w);
   } else if (pg->backend == BACKEND_NCCL) {
     comm_stream_begin(pg, w);

@@ -177,8 +177,9 @@ void dist_all_reduce_async(ProcessGroup *pg, void *buf, size_t n, DistType type,
  * @param[in] pg     process group.
  * @param[in,out] send device memory of the connected context, (counts[0] + ... + counts[W-1]) elements;
  *                   scratch afterwards.
- * @param[out] recv  device memory of the connected context, (counts[rank]) elements; does not
- *                   overlap @p send.
+ * @param[out] recv  device memory of the connected context, (counts[rank]) elements: apart from
+ *                   @p send, or this rank's own chunk of it (in place: send + counts[0] + ... +
+ *                   counts[rank-1]), as a sharded optimizer receives its shard where it lies.
  * @param[in] counts host, (world_size): the elements of each rank's chunk; read during the call only.
  * @param[in] type   element type.
  * @param[in] op     DIST_SUM or DIST_AVG (DIST_AVG for floats only).

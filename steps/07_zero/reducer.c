@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "check.h"   // check.h: die, mallocCheck
-#include "devmem.h"  // devmem.h: dev_alloc, dev_zero, dev_free
 
 // ---- bucket assignment ----------------------------------------------------------------------------
 
@@ -71,12 +70,9 @@ void reducer_init(Reducer *r, ProcessGroup *pg, Mlp *m, double cap_mb, size_t sh
     dist_work_init(pg, &r->work[i]);
   }
   r->shard = shard;
-  r->shard_grad = dev_alloc(pg->ctx, shard * sizeof(float));
-  dev_zero(pg->ctx, r->shard_grad, shard * sizeof(float));  // a shard of padding alone stays zero
 }
 
 void reducer_free(Reducer *r) {
-  dev_free(r->pg->ctx, r->shard_grad);
   for (int i = r->n_buckets - 1; i >= 0; i--) {
     dist_work_free(r->pg, &r->work[i]);
     free(r->buckets[i].counts);
@@ -96,10 +92,11 @@ static void mark_bucket_ready(Reducer *r) {
   while (r->next_bucket < r->n_buckets && r->buckets[r->next_bucket].pending == 0) {
     int i = r->next_bucket++;
     Bucket *b = &r->buckets[i];
-    // [zero] each rank receives the sum of its own part of the bucket, into its shard gradient
+    // [zero] each rank receives the sum of its own part of the bucket, in place in its shard
     // (a sum: backward ran on the loss times 1/W, so the gradients are already divided by W)
-    dist_reduce_scatter_async(r->pg, r->model->grads + b->offset, r->shard_grad + b->shard_offset, b->counts,
-                              DIST_FLOAT, DIST_SUM, &r->work[i]);
+    float *mine = r->model->grads + (size_t)r->pg->rank * r->shard + b->shard_offset;
+    dist_reduce_scatter_async(r->pg, r->model->grads + b->offset, mine, b->counts, DIST_FLOAT, DIST_SUM,
+                              &r->work[i]);
   }
 }
 

@@ -21,8 +21,8 @@
  * buffers are padded to W·S floats, S = ⌈n/W⌉, and rank r owns the shard [r·S, (r+1)·S). The padding
  * joins the bucket at the end of the buffer, so the buckets tile all W·S floats. A bucket [a, b)
  * overlaps some ranks' shards: its reduce-scatter gives each rank the sum of its overlap (counts[j]
- * floats for rank j, zero for the ranks it misses), written where that overlap sits in the rank's
- * shard gradient. With one bucket every count is S: a plain reduce-scatter, as llm.c does.
+ * floats for rank j, zero for the ranks it misses), in place: where that overlap already lies in the
+ * rank's own gradient buffer. With one bucket every count is S: a plain reduce-scatter, as llm.c does.
  *
  * During backward the MLP calls the hook for each layer whose gradients are queued; a bucket all of
  * whose tensors are ready is reduce-scattered at once (asynchronously), and buckets are always started
@@ -61,15 +61,14 @@ typedef struct Reducer {
   int bucket_of[REDUCER_MAX_TENSORS];  // tensor -> bucket (PyTorch: variable_locators_)
   int next_bucket;                     // first bucket not yet started in this step
   size_t shard;                        // [zero] S: floats in each rank's shard of the flat buffers
-  float *shard_grad;                   // [zero] device, (S): this rank's shard of the mean gradient
 } Reducer;
 
 // Assigns the model's parameter tensors to buckets (see above). Writes the buckets (offset, count,
 // n_tensors) and the tensor -> bucket map; returns the number of buckets.
 int reducer_assign(const Mlp *m, size_t cap_bytes, size_t first_cap_bytes, Bucket *buckets, int *bucket_of);
 
-// Sets up the buckets for a cap of cap_mb MiB, their reduce-scatter handles and the shard gradient
-// (on pg's device). [zero] The model's flat buffers must hold W·shard floats (mlp_init_sharded()).
+// Sets up the buckets for a cap of cap_mb MiB and their reduce-scatter handles. [zero] The model's
+// flat buffers must hold W·shard floats (mlp_init_sharded()).
 void reducer_init(Reducer *r, ProcessGroup *pg, Mlp *m, double cap_mb, size_t shard);
 
 // Call before a backward pass whose gradients are to be reduced (not before no_sync ones).
@@ -78,8 +77,8 @@ void reducer_prepare_for_backward(Reducer *r);
 // The MLP's "gradients ready" hook: pass it to mlp_backward() with the reducer as `user`.
 void reducer_autograd_hook(int layer, void *user);
 
-// Waits for every bucket's reduce-scatter; afterwards shard_grad is the mean over the ranks of this
-// rank's shard of the gradients (the model's gradient buffer is scratch until the next backward).
+// Waits for every bucket's reduce-scatter; afterwards this rank's shard of the model's gradients is
+// their mean over the ranks (the rest of the gradient buffer is scratch until the next backward).
 void reducer_finalize_backward(Reducer *r);
 
 void reducer_free(Reducer *r);

@@ -198,7 +198,7 @@ static const float *run_batch(Trainer *t, int start, int B) {
   if (trace_on(&t->trace))  // --trace: this step's backward layers and bucket reduce-scatters, as spans
     trace_backward(&t->trace, &t->ctx, &t->model, t->reducer.work, t->reducer.n_buckets, t->step);
   // [zero] each rank updates its own shard of the parameters, with its shard of the mean gradient
-  sgd_step(&t->opt, &t->ctx, my_shard(t, t->model.params), t->reducer.shard_grad);
+  sgd_step(&t->opt, &t->ctx, my_shard(t, t->model.params), my_shard(t, t->model.grads));
   // [zero] and receives everyone else's: the whole updated model, for the next forward
   dist_all_gather(&t->pg, my_shard(t, t->model.params), t->model.params, t->shard, DIST_FLOAT);
   dist_all_reduce(&t->pg, t->loss, 1, DIST_FLOAT, DIST_AVG);  // [metrics] the global loss

@@ -109,6 +109,36 @@ static void slice_case(ProcessGroup *pg, size_t a, size_t b, size_t S, DistOp op
   dist_work_free(pg, &w);
 }
 
+// In place: the flat buffer [0, W·S) is both the send buffer (its slice [a, b)) and the receiver:
+// this rank's piece lands where it already is, at max(a, rank·S), as a sharded optimizer uses it.
+// Only this rank's piece is checked; the rest of the buffer is scratch afterwards.
+static void in_place_case(ProcessGroup *pg, size_t a, size_t b, size_t S, DistOp op, const char *what) {
+  int W = pg->world_size;
+  char line[256];
+  snprintf(line, sizeof line, "reduce-scatter in place, %s of [%zu, %zu), shards of %zu: %s",
+           op == DIST_AVG ? "average" : "sum", a, b, S, what);
+  if (W > MAX_W || S > MAX_S) {
+    expect(pg, 0, line);
+    return;
+  }
+  size_t counts[MAX_W], n = (size_t)W * S, lo = (size_t)pg->rank * S;
+  float h[MAX_W * MAX_S];
+  for (size_t g = 0; g < n; g++) h[g] = g >= a && g < b ? value(W, pg->rank, g) : SENTINEL;
+  float *flat = upload(pg, h, n);
+  dist_shard_counts(a, b, S, W, counts);
+  DistWork w;
+  dist_work_init(pg, &w);
+  size_t mine = lo > a ? lo : a;  // where this rank's piece starts in the flat buffer
+  dist_reduce_scatter_async(pg, flat + a, flat + mine, counts, DIST_FLOAT, op, &w);
+  dist_wait(pg, &w);
+  dist_work_free(pg, &w);
+  dev_download(pg->ctx, h, flat, n * sizeof *h);
+  dev_free(pg->ctx, flat);
+  bool ok = true;
+  for (size_t g = mine; g < mine + counts[pg->rank]; g++) ok &= h[g] == reduced(W, g, op);
+  expect(pg, ok, line);
+}
+
 // Two reduce-scatters in flight on two handles (equal and unequal counts), dist_test polled until
 // the first is done, both waited for; then the first handle carries an all-reduce.
 static void async_case(ProcessGroup *pg) {
@@ -196,6 +226,8 @@ void dist_cases_zero(ProcessGroup *pg) {
   }
   slice_case(pg, 2, 5 * W - 1, 5, DIST_AVG, "a bucket from inside shard 0 to inside the last");
   slice_case(pg, 4, 4, 5, DIST_SUM, "an empty bucket: every count 0");
+  in_place_case(pg, 0, 5 * W, 5, DIST_AVG, "equal counts (the whole buffer)");
+  in_place_case(pg, 2, 5 * W - 1, 5, DIST_SUM, "a bucket from inside shard 0 to inside the last");
   async_case(pg);
   all_gather_in_place_case(pg);
   zero_step_case(pg);
