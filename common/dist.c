@@ -313,7 +313,9 @@ void dist_reduce_scatter_async(ProcessGroup *pg, void *send, void *recv, const s
   size_t total = dist_chunk_offset(counts, pg->world_size), size = dist_type_size(type);
   bool in_place = recv == (char *)send + dist_chunk_offset(counts, pg->rank) * size;
   if (!in_place && overlap(send, total * size, recv, w->n * size))
-    die(1, "dist_reduce_scatter_async: recv overlaps send but is not this rank's chunk of it (the in-place form)");
+    die(1,
+        "dist_reduce_scatter_async: recv overlaps send but is not this rank's chunk of it (the in-place "
+        "form)");
   if (total == 0 || solo(pg)) {
     if (!in_place) dev_copy(pg->ctx, recv, send, w->n * size);  // one rank: the mean of one is itself
     work_done_now(pg, w);

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"   // check.h: die, mallocCheck
+#include "check.h"  // check.h: die, mallocCheck
 
 // ---- bucket assignment ----------------------------------------------------------------------------
 
