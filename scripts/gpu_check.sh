@@ -389,7 +389,7 @@ fi
 # ---- 5. several ranks on one GPU (NCCL >= 2.30) -------------------------------------------------------
 multi="several ranks on one GPU"
 if [ "$nccl_code" -lt 23000 ]; then
-  skip "$multi (steps 04-06, 2 and 4 ranks)" "needs NCCL >= 2.30 loaded (loaded ${loaded:-unknown}); set NCCL_ROOT to one"
+  skip "$multi (steps 04-07, 2 and 4 ranks)" "needs NCCL >= 2.30 loaded (loaded ${loaded:-unknown}); set NCCL_ROOT to one"
 else
   export NCCL_MULTI_RANK_GPU_ENABLE=1
   # 1 epoch of 8192 synthetic samples, batch 64 per rank, hidden 256,256: 64 steps at 2 ranks, 32 at
@@ -400,7 +400,7 @@ else
   for np in 2 4; do
     run "cpu_ref_np$np" "$BIN/01_single_gpu" --device cpu "${mr[@]}" --batch_size $((64 * np)) \
       --metrics "$LOG/ref$np.jsonl" || fail "CPU reference for $np ranks (step 01, batch $((64 * np)))" "$(last_error)"
-    for s in 04_ddp_wrap 05_metrics_ckpt 06_full; do
+    for s in 04_ddp_wrap 05_metrics_ckpt 06_full 07_zero; do
       n=${s%%_*}
       if ! run "step${n}_np$np" launch $np "$BIN/$s" --device cuda --backend nccl "${mr[@]}" \
              --metrics "$LOG/m${n}_np${np}_{rank}.jsonl"; then
@@ -413,6 +413,8 @@ else
     # order NCCL sums in may differ between step 05's per-tensor calls and step 06's buckets.
     if [ $np -eq 2 ]; then tol=0; else tol=1e-5; fi
     compare "step 06 = step 05, $np ranks" same "$LOG/m05_np${np}_0.jsonl" "$LOG/m06_np${np}_0.jsonl" $tol
+    # step 07 (ZeRO-1: reduce-scatter, shard update, all-gather; 269,322 parameters, padded at 4 ranks)
+    compare "step 07 = step 06, $np ranks" same "$LOG/m06_np${np}_0.jsonl" "$LOG/m07_np${np}_0.jsonl" $tol
     for n in 05 06; do  # the global loss (all-reduced) is logged from step 05 on
       compare "step $n, $np ranks: GPU tracks CPU (step 01, batch $((64 * np)))" gpu_cpu \
         "$LOG/m${n}_np${np}_0.jsonl" "$LOG/ref$np.jsonl" 10 1e-4 0.02
