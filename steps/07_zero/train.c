@@ -187,8 +187,8 @@ static const float *run_batch(Trainer *t, int start, int B) {
     mlp_forward(&t->model, &t->ctx, t->train.xb, b);
     mlp_loss(&t->model, &t->ctx, t->train.yb, b);
     ops_axpy(&t->ctx, t->loss, t->model.loss, 1, (float)b / B);  // [accum] the step's loss: b/B-weighted sum
-    // [bucket] backward of the loss times 1/W, so that the reducer's reduce-scatter, a plain sum, yields the
-    // mean [accum] and times b/B, so that the K micro-batches' gradients add up to the mean over B
+    // [bucket] backward of the loss times 1/W: the reducer's reduce-scatter, a plain sum, yields the mean
+    // [accum] and times b/B, so that the K micro-batches' gradients add up to the mean over B
     float scale = (float)b / B / t->world_size;
     if (sync) reducer_prepare_for_backward(&t->reducer);
     // [bucket] the hook starts each bucket's reduce-scatter as soon as its gradients are ready
