@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The sanitizer check CI runs after the tests: the `asan` preset (AddressSanitizer, LeakSanitizer,
 # UndefinedBehaviorSanitizer; CUDA off) builds everything, runs the unit tests, then a short 2-rank
-# step 06 run (checkpoints, trace, gradient accumulation, tiny buckets), then every collective of the
-# process group at 2, 3 and 4 ranks (tests/mpi/test_dist.c). Any report fails it.
+# step 06 run (checkpoints, trace, gradient accumulation, tiny buckets), a 3-rank step 07 run, then
+# every collective of the process group at 2, 3 and 4 ranks (tests/mpi/test_dist.c). Any report fails it.
 # Needs what scripts/setup.sh installs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,5 +22,11 @@ mpirun -np 2 build-asan/bin/06_full --device cpu --data synthetic --dataset_size
   --epochs 3 --grad_accum 2 --batch_size 32 --save_interval 0 --resume "$tmp/ck/checkpoint.bin" \
   > "$tmp/resume.log"
 echo "sanitizers: 2-rank step 06 runs (train, checkpoint, trace, resume) clean"
+# step 07 at 3 ranks (25,450 parameters: the last shard padded, buckets across shards), resuming the
+# step 06 checkpoint, saving its own
+mpirun -np 3 build-asan/bin/07_zero --device cpu --data synthetic --dataset_size 1024 --hidden 32 \
+  --epochs 3 --grad_accum 2 --batch_size 32 --bucket_cap_mb 0.01 --save_interval 1 \
+  --resume "$tmp/ck/checkpoint.bin" --ckpt_dir "$tmp/ck7" --trace "$tmp/trace7_{rank}.json" > "$tmp/run7.log"
+echo "sanitizers: 3-rank step 07 run (resume from step 06, train, checkpoint, trace) clean"
 ctest --preset asan -L unit -j "$(nproc)"
 ctest --preset asan -R '^dist_collectives' -j "$(nproc)"

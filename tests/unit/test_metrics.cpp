@@ -120,11 +120,12 @@ TEST(Metrics, LinesAreDocumentedJson) {
   EXPECT_EQ(std::strtod(value(objs[2], "samples_per_s").c_str(), nullptr), 12345.678);
   EXPECT_EQ(keys(objs[3]), (K{"type", "epoch", "train_loss", "samples_per_s"}));
 
-  EXPECT_EQ(keys(objs[4]), (K{"type", "world_size", "steps", "param_digest"}));
+  EXPECT_EQ(keys(objs[4]), (K{"type", "world_size", "steps", "param_digest", "peak_rss_kib"}));
   EXPECT_EQ(value(objs[4], "type"), "\"final\"");
   EXPECT_EQ(value(objs[4], "world_size"), "4");
   EXPECT_EQ(value(objs[4], "steps"), "1407");
   EXPECT_EQ(value(objs[4], "param_digest"), "\"0123456789abcdef\"");
+  EXPECT_GT(std::strtol(value(objs[4], "peak_rss_kib").c_str(), nullptr, 10), 1000);  // this process: > 1 MB
 }
 
 TEST(Metrics, FloatsRoundTripExactly) {
