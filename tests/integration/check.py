@@ -598,17 +598,22 @@ def dist_bad_launch(tmp):
 CAPS = ["0.001", "1", "25"]  # MiB: one tensor per bucket, a few buckets, one bucket
 
 
+def bucket_replicas(tmp, step, np, args, batches, hint=""):
+    """Runs `step` at np ranks for every bucket cap and for grad_accum 1 and 4 (batches: their
+    --batch_size); the replicas must end bit-identical."""
+    for cap in CAPS:
+        for accum, batch in zip(("1", "4"), batches):
+            tag = f"c{cap}_a{accum}_"
+            run(step, args + ["--bucket_cap_mb", cap, "--grad_accum", accum, "--batch_size", batch,
+                              "--metrics", f"{tmp}/{tag}{{rank}}.jsonl"], np=np)
+            d = digests(f"{tmp}/{tag}", np)
+            if len(set(d)) != 1:
+                raise Failure(f"bucket cap {cap} MiB, grad_accum {accum}, {np} ranks: replicas differ {d}{hint}")
+
+
 def step06_replicas(np):
     def scenario(tmp):
-        for cap in CAPS:
-            for accum, batch in (("1", "128"), ("4", "32")):
-                tag = f"c{cap}_a{accum}_"
-                run("06_full", SMALL + ["--epochs", "2", "--bucket_cap_mb", cap, "--grad_accum", accum,
-                                        "--batch_size", batch, "--metrics", f"{tmp}/{tag}{{rank}}.jsonl"],
-                    np=np)
-                d = digests(f"{tmp}/{tag}", np)
-                if len(set(d)) != 1:
-                    raise Failure(f"bucket cap {cap} MiB, grad_accum {accum}, {np} ranks: replicas differ {d}")
+        bucket_replicas(tmp, "06_full", np, SMALL + ["--epochs", "2"], ("128", "32"))
     scenario.__name__ = f"step06_replicas_np{np}"
     scenario.__doc__ = (f"Step 06 at {np} ranks: bit-identical replicas for bucket caps {', '.join(CAPS)} "
                         "MiB and grad_accum 1 and 4.")
@@ -965,15 +970,8 @@ def rel_diff(pa, pb):
 
 def step07_replicas(np):
     def scenario(tmp):
-        for cap in CAPS:
-            for accum, batch in (("1", "32"), ("4", "8")):
-                tag = f"c{cap}_a{accum}_"
-                run("07_zero", ZERO + ["--epochs", "1", "--bucket_cap_mb", cap, "--grad_accum", accum,
-                                       "--batch_size", batch, "--metrics", f"{tmp}/{tag}{{rank}}.jsonl"], np=np)
-                d = digests(f"{tmp}/{tag}", np)
-                if len(set(d)) != 1:
-                    raise Failure(f"bucket cap {cap} MiB, grad_accum {accum}, {np} ranks: replicas differ {d}"
-                                  " (is every updated shard all-gathered into every rank's parameters?)")
+        bucket_replicas(tmp, "07_zero", np, ZERO + ["--epochs", "1"], ("32", "8"),
+                        " (is every updated shard all-gathered into every rank's parameters?)")
     scenario.__name__ = f"step07_replicas_np{np}"
     scenario.__doc__ = (f"Step 07 at {np} ranks: bit-identical replicas for bucket caps {', '.join(CAPS)} MiB "
                         "and grad_accum 1 and 4, with a parameter count that is not a multiple of the ranks.")
