@@ -997,6 +997,12 @@ def diagnose_zero_step(tmp, np, cap):
     bad = [i for i in range(n) if abs(p6[i] - p7[i]) > tol]
     if not bad:
         return "(after one step step 07 still agrees with step 06: they part later)"
+    d6, d7 = [a - b for a, b in zip(p6, p0)], [a - b for a, b in zip(p7, p0)]
+    ratio = sum(a * b for a, b in zip(d6, d7)) / max(sum(a * a for a in d6), 1e-30)
+    if abs(ratio - 1 / np) < 1e-3 / np and all(abs(b - a / np) <= tol for a, b in zip(d6, d7)):
+        return (f"likely cause: after one step every parameter has moved 1/{np} as far as step 06's: the mean "
+                f"gradient is divided by the world size twice: backward already scales the loss by 1/W, so the "
+                f"reduce-scatter must sum (DIST_SUM), not average")
     if all(abs(a - b) <= tol for a, b in zip(p7, p0)) and not any(m7):
         return ("likely cause: after one step no parameter has moved and the momentum is zero: the optimizer "
                 "stepped with a zero gradient, so this rank's shard gradient (r->shard_grad) is never written: "
