@@ -5,7 +5,7 @@
 #   scripts/check_exercise.sh N FILE [FILE...]
 #   scripts/check_exercise.sh --build-only N FILE [FILE...]   compile and link only
 #
-# N is the step (02 .. 06). Each FILE replaces the step's file of the same name (train.c, sampler.c,
+# N is the step (02 .. 07). Each FILE replaces the step's file of the same name (train.c, sampler.c,
 # reducer.c); the step's other files are used as they are. The program is compiled and linked exactly
 # as the main build compiles the step (the commands come from `ninja -t commands`, so the flags and
 # the ddp_common library are the build's own), into a temporary folder, under the step's name, next
@@ -18,7 +18,8 @@
 # learner's sampler.c or reducer.c in place of the step's, that file compiled with AddressSanitizer
 # and UBSan when the compiler has them (a read past the end of an array then fails the test even when
 # the value read happens to be right), and its Sampler* or Reducer* tests run. Steps 02, 04 and 05
-# teach code that lives in train.c: their integration claims are their tests.
+# teach code that lives in train.c, and step 07's reducer has no unit tests of its own (the Reducer*
+# tests are step 06's): their integration claims are their tests.
 #
 # Exit status: 0 when every unit test and claim passes, 1 otherwise, 2 on a usage error.
 #
@@ -30,13 +31,13 @@
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
-usage() { echo "usage: $0 N FILE [FILE...]   (N = 02..06; e.g. $0 03 exercises/03_sampler/sampler.c)" >&2; exit 2; }
+usage() { echo "usage: $0 N FILE [FILE...]   (N = 02..07; e.g. $0 03 exercises/03_sampler/sampler.c)" >&2; exit 2; }
 build_only=0
 [ "${1:-}" = --build-only ] && { build_only=1; shift; }
 [ $# -ge 2 ] || usage
 n=$1
 shift
-case $n in 2 | 3 | 4 | 5 | 6) n=0$n ;; 02 | 03 | 04 | 05 | 06) ;; *) usage ;; esac
+case $n in 2 | 3 | 4 | 5 | 6 | 7) n=0$n ;; 02 | 03 | 04 | 05 | 06 | 07) ;; *) usage ;; esac
 
 case $n in
   02) claims="step02_redundant" ;;
@@ -44,6 +45,8 @@ case $n in
   04) claims="step04_replicas_np2 step04_matches_baseline_np2 step04_broadcast" ;;
   05) claims="step05_replicas_np2 step05_matches_baseline_np2 step05_eval_exact step05_one_writer step05_resume" ;;
   06) claims="step06_replicas_np2 step06_matches_step04_np2 step06_grad_accum step06_trace" ;;
+  07) claims="step07_replicas_np2 step07_replicas_np3 step07_matches_step06_np2 step07_matches_step06_np3
+              step07_memory step07_checkpoints" ;;
 esac
 claims=${DDP_CLAIMS:-$claims}
 [ "$claims" = none ] && claims=""

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Generates the workshop exercises in exercises/ from the steps, so they can never drift from them.
 
-    scripts/make_exercises.py           write exercises/0N_<step>/<file> for N = 02..06
+    scripts/make_exercises.py           write exercises/0N_<step>/<file> for N = 02..07
     scripts/make_exercises.py --check   exit 1, naming each problem, when a removal below no longer
                                         matches its step file or a committed exercise file differs
                                         from what would be generated (CTest `exercises_fresh`)
@@ -128,6 +128,32 @@ EXERCISES = [
          "    // the ranks' gradients is their average, and, with K > 1 micro-batches, also b / B, so that\n"
          "    // the gradients summed over the K backward passes are the mean over all B samples.\n"
          "    float scale = 1.0f;\n"),
+    ]),
+    ("07_zero", "steps/07_zero/reducer.c", [
+        ("    // [zero] each rank receives the sum of its own part of the bucket, into its shard gradient",
+         "                              DIST_FLOAT, DIST_SUM, &r->work[i]);",
+         "    // TODO(07): reduce-scatter the bucket instead of all-reducing it: each rank receives the sum\n"
+         "    // over the ranks of its own part of the bucket (b->counts[j] floats for rank j, from\n"
+         "    // dist_shard_counts), written where that part sits in its shard gradient: r->shard_grad plus\n"
+         "    // b->shard_offset (dist_reduce_scatter_async, DIST_SUM, into the bucket's handle r->work[i]).\n"
+         "    // Until then the bucket is all-reduced as in step 06, and r->shard_grad stays zero.\n"
+         "    dist_all_reduce_async(r->pg, r->model->grads + b->offset, b->count, DIST_FLOAT, DIST_SUM, &r->work[i]);\n"),
+    ]),
+    ("07_zero", "steps/07_zero/train.c", [
+        ("  // [zero] each rank updates its own shard of the parameters, with its shard of the mean gradient",
+         "  dist_all_gather(&t->pg, my_shard(t, t->model.params), t->model.params, t->shard, DIST_FLOAT);",
+         "  // TODO(07): the sharded optimizer step: update this rank's shard of the parameters (my_shard)\n"
+         "  // with its shard of the mean gradient (t->reducer.shard_grad) and its momentum shard (sgd_step\n"
+         "  // on t->opt, which holds t->shard floats); then all-gather the updated shards in place\n"
+         "  // (dist_all_gather), so that every rank has the whole model for the next forward. Until then\n"
+         "  // the parameters never change.\n"),
+        ("  // [zero] every rank's momentum shard, gathered: the file is step 06's, full momentum included",
+         "  dist_all_gather(&t->pg, my_shard(t, full.buf), full.buf, t->shard, DIST_FLOAT);",
+         "  // TODO(07): the file holds the full momentum, as step 06's does: put this rank's momentum shard\n"
+         "  // (t->opt.buf, t->shard floats) in its place in full.buf (the gradient buffer, free between\n"
+         "  // steps), then all-gather the shards in place, so that rank 0 writes every rank's. Until then\n"
+         "  // the file's momentum is whatever the gradient buffer holds.\n"
+         "  Sgd full = full_optimizer(t);\n"),
     ]),
 ]
 

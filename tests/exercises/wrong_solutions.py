@@ -2,7 +2,7 @@
 """Typical wrong solutions of the workshop exercises, and the proof that the checker rejects each one.
 
     tests/exercises/wrong_solutions.py N          run scripts/check_exercise.sh on every wrong solution of
-                                                  exercise N (02..06): each must fail (exit 1), and its
+                                                  exercise N (02..07): each must fail (exit 1), and its
                                                   output must contain the expected diagnosis
     tests/exercises/wrong_solutions.py N --only NAME   just that one
     tests/exercises/wrong_solutions.py --write DIR     write every wrong file to DIR/0N_<name>/<file>
@@ -34,6 +34,7 @@ class Wrong:
 
 S03, S04, S05 = "steps/03_sampler/sampler.c", "steps/04_ddp_wrap/train.c", "steps/05_metrics_ckpt/train.c"
 S02, R06, T06 = "steps/02_init/train.c", "steps/06_full/reducer.c", "steps/06_full/train.c"
+R07, T07 = "steps/07_zero/reducer.c", "steps/07_zero/train.c"
 
 WRONG = {
     "02": [
@@ -159,6 +160,46 @@ WRONG = {
               "step06_matches_step04_np2", ["without dividing by the world size", "scale must include 1/W"],
               "backward's scale lacks 1/W: the reducer's sum is W times the mean gradient"),
     ],
+    "07": [
+        Wrong("all_reduce_kept", R07,
+              [("    dist_reduce_scatter_async(r->pg, r->model->grads + b->offset, r->shard_grad + b->shard_offset, b->counts,\n"
+                "                              DIST_FLOAT, DIST_SUM, &r->work[i]);",
+                "    dist_all_reduce_async(r->pg, r->model->grads + b->offset, b->count, DIST_FLOAT, DIST_SUM, &r->work[i]);")],
+              "step07_matches_step06_np2", ["the momentum is zero", "shard gradient (r->shard_grad) is never written"],
+              "the buckets are still all-reduced as in step 06: the shard gradient the update reads stays zero"),
+        Wrong("wrong_shard_offset", R07,
+              [("r->shard_grad + b->shard_offset, b->counts,", "r->shard_grad + b->offset, b->counts,")],
+              "step07_matches_step06_np2", ["in the shard of rank 1", "not at b->offset"],
+              "the bucket's part is received at its offset in the flat buffer, not in the rank's shard"),
+        Wrong("divided_twice", R07,
+              [("                              DIST_FLOAT, DIST_SUM, &r->work[i]);",
+                "                              DIST_FLOAT, DIST_AVG, &r->work[i]);")],
+              "step07_matches_step06_np2", ["moved 1/2 as far as step 06's", "must sum (DIST_SUM)"],
+              "the reduce-scatter averages: with backward's 1/W, the gradient is divided by W twice"),
+        Wrong("no_all_gather", T07,
+              [("  dist_all_gather(&t->pg, my_shard(t, t->model.params), t->model.params, t->shard, DIST_FLOAT);\n", "")],
+              "step07_replicas_np2", ["replicas differ", "all-gathered"],
+              "no all-gather after the update: each rank keeps only its own shard up to date"),
+        Wrong("params_not_sharded", T07,
+              [("  sgd_step(&t->opt, &t->ctx, my_shard(t, t->model.params), t->reducer.shard_grad);",
+                "  sgd_step(&t->opt, &t->ctx, t->model.params, t->reducer.shard_grad);")],
+              "step07_matches_step06_np2", ["in only its own shard", "not the start of the buffer"],
+              "every rank updates the start of the parameter buffer instead of its own shard"),
+        Wrong("flat_gradient", T07,
+              [("  sgd_step(&t->opt, &t->ctx, my_shard(t, t->model.params), t->reducer.shard_grad);",
+                "  sgd_step(&t->opt, &t->ctx, my_shard(t, t->model.params), my_shard(t, t->model.grads));")],
+              "step07_matches_step06_np2", ["t->reducer.shard_grad", "scratch"],
+              "the update reads the flat gradient buffer, scratch after the reduce-scatter, not the shard gradient"),
+        Wrong("momentum_not_gathered", T07,
+              [("  dev_copy(&t->ctx, my_shard(t, full.buf), t->opt.buf, t->shard * sizeof(float));\n"
+                "  dist_all_gather(&t->pg, my_shard(t, full.buf), full.buf, t->shard, DIST_FLOAT);\n", "")],
+              "step07_checkpoints", ["no part of the saved momentum is a rank's momentum shard", "t->opt.buf"],
+              "the checkpoint is written without gathering the momentum shards"),
+        Wrong("gathered_without_copy", T07,
+              [("  dev_copy(&t->ctx, my_shard(t, full.buf), t->opt.buf, t->shard * sizeof(float));\n", "")],
+              "step07_checkpoints", ["no part of the saved momentum is a rank's momentum shard", "t->opt.buf"],
+              "the momentum is all-gathered, but no rank copied its shard into the buffer first"),
+    ],
 }
 
 
@@ -184,7 +225,7 @@ def write(w, folder):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("exercise", nargs="?", help="02 .. 06")
+    ap.add_argument("exercise", nargs="?", help="02 .. 07")
     ap.add_argument("--only", help="run only this wrong solution")
     ap.add_argument("--check", action="store_true", help="only check that the substitutions apply")
     ap.add_argument("--write", metavar="DIR", help="write the wrong files into DIR")

@@ -968,6 +968,95 @@ def rel_diff(pa, pb):
     return max(abs(x - y) for x, y in zip(pa, pb)) / max(abs(x) for x in pa)
 
 
+def ckpt_optim_steps(path):
+    """The optimizer steps a checkpoint says were taken (header offset 48; docs/formats.md)."""
+    with open(path, "rb") as f:
+        return struct.unpack_from("<I", f.read(52), 48)[0]
+
+
+def listed(names):
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def diagnose_zero_step(tmp, np, cap):
+    """Why step 07 does not train like step 06: one optimizer step of each from the same start (np ranks,
+    --bucket_cap_mb cap), compared with the start and with each other. After one step exactly the
+    parameters whose update went wrong differ (every gradient is computed from the same parameters),
+    so where they differ (which tensors, which ranks' shards) points at the mistake."""
+    one = ZERO + ["--batch_size", "64", "--epochs", "1", "--max_steps", "1", "--save_interval", "1",
+                  "--bucket_cap_mb", cap]
+    try:
+        run("06_full", one + ["--ckpt_dir", f"{tmp}/one06", "--save_init", f"{tmp}/init"], np=np)
+        run("07_zero", one + ["--ckpt_dir", f"{tmp}/one07"], np=np)
+    except Failure as e:
+        return f"(a one-step run to find where the parameters differ failed: {str(e).splitlines()[0][:300]})"
+    hdr, p0 = read_checkpoint(f"{tmp}/init/checkpoint.bin")
+    p6, _ = ckpt_params_momentum(f"{tmp}/one06/checkpoint.bin")
+    p7, m7 = ckpt_params_momentum(f"{tmp}/one07/checkpoint.bin")
+    if ckpt_optim_steps(f"{tmp}/one07/checkpoint.bin") == 0:
+        return ("likely cause: step 07 takes no optimizer step (its checkpoint counts none): every step, "
+                "each rank must update its shard of the parameters (sgd_step on my_shard(t, t->model.params) "
+                "with t->reducer.shard_grad), then all-gather the shards")
+    tol = PARAM_TOL * max(abs(x) for x in p6)
+    n, S = len(p6), -(-len(p6) // np)
+    bad = [i for i in range(n) if abs(p6[i] - p7[i]) > tol]
+    if not bad:
+        return "(after one step step 07 still agrees with step 06: they part later)"
+    d6, d7 = [a - b for a, b in zip(p6, p0)], [a - b for a, b in zip(p7, p0)]
+    ratio = sum(a * b for a, b in zip(d6, d7)) / max(sum(a * a for a in d6), 1e-30)
+    if abs(ratio - 1 / np) < 1e-3 / np and all(abs(b - a / np) <= tol for a, b in zip(d6, d7)):
+        return (f"likely cause: after one step every parameter has moved 1/{np} as far as step 06's: the mean "
+                f"gradient is divided by the world size twice: backward already scales the loss by 1/W, so the "
+                f"reduce-scatter must sum (DIST_SUM), not average")
+    if all(abs(a - b) <= tol for a, b in zip(p7, p0)) and not any(m7):
+        return ("likely cause: after one step no parameter has moved and the momentum is zero: the optimizer "
+                "stepped with a zero gradient, so this rank's shard gradient (r->shard_grad) is never written: "
+                "the reducer must reduce-scatter each bucket into it (dist_reduce_scatter_async); an all-reduce, "
+                "as in step 06, leaves the result in the flat gradient buffer instead")
+    if bad[0] >= S and all(abs(p7[i] - p0[i]) <= tol for i in range(S, n)):
+        return (f"likely cause: after one step rank 0's parameters have moved in only its own shard [0, {S}), "
+                f"as step 06's did there, and nowhere else: the other ranks' updates never reached rank 0: each "
+                f"rank must update its own shard (my_shard(t, t->model.params), not the start of the buffer), "
+                f"then all the ranks all-gather the updated shards in place (dist_all_gather, after sgd_step)")
+    shards = sorted({i // S for i in bad})
+    tensors = [name for name, a, b in tensor_slices(hdr["sizes"]) if any(a <= i < b for i in bad)]
+    plural = "s" if len(shards) > 1 else ""
+    where = (f"after one step (bucket cap {cap} MiB) step 07's parameters differ from step 06's in "
+             f"{listed(tensors)}, in the shard{plural} of rank{plural} {listed([str(j) for j in shards])}")
+    if len(tensors) == len(tensor_slices(hdr["sizes"])) and len(shards) == np:
+        return (f"likely cause: after one step (bucket cap {cap} MiB) step 07's parameters differ from step "
+                f"06's in every tensor and in every rank's shard: the update does not get the mean gradient: "
+                f"sgd_step must read this rank's shard gradient, t->reducer.shard_grad (after the reduce-scatter "
+                f"the flat gradient buffer is scratch), and update my_shard(t, t->model.params)")
+    still = "; where they differ, step 07 has not moved them" if all(abs(p7[i] - p0[i]) <= tol for i in bad) else ""
+    return (f"likely cause: {where}, and agree elsewhere{still}: those gradients do not arrive where the update "
+            f"reads them: rank j receives b->counts[j] floats of a bucket, at r->shard_grad + b->shard_offset "
+            f"(where the bucket meets its shard), not at b->offset (where the bucket starts in the flat buffer)")
+
+
+def diagnose_momentum(m_ref, m_got, np):
+    """Why the momentum saved by step 07 differs from step 06's (same training, np ranks): compares the
+    file's W shards of S floats with the reference's, exactly (at 2 ranks the two steps are equal)."""
+    n = len(m_ref)
+    S = -(-n // np)
+    ref = [tuple(m_ref[j * S:(j + 1) * S]) for j in range(np)]
+    got = [tuple(m_got[j * S:(j + 1) * S]) for j in range(np)]
+    right = [j for j in range(np) if got[j] == ref[j]]
+    moved = [j for j in range(np) if got[j] != ref[j] and got[j] in ref]
+    if moved:
+        return (f"likely cause: the saved momentum holds another rank's shard at shard{'s' if len(moved) > 1 else ''} "
+                f"{listed([str(j) for j in moved])}: rank j's momentum shard belongs at full.buf + j·S, the place "
+                "from which the in-place all-gather sends it")
+    if not right:
+        return ("likely cause: no part of the saved momentum is a rank's momentum shard (is it the gradient "
+                "buffer as the last reduce-scatter left it?): each rank must copy its momentum shard "
+                "(t->opt.buf, t->shard floats) to its place in full.buf (my_shard), then all-gather in place, "
+                "before rank 0 writes")
+    return (f"likely cause: the saved momentum is right in the shard{'s' if len(right) > 1 else ''} of "
+            f"rank{'s' if len(right) > 1 else ''} {listed([str(j) for j in right])} only: every rank must copy its "
+            "momentum shard (t->opt.buf) to its place in full.buf (my_shard) before the in-place all-gather")
+
+
 def step07_replicas(np):
     def scenario(tmp):
         bucket_replicas(tmp, "07_zero", np, ZERO + ["--epochs", "1"], ("32", "8"),
@@ -997,11 +1086,18 @@ def step07_matches_step06(np):
             if len(la) != len(lb) or worst > LOSS_TOL:
                 raise Failure(f"bucket cap {cap}: per-step loss differs from step 06 by {worst:.2e} (relative) > "
                               f"{LOSS_TOL}: is each rank's shard the mean of the ranks' gradients (the "
-                              "reduce-scatter's counts and offsets), and is each rank updating its own shard?")
+                              "reduce-scatter's counts and offsets), and is each rank updating its own shard?\n"
+                              + diagnose_zero_step(tmp, np, cap))
             pworst, mworst = rel_diff(pa, pb), rel_diff(ma, mb)
-            if pworst > PARAM_TOL or mworst > PARAM_TOL:
+            if pworst > PARAM_TOL:
                 raise Failure(f"bucket cap {cap}: parameters differ from step 06's by {pworst:.2e}, momentum by "
-                              f"{mworst:.2e} of their largest value (> {PARAM_TOL})")
+                              f"{mworst:.2e} of their largest value (> {PARAM_TOL})\n"
+                              + diagnose_zero_step(tmp, np, cap))
+            if mworst > PARAM_TOL:
+                raise Failure(f"bucket cap {cap}: parameters agree with step 06's ({pworst:.2e}), the saved "
+                              f"momentum differs by {mworst:.2e} of its largest value (> {PARAM_TOL})"
+                              + (f"\n{diagnose_momentum(ma, mb, np)}" if np == 2 else
+                                 ": are the momentum shards gathered in rank order before rank 0 writes them?"))
             # At 2 ranks each sum has two terms whatever the collective: 07 must be 06, bit for bit.
             if np == 2 and (pa != pb or ma != mb or la != lb):
                 raise Failure(f"bucket cap {cap}: at 2 ranks step 07 should equal step 06 exactly")
@@ -1055,10 +1151,14 @@ def step07_checkpoints(tmp):
         run(step, common + ["--epochs", "1", "--save_interval", "1", "--ckpt_dir", f"{tmp}/{ck}"], np=2)
     p6, m6 = ckpt_params_momentum(f"{tmp}/c6/checkpoint.bin")
     p7, m7 = ckpt_params_momentum(f"{tmp}/c7/checkpoint.bin")
-    if p6 != p7 or m6 != m7:
-        raise Failure(f"after one epoch at 2 ranks, step 07's checkpoint differs from step 06's (parameters "
-                      f"{rel_diff(p6, p7):.1e}, momentum {rel_diff(m6, m7):.1e}): are the momentum shards "
-                      "gathered in rank order before rank 0 writes them?")
+    if p6 != p7:
+        raise Failure(f"after one epoch at 2 ranks, step 07's parameters differ from step 06's ({rel_diff(p6, p7):.1e}"
+                      f"; momentum {rel_diff(m6, m7):.1e}): step 07 does not train like step 06 "
+                      "(step07_matches_step06_np2 says where they part)")
+    if m6 != m7:
+        raise Failure(f"after one epoch at 2 ranks, step 07's checkpoint has step 06's parameters but not its "
+                      f"momentum ({rel_diff(m6, m7):.1e}): are the momentum shards gathered in rank order "
+                      f"before rank 0 writes them?\n{diagnose_momentum(m6, m7, 2)}")
     # each resumes the other's file and ends where two epochs straight end
     for step, ck in (("07_zero", "c6"), ("06_full", "c7")):
         tag = f"r{step[:2]}_"
