@@ -19,7 +19,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <libdeflate.h>
 
@@ -591,12 +590,12 @@ void dataset_free(Dataset *ds) {
 
 // ---- identity -----------------------------------------------------------------------------------
 
-static uLong crc_labels(uLong crc, const Dataset *ds) {
+static uint32_t crc_labels(uint32_t crc, const Dataset *ds) {
   unsigned char chunk[4096];
   for (int i = 0; i < ds->n;) {
     int m = 0;
     for (; m < (int)sizeof chunk && i < ds->n; m++, i++) chunk[m] = (unsigned char)ds->y[i];
-    crc = crc32(crc, chunk, (uInt)m);
+    crc = libdeflate_crc32(crc, chunk, (size_t)m);
   }
   return crc;
 }
@@ -604,7 +603,7 @@ static uLong crc_labels(uLong crc, const Dataset *ds) {
 DataId dataset_id(DataKind kind, const Dataset *train, const Dataset *test) {
   DataId id = {(uint32_t)kind,       (uint32_t)train->n,         (uint32_t)test->n,
                (uint32_t)train->dim, (uint32_t)train->n_classes, 0};
-  id.labels_crc = (uint32_t)crc_labels(crc_labels(crc32(0L, Z_NULL, 0), train), test);
+  id.labels_crc = crc_labels(crc_labels(0, train), test);  // 0: CRC-32's initial value
   return id;
 }
 

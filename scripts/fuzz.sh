@@ -21,7 +21,7 @@ flags=(-std=c11 -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefin
        -fno-sanitize-recover=undefined -Wall -Wextra -Icommon -Ifuzz)
 declare -A src=([idx]="fuzz/fuzz_idx.c common/data.c common/file.c common/check.c common/rng.c"
                 [ckpt]="fuzz/fuzz_ckpt.c common/ckpt.c common/file.c")
-libs=(-ldeflate -lz -lm)
+libs=(-ldeflate -lm)
 status=0
 for t in "${targets[@]}"; do
   [ -n "${src[$t]:-}" ] || { echo "fuzz.sh: unknown target '$t' (idx, ckpt)" >&2; exit 2; }
