@@ -3,7 +3,8 @@
 # hidden from CMake (CMAKE_DISABLE_FIND_PACKAGE_BLAS / _GTest, no download), so configure must still
 # succeed and say what is missing, the build must succeed, and a short CPU training must run through
 # the plain C GEMM and track the OpenBLAS build's run of the same configuration (BUILD_DIR, default
-# build, made by scripts/test.sh before this).
+# build, made by scripts/test.sh before this). libdeflate is the one library such a node must have
+# (or get from scripts/gpu_deps.sh): configure stops without it, and nothing links zlib any more.
 #
 # The CUDA path is compiled too when nvcc is there (as on a CUDA node; BARE_CUDA=OFF leaves it out):
 # measured on the 2-core build VM, this whole script took 38 s with it and 27 s without, so it does
@@ -16,12 +17,15 @@ rm -rf "$BARE" && mkdir -p "$BARE"
 cmake -S . -B "$BARE" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDDP_ENABLE_CUDA="${BARE_CUDA:-ON}" \
       -DCMAKE_DISABLE_FIND_PACKAGE_BLAS=ON -DCMAKE_DISABLE_FIND_PACKAGE_GTest=ON \
       -DDDP_FETCH_GTEST=OFF > "$BARE/configure.log" 2>&1 || { cat "$BARE/configure.log"; exit 1; }
-grep -E '\[(✓|✗)\]|no OpenBLAS' "$BARE/configure.log"
+grep -E '\[(✓|✗)\]|no OpenBLAS|libdeflate' "$BARE/configure.log"
 grep -q '\[✗\] OpenBLAS' "$BARE/configure.log" || { echo "bare node: OpenBLAS was not hidden"; exit 1; }
 grep -q '\[✗\] GoogleTest' "$BARE/configure.log" || { echo "bare node: GoogleTest was not hidden"; exit 1; }
 cmake --build "$BARE" -j "$(nproc)"
 if ldd "$BARE/bin/01_single_gpu" | grep -q openblas; then
   echo "bare node: 01_single_gpu still links OpenBLAS"; exit 1
+fi
+if readelf -d "$BARE/bin/01_single_gpu" | grep -q 'NEEDED.*\[libz\.so'; then
+  echo "bare node: 01_single_gpu links zlib, which the build no longer needs"; exit 1
 fi
 
 # The same short training with both GEMMs. The plain GEMM sums in another order than OpenBLAS, so

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Where the time from launch to the first training step goes, on the CPU at 2 ranks.
 
-    bench/launch_cpu.py [--build build-perf] [--reps 5] [--ranks 2]
+    bench/launch_cpu.py [--build build-perf] [--reps 5] [--ranks 2] [--also BUILD ...]
 
 Each repetition runs, interleaved:
   launcher        mpirun -np W /bin/true                      (mpirun starts and reaps W processes)
@@ -10,6 +10,8 @@ Each repetition runs, interleaved:
   + MPI_Init, cm  the same with OMPI_MCA_pml unset            (Open MPI probes for network hardware:
                                                                what scripts/mpi_env.sh's pml=ob1 avoids)
   step 06         launch -> end of step 1 of 06_full on Fashion-MNIST, as cpu_ddp.py measures it
+  step 06 (BUILD) the same with the 06_full of each --also build (another commit's, built alike):
+                  a before/after comparison in the same rotation, under the same load
 and prints the medians (wall seconds, from just before the launcher starts). The remainder of step 06
 after "+ MPI_Init" is loading the data, building the model and the first step (whose in-process time
 cpu_ddp.py also reports). Environment as cpu_ddp.py's (scripts/mpi_env.sh's settings).
@@ -37,6 +39,8 @@ def main():
     ap.add_argument("--build", default="build")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--also", action="append", default=[], metavar="BUILD",
+                    help="another build folder whose step 06 is timed in the same rotation")
     a = ap.parse_args()
     w = a.ranks
     env = cpu_ddp.base_env()
@@ -50,8 +54,12 @@ def main():
     }
     tmp = tempfile.mkdtemp(prefix="launch_cpu.")
     step_args = argparse.Namespace(build=a.build, steps=2, warmup=0, bucket_cap_mb="25")
-    runs[f"step 06 to end of step 1"] = lambda: cpu_ddp.run_ours(
+    runs["step 06 to end of step 1"] = lambda: cpu_ddp.run_ours(
         step_args, tmp, w, f"s{time.monotonic_ns()}")["first_step_s"]
+    for other in a.also:
+        other_args = argparse.Namespace(**dict(vars(step_args), build=other))
+        runs[f"step 06 ({other})"] = lambda o=other_args: cpu_ddp.run_ours(
+            o, tmp, w, f"s{time.monotonic_ns()}")["first_step_s"]
     res = {k: [] for k in runs}
     print(f"load before: {cpu_ddp.uptime()}", flush=True)
     names = list(runs)
@@ -62,7 +70,8 @@ def main():
     print(f"{w} ranks, {a.reps} interleaved repetitions, wall seconds from launch: median (min-max)")
     for k in names:
         v = res[k]
-        print(f"  {k:30s} {st.median(v):6.3f}  ({min(v):.3f}-{max(v):.3f})")
+        print(f"  {k:30s} {st.median(v):6.3f}  ({min(v):.3f}-{max(v):.3f})  runs: "
+              + " ".join(f"{x:.3f}" for x in v))
 
 
 if __name__ == "__main__":

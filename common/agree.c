@@ -7,7 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <zlib.h>
+
+#include <libdeflate.h>
 
 #include "check.h"
 #include "devmem.h"
@@ -41,10 +42,10 @@ static void program_identity(Agreement *a) {
   char path[4096] = "";
   const char *base = "unknown";
   FILE *f = fopen("/proc/self/exe", "rb");
-  uLong crc = crc32(0L, Z_NULL, 0);
+  uint32_t crc = 0;  // CRC-32's initial value
   if (f) {
     unsigned char buf[65536];
-    for (size_t got; (got = fread(buf, 1, sizeof buf, f)) > 0;) crc = crc32(crc, buf, (uInt)got);
+    for (size_t got; (got = fread(buf, 1, sizeof buf, f)) > 0;) crc = libdeflate_crc32(crc, buf, got);
     fclose(f);
   }
   FILE *cmd = fopen("/proc/self/comm", "r");
@@ -54,7 +55,7 @@ static void program_identity(Agreement *a) {
   }
   if (cmd) fclose(cmd);
   if (f)
-    agree_add(a, "the program", "%s (executable crc %08lx)", base, (unsigned long)crc);
+    agree_add(a, "the program", "%s (executable crc %08x)", base, (unsigned)crc);
   else
     agree_add(a, "the program", "%s (executable unreadable)", base);
 }

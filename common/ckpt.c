@@ -16,7 +16,8 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#include <zlib.h>
+
+#include <libdeflate.h>
 
 #include "file.h"
 
@@ -96,13 +97,13 @@ static void parent_dir(char *dir, size_t len, const char *path) {
 }
 
 // fwrite that also extends the running CRC.
-static int write_crc(FILE *f, const void *buf, size_t len, uLong *crc) {
-  *crc = crc32(*crc, (const Bytef *)buf, (uInt)len);
+static int write_crc(FILE *f, const void *buf, size_t len, uint32_t *crc) {
+  *crc = libdeflate_crc32(*crc, buf, len);
   return fwrite(buf, 1, len, f) == len ? 0 : -1;
 }
 
 // Writes n floats as little-endian u32 bit patterns, a chunk at a time.
-static int write_floats(FILE *f, const float *x, size_t n, uLong *crc, unsigned char *chunk) {
+static int write_floats(FILE *f, const float *x, size_t n, uint32_t *crc, unsigned char *chunk) {
   for (size_t i = 0; i < n; i += CKPT_CHUNK) {
     size_t m = n - i < CKPT_CHUNK ? n - i : CKPT_CHUNK;
     for (size_t j = 0; j < m; j++) {
@@ -137,13 +138,13 @@ static int write_body(FILE *f, const CkptMeta *meta, size_t n, const float *para
 
   unsigned char *chunk = malloc(4 * CKPT_CHUNK);
   if (!chunk) return -1;
-  uLong crc = crc32(0L, Z_NULL, 0);
+  uint32_t crc = 0;  // CRC-32's initial value
   int rc = -1;
   if (write_crc(f, hdr, hsize, &crc) || write_floats(f, params, n, &crc, chunk) ||
       write_floats(f, opt_state, n, &crc, chunk))
     goto out_free_chunk;
   unsigned char tail[4];
-  put_u32(tail, (uint32_t)crc);
+  put_u32(tail, crc);
   if (fwrite(tail, 1, 4, f) != 4) goto out_free_chunk;
   rc = 0;
 out_free_chunk:
@@ -410,16 +411,6 @@ static unsigned char *read_all(const char *path, size_t *size, char *err, size_t
   return buf;
 }
 
-// zlib's crc32 takes a uInt length, so feed it at most 1 GiB at a time.
-static uint32_t crc_bytes(const unsigned char *p, size_t len) {
-  uLong crc = crc32(0L, Z_NULL, 0);
-  for (size_t i = 0; i < len; i += (size_t)1 << 30) {
-    size_t m = len - i < ((size_t)1 << 30) ? len - i : ((size_t)1 << 30);
-    crc = crc32(crc, p + i, (uInt)m);
-  }
-  return (uint32_t)crc;
-}
-
 static void read_floats(float *x, const unsigned char *p, size_t n) {
   for (size_t i = 0; i < n; i++) {
     uint32_t bits = get_u32(p + 4 * i);
@@ -566,7 +557,7 @@ int ckpt_load(const char *path, const CkptMeta *expect, CkptMeta *meta, float *p
     goto out_free_buf;
   }
   uint32_t stored = get_u32(buf + size - 4);
-  uint32_t computed = crc_bytes(buf, size - 4);
+  uint32_t computed = libdeflate_crc32(0, buf, size - 4);
   if (stored != computed) {
     set_err(err, err_len, "checkpoint '%s': CRC mismatch: file is corrupt (stored 0x%08x, computed 0x%08x)",
             path, stored, computed);

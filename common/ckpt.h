@@ -20,8 +20,8 @@
  * | 56 | u32[L+1] | layer sizes I, H…, O |
  * | 60 + 4L | u32[6] | version 2: the data set (DataId: kind, train and test samples, features, classes,
  * labels CRC) | | header size | f32[n] | parameters: for each layer, weight [out][in] then bias [out] | | … |
- * f32[n] | optimizer state (momentum buffer), same layout | | … | u32 | CRC-32 (zlib's) of every preceding
- * byte |
+ * f32[n] | optimizer state (momentum buffer), same layout | | … | u32 | CRC-32 (standard, as zlib's) of every
+ * preceding byte |
  *
  * Version 1 files (no data set identity) are still read; every file written is version 2.
  *

@@ -61,8 +61,9 @@ int data_parse(const char *name, DataKind *out);
  * Checks the magic numbers (2051 images, 2049 labels), the dimensions, that both files hold the same
  * number of items, that every label is < 10, and that each file is exactly as long as its header
  * says (truncated or longer: an error). Only regular files are read (a FIFO or a device is refused
- * without blocking). Gzip data is always verified against its trailer (CRC-32 and size), by
- * libdeflate when built with it, else by zlib.
+ * without blocking). A gzip file may hold several members; libdeflate verifies each one's trailer
+ * (CRC-32 and size), a header CRC is verified when present, and bytes after the last member are an
+ * error.
  * @param[out] ds        the dataset (freed by dataset_free()); untouched on error.
  * @param[in] images     path of the `*-images-idx3-ubyte[.gz]` file.
  * @param[in] labels     path of the `*-labels-idx1-ubyte[.gz]` file.

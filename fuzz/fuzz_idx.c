@@ -2,8 +2,8 @@
 //
 // Input layout: byte 0 = --dataset_size limit (0 = all), bytes 1..4 = length L of the image file
 // (little-endian u32, clamped to what is left), then L bytes of image file, then the label file.
-// Either file may be gzip-compressed (detected from the content, as for real data): a single-member
-// gzip file takes the whole-file libdeflate path when built with it, anything else zlib's stream.
+// Either file may be gzip-compressed (detected from the content, as for real data), with one member
+// or several: the reader's one gzip path (libdeflate, member by member, the header CRC checked).
 #include <stdint.h>
 #include <stdio.h>
 

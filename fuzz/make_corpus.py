@@ -32,6 +32,17 @@ def idx_input(images, labels, limit=0):
     return bytes([limit]) + struct.pack("<I", len(images)) + images + labels
 
 
+def gzip_with_header(gz, flags, fields, crc_xor=0):
+    """The gzip member gz (FLG 0) with FLG = flags and the optional fields after its 10-byte header;
+    with FHCRC (0x02) in flags, the header CRC follows them (xor crc_xor)."""
+    head = bytearray(gz[:10])
+    head[3] = flags
+    head += fields
+    if flags & 0x02:
+        head += struct.pack("<H", (zlib.crc32(bytes(head)) & 0xFFFF) ^ crc_xor)
+    return bytes(head) + gz[10:]
+
+
 def ckpt(sizes, epoch=1, version=1, hsize=None, n_layers=None, crc_ok=True, cut=0, epoch_step=0,
          step=42, value=None):
     L = len(sizes) - 1
@@ -71,6 +82,13 @@ def main():
     gz = bytearray(gzip.compress(imgs, mtime=0))
     gz[-8] ^= 1  # the trailer's CRC-32
     write("idx", "gzip_bad_crc", idx_input(bytes(gz), labs))
+    gz = gzip.compress(imgs, mtime=0)
+    write("idx", "gzip_junk_after", idx_input(gz + b"\0\0\0", labs))  # bytes after the last member
+    write("idx", "gzip_cut_trailer", idx_input(gz[:-3], labs))
+    write("idx", "gzip_header_crc", idx_input(gzip_with_header(gz, 0x02, b""), labs))
+    write("idx", "gzip_header_crc_bad", idx_input(gzip_with_header(gz, 0x02, b"", crc_xor=1), labs))
+    write("idx", "gzip_header_fields",  # FEXTRA, FNAME, FCOMMENT and FHCRC
+          idx_input(gzip_with_header(gz, 0x1e, b"\3\0abcimg\0c\0"), gzip.compress(labs, mtime=0)))
     write("ckpt", "valid", b"\0" + ckpt([3, 4, 2]))
     write("ckpt", "valid_3layers", b"\0" + ckpt([2, 3, 3, 2], epoch=7))
     write("ckpt", "valid_fixcrc", b"\1" + ckpt([3, 4, 2]))

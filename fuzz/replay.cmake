@@ -5,7 +5,7 @@ foreach(target idx ckpt)
   add_executable(fuzz_replay_${target} ${PROJECT_SOURCE_DIR}/fuzz/fuzz_${target}.c
                  ${PROJECT_SOURCE_DIR}/fuzz/fuzz_util.c ${PROJECT_SOURCE_DIR}/fuzz/replay_main.c)
   target_include_directories(fuzz_replay_${target} PRIVATE ${PROJECT_SOURCE_DIR}/fuzz)
-  target_link_libraries(fuzz_replay_${target} PRIVATE ddp_common ZLIB::ZLIB ddp_warnings)
+  target_link_libraries(fuzz_replay_${target} PRIVATE ddp_common ddp_warnings)
   add_test(NAME fuzz_replay_${target}
            COMMAND fuzz_replay_${target} ${PROJECT_SOURCE_DIR}/fuzz/corpus/${target})
   set_tests_properties(fuzz_replay_${target} PROPERTIES LABELS unit TIMEOUT 120

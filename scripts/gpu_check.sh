@@ -21,8 +21,8 @@
 #                    logs.tar.gz (every log and metrics file); nothing else
 #   NCCL_ROOT        an NCCL install (include/nccl.h + lib/libnccl.so*), e.g. NCCL 2.30 unpacked;
 #                    its lib/ is put first on LD_LIBRARY_PATH
-#   DDP_DEPS_PREFIX  Debian packages unpacked by scripts/gpu_deps.sh (OpenBLAS, GoogleTest, zlib
-#                    headers) for a machine without them; deps/debs/*.deb are unpacked when present
+#   DDP_DEPS_PREFIX  Debian packages unpacked by scripts/gpu_deps.sh (OpenBLAS, GoogleTest,
+#                    libdeflate) for a machine without them; deps/debs/*.deb are unpacked when present
 #   CUDA_ARCHS       CUDA architectures to build (default 90: Hopper)
 #   BENCH=R          then run bench/gpu_bench.sh -r R on the same build (needs PyTorch)
 # CUDA libraries may also come from PyTorch's pip wheels (nvidia-*): NCCL is taken from the wheel when
@@ -104,13 +104,12 @@ fi
 if [ -n "${DDP_DEPS_PREFIX:-}" ]; then
   P=$DDP_DEPS_PREFIX/usr
   L=$P/lib/x86_64-linux-gnu
+  # libdeflate (header, link, libdeflate.so.0) comes from the prefix too: LIBDEFLATE_ROOT makes CMake
+  # take them all from there, and $L on LD_LIBRARY_PATH (besides the build tree's RUNPATH) lets every
+  # program, test and mpirun rank load it
   cmake_args+=(-DCMAKE_PREFIX_PATH="$P" -DCMAKE_LIBRARY_PATH="$L/openblas-pthread")
+  [ -f "$P/include/libdeflate.h" ] && cmake_args+=(-DLIBDEFLATE_ROOT="$P")
   export LD_LIBRARY_PATH="$L/openblas-pthread:$L${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  # zlib: the prefix's headers, this machine's runtime library (scripts/gpu_deps.sh removed the
-  # prefix's libz.so link, which pointed at the build machine's file)
-  libz=$(ldconfig -p 2>/dev/null | awk '/libz\.so\.1 .*x86-64/ {print $NF; exit}')
-  [ -f "$P/include/zlib.h" ] && cmake_args+=(-DZLIB_INCLUDE_DIR="$P/include")
-  [ -n "$libz" ] && [ ! -e /usr/lib/x86_64-linux-gnu/libz.so ] && cmake_args+=(-DZLIB_LIBRARY="$libz")
 fi
 t0=$SECONDS
 if ! cmake -S . -B "$BUILD_DIR" "${cmake_args[@]}" > "$LOG/configure.log" 2>&1; then

@@ -9,14 +9,16 @@
 #
 # OpenBLAS (libopenblas0-pthread, libopenblas-pthread-dev, libgfortran5, libquadmath0) and GoogleTest
 # (libgtest-dev) are optional for the build (without them: a plain C CPU GEMM, no unit/gpu gtest
-# binaries); zlib's headers (zlib1g-dev) are the one hard need. The prefix's libz.so link is
-# removed: it points at this machine's /lib/x86_64-linux-gnu/libz.so.1.x, which the GPU machine may
-# not have; gpu_check.sh links the GPU machine's own runtime zlib instead.
+# binaries); libdeflate is the one hard need, and the GPU machine may have none of it: its header and
+# link (libdeflate-dev) and its shared library (libdeflate0), which both unpack into
+# prefix/usr/lib/x86_64-linux-gnu (libdeflate.so -> libdeflate.so.0, a relative link).
+# gpu_check.sh builds against them and puts that folder on LD_LIBRARY_PATH.
 # DEPS_DIR chooses another folder than deps/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEPS=${DEPS_DIR:-deps}
-PACKAGES=(libopenblas0-pthread libopenblas-pthread-dev libgfortran5 libquadmath0 zlib1g-dev libgtest-dev)
+PACKAGES=(libopenblas0-pthread libopenblas-pthread-dev libgfortran5 libquadmath0 libdeflate-dev libdeflate0
+          libgtest-dev)
 if [ "${1:-}" != "--unpack" ]; then
   mkdir -p "$DEPS/debs"
   (cd "$DEPS/debs" && apt-get download "${PACKAGES[@]}")
@@ -35,5 +37,6 @@ for d in "${debs[@]}"; do
     rm -rf "$tmp"
   fi
 done
-rm -f "$DEPS/prefix/usr/lib/x86_64-linux-gnu/libz.so"
+[ -e "$DEPS/prefix/usr/lib/x86_64-linux-gnu/libdeflate.so.0" ] ||
+  { echo "gpu_deps: no libdeflate.so.0 in $DEPS/prefix (libdeflate0 missing from $DEPS/debs)" >&2; exit 1; }
 echo "gpu_deps: ${#debs[@]} packages unpacked into $DEPS/prefix; use DDP_DEPS_PREFIX=$PWD/$DEPS/prefix"

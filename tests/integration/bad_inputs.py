@@ -115,8 +115,8 @@ CASES = [
      SMALL + ["--hidden", "64,2000000"], {}, 1, 2, ["--hidden", "2000000", "1048576"]),
     ("F29", "hidden size beyond any integer", "05_metrics_ckpt",
      SMALL + ["--hidden", "99999999999999999999"], {}, 1, 2, ["--hidden", "99999999999999999999"]),
-    # Data files: every dimension checked against the model, every gzip trailer verified, only
-    # regular files read.
+    # Data files: every dimension checked against the model, every gzip member verified (header CRC,
+    # trailer, nothing after the last), only regular files read.
     ("D8", "test images of another size than the training images", "05_metrics_ckpt",
      IDX + ["--data_dir", "{d}/size"], {}, 2, 1,
      ["{d}/size/t10k-images-idx3-ubyte.gz", "32 x 32", "{d}/size/train-images-idx3-ubyte.gz", "28 x 28"]),
@@ -126,13 +126,16 @@ CASES = [
     ("D10", "label file longer than its header says", "05_metrics_ckpt", IDX + ["--data_dir", "{d}/ltrail"],
      {}, 1, 1, ["{d}/ltrail/train-labels-idx1-ubyte.gz", "more bytes", "3 labels"]),
     ("D11", "gzip image file with a flipped bit in its compressed data", "05_metrics_ckpt",
-     IDX + ["--data_dir", "{d}/gzflip"], {}, 1, 1, ["{d}/gzflip/train-images-idx3-ubyte.gz", "gzip"]),
+     IDX + ["--data_dir", "{d}/gzflip"], {}, 1, 1, ["{d}/gzflip/train-images-idx3-ubyte.gz", "corrupt", "gzip"]),
     ("D12", "gzip image file with a wrong CRC-32 in its trailer", "05_metrics_ckpt",
-     IDX + ["--data_dir", "{d}/gzcrc"], {}, 1, 1, ["{d}/gzcrc/train-images-idx3-ubyte.gz", "corrupt"]),
+     IDX + ["--data_dir", "{d}/gzcrc"], {}, 1, 1,
+     ["{d}/gzcrc/train-images-idx3-ubyte.gz", "corrupt", "CRC-32 in the trailer"]),
     ("D13", "gzip image file with a wrong size (ISIZE) in its trailer", "05_metrics_ckpt",
-     IDX + ["--data_dir", "{d}/gzsize"], {}, 1, 1, ["{d}/gzsize/train-images-idx3-ubyte.gz", "corrupt"]),
-    ("D14", "gzip file with a header CRC (zlib's path) and a wrong CRC-32 in its trailer", "05_metrics_ckpt",
-     IDX + ["--data_dir", "{d}/gzhcrc"], {}, 1, 1, ["{d}/gzhcrc/train-images-idx3-ubyte.gz", "corrupt"]),
+     IDX + ["--data_dir", "{d}/gzsize"], {}, 1, 1,
+     ["{d}/gzsize/train-images-idx3-ubyte.gz", "corrupt", "trailer", "says"]),
+    ("D14", "gzip file with a header CRC and a wrong CRC-32 in its trailer", "05_metrics_ckpt",
+     IDX + ["--data_dir", "{d}/gzhcrc"], {}, 1, 1,
+     ["{d}/gzhcrc/train-images-idx3-ubyte.gz", "corrupt", "CRC-32 in the trailer"]),
     ("D15", "a FIFO as the image file (it blocked every rank)", "05_metrics_ckpt",
      IDX + ["--data_dir", "{d}/fifo"], {}, 2, 1,
      ["{d}/fifo/train-images-idx3-ubyte.gz", "not a regular file", "FIFO"]),
@@ -141,6 +144,12 @@ CASES = [
      ["{d}/zero/train-images-idx3-ubyte.gz", "not a regular file", "character device"]),
     ("D17", "image file with zero rows", "05_metrics_ckpt", IDX + ["--data_dir", "{d}/rows0"], {}, 1, 1,
      ["{d}/rows0/train-images-idx3-ubyte.gz", "3 x 0 x 28"]),
+    ("D18", "gzip image file with bytes after its last member", "05_metrics_ckpt",
+     IDX + ["--data_dir", "{d}/gzjunk"], {}, 1, 1,
+     ["{d}/gzjunk/train-images-idx3-ubyte.gz", "corrupt", "after its last gzip member"]),
+    ("D19", "gzip image file with a wrong header CRC", "05_metrics_ckpt",
+     IDX + ["--data_dir", "{d}/gzhcrcbad"], {}, 1, 1,
+     ["{d}/gzhcrcbad/train-images-idx3-ubyte.gz", "corrupt", "gzip header"]),
     # Checkpoints: no non-regular file, no impossible counter, no non-finite value is resumed.
     ("C10", "a FIFO as the checkpoint (it blocked every rank)", "05_metrics_ckpt",
      SMALL + ["--resume", "{d}/ck.fifo"], {}, 2, 1, ["{d}/ck.fifo", "not a regular file", "FIFO"]),
@@ -272,11 +281,12 @@ def flip(z, pos, bit=0x01):
     z[pos] ^= bit
 
 
-def with_header_crc(z):
-    """The same gzip member with FLG.FHCRC and a correct header CRC: zlib's streaming path reads it."""
+def with_header_crc(z, crc_xor=0):
+    """The same gzip member with FLG.FHCRC and a correct header CRC (wrong by crc_xor): libdeflate skips
+    it, the reader checks it."""
     head = bytearray(z[:10])
     head[3] |= 0x02
-    crc = zlib.crc32(bytes(head)) & 0xFFFF
+    crc = (zlib.crc32(bytes(head)) & 0xFFFF) ^ crc_xor
     z[:] = head + struct.pack("<H", crc) + z[10:]
 
 
@@ -334,6 +344,8 @@ def prepare(d):
     damage_gzip(f"{d}/gzcrc", lambda z: flip(z, len(z) - 8))
     damage_gzip(f"{d}/gzsize", lambda z: flip(z, len(z) - 4))
     damage_gzip(f"{d}/gzhcrc", lambda z: (with_header_crc(z), flip(z, len(z) - 8)))
+    damage_gzip(f"{d}/gzjunk", lambda z: z.extend(b"\0" * 4))  # as tar-style padding would add
+    damage_gzip(f"{d}/gzhcrcbad", lambda z: with_header_crc(z, crc_xor=1))
     for name in ("fifo", "zero"):
         idx_set(f"{d}/{name}")
         os.remove(f"{d}/{name}/train-images-idx3-ubyte.gz")

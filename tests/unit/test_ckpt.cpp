@@ -1,6 +1,5 @@
 // Checkpoint format: round trip, and every kind of damage is caught and named precisely.
 #include <gtest/gtest.h>
-#include <zlib.h>
 
 #include <cmath>
 #include <cstdint>
@@ -32,8 +31,7 @@ void put_u32(std::vector<unsigned char> &b, size_t off, uint32_t v) {
 
 // Recomputes the trailing CRC so that only a deliberate edit is wrong.
 void fix_crc(std::vector<unsigned char> &b) {
-  uLong crc = crc32(crc32(0L, Z_NULL, 0), b.data(), (uInt)(b.size() - 4));
-  put_u32(b, b.size() - 4, (uint32_t)crc);
+  put_u32(b, b.size() - 4, crc32_reference(b.data(), b.size() - 4));
 }
 
 // A small model 5-4-3 with distinctive values (including a negative zero and a denormal).
@@ -86,6 +84,9 @@ struct Fixture {
 
 // Header size of the 2-layer fixture: 56 + 4 * 3, then the data set's identity (6 x u32).
 constexpr size_t kHeader = 92;
+// The CRC of the fixture's file as zlib's crc32 computed it, before libdeflate replaced zlib: the
+// format, CRC included, must not change.
+constexpr uint32_t kFixtureCrc = 0xbaa88925u;
 
 }  // namespace
 
@@ -194,8 +195,24 @@ TEST(Ckpt, LayoutIsLittleEndianAsDocumented) {
   uint32_t bits = u32(kHeader + 4);
   std::memcpy(&second, &bits, 4);
   EXPECT_EQ(second, fx.params[1]);
-  uLong crc = crc32(crc32(0L, Z_NULL, 0), b.data(), (uInt)(b.size() - 4));
-  EXPECT_EQ(u32(b.size() - 4), (uint32_t)crc);
+  EXPECT_EQ(u32(b.size() - 4), crc32_reference(b.data(), b.size() - 4));
+}
+
+// The trailing CRC is the standard CRC-32, the one docs/load_checkpoint.py checks with Python's
+// zlib.crc32: the reference above gives the standard check value, and a saved file's CRC is a
+// constant that any change of the CRC-32 or of the layout would change.
+TEST(Ckpt, CrcIsTheStandardCrc32) {
+  const char check[] = "123456789";
+  EXPECT_EQ(crc32_reference(reinterpret_cast<const unsigned char *>(check), 9), 0xCBF43926u);
+  Fixture fx;
+  std::string path = tmp_path("ckpt_crc.bin"), msg;
+  ASSERT_EQ(fx.save(path, &msg), 0) << msg;
+  auto b = read_bytes(path);
+  ASSERT_GE(b.size(), 4u);
+  uint32_t stored = (uint32_t)b[b.size() - 4] | (uint32_t)b[b.size() - 3] << 8 |
+                    (uint32_t)b[b.size() - 2] << 16 | (uint32_t)b[b.size() - 1] << 24;
+  EXPECT_EQ(stored, crc32_reference(b.data(), b.size() - 4));
+  EXPECT_EQ(stored, kFixtureCrc) << std::hex << "0x" << stored;
 }
 
 TEST(Ckpt, MissingFile) {
