@@ -17,14 +17,22 @@ static long peak_kib(void) {
   return u.ru_maxrss;
 }
 
-enum { IREDUCE_SCATTER, IREDUCE_SCATTER_BLOCK, REDUCE_SCATTER, IALLREDUCE_IN_PLACE, ALLGATHER_IN_PLACE, N_CALLS };
+enum {
+  IREDUCE_SCATTER,
+  IREDUCE_SCATTER_BLOCK,
+  REDUCE_SCATTER,
+  IALLREDUCE_IN_PLACE,
+  ALLGATHER_IN_PLACE,
+  N_CALLS
+};
 static const char *NAMES[N_CALLS] = {"MPI_Ireduce_scatter", "MPI_Ireduce_scatter_block", "MPI_Reduce_scatter",
                                      "MPI_Iallreduce (in place)", "MPI_Allgather (in place)"};
 
 static void call(int which, float *send, float *recv, size_t n, int W, int *counts) {
   MPI_Request rq = MPI_REQUEST_NULL;
   int block = (int)(n / (size_t)W);
-  if (which == IREDUCE_SCATTER) MPI_Ireduce_scatter(send, recv, counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &rq);
+  if (which == IREDUCE_SCATTER)
+    MPI_Ireduce_scatter(send, recv, counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &rq);
   if (which == IREDUCE_SCATTER_BLOCK)
     MPI_Ireduce_scatter_block(send, recv, block, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &rq);
   if (which == REDUCE_SCATTER) MPI_Reduce_scatter(send, recv, counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
@@ -45,7 +53,8 @@ int main(int argc, char **argv) {
   size_t n = (mib << 20) / sizeof(float) / (size_t)W * (size_t)W;
   float *send = malloc(n * sizeof *send), *recv = malloc(n / (size_t)W * sizeof *recv);
   int *counts = malloc((size_t)W * sizeof *counts);
-  if (which < 0 || which >= N_CALLS || !send || !recv || !counts || n > 0x7fffffff) MPI_Abort(MPI_COMM_WORLD, 2);
+  if (which < 0 || which >= N_CALLS || !send || !recv || !counts || n > 0x7fffffff)
+    MPI_Abort(MPI_COMM_WORLD, 2);
   for (int j = 0; j < W; j++) counts[j] = (int)(n / (size_t)W);
   memset(send, 1, n * sizeof *send);  // touched: resident before the measurement
   memset(recv, 1, n / (size_t)W * sizeof *recv);
