@@ -243,6 +243,10 @@ def step02_redundant(tmp):
     """Step 02 at 2 ranks: every rank trains on all the data, bit-identical to step 01."""
     run("01_single_gpu", SMALL + ["--epochs", "1", "--metrics", f"{tmp}/a0.jsonl"])
     run("02_init", SMALL + ["--epochs", "1", "--metrics", f"{tmp}/b{{rank}}.jsonl"], np=2)
+    for r in range(2):  # (before reading rank 0's file, which two ranks that both think they are 0 garble)
+        if not os.path.exists(f"{tmp}/b{r}.jsonl"):
+            raise Failure(f"rank {r}'s metrics file is missing: each rank writes --metrics with its own rank "
+                          "in the name, so under mpirun every process must know its rank (t->rank = t->pg.rank)")
     want = digests(f"{tmp}/a", 1)[0]
     got = digests(f"{tmp}/b", 2)
     if got != [want, want]:
