@@ -265,6 +265,7 @@ void dist_work_free(ProcessGroup *pg, DistWork *w) {
 static void work_begin(DistWork *w, const char *call, void *buf, size_t n, DistType type, DistOp op) {
   if (w->active) die(1, "%s: this handle is still in flight", call);
   if (op == DIST_AVG && type != DIST_FLOAT) die(1, "%s: DIST_AVG needs floats", call);
+  w->what = strstr(call, "reduce_scatter") ? "reduce-scatter" : "all-reduce";
   w->buf = buf;
   w->n = n;
   w->type = type;

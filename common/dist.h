@@ -116,6 +116,7 @@ void dist_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, DistO
  * the collective writes on this rank (DIST_AVG on MPI divides it by the world size there).
  */
 typedef struct DistWork {
+  const char *what;       ///< the collective: "all-reduce" or "reduce-scatter" (for timelines)
   void *buf;              ///< device memory written: the buffer, or the reduce-scatter's received chunk
   size_t n;               ///< element count of @ref buf
   DistType type;          ///< element type

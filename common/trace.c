@@ -45,7 +45,7 @@ void trace_backward(Trace *t, const Ctx *c, const Mlp *m, const DistWork *work, 
   if (!t->f || t->steps >= TRACE_STEPS) return;
   if (t->steps++ == 0) {
     trace_track(t, 1, "compute: backward");
-    trace_track(t, 2, "communication: all-reduce");
+    trace_track(t, 2, "communication");
   }
   char name[96];
   const DevEvent *prev = &m->backward_start;
@@ -56,7 +56,8 @@ void trace_backward(Trace *t, const Ctx *c, const Mlp *m, const DistWork *work, 
     prev = &m->layer_done[l];
   }
   for (int i = 0; i < n_work; i++) {
-    snprintf(name, sizeof name, "all-reduce bucket %d: %zu floats (%.2f MiB)", i, work[i].n,
+    snprintf(name, sizeof name, "%s bucket %d: %zu floats (%.2f MiB)",
+             work[i].what ? work[i].what : "collective", i, work[i].n,
              (double)work[i].n * sizeof(float) / (1 << 20));
     trace_span(t, 2, name, dev_event_elapsed(c, &t->origin, &work[i].start),
                dev_event_elapsed(c, &t->origin, &work[i].end), step);

@@ -27,7 +27,7 @@ import re
 import statistics
 import sys
 
-BUCKET = re.compile(r"all-reduce bucket (\d+): (\d+) floats")
+BUCKET = re.compile(r"(?:all-reduce|reduce-scatter) bucket (\d+): (\d+) floats")
 LAYER = re.compile(r"backward layer (\d+)")
 
 

@@ -58,6 +58,7 @@ TEST_F(TraceCpu, OneSpanPerLayerAndPerAllReduceForTheFirstSteps) {
     dev_event_init(&c, &work[i].start);
     dev_event_init(&c, &work[i].end);
     work[i].n = i == 0 ? 6 : 11;
+    work[i].what = "all-reduce";  // as dist_all_reduce_async() sets it
   }
   for (int step = 0; step < TRACE_STEPS + 3; step++) {
     mlp_zero_grad(&m);
