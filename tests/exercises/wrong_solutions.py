@@ -268,11 +268,20 @@ def main():
                 problems.append(str(e))
                 continue
             env = dict(os.environ, DDP_CLAIMS=w.claims)
-            p = subprocess.run([os.path.join(ROOT, "scripts", "check_exercise.sh"), n, path],
-                               capture_output=True, text=True, env=env, cwd=ROOT)
-            out = p.stdout + p.stderr
-            print("   " + out.strip().replace("\n", "\n   "))
-            missing = [e for e in w.expect if e not in out]
+            for attempt in (1, 2):
+                p = subprocess.run([os.path.join(ROOT, "scripts", "check_exercise.sh"), n, path],
+                                   capture_output=True, text=True, env=env, cwd=ROOT)
+                out = p.stdout + p.stderr
+                print("   " + out.strip().replace("\n", "\n   "))
+                missing = [e for e in w.expect if e not in out]
+                # A rank that ends the job (die -> MPI_Abort) writes its error line first, but mpirun
+                # has been seen to exit before forwarding it (once in the full suite, on a loaded VM);
+                # its own abort messages then stand alone. Such a run is tried once more.
+                if not (p.returncode == 1 and missing and attempt == 1
+                        and ("MPI_ABORT" in out or "ORTE_ERROR_LOG" in out)):
+                    break
+                print(f"   (the output lacks {missing} after an MPI_Abort: mpirun may have dropped the "
+                      "aborting rank's error line; once more)")
             if p.returncode != 1:
                 problems.append(f"{w.name}: the checker exited {p.returncode}, expected 1 (reject)")
             elif missing:
