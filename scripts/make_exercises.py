@@ -130,23 +130,25 @@ EXERCISES = [
          "    float scale = 1.0f;\n"),
     ]),
     ("07_zero", "steps/07_zero/reducer.c", [
-        ("    // [zero] each rank receives the sum of its own part of the bucket, into its shard gradient",
-         "                              DIST_FLOAT, DIST_SUM, &r->work[i]);",
+        ("    // [zero] each rank receives the sum of its own part of the bucket, in place in its shard",
+         "                              &r->work[i]);",
          "    // TODO(07): reduce-scatter the bucket instead of all-reducing it: each rank receives the sum\n"
          "    // over the ranks of its own part of the bucket (b->counts[j] floats for rank j, from\n"
-         "    // dist_shard_counts), written where that part sits in its shard gradient: r->shard_grad plus\n"
-         "    // b->shard_offset (dist_reduce_scatter_async, DIST_SUM, into the bucket's handle r->work[i]).\n"
-         "    // Until then the bucket is all-reduced as in step 06, and r->shard_grad stays zero.\n"
+         "    // dist_shard_counts), in place: where that part already lies in the flat gradient buffer, at\n"
+         "    // the start of this rank's shard (r->pg->rank · r->shard floats in) plus b->shard_offset\n"
+         "    // (dist_reduce_scatter_async, DIST_SUM, into the bucket's handle r->work[i]). Until then the\n"
+         "    // bucket is all-reduced as in step 06: this rank's shard gets the mean gradient too, but so\n"
+         "    // does the rest of the buffer, and the all-reduce moves twice the bytes of a reduce-scatter.\n"
          "    dist_all_reduce_async(r->pg, r->model->grads + b->offset, b->count, DIST_FLOAT, DIST_SUM, &r->work[i]);\n"),
     ]),
     ("07_zero", "steps/07_zero/train.c", [
         ("  // [zero] each rank updates its own shard of the parameters, with its shard of the mean gradient",
          "  dist_all_gather(&t->pg, my_shard(t, t->model.params), t->model.params, t->shard, DIST_FLOAT);",
          "  // TODO(07): the sharded optimizer step: update this rank's shard of the parameters (my_shard)\n"
-         "  // with its shard of the mean gradient (t->reducer.shard_grad) and its momentum shard (sgd_step\n"
-         "  // on t->opt, which holds t->shard floats); then all-gather the updated shards in place\n"
-         "  // (dist_all_gather), so that every rank has the whole model for the next forward. Until then\n"
-         "  // the parameters never change.\n"),
+         "  // with its shard of the mean gradient (my_shard of t->model.grads: the reduce-scatter leaves it\n"
+         "  // where it lies) and its momentum shard (sgd_step on t->opt, which holds t->shard floats); then\n"
+         "  // all-gather the updated shards in place (dist_all_gather), so that every rank has the whole\n"
+         "  // model for the next forward. Until then the parameters never change.\n"),
         ("  // [zero] every rank's momentum shard, gathered: the file is step 06's, full momentum included",
          "  dist_all_gather(&t->pg, my_shard(t, full.buf), full.buf, t->shard, DIST_FLOAT);",
          "  // TODO(07): the file holds the full momentum, as step 06's does: put this rank's momentum shard\n"

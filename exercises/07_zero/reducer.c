@@ -6,8 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"   // check.h: die, mallocCheck
-#include "devmem.h"  // devmem.h: dev_alloc, dev_zero, dev_free
+#include "check.h"  // check.h: die, mallocCheck
 
 // ---- bucket assignment ----------------------------------------------------------------------------
 
@@ -73,12 +72,9 @@ void reducer_init(Reducer *r, ProcessGroup *pg, Mlp *m, double cap_mb, size_t sh
     dist_work_init(pg, &r->work[i]);
   }
   r->shard = shard;
-  r->shard_grad = dev_alloc(pg->ctx, shard * sizeof(float));
-  dev_zero(pg->ctx, r->shard_grad, shard * sizeof(float));  // a shard of padding alone stays zero
 }
 
 void reducer_free(Reducer *r) {
-  dev_free(r->pg->ctx, r->shard_grad);
   for (int i = r->n_buckets - 1; i >= 0; i--) {
     dist_work_free(r->pg, &r->work[i]);
     free(r->buckets[i].counts);
@@ -100,9 +96,11 @@ static void mark_bucket_ready(Reducer *r) {
     Bucket *b = &r->buckets[i];
     // TODO(07): reduce-scatter the bucket instead of all-reducing it: each rank receives the sum
     // over the ranks of its own part of the bucket (b->counts[j] floats for rank j, from
-    // dist_shard_counts), written where that part sits in its shard gradient: r->shard_grad plus
-    // b->shard_offset (dist_reduce_scatter_async, DIST_SUM, into the bucket's handle r->work[i]).
-    // Until then the bucket is all-reduced as in step 06, and r->shard_grad stays zero.
+    // dist_shard_counts), in place: where that part already lies in the flat gradient buffer, at
+    // the start of this rank's shard (r->pg->rank · r->shard floats in) plus b->shard_offset
+    // (dist_reduce_scatter_async, DIST_SUM, into the bucket's handle r->work[i]). Until then the
+    // bucket is all-reduced as in step 06: this rank's shard gets the mean gradient too, but so
+    // does the rest of the buffer, and the all-reduce moves twice the bytes of a reduce-scatter.
     dist_all_reduce_async(r->pg, r->model->grads + b->offset, b->count, DIST_FLOAT, DIST_SUM, &r->work[i]);
   }
 }

@@ -189,8 +189,8 @@ static const float *run_batch(Trainer *t, int start, int B) {
     mlp_forward(&t->model, &t->ctx, t->train.xb, b);
     mlp_loss(&t->model, &t->ctx, t->train.yb, b);
     ops_axpy(&t->ctx, t->loss, t->model.loss, 1, (float)b / B);  // [accum] the step's loss: b/B-weighted sum
-    // [bucket] backward of the loss times 1/W, so that the reducer's reduce-scatter, a plain sum, yields the
-    // mean [accum] and times b/B, so that the K micro-batches' gradients add up to the mean over B
+    // [bucket] backward of the loss times 1/W: the reducer's reduce-scatter, a plain sum, yields the mean
+    // [accum] and times b/B, so that the K micro-batches' gradients add up to the mean over B
     float scale = (float)b / B / t->world_size;
     if (sync) reducer_prepare_for_backward(&t->reducer);
     // [bucket] the hook starts each bucket's reduce-scatter as soon as its gradients are ready
@@ -200,10 +200,10 @@ static const float *run_batch(Trainer *t, int start, int B) {
   if (trace_on(&t->trace))  // --trace: this step's backward layers and bucket reduce-scatters, as spans
     trace_backward(&t->trace, &t->ctx, &t->model, t->reducer.work, t->reducer.n_buckets, t->step);
   // TODO(07): the sharded optimizer step: update this rank's shard of the parameters (my_shard)
-  // with its shard of the mean gradient (t->reducer.shard_grad) and its momentum shard (sgd_step
-  // on t->opt, which holds t->shard floats); then all-gather the updated shards in place
-  // (dist_all_gather), so that every rank has the whole model for the next forward. Until then
-  // the parameters never change.
+  // with its shard of the mean gradient (my_shard of t->model.grads: the reduce-scatter leaves it
+  // where it lies) and its momentum shard (sgd_step on t->opt, which holds t->shard floats); then
+  // all-gather the updated shards in place (dist_all_gather), so that every rank has the whole
+  // model for the next forward. Until then the parameters never change.
   dist_all_reduce(&t->pg, t->loss, 1, DIST_FLOAT, DIST_AVG);  // [metrics] the global loss
   return t->loss;
 }

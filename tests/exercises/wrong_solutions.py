@@ -161,19 +161,24 @@ WRONG = {
               "backward's scale lacks 1/W: the reducer's sum is W times the mean gradient"),
     ],
     "07": [
-        Wrong("all_reduce_kept", R07,
-              [("    dist_reduce_scatter_async(r->pg, r->model->grads + b->offset, r->shard_grad + b->shard_offset, b->counts,\n"
-                "                              DIST_FLOAT, DIST_SUM, &r->work[i]);",
-                "    dist_all_reduce_async(r->pg, r->model->grads + b->offset, b->count, DIST_FLOAT, DIST_SUM, &r->work[i]);")],
-              "step07_matches_step06_np2", ["the momentum is zero", "shard gradient (r->shard_grad) is never written"],
-              "the buckets are still all-reduced as in step 06: the shard gradient the update reads stays zero"),
-        Wrong("wrong_shard_offset", R07,
-              [("r->shard_grad + b->shard_offset, b->counts,", "r->shard_grad + b->offset, b->counts,")],
-              "step07_matches_step06_np2", ["in the shard of rank 1", "not at b->offset"],
-              "the bucket's part is received at its offset in the flat buffer, not in the rank's shard"),
+        Wrong("recv_at_bucket_start", R07,
+              [("    float *mine = r->model->grads + (size_t)r->pg->rank * r->shard + b->shard_offset;",
+                "    float *mine = r->model->grads + b->offset;")],
+              "step07_replicas_np2", ["exited 1", "recv overlaps send but is not this rank's chunk of it"],
+              "received where the bucket starts (the send buffer), not at this rank's chunk of it"),
+        Wrong("recv_without_shard_start", R07,
+              [("    float *mine = r->model->grads + (size_t)r->pg->rank * r->shard + b->shard_offset;",
+                "    float *mine = r->model->grads + b->shard_offset;")],
+              "step07_replicas_np2", ["exited 1", "recv overlaps send but is not this rank's chunk of it"],
+              "received at b->shard_offset from the start of the buffer, not from the start of this rank's shard"),
+        Wrong("recv_without_shard_offset", R07,
+              [("    float *mine = r->model->grads + (size_t)r->pg->rank * r->shard + b->shard_offset;",
+                "    float *mine = r->model->grads + (size_t)r->pg->rank * r->shard;")],
+              "step07_matches_step06_np2", ["in the shard of rank 1", "+ j·S + b->shard_offset"],
+              "received at the start of this rank's shard, not where the bucket meets it: a bucket that "
+              "starts inside the shard lands on other gradients"),
         Wrong("divided_twice", R07,
-              [("                              DIST_FLOAT, DIST_SUM, &r->work[i]);",
-                "                              DIST_FLOAT, DIST_AVG, &r->work[i]);")],
+              [("mine, b->counts, DIST_FLOAT, DIST_SUM,", "mine, b->counts, DIST_FLOAT, DIST_AVG,")],
               "step07_matches_step06_np2", ["moved 1/2 as far as step 06's", "must sum (DIST_SUM)"],
               "the reduce-scatter averages: with backward's 1/W, the gradient is divided by W twice"),
         Wrong("no_all_gather", T07,
@@ -181,15 +186,16 @@ WRONG = {
               "step07_replicas_np2", ["replicas differ", "all-gathered"],
               "no all-gather after the update: each rank keeps only its own shard up to date"),
         Wrong("params_not_sharded", T07,
-              [("  sgd_step(&t->opt, &t->ctx, my_shard(t, t->model.params), t->reducer.shard_grad);",
-                "  sgd_step(&t->opt, &t->ctx, t->model.params, t->reducer.shard_grad);")],
+              [("  sgd_step(&t->opt, &t->ctx, my_shard(t, t->model.params), my_shard(t, t->model.grads));",
+                "  sgd_step(&t->opt, &t->ctx, t->model.params, my_shard(t, t->model.grads));")],
               "step07_matches_step06_np2", ["in only its own shard", "not the start of the buffer"],
               "every rank updates the start of the parameter buffer instead of its own shard"),
         Wrong("flat_gradient", T07,
-              [("  sgd_step(&t->opt, &t->ctx, my_shard(t, t->model.params), t->reducer.shard_grad);",
-                "  sgd_step(&t->opt, &t->ctx, my_shard(t, t->model.params), my_shard(t, t->model.grads));")],
-              "step07_matches_step06_np2", ["t->reducer.shard_grad", "scratch"],
-              "the update reads the flat gradient buffer, scratch after the reduce-scatter, not the shard gradient"),
+              [("  sgd_step(&t->opt, &t->ctx, my_shard(t, t->model.params), my_shard(t, t->model.grads));",
+                "  sgd_step(&t->opt, &t->ctx, my_shard(t, t->model.params), t->model.grads);")],
+              "step07_matches_step06_np2", ["in the shard of rank 1", "not the start of the gradient buffer"],
+              "the update reads the start of the gradient buffer (rank 0's shard, scratch on the other ranks), "
+              "not this rank's shard of it"),
         Wrong("momentum_not_gathered", T07,
               [("  dev_copy(&t->ctx, my_shard(t, full.buf), t->opt.buf, t->shard * sizeof(float));\n"
                 "  dist_all_gather(&t->pg, my_shard(t, full.buf), full.buf, t->shard, DIST_FLOAT);\n", "")],
@@ -262,11 +268,20 @@ def main():
                 problems.append(str(e))
                 continue
             env = dict(os.environ, DDP_CLAIMS=w.claims)
-            p = subprocess.run([os.path.join(ROOT, "scripts", "check_exercise.sh"), n, path],
-                               capture_output=True, text=True, env=env, cwd=ROOT)
-            out = p.stdout + p.stderr
-            print("   " + out.strip().replace("\n", "\n   "))
-            missing = [e for e in w.expect if e not in out]
+            for attempt in (1, 2):
+                p = subprocess.run([os.path.join(ROOT, "scripts", "check_exercise.sh"), n, path],
+                                   capture_output=True, text=True, env=env, cwd=ROOT)
+                out = p.stdout + p.stderr
+                print("   " + out.strip().replace("\n", "\n   "))
+                missing = [e for e in w.expect if e not in out]
+                # A rank that ends the job (die -> MPI_Abort) writes its error line first, but mpirun
+                # has been seen to exit before forwarding it (once in the full suite, on a loaded VM);
+                # its own abort messages then stand alone. Such a run is tried once more.
+                if not (p.returncode == 1 and missing and attempt == 1
+                        and ("MPI_ABORT" in out or "ORTE_ERROR_LOG" in out)):
+                    break
+                print(f"   (the output lacks {missing} after an MPI_Abort: mpirun may have dropped the "
+                      "aborting rank's error line; once more)")
             if p.returncode != 1:
                 problems.append(f"{w.name}: the checker exited {p.returncode}, expected 1 (reject)")
             elif missing:

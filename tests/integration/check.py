@@ -1000,7 +1000,7 @@ def diagnose_zero_step(tmp, np, cap):
     if ckpt_optim_steps(f"{tmp}/one07/checkpoint.bin") == 0:
         return ("likely cause: step 07 takes no optimizer step (its checkpoint counts none): every step, "
                 "each rank must update its shard of the parameters (sgd_step on my_shard(t, t->model.params) "
-                "with t->reducer.shard_grad), then all-gather the shards")
+                "with my_shard(t, t->model.grads)), then all-gather the shards")
     tol = PARAM_TOL * max(abs(x) for x in p6)
     n, S = len(p6), -(-len(p6) // np)
     bad = [i for i in range(n) if abs(p6[i] - p7[i]) > tol]
@@ -1014,9 +1014,9 @@ def diagnose_zero_step(tmp, np, cap):
                 f"reduce-scatter must sum (DIST_SUM), not average")
     if all(abs(a - b) <= tol for a, b in zip(p7, p0)) and not any(m7):
         return ("likely cause: after one step no parameter has moved and the momentum is zero: the optimizer "
-                "stepped with a zero gradient, so this rank's shard gradient (r->shard_grad) is never written: "
-                "the reducer must reduce-scatter each bucket into it (dist_reduce_scatter_async); an all-reduce, "
-                "as in step 06, leaves the result in the flat gradient buffer instead")
+                "stepped with a zero gradient: sgd_step must read this rank's shard of the mean gradient, "
+                "my_shard(t, t->model.grads), where the reduce-scatter (dist_reduce_scatter_async, in place) "
+                "leaves each bucket's part for this rank")
     if bad[0] >= S and all(abs(p7[i] - p0[i]) <= tol for i in range(S, n)):
         return (f"likely cause: after one step rank 0's parameters have moved in only its own shard [0, {S}), "
                 f"as step 06's did there, and nowhere else: the other ranks' updates never reached rank 0: each "
@@ -1030,12 +1030,14 @@ def diagnose_zero_step(tmp, np, cap):
     if len(tensors) == len(tensor_slices(hdr["sizes"])) and len(shards) == np:
         return (f"likely cause: after one step (bucket cap {cap} MiB) step 07's parameters differ from step "
                 f"06's in every tensor and in every rank's shard: the update does not get the mean gradient: "
-                f"sgd_step must read this rank's shard gradient, t->reducer.shard_grad (after the reduce-scatter "
-                f"the flat gradient buffer is scratch), and update my_shard(t, t->model.params)")
+                f"sgd_step must read this rank's shard of the mean gradient, my_shard(t, t->model.grads) (after "
+                f"the reduce-scatter the rest of the gradient buffer is scratch), and update "
+                f"my_shard(t, t->model.params)")
     still = "; where they differ, step 07 has not moved them" if all(abs(p7[i] - p0[i]) <= tol for i in bad) else ""
-    return (f"likely cause: {where}, and agree elsewhere{still}: those gradients do not arrive where the update "
-            f"reads them: rank j receives b->counts[j] floats of a bucket, at r->shard_grad + b->shard_offset "
-            f"(where the bucket meets its shard), not at b->offset (where the bucket starts in the flat buffer)")
+    return (f"likely cause: {where}, and agree elsewhere{still}: the update does not read the mean gradient "
+            f"there: rank j receives its b->counts[j] floats of a bucket in place, at r->model->grads + j·S + "
+            f"b->shard_offset (the start of its shard, plus where the bucket meets it), and sgd_step must read "
+            f"that shard, my_shard(t, t->model.grads), not the start of the gradient buffer")
 
 
 def diagnose_momentum(m_ref, m_got, np):
