@@ -3,8 +3,10 @@
 // staged through one pinned host buffer (Open MPI here is not CUDA-aware).
 #include <limits.h>
 #include <mpi.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "check.h"
 #include "devmem.h"
@@ -29,6 +31,11 @@ void mpi_check_impl(int err, const char *call, const char *file, int line) {
 }
 
 static void mpi_abort(int status) {
+  // The error line is written; give mpirun's output forwarding a moment to pass it on before the
+  // abort kills this process (without it the line was lost once under load).
+  fflush(NULL);
+  struct timespec pause = {0, 200 * 1000 * 1000};
+  nanosleep(&pause, NULL);
   MPI_Abort(MPI_COMM_WORLD, status ? status : 1);  // ends every rank of the job
   exit(status);
 }
