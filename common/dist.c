@@ -261,11 +261,13 @@ void dist_work_free(ProcessGroup *pg, DistWork *w) {
   dev_event_free(pg->ctx, &w->start);
 }
 
-// Marks @p w started for a collective that writes @p n elements at @p buf on this rank.
-static void work_begin(DistWork *w, const char *call, void *buf, size_t n, DistType type, DistOp op) {
+// Marks @p w started for a collective (@p what, for timelines) that writes @p n elements at @p buf on
+// this rank.
+static void work_begin(DistWork *w, const char *call, const char *what, void *buf, size_t n, DistType type,
+                       DistOp op) {
   if (w->active) die(1, "%s: this handle is still in flight", call);
   if (op == DIST_AVG && type != DIST_FLOAT) die(1, "%s: DIST_AVG needs floats", call);
-  w->what = strstr(call, "reduce_scatter") ? "reduce-scatter" : "all-reduce";
+  w->what = what;
   w->buf = buf;
   w->n = n;
   w->type = type;
@@ -290,7 +292,7 @@ static void comm_stream_begin(ProcessGroup *pg, DistWork *w) {
 }
 
 void dist_all_reduce_async(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op, DistWork *w) {
-  work_begin(w, "dist_all_reduce_async", buf, n, type, op);
+  work_begin(w, "dist_all_reduce_async", "all-reduce", buf, n, type, op);
   if (n == 0 || solo(pg)) {
     work_done_now(pg, w);
   } else if (pg->backend == BACKEND_NCCL) {
@@ -310,7 +312,7 @@ static bool overlap(const void *a, size_t an, const void *b, size_t bn) {
 
 void dist_reduce_scatter_async(ProcessGroup *pg, void *send, void *recv, const size_t *counts, DistType type,
                                DistOp op, DistWork *w) {
-  work_begin(w, "dist_reduce_scatter_async", recv, counts[pg->rank], type, op);
+  work_begin(w, "dist_reduce_scatter_async", "reduce-scatter", recv, counts[pg->rank], type, op);
   size_t total = dist_chunk_offset(counts, pg->world_size), size = dist_type_size(type);
   bool in_place = recv == (char *)send + dist_chunk_offset(counts, pg->rank) * size;
   if (!in_place && overlap(send, total * size, recv, w->n * size))

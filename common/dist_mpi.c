@@ -171,7 +171,6 @@ typedef struct Ring {
   MPI_Request req[2];  // this step's send and receive
   bool active;         // a ring is in flight on the handle
   char *send;          // the send buffer: the partial sums are made in it
-  const int *counts;   // (W): chunk sizes (the handle's counts)
   int step;            // the step in flight, 0 .. W-2
   int tag;             // its messages' tag
   char *tmp;           // host: the chunk received at this step
@@ -198,11 +197,11 @@ void dist_mpi_work_free(DistWork *w) {
 
 static int ring_mod(int a, int W) { return (a % W + W) % W; }
 
-// Where chunk j starts in the send buffer, in bytes.
-static size_t ring_offset(const Ring *g, int j, size_t size) {
+// Where chunk j starts in the send buffer, in bytes (w->counts: the chunk sizes).
+static size_t ring_offset(const DistWork *w, int j) {
   size_t elements = 0;
-  for (int i = 0; i < j; i++) elements += (size_t)g->counts[i];
-  return elements * size;
+  for (int i = 0; i < j; i++) elements += (size_t)w->counts[i];
+  return elements * dist_type_size(w->type);
 }
 
 // dst = a + b, n elements of type.
@@ -219,21 +218,19 @@ static void add_into(void *dst, const void *a, const void *b, size_t n, DistType
 // Posts the step's two messages: chunk (r-s-1) to rank r+1, chunk (r-s-2) from rank r-1.
 static void ring_post(const ProcessGroup *pg, DistWork *w, Ring *g) {
   int W = pg->world_size, r = pg->rank, out = ring_mod(r - g->step - 1, W), in = ring_mod(r - g->step - 2, W);
-  size_t size = dist_type_size(w->type);
   MPI_Datatype t = mpi_type(w->type);
-  mpiCheck(MPI_Isend(g->send + ring_offset(g, out, size), g->counts[out], t, ring_mod(r + 1, W), g->tag,
+  mpiCheck(MPI_Isend(g->send + ring_offset(w, out), w->counts[out], t, ring_mod(r + 1, W), g->tag,
                      MPI_COMM_WORLD, &g->req[0]));
-  mpiCheck(MPI_Irecv(g->tmp, g->counts[in], t, ring_mod(r - 1, W), g->tag, MPI_COMM_WORLD, &g->req[1]));
+  mpiCheck(MPI_Irecv(g->tmp, w->counts[in], t, ring_mod(r - 1, W), g->tag, MPI_COMM_WORLD, &g->req[1]));
 }
 
 // The step's messages are done: add the received chunk into ours (the last step: into recv), then
 // post the next step. Returns whether the ring has ended.
 static bool ring_advance(const ProcessGroup *pg, DistWork *w, Ring *g) {
   int W = pg->world_size, in = ring_mod(pg->rank - g->step - 2, W);
-  size_t size = dist_type_size(w->type);
-  char *own = g->send + ring_offset(g, in, size);
+  char *own = g->send + ring_offset(w, in);
   bool last = g->step == W - 2;
-  add_into(last ? w->buf : own, g->tmp, own, (size_t)g->counts[in], w->type);
+  add_into(last ? w->buf : own, g->tmp, own, (size_t)w->counts[in], w->type);
   if (last) return true;
   g->step++;
   ring_post(pg, w, g);
@@ -253,7 +250,6 @@ static void ring_start(ProcessGroup *pg, void *send, const size_t *counts, DistW
     g->tmp = mallocCheck(g->tmp_bytes);
   }
   g->send = send;
-  g->counts = w->counts;
   g->step = 0;
   g->tag = (int)(g_rings_started++ % 32768u);  // MPI guarantees tags up to 32767
   g->active = true;
