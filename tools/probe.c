@@ -93,23 +93,35 @@ static double parse_seconds(const char *v) {
   char *end;
   errno = 0;
   double x = strtod(v, &end);
-  if (errno || end == v || *end || !(x > 0 && x <= 86400)) usage_error("--timeout '%s': seconds in (0, 86400]", v);
+  if (errno || end == v || *end || !(x > 0 && x <= 86400))
+    usage_error("--timeout '%s': seconds in (0, 86400]", v);
   return x;
 }
 
 // Sets the flag named @p name from @p v; false for an unknown name.
 static bool set_flag(ProbeArgs *a, const char *name, const char *v) {
-  if (!strcmp(name, "device")) a->device = v;
-  else if (!strcmp(name, "backend")) a->backend = v;
-  else if (!strcmp(name, "timeout")) a->timeout = parse_seconds(v);
-  else if (!strcmp(name, "min_bytes")) a->min_bytes = parse_size(name, v, 4, MAX_BYTES_LIMIT);
-  else if (!strcmp(name, "max_bytes")) a->max_bytes = parse_size(name, v, 4, MAX_BYTES_LIMIT);
-  else if (!strcmp(name, "factor")) a->factor = parse_size(name, v, 2, 1024);
-  else if (!strcmp(name, "iters")) a->iters = (long)parse_size(name, v, 1, 100000);
-  else if (!strcmp(name, "warmup")) a->warmup = (long)parse_size(name, v, 0, 1000);
-  else if (!strcmp(name, "test_wrong_rank")) a->wrong_rank = (long)parse_size(name, v, 0, 1 << 20);
-  else if (!strcmp(name, "test_absent_rank")) a->absent_rank = (long)parse_size(name, v, 0, 1 << 20);
-  else return false;
+  if (!strcmp(name, "device"))
+    a->device = v;
+  else if (!strcmp(name, "backend"))
+    a->backend = v;
+  else if (!strcmp(name, "timeout"))
+    a->timeout = parse_seconds(v);
+  else if (!strcmp(name, "min_bytes"))
+    a->min_bytes = parse_size(name, v, 4, MAX_BYTES_LIMIT);
+  else if (!strcmp(name, "max_bytes"))
+    a->max_bytes = parse_size(name, v, 4, MAX_BYTES_LIMIT);
+  else if (!strcmp(name, "factor"))
+    a->factor = parse_size(name, v, 2, 1024);
+  else if (!strcmp(name, "iters"))
+    a->iters = (long)parse_size(name, v, 1, 100000);
+  else if (!strcmp(name, "warmup"))
+    a->warmup = (long)parse_size(name, v, 0, 1000);
+  else if (!strcmp(name, "test_wrong_rank"))
+    a->wrong_rank = (long)parse_size(name, v, 0, 1 << 20);
+  else if (!strcmp(name, "test_absent_rank"))
+    a->absent_rank = (long)parse_size(name, v, 0, 1 << 20);
+  else
+    return false;
   return true;
 }
 
@@ -128,13 +140,18 @@ static void configure(ProbeArgs *a, int argc, char **argv) {
     if (len >= sizeof name) usage_error("unknown flag '%s'", s);
     memcpy(name, s + 2, len);
     name[len] = '\0';
-    if (eq) v = eq + 1;
-    else if (i + 1 < argc) v = argv[++i];
-    else usage_error("%s needs a value", s);
+    if (eq)
+      v = eq + 1;
+    else if (i + 1 < argc)
+      v = argv[++i];
+    else
+      usage_error("%s needs a value", s);
     if (!set_flag(a, name, v)) usage_error("unknown flag '--%s'", name);
   }
-  if (a->min_bytes % 4 || a->max_bytes % 4) usage_error("--min_bytes and --max_bytes: whole floats (multiples of 4)");
-  if (a->max_bytes < a->min_bytes) usage_error("--max_bytes %zu is below --min_bytes %zu", a->max_bytes, a->min_bytes);
+  if (a->min_bytes % 4 || a->max_bytes % 4)
+    usage_error("--min_bytes and --max_bytes: whole floats (multiples of 4)");
+  if (a->max_bytes < a->min_bytes)
+    usage_error("--max_bytes %zu is below --min_bytes %zu", a->max_bytes, a->min_bytes);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -144,16 +161,18 @@ typedef struct Probe {
   ProbeArgs args;
   ProcessGroup pg;
   Ctx ctx;
-  float *buf;        // device, (max count): what the all-reduces run on
-  float *host;       // host, (max count): the values to upload, then the result to check
-  double *stat;      // device, (2): a rank's [seconds, #wrong], summed over the ranks
-  DevEvent t0, t1;   // around the timed iterations
-  double wrong;      // elements wrong, summed over the ranks and all the checks so far
+  float *buf;       // device, (max count): what the all-reduces run on
+  float *host;      // host, (max count): the values to upload, then the result to check
+  double *stat;     // device, (2): a rank's [seconds, #wrong], summed over the ranks
+  DevEvent t0, t1;  // around the timed iterations
+  double wrong;     // elements wrong, summed over the ranks and all the checks so far
 } Probe;
 
 static const char *launcher_name(Launcher l) {
-  return l == LAUNCH_MPI ? "mpirun" : l == LAUNCH_ENV ? "environment (torchrun, scripts/launch.sh)"
-         : l == LAUNCH_SLURM ? "srun" : "none (one process)";
+  return l == LAUNCH_MPI     ? "mpirun"
+         : l == LAUNCH_ENV   ? "environment (torchrun, scripts/launch.sh)"
+         : l == LAUNCH_SLURM ? "srun"
+                             : "none (one process)";
 }
 
 // --test_absent_rank: this rank "never arrives". It sleeps past every deadline of the others (they
@@ -175,8 +194,10 @@ static void check_in(Probe *p) {
   } else if (probe_check_in(&p->pg, p->args.timeout, &waited)) {
     log0("# check-in: all %d ranks arrived within %.2f s\n", p->pg.world_size, waited);
   } else {
-    log0("# check-in: needs MPI (this launcher: %s); a rank that never arrives ends the job at the "
-         "watchdog's --timeout, without its name\n", launcher_name(p->pg.launcher));
+    log0(
+        "# check-in: needs MPI (this launcher: %s); a rank that never arrives ends the job at the "
+        "watchdog's --timeout, without its name\n",
+        launcher_name(p->pg.launcher));
   }
 }
 
@@ -184,7 +205,8 @@ static void setup(Probe *p) {
   Device dev;
   if (device_parse(p->args.device, &dev) != 0) die(2, "unknown --device '%s'", p->args.device);
   dist_init(&p->pg, p->args.backend, dev, p->args.timeout);
-  if (p->pg.world_size > 2000) die(1, "probe: its sums are exact in fp32 up to 2000 ranks, not %d", p->pg.world_size);
+  if (p->pg.world_size > 2000)
+    die(1, "probe: its sums are exact in fp32 up to 2000 ranks, not %d", p->pg.world_size);
   long W = p->pg.world_size;
   if (p->args.wrong_rank >= W || p->args.absent_rank >= W)
     die(2, "--test_wrong_rank / --test_absent_rank name a rank beyond the %ld of this job", W);
@@ -201,7 +223,8 @@ static void setup(Probe *p) {
 // Allocates every buffer once, at the largest size, and writes it (dev_alloc zero-fills), so that no
 // timed all-reduce pays for the first touch of fresh pages (docs/performance.md).
 static void alloc_buffers(Probe *p) {
-  size_t n = p->args.max_bytes < CHECK_COUNT * sizeof(float) ? CHECK_COUNT : p->args.max_bytes / sizeof(float);
+  size_t n =
+      p->args.max_bytes < CHECK_COUNT * sizeof(float) ? CHECK_COUNT : p->args.max_bytes / sizeof(float);
   p->buf = dev_alloc(&p->ctx, n * sizeof(float));
   p->host = dev_host_alloc(&p->ctx, n * sizeof(float));
   p->stat = dev_alloc(&p->ctx, 2 * sizeof(double));
@@ -234,10 +257,10 @@ static void fill(const Probe *p, size_t n) {
 }
 
 typedef struct Verdict {
-  size_t wrong;     // elements that differ from the exact sum
-  size_t first;     // index of the first of them
-  float expected;   // its exact sum
-  float got;        // what the all-reduce gave
+  size_t wrong;    // elements that differ from the exact sum
+  size_t first;    // index of the first of them
+  float expected;  // its exact sum
+  float got;       // what the all-reduce gave
 } Verdict;
 
 // One all-reduce of freshly filled data, downloaded and compared with the exact sums.
@@ -334,14 +357,14 @@ static double time_all_reduce(Probe *p, size_t n, long iters) {
 
 static void print_header(const Probe *p) {
   int W = p->pg.world_size;
-  log0("#\n# all-reduce, sum, float32, in place, %d rank%s; %ld timed iterations per size (fewer where "
-       "they would move more than 1 GiB), after %ld warm-up%s and one checked all-reduce\n",
-       W, W == 1 ? "" : "s", p->args.iters, p->args.warmup, p->args.warmup == 1 ? "" : "s");
+  log0(
+      "#\n# all-reduce, sum, float32, in place, %d rank%s; %ld timed iterations per size (fewer where "
+      "they would move more than 1 GiB), after %ld warm-up%s and one checked all-reduce\n",
+      W, W == 1 ? "" : "s", p->args.iters, p->args.warmup, p->args.warmup == 1 ? "" : "s");
   log0("# buffers: allocated once at the largest size and written before any timing (hot), on the %s\n",
        p->ctx.dev == DEVICE_CUDA ? "GPU" : "CPU");
   log0("# time: mean over the ranks of (barrier .. last all-reduce complete) / iterations\n");
-  if (W == 1)
-    log0("# busbw: one rank moves nothing between ranks (factor 2(W-1)/W = 0): not shown\n");
+  if (W == 1) log0("# busbw: one rank moves nothing between ranks (factor 2(W-1)/W = 0): not shown\n");
   log0("#\n# %10s %12s %8s %10s %8s %8s %8s\n", "size", "count", "type", "time", "algbw", "busbw", "#wrong");
   log0("# %10s %12s %8s %10s %8s %8s %8s\n", "(B)", "(elements)", "", "(us)", "(GB/s)", "(GB/s)", "");
 }
@@ -372,7 +395,8 @@ static void sweep(Probe *p) {
     if (b > p->args.max_bytes / p->args.factor) break;  // the next size would pass --max_bytes
   }
   log0("# #wrong in all: %.0f %s\n", p->wrong, p->wrong == 0 ? "OK" : "FAILED");
-  if (p->pg.world_size > 1) log0("# Avg bus bandwidth    : %.3f GB/s (mean over the %d sizes)\n", sum_bw / rows, rows);
+  if (p->pg.world_size > 1)
+    log0("# Avg bus bandwidth    : %.3f GB/s (mean over the %d sizes)\n", sum_bw / rows, rows);
 }
 
 // ---------------------------------------------------------------------------------------------------

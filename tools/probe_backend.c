@@ -43,7 +43,8 @@ static double gather_arrivals(int W, double limit_s, double timeout_s) {
   MPI_Request *req = mallocCheck((size_t)W * sizeof *req);
   int *seen = mallocCheck((size_t)W * sizeof *seen);
   req[0] = MPI_REQUEST_NULL;
-  for (int k = 1; k < W; k++) mpiCheck(MPI_Irecv(&seen[k], 1, MPI_INT, k, CHECK_IN_TAG, MPI_COMM_WORLD, &req[k]));
+  for (int k = 1; k < W; k++)
+    mpiCheck(MPI_Irecv(&seen[k], 1, MPI_INT, k, CHECK_IN_TAG, MPI_COMM_WORLD, &req[k]));
   double t0 = log_clock(), waited = 0;
   for (int pending = W - 1; pending > 0;) {
     pending = 0;
@@ -56,8 +57,9 @@ static double gather_arrivals(int W, double limit_s, double timeout_s) {
     if (pending && waited > limit_s) {
       char names[512];
       int n = list_missing(req, W, names, sizeof names);
-      die(1, "probe: %s %s never arrived within %.1f s (half of --timeout %.1f): %s not started, stuck "
-             "before its first collective, or on a node that cannot reach rank 0",
+      die(1,
+          "probe: %s %s never arrived within %.1f s (half of --timeout %.1f): %s not started, stuck "
+          "before its first collective, or on a node that cannot reach rank 0",
           n == 1 ? "rank" : "ranks", names, limit_s, timeout_s, n == 1 ? "it is" : "they are");
     }
     if (pending) nap(POLL_S);
@@ -77,8 +79,10 @@ static void report_arrival(int rank, double timeout_s) {
   for (double t0 = log_clock(); !done; nap(POLL_S)) {
     mpiCheck(MPI_Testall(2, req, &done, MPI_STATUSES_IGNORE));
     if (!done && log_clock() - t0 > timeout_s)
-      die(1, "probe: rank 0 never answered rank %d's check-in within --timeout %.1f s: rank 0 is not "
-             "started, stuck, or cannot be reached from here", rank, timeout_s);
+      die(1,
+          "probe: rank 0 never answered rank %d's check-in within --timeout %.1f s: rank 0 is not "
+          "started, stuck, or cannot be reached from here",
+          rank, timeout_s);
   }
   if (answer != rank) die(1, "probe: rank 0 answered rank %d's check-in with %d", rank, answer);
 }
