@@ -71,6 +71,19 @@ ddp_integration(launchers PROCESSORS 2)
 ddp_integration(launcher_signal PROCESSORS 2)
 ddp_integration(watchdog_deadlock PROCESSORS 2)
 
+# The probe (tools/probe.c, tests/integration/probe_check.py): one process; ok lines and the table at
+# 2 and 3 CPU ranks; `broken` and exit 1 when one rank contributes a wrong value; the missing rank
+# named within --timeout when one never arrives.
+foreach(scenario probe_np1 probe_np2 probe_np3 probe_wrong probe_absent)
+  if(NOT scenario STREQUAL probe_np1 AND NOT DDP_HAVE_MPI)
+    continue()  # the multi-rank runs launch with mpirun
+  endif()
+  add_test(NAME ${scenario}
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/probe_check.py ${scenario})
+  set_tests_properties(${scenario} PROPERTIES LABELS integration PROCESSORS 2 TIMEOUT 180
+    ENVIRONMENT "DDP_BIN_DIR=${CMAKE_RUNTIME_OUTPUT_DIRECTORY};DDP_MPIEXEC=${DDP_MPIEXEC};${DDP_MPI_ENV}")
+endforeach()
+
 # Fault injection (tests/fault/kill_rank.py): SIGKILL one rank during training and during checkpoint
 # saving; the job must exit non-zero within 30 s, name the rank, and leave checkpoint.bin complete.
 # The full version: python3 tests/fault/kill_rank.py --trials 20.
