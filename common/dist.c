@@ -222,8 +222,8 @@ static Backend choose_backend(const ProcessGroup *pg, const char *name, Device d
     die(1, "--backend nccl needs GPU buffers; use --device cuda, or --backend mpi on the CPU");
   if (b == BACKEND_MPI && pg->world_size > 1 && pg->launcher != LAUNCH_MPI && dev != DEVICE_CUDA)
     die(1,
-        "%d CPU ranks started by %s: CPU ranks run on MPI and must be started by MPI: `mpirun -np %d "
-        "...`, or under Slurm `srun --mpi=pmix -n %d ...` (an environment launch starts GPU ranks, "
+        "%d CPU ranks started by %s: CPU ranks talk over MPI, so start them with `mpirun -np %d ...` "
+        "or, under Slurm, `srun --mpi=pmix -n %d ...` (a launch like this one is for GPU ranks, "
         "with --device cuda)",
         pg->world_size,
         pg->launcher == LAUNCH_SLURM ? "srun without an MPI plugin"

@@ -70,6 +70,12 @@ ddp_integration(step07_checkpoints PROCESSORS 2)
 ddp_integration(launchers PROCESSORS 2)
 ddp_integration(launcher_signal PROCESSORS 2)
 ddp_integration(watchdog_deadlock PROCESSORS 2)
+# X3 of issue 21: a start-up collective outside the watchdog hung for ever; bounded so that a
+# regression fails instead of hanging.
+ddp_integration(watchdog_startup PROCESSORS 2)
+if(TEST watchdog_startup)
+  set_tests_properties(watchdog_startup PROPERTIES TIMEOUT 90)
+endif()
 
 # Fault injection (tests/fault/kill_rank.py): SIGKILL one rank during training and during checkpoint
 # saving; the job must exit non-zero within 30 s, name the rank, and leave checkpoint.bin complete.
