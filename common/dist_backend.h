@@ -84,6 +84,14 @@ void dist_nccl_group_end(ProcessGroup *pg);
 /** @brief Destroys the NCCL communicator. */
 void dist_nccl_destroy(ProcessGroup *pg);
 
+/**
+ * @brief True when NCCL's last error message (ncclGetLastError) says that several ranks use one GPU:
+ * "Duplicate GPU detected" (NCCL <= 2.29) or "Multiple Ranks are using the same GPU/Partition"
+ * (NCCL >= 2.30). Pure, and built without NCCL too (unit-tested on both messages).
+ * @param[in] last the message, or NULL (false).
+ */
+bool dist_nccl_says_gpu_shared(const char *last);
+
 /** @brief Size in bytes of one element of @p type. */
 static inline size_t dist_type_size(DistType type) {
   return type == DIST_DOUBLE ? sizeof(double) : type == DIST_INT ? sizeof(int) : sizeof(float);

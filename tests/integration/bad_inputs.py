@@ -87,6 +87,11 @@ CASES = [
      ["nccl"]),
     ("L6", "a GPU asked for where there is none (or a build without CUDA)", "05_metrics_ckpt",
      SMALL + ["--device", "cuda", "--backend", "mpi"], {}, 1, 1, ["cuda"]),
+    ("L7", "two CPU ranks started by srun without an MPI plugin (it asked for NCCL's MASTER_ADDR)",
+     "06_full", SMALL, {"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LOCALID": "1"}, 1, 1,
+     ["mpirun -np 2", "srun --mpi=pmix -n 2"]),
+    ("L8", "two CPU ranks started by torchrun-style variables without MASTER_ADDR", "06_full", SMALL,
+     {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, 1, 1, ["mpirun -np 2", "srun --mpi=pmix -n 2"]),
     ("M1", "metrics file in a missing folder", "05_metrics_ckpt",
      SMALL + ["--metrics", "{d}/no/such/m.jsonl"], {}, 1, 1, ["{d}/no/such/m.jsonl"]),
     # Integer limits: every number has an upper bound, stated in --help.

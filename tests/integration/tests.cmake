@@ -70,6 +70,12 @@ ddp_integration(step07_checkpoints PROCESSORS 2)
 ddp_integration(launchers PROCESSORS 2)
 ddp_integration(launcher_signal PROCESSORS 2)
 ddp_integration(watchdog_deadlock PROCESSORS 2)
+# X3 of issue 21: a start-up collective outside the watchdog hung for ever; bounded so that a
+# regression fails instead of hanging.
+ddp_integration(watchdog_startup PROCESSORS 2)
+if(TEST watchdog_startup)
+  set_tests_properties(watchdog_startup PROPERTIES TIMEOUT 90)
+endif()
 
 # The probe (tools/probe.c, tests/integration/probe_check.py): one process; ok lines and the table at
 # 2 and 3 CPU ranks; `broken` and exit 1 when one rank contributes a wrong value; the missing rank
