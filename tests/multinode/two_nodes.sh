@@ -37,6 +37,7 @@ cleanup() {
   rm -rf "$tmp"
 }
 trap cleanup EXIT
+trap 'exit 143' TERM INT  # so that the EXIT trap runs when CTest stops the test
 ip netns add "$nsa" 2>/dev/null || skip "cannot make a network namespace here (ip netns add)"
 made+=("$nsa")
 ip netns add "$nsb"

@@ -166,7 +166,7 @@ def job_state(job):
 
 def slurm_scancel_resume(tmp):
     """scancel mid-run: every rank ends, the checkpoint is intact, --resume continues exactly"""
-    args = flags(8, save_interval=1, dataset_size=8192)
+    args = flags(6, save_interval=1, dataset_size=4096)
     ck = f"{tmp}/cancelled"
     job = sh(["sbatch", "--parsable", "-n", "2", "--output", f"{tmp}/job.txt", "--wrap",
               " ".join(["srun", "--mpi=pmix", f"{BIN}/06_full"] + args + ["--ckpt_dir", ck])],
@@ -185,7 +185,7 @@ def slurm_scancel_resume(tmp):
     if "done:" in log:
         raise Failure(f"job {job} finished before scancel reached it: make the run longer\n{log}")
     hdr, params = read_checkpoint(f"{ck}/checkpoint.bin")
-    if not 1 <= hdr["epoch"] < 8:
+    if not 1 <= hdr["epoch"] < 6:
         raise Failure(f"the checkpoint left by the cancelled job says epoch {hdr['epoch']}")
     sh(["srun", "--mpi=pmix", "-n", "2", f"{BIN}/06_full"] + args +
        ["--ckpt_dir", ck, "--resume", f"{ck}/checkpoint.bin", "--metrics", f"{tmp}/r{{rank}}.jsonl"], tmp)
