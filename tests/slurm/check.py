@@ -106,7 +106,7 @@ def srun_pmix(step, np):
 
 def slurm_srun_no_plugin(tmp):
     """srun -n 2 without an MPI plugin on CPUs: an error naming srun --mpi=pmix and mpirun"""
-    p = sh(["srun", "--mpi=none", "-n", "2", f"{BIN}/06_full", "--device", "cpu", "--data", "synthetic",
+    p = sh(["srun", "-n", "2", f"{BIN}/06_full", "--device", "cpu", "--data", "synthetic",
             "--ckpt_dir", f"{tmp}/c"], tmp, expect_ok=False, timeout=120)
     out = p.stdout + p.stderr
     for needed in ("srun --mpi=pmix", "mpirun"):
