@@ -21,7 +21,7 @@
 # the trainer's --timeout 60 (its watchdog), and NCCL_MAX_CTAS=2 (NCCL documents "up to 2 ranks per
 # GPU" with its default resources, and warns that running out of them hangs).
 # Every line of the table it prints can fail; the exit status is 1 when any line FAILED (a machine
-# without a GPU: every GPU line fails), else 0. SKIPPED lines (e.g. NCCL < 2.30) do not fail it. The
+# without a GPU: every GPU line fails, but the refusal of two ranks on one GPU is SKIPPED), else 0. SKIPPED lines (e.g. NCCL < 2.30) do not fail it. The
 # verdicts are in scripts/gpu_verdict.sh (tested on CPUs with made-up logs).
 #
 # Usage: [NCCL_ROOT=...] [DDP_DEPS_PREFIX=...] [DDP_GPU_OUT=...] [BENCH=R] scripts/gpu_check.sh [BUILD_DIR]
