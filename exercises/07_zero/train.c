@@ -315,7 +315,9 @@ static void train(Trainer *t) {
   if (t->args.save_init) save_checkpoint(t, t->args.save_init, t->epoch0);  // the state to start from
   for (int epoch = t->epoch0; epoch < t->args.epochs && !out_of_steps(t); epoch++) {
     bool complete = run_epoch(t, epoch);  // false after a --max_steps stop inside the epoch
-    if (t->args.save_interval > 0 && (!complete || (epoch + 1) % t->args.save_interval == 0))
+    // where --max_steps stops, inside an epoch or at its end, a checkpoint is saved
+    bool stopped = !complete || out_of_steps(t);
+    if (t->args.save_interval > 0 && (stopped || (epoch + 1) % t->args.save_interval == 0))
       save_checkpoint(t, t->args.ckpt_dir, complete ? epoch + 1 : epoch);
   }
 }

@@ -876,6 +876,27 @@ def max_steps_resume(step, np):
     return scenario
 
 
+def max_steps_epoch_end(step, np):
+    def scenario(tmp):
+        # 2048 samples at 128 per step (64 per rank at 2 ranks): 16 steps an epoch. --max_steps 16 stops
+        # exactly at the end of epoch 1, which --save_interval 2 would not save: the stop must.
+        B = str(128 // np)
+        out, _ = run(step, SMALL + ["--batch_size", B, "--epochs", "4", "--max_steps", "16", "--save_interval", "2",
+                                    "--ckpt_dir", f"{tmp}/ck"], np=np)
+        ck = f"{tmp}/ck/checkpoint.bin"
+        if not os.path.exists(ck):
+            raise Failure(f"{step}: a --max_steps stop at the end of epoch 1 with --save_interval 2 saved "
+                          f"nothing:\n{out}")
+        hdr, _ = read_checkpoint(ck)
+        if (hdr["epoch"], hdr["step"]) != (1, 16):
+            raise Failure(f"{step}: the stop's checkpoint records epoch {hdr['epoch']}, step {hdr['step']}")
+        print(f"{step} at {np} rank(s): a --max_steps stop at an epoch's end saved epoch 1, step 16")
+    scenario.__name__ = f"step{step[:2]}_max_steps_epoch_end_np{np}"
+    scenario.__doc__ = (f"{step} at {np} rank(s): a --max_steps stop exactly at an epoch's end saves a "
+                        "checkpoint even when --save_interval would skip that epoch.")
+    return scenario
+
+
 def mid_epoch_other_batch(step, np):
     def scenario(tmp):
         # 2048 samples at batch B x accumulation K per rank (128 samples per step at 1 rank, 64 at 2):
@@ -1235,7 +1256,8 @@ def step07_checkpoints(tmp):
 SCENARIOS = {f.__name__: f for f in [step01_warnings, save_init, max_steps_resume("01_single_gpu", 1),
     max_steps_resume("05_metrics_ckpt", 2), max_steps_resume("06_full", 2),
     mid_epoch_other_batch("01_single_gpu", 1), mid_epoch_other_batch("06_full", 2),
-    mid_epoch_other_batch("07_zero", 2),
+    mid_epoch_other_batch("07_zero", 2), max_steps_epoch_end("01_single_gpu", 1),
+    max_steps_epoch_end("07_zero", 2),
     launchers, launcher_signal, watchdog_deadlock, step06_grad_accum, step06_trace, step06_replicas(2), step06_replicas(3), step06_replicas(4),
     step06_matches_step04(2), step06_matches_step04(3), step06_matches_step04(4),
     step01_learns, step01_deterministic, step01_resume, step01_bad_input, step01_fashion_mnist,
