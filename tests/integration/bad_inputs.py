@@ -193,6 +193,9 @@ CASES = [
      SMALL + ["--metrics", "{d}/m.jsonl"], {}, 2, 2, ["--metrics {d}/m.jsonl", "2 ranks", "{rank}"]),
     ("M3", "trace path without {rank} at 2 ranks (it was invalid JSON)", "06_full",
      SMALL + ["--trace", "{d}/t.json"], {}, 2, 2, ["--trace {d}/t.json", "2 ranks", "{rank}"]),
+    ("M4", "one path for --metrics and --trace (the trace overwrote the metrics)", "06_full",
+     SMALL + ["--metrics", "{d}/m{rank}.json", "--trace", "{d}/m{rank}.json"], {}, 1, 2,
+     ["--metrics and --trace", "{d}/m{rank}.json"]),
 ]
 
 

@@ -906,8 +906,12 @@ def mid_epoch_other_batch(step, np):
         B, K = (32 // np, 2) if accum else (128 // np, 1)
         flags = ["--batch_size", str(B)] + (["--grad_accum", str(K)] if accum else [])
         common = SMALL + ["--epochs", "2"]
-        run(step, common + flags + ["--max_steps", "5", "--save_interval", "1", "--ckpt_dir", f"{tmp}/ck"], np=np)
+        run(step, common + flags + ["--max_steps", "5", "--save_interval", "1", "--ckpt_dir", f"{tmp}/ck",
+                                    "--metrics", f"{tmp}/s{{rank}}.jsonl"], np=np)
         ck = f"{tmp}/ck/checkpoint.bin"
+        stopped = metrics(f"{tmp}/s0.jsonl")[1]
+        if [(e["epoch"], e.get("partial")) for e in stopped] != [(0, True)]:
+            raise Failure(f"{step}: the --max_steps stop's epoch record should be marked partial: {stopped}")
         have = f"at {B * K} samples per step per rank (batch {B} x {K})"
         hint = f"resume with --batch_size {B}" + (f" --grad_accum {K}" if accum else "")
         others = [["--batch_size", str(4 * B)], ["--batch_size", str(B // 2)]]
@@ -929,6 +933,9 @@ def mid_epoch_other_batch(step, np):
         # The same flags still resume exactly: the digest of an uninterrupted run.
         run(step, common + flags + ["--metrics", f"{tmp}/a{{rank}}.jsonl"], np=np)
         run(step, common + flags + ["--resume", ck, "--metrics", f"{tmp}/b{{rank}}.jsonl"], np=np)
+        resumed = metrics(f"{tmp}/b0.jsonl")[1]
+        if [(e["epoch"], e.get("partial")) for e in resumed] != [(0, None), (1, None)]:
+            raise Failure(f"{step}: the resumed run's epoch records should be whole epochs 0 and 1: {resumed}")
         if digests(f"{tmp}/a", np) != digests(f"{tmp}/b", np):
             raise Failure(f"{step}: resumed at step 5 with {' '.join(flags)}: {digests(f'{tmp}/b', np)}, "
                           f"uninterrupted: {digests(f'{tmp}/a', np)}")
