@@ -354,4 +354,9 @@ void args_parse(Args *a, int argc, char **argv, unsigned groups, const char *abo
   if ((long long)a->batch_size * a->grad_accum > MAX_STEP_SAMPLES)
     FAIL(&c, "--batch_size %d x --grad_accum %d = %lld samples per optimizer step, more than %d",
          a->batch_size, a->grad_accum, (long long)a->batch_size * a->grad_accum, MAX_STEP_SAMPLES);
+  // Both files are opened for writing: one path would leave the trace where the metrics were.
+  if (a->metrics && a->trace && strcmp(a->metrics, a->trace) == 0)
+    FAIL(&c,
+         "--metrics and --trace are both '%s': the trace would overwrite the metrics; give each its own path",
+         a->metrics);
 }

@@ -909,6 +909,76 @@ def max_steps_resume(step, np):
     return scenario
 
 
+def max_steps_epoch_end(step, np):
+    def scenario(tmp):
+        # 2048 samples at 128 per step (64 per rank at 2 ranks): 16 steps an epoch. --max_steps 16 stops
+        # exactly at the end of epoch 1, which --save_interval 2 would not save: the stop must.
+        B = str(128 // np)
+        out, _ = run(step, SMALL + ["--batch_size", B, "--epochs", "4", "--max_steps", "16", "--save_interval", "2",
+                                    "--ckpt_dir", f"{tmp}/ck"], np=np)
+        ck = f"{tmp}/ck/checkpoint.bin"
+        if not os.path.exists(ck):
+            raise Failure(f"{step}: a --max_steps stop at the end of epoch 1 with --save_interval 2 saved "
+                          f"nothing:\n{out}")
+        hdr, _ = read_checkpoint(ck)
+        if (hdr["epoch"], hdr["step"]) != (1, 16):
+            raise Failure(f"{step}: the stop's checkpoint records epoch {hdr['epoch']}, step {hdr['step']}")
+        print(f"{step} at {np} rank(s): a --max_steps stop at an epoch's end saved epoch 1, step 16")
+    scenario.__name__ = f"step{step[:2]}_max_steps_epoch_end_np{np}"
+    scenario.__doc__ = (f"{step} at {np} rank(s): a --max_steps stop exactly at an epoch's end saves a "
+                        "checkpoint even when --save_interval would skip that epoch.")
+    return scenario
+
+
+def mid_epoch_other_batch(step, np):
+    def scenario(tmp):
+        # 2048 samples at batch B x accumulation K per rank (128 samples per step at 1 rank, 64 at 2):
+        # --max_steps 5 stops 5 steps into epoch 1. Resuming there with other samples per step would
+        # skip or repeat samples: refused, naming the checkpoint's value and this run's.
+        accum = step >= "06"  # --grad_accum exists from step 06 on
+        B, K = (32 // np, 2) if accum else (128 // np, 1)
+        flags = ["--batch_size", str(B)] + (["--grad_accum", str(K)] if accum else [])
+        common = SMALL + ["--epochs", "2"]
+        run(step, common + flags + ["--max_steps", "5", "--save_interval", "1", "--ckpt_dir", f"{tmp}/ck",
+                                    "--metrics", f"{tmp}/s{{rank}}.jsonl"], np=np)
+        ck = f"{tmp}/ck/checkpoint.bin"
+        stopped = metrics(f"{tmp}/s0.jsonl")[1]
+        if [(e["epoch"], e.get("partial")) for e in stopped] != [(0, True)]:
+            raise Failure(f"{step}: the --max_steps stop's epoch record should be marked partial: {stopped}")
+        have = f"at {B * K} samples per step per rank (batch {B} x {K})"
+        hint = f"resume with --batch_size {B}" + (f" --grad_accum {K}" if accum else "")
+        others = [["--batch_size", str(4 * B)], ["--batch_size", str(B // 2)]]
+        if accum:
+            others += [["--batch_size", str(B), "--grad_accum", str(4 * K)]]
+        for other in others:
+            b = int(other[1])
+            k = int(other[3]) if len(other) > 2 else (K if accum else 1)
+            args = other + (["--grad_accum", str(k)] if accum and len(other) == 2 else [])
+            _, err = run(step, common + args + ["--resume", ck], np=np, expect_rc=1)
+            want = f"stopped 5 steps into epoch 1 {have}; this run takes {b * k} (batch {b} x {k}): {hint}"
+            if want not in err:
+                raise Failure(f"{step}: a mid-epoch resume with {' '.join(args)} should be refused with "
+                              f"{want!r}:\n{err}")
+        if step >= "03":  # --drop_last exists from step 03 on: it changes the epoch's shards
+            _, err = run(step, common + flags + ["--drop_last", "--resume", ck], np=np, expect_rc=1)
+            if "with --drop_last off; this run has it on" not in err:
+                raise Failure(f"{step}: a mid-epoch resume with another --drop_last should be refused:\n{err}")
+        # The same flags still resume exactly: the digest of an uninterrupted run.
+        run(step, common + flags + ["--metrics", f"{tmp}/a{{rank}}.jsonl"], np=np)
+        run(step, common + flags + ["--resume", ck, "--metrics", f"{tmp}/b{{rank}}.jsonl"], np=np)
+        resumed = metrics(f"{tmp}/b0.jsonl")[1]
+        if [(e["epoch"], e.get("partial")) for e in resumed] != [(0, None), (1, None)]:
+            raise Failure(f"{step}: the resumed run's epoch records should be whole epochs 0 and 1: {resumed}")
+        if digests(f"{tmp}/a", np) != digests(f"{tmp}/b", np):
+            raise Failure(f"{step}: resumed at step 5 with {' '.join(flags)}: {digests(f'{tmp}/b', np)}, "
+                          f"uninterrupted: {digests(f'{tmp}/a', np)}")
+        print(f"{step} at {np} rank(s): other samples per step refused mid-epoch, the same resumes exactly")
+    scenario.__name__ = f"step{step[:2]}_mid_epoch_other_batch_np{np}"
+    scenario.__doc__ = (f"{step} at {np} rank(s): a checkpoint saved inside an epoch refuses another "
+                        "--batch_size or --grad_accum, naming both values, and resumes exactly with the same.")
+    return scenario
+
+
 def proc_children(pid, prog):
     """The processes whose parent is pid and whose command line runs prog (from /proc)."""
     found = []
@@ -1225,6 +1295,9 @@ def step07_checkpoints(tmp):
 
 SCENARIOS = {f.__name__: f for f in [step01_warnings, save_init, max_steps_resume("01_single_gpu", 1),
     max_steps_resume("05_metrics_ckpt", 2), max_steps_resume("06_full", 2),
+    mid_epoch_other_batch("01_single_gpu", 1), mid_epoch_other_batch("06_full", 2),
+    mid_epoch_other_batch("07_zero", 2), max_steps_epoch_end("01_single_gpu", 1),
+    max_steps_epoch_end("07_zero", 2),
     launchers, launcher_signal, watchdog_deadlock, watchdog_startup, step06_grad_accum, step06_trace, step06_replicas(2), step06_replicas(3), step06_replicas(4),
     step06_matches_step04(2), step06_matches_step04(3), step06_matches_step04(4),
     step01_learns, step01_deterministic, step01_resume, step01_bad_input, step01_fashion_mnist,

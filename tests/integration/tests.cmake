@@ -30,6 +30,13 @@ ddp_integration(save_init PROCESSORS 2)
 ddp_integration(step01_max_steps_resume_np1)
 ddp_integration(step05_max_steps_resume_np2 PROCESSORS 2)
 ddp_integration(step06_max_steps_resume_np2 PROCESSORS 2)
+# A mid-epoch checkpoint refuses other samples per step (--batch_size x --grad_accum) or --drop_last.
+ddp_integration(step01_mid_epoch_other_batch_np1)
+ddp_integration(step06_mid_epoch_other_batch_np2 PROCESSORS 2)
+ddp_integration(step07_mid_epoch_other_batch_np2 PROCESSORS 2)
+# A --max_steps stop at an epoch's end saves, whatever --save_interval says.
+ddp_integration(step01_max_steps_epoch_end_np1)
+ddp_integration(step07_max_steps_epoch_end_np2 PROCESSORS 2)
 ddp_integration(step01_fashion_mnist)
 
 ddp_integration(step02_redundant PROCESSORS 2)

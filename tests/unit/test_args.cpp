@@ -313,3 +313,15 @@ TEST(Args, HelpStatesEveryLimit) {
         "limits: --batch_size x --grad_accum <= 16777216"})
     EXPECT_NE(step06.find(f), std::string::npos) << f << "\n" << step06;
 }
+
+// One path for the metrics and the trace would leave only the trace: refused, naming the path; two
+// paths are fine.
+TEST(Args, MetricsAndTraceNeedTheirOwnPaths) {
+  EXPECT_EXIT(parse_and_exit({"--metrics", "m{rank}.json", "--trace", "m{rank}.json"}),
+              ::testing::ExitedWithCode(2), "--metrics and --trace are both 'm\\{rank\\}.json'");
+  Argv v({"--metrics", "m{rank}.jsonl", "--trace", "t{rank}.json"});
+  Args a;
+  parse(&a, v);
+  EXPECT_STREQ(a.metrics, "m{rank}.jsonl");
+  EXPECT_STREQ(a.trace, "t{rank}.json");
+}
