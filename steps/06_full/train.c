@@ -107,8 +107,8 @@ static void check_ranks_agree(Trainer *t) {
 }
 
 static void cleanup(Trainer *t) {
-  preempt_free(&t->preempt, &t->ctx);  // [fault]
   dist_destroy(&t->pg);  // [init] leave the process group
+  preempt_free(&t->preempt, &t->ctx);
   device_free(&t->ctx);
 }
 
@@ -235,7 +235,8 @@ static bool run_epoch(Trainer *t, int epoch) {
     samples += (long long)B * t->world_size;  // [metrics] the global batch
     loss_log_push(&t->losses, &t->ctx, loss, t->step, epoch, (long long)B * t->world_size);
     preempt_agree(&t->preempt, &t->pg, &t->ctx, t->step);  // [fault] one rank's SIGTERM stops them all here
-    t->epoch_step = batches;  // [fault] a snapshot now resumes at the next step
+    // [fault] a snapshot taken now resumes at the next step
+    t->epoch_step = batches;
     if (snapshot_due(&t->args, t->step) && batches < steps_per_epoch(t) && !out_of_steps(t))
       save_checkpoint(t, t->args.ckpt_dir, epoch);  // [fault] --save_steps: a snapshot inside the epoch
   }
