@@ -193,6 +193,12 @@ CASES = [
     ("C17", "a checkpoint folder that cannot be written (found at start, not after an epoch)",
      "05_metrics_ckpt", SMALL[:-2] + ["--save_interval", "1", "--ckpt_dir", "/proc/self"], {}, 2, 1,
      ["/proc/self", "not writable"]),
+    # Restarts (step 06): --resume auto refuses a bad snapshot as --resume FILE does, never starts fresh.
+    ("R1", "--resume auto in a step before 06", "05_metrics_ckpt", SMALL + ["--resume", "auto"], {}, 1, 2,
+     ["--resume auto", "step 06"]),
+    ("R2", "--resume auto with a corrupt snapshot in --ckpt_dir", "06_full",
+     SMALL + ["--resume", "auto", "--ckpt_dir", "{d}/auto_flip"], {}, 2, 1, ["{d}/auto_flip/checkpoint.bin"]),
+    ("R3", "negative --save_steps", "06_full", SMALL + ["--save_steps", "-1"], {}, 1, 2, ["--save_steps"]),
     # Per-rank output files.
     ("M2", "metrics path without {rank} at 2 ranks (the ranks overwrote each other)", "05_metrics_ckpt",
      SMALL + ["--metrics", "{d}/m.jsonl"], {}, 2, 2, ["--metrics {d}/m.jsonl", "2 ranks", "{rank}"]),
@@ -323,6 +329,8 @@ def checkpoint(d):
     flip = bytearray(good)
     flip[len(good) // 3] ^= 0x10
     open(f"{d}/flip.bin", "wb").write(bytes(flip))
+    os.makedirs(f"{d}/auto_flip")
+    open(f"{d}/auto_flip/checkpoint.bin", "wb").write(bytes(flip))
     subprocess.run([f"{BIN}/05_metrics_ckpt"] + SMALL[:-4] + ["--epochs", "2", "--save_interval", "2",
                     "--ckpt_dir", f"{d}/ck2"], check=True, capture_output=True, env=clean_env())
     shutil.move(f"{d}/ck2/checkpoint.bin", f"{d}/good2.bin")

@@ -1011,8 +1011,9 @@ def proc_running(pid, prog):
 
 
 def launcher_signal(tmp):
-    """scripts/launch.sh forwards SIGTERM and SIGINT: when the launcher gets one, every rank ends,
-    none is left running, and the launcher exits non-zero (128 + the signal's number)."""
+    """scripts/launch.sh forwards SIGTERM, SIGINT and SIGHUP: when the launcher gets one, every rank
+    ends, none is left running, and the launcher exits non-zero (128 + the signal's number); -n takes
+    only a decimal number without leading zeros."""
     import signal
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     launch = os.path.join(root, "scripts", "launch.sh")
@@ -1021,7 +1022,15 @@ def launcher_signal(tmp):
     args = SMALL + ["--epochs", "1000000", "--dataset_size", "256", "--hidden", "16"]
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("OMPI_COMM_WORLD", "PMI", "PMIX", "RANK", "WORLD_SIZE", "SLURM"))}
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    # -n is decimal without leading zeros: "00" and "08" once started nothing and exited 0, "010"
+    # started 8 ranks as WORLD_SIZE=010. Each is refused with status 2, and nothing starts.
+    for n in ("00", "08", "010", "0", "-2", "2x"):
+        marker = os.path.join(tmp, "started")
+        p = subprocess.run([launch, "-n", n, "touch", marker], capture_output=True, text=True, env=env, timeout=60)
+        if p.returncode != 2 or "-n needs a positive decimal number" not in p.stderr or os.path.exists(marker):
+            raise Failure(f"launch.sh -n {n}: exit {p.returncode}, started {os.path.exists(marker)}: {p.stderr!r}")
+    # SIGHUP (the terminal closed) once left the ranks running with parent 1.
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         p = subprocess.Popen([launch, "-n", "2", prog] + args, stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE, text=True, env=env, cwd=tmp, start_new_session=True)
         ranks = []
