@@ -44,6 +44,26 @@ class Failure(Exception):
     pass
 
 
+# SIGTERM (the exercise checker's time limit or Ctrl-C: `timeout` sends it to the whole process group,
+# mpirun included): the program that runs now ends by itself, and a scenario stops once it has. Dying
+# at once would let mpirun, on its next write to a closed pipe, die of SIGPIPE before removing its
+# session folder and shared-memory files; and the scenario's folder would stay behind.
+class Stopped(Exception):
+    pass
+
+
+TERMINATED = []
+
+
+def on_term(signum, frame):
+    TERMINATED.append(signum)
+
+
+def stop_if_terminated():
+    if TERMINATED:
+        raise Stopped()
+
+
 def small(**changes):
     """SMALL with some values changed, e.g. small(lr=0.1)."""
     out = list(SMALL)
@@ -86,7 +106,9 @@ def run(step, args, np=1, expect_rc=0, tmp=None):
     cmd = [os.path.join(BIN, step)] + list(args) + dist_args(step)
     if np > 1:
         cmd = [MPIEXEC, "-n", str(np)] + cmd
+    stop_if_terminated()
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp)
+    stop_if_terminated()
     if expect_rc is not None and (p.returncode == 0) != (expect_rc == 0):
         cause = hint(p.stdout + p.stderr) if expect_rc == 0 else None
         first = f"likely cause: {cause}\n" if cause else ""
@@ -1302,6 +1324,65 @@ def step07_checkpoints(tmp):
           f"07 tracks 06 (parameters {rel_diff(pw6, pw7):.1e}, momentum {rel_diff(mw6, mw7):.1e})")
 
 
+# ---- the exercise checker ---------------------------------------------------------------------------
+
+def process_tree(pid):
+    """pid and every process below it (from /proc/PID/task/TID/children)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            for tid in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{tid}/children") as f:
+                    todo += [int(c) for c in f.read().split()]
+        except OSError:  # ended meanwhile
+            pass
+    return out
+
+
+def own_binary(step):
+    """A scenario: the program that runs is the one in DDP_BIN_DIR (the exercise checker's build of the
+    learner's files), and it starts no other build's step program; /proc shows what each process runs
+    after any exec."""
+    def scenario(tmp):
+        exe = os.path.realpath(os.path.join(BIN, step))
+        cmd = [exe] + small(dataset_size=4096) + ["--epochs", "6"] + dist_args(step)
+        seen = set()
+        with open(f"{tmp}/out", "w") as out:
+            p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=tmp)
+            deadline = time.time() + 600
+            while p.poll() is None and time.time() < deadline:
+                for pid in process_tree(p.pid):  # what each process runs now, after any exec
+                    try:
+                        seen.add(re.sub(r" \(deleted\)$", "", os.readlink(f"/proc/{pid}/exe")))
+                    except OSError:
+                        pass
+                time.sleep(0.005)
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        stop_if_terminated()
+        # Another step program (the main build's, reached through the links next to it), not MPI's helpers
+        others = sorted(e for e in seen if e != exe and re.match(r"\d\d_", os.path.basename(e)))
+        if others:
+            raise Failure(f"the program that ran is {', '.join(others)}, not the one built from your file(s) "
+                          f"({exe})\nlikely cause: main starts another build's program (exec) instead of "
+                          "training itself")
+        if p.returncode != 0:
+            with open(f"{tmp}/out") as f:
+                text = f.read()
+            cause = hint(text)
+            raise Failure((f"likely cause: {cause}\n" if cause else "") +
+                          f"{' '.join(cmd)} exited {p.returncode}, expected 0\n--- output\n{text}")
+        if exe not in seen:
+            raise Failure(f"{' '.join(cmd)} ended before its executable could be read in /proc")
+        print(f"{step} ran as {exe}")
+    scenario.__name__ = f"step{step[:2]}_own_binary"
+    scenario.__doc__ = f"{step}: the program that ran is the one in DDP_BIN_DIR, and it starts no other build's"
+    return scenario
+
+
 SCENARIOS = {f.__name__: f for f in [step01_warnings, save_init, max_steps_resume("01_single_gpu", 1),
     max_steps_resume("05_metrics_ckpt", 2), max_steps_resume("06_full", 2),
     mid_epoch_other_batch("01_single_gpu", 1), mid_epoch_other_batch("06_full", 2),
@@ -1318,19 +1399,26 @@ SCENARIOS = {f.__name__: f for f in [step01_warnings, save_init, max_steps_resum
     matches_baseline("04_ddp_wrap", 2), matches_baseline("04_ddp_wrap", 4),
     matches_baseline("05_metrics_ckpt", 2), matches_baseline("05_metrics_ckpt", 4),
     step07_replicas(2), step07_replicas(3), step07_replicas(4), step07_matches_step06(2),
-    step07_matches_step06(3), step07_matches_step06(4), step07_memory, step07_checkpoints]}
+    step07_matches_step06(3), step07_matches_step06(4), step07_memory, step07_checkpoints] +
+    [own_binary(s) for s in ("02_init", "03_sampler", "04_ddp_wrap", "05_metrics_ckpt", "06_full", "07_zero")]}
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("scenario", choices=sorted(SCENARIOS))
     a = ap.parse_args()
-    tmp = tempfile.mkdtemp(prefix=a.scenario + "-")
+    # DDP_CHECK_TMPDIR: where the scenario's folder goes (the exercise checker's own temporary folder,
+    # which it removes even when it has to kill a scenario that hangs)
+    tmp = tempfile.mkdtemp(prefix=a.scenario + "-", dir=os.environ.get("DDP_CHECK_TMPDIR") or None)
+    signal.signal(signal.SIGTERM, on_term)
     try:
         rc = SCENARIOS[a.scenario](tmp) or 0
     except Failure as e:
         print(f"FAILED {a.scenario}: {e}", file=sys.stderr)
         return 1
+    except Stopped:
+        print(f"{a.scenario}: stopped by SIGTERM", file=sys.stderr)
+        return 128 + signal.SIGTERM
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if rc == 0:

@@ -129,6 +129,16 @@ if(CMAKE_GENERATOR MATCHES "Ninja" AND DDP_HAVE_MPI)
       LABELS integration PROCESSORS 2 TIMEOUT 900
       ENVIRONMENT "DDP_BUILD_DIR=${PROJECT_BINARY_DIR};DDP_MPIEXEC=${DDP_MPIEXEC};${DDP_MPI_ENV}")
   endforeach()
+  # The checker itself (tests/exercises/checker_cases.py): Ctrl-C on a hung submission ends it and its
+  # ranks within seconds (exit 130); a claim killed at DDP_CHECK_TIMEOUT leaves no process and no
+  # temporary folder; spaces in TMPDIR and a checkout reached through symlinks (10 to 20 s each).
+  foreach(case interrupt timeout paths)
+    add_test(NAME exercise_checker_${case}
+             COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tests/exercises/checker_cases.py ${case})
+    set_tests_properties(exercise_checker_${case} PROPERTIES
+      LABELS integration PROCESSORS 2 TIMEOUT 300
+      ENVIRONMENT "DDP_BUILD_DIR=${PROJECT_BINARY_DIR};DDP_MPIEXEC=${DDP_MPIEXEC};${DDP_MPI_ENV}")
+  endforeach()
 endif()
 if(CMAKE_GENERATOR MATCHES "Ninja")
   # Every exercise still compiles and links.
