@@ -256,12 +256,19 @@ static void ring_start(ProcessGroup *pg, void *send, const size_t *counts, DistW
   ring_post(pg, w, g);
 }
 
+static void finish(ProcessGroup *pg, DistWork *w);
+
 void dist_mpi_reduce_scatter_start(ProcessGroup *pg, void *send, const size_t *counts, DistWork *w) {
   dev_event_record(pg->ctx, &w->start, NULL);
   if (on_gpu(pg)) {  // staged through the host: nothing to overlap, reduce now
     reduce_scatter_staged(pg, send, counts, w);
     dev_event_record(pg->ctx, &w->end, NULL);
     w->done = true;
+    return;
+  }
+  if (pg->world_size == 1) {  // a ring of one has no step (W - 2 < 0): the whole input is this rank's part
+    if (send != w->buf) memmove(w->buf, send, counts[0] * dist_type_size(w->type));
+    finish(pg, w);
     return;
   }
   ring_start(pg, send, counts, w);

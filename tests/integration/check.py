@@ -1250,6 +1250,27 @@ def step07_matches_step06(np):
     return scenario
 
 
+def step07_one_rank_mpirun(tmp):
+    """Step 07 under `mpirun -np 1` ends, and equals step 06: a reduce-scatter ring of one rank has no
+    step (it once kept sending to itself for ever; the singleton without mpirun never reaches MPI)."""
+    common = ZERO + ["--epochs", "1", "--save_interval", "0"]
+    digests = {}
+    for step in ("06_full", "07_zero"):
+        cmd = [MPIEXEC, "-n", "1", os.path.join(BIN, step)] + common + dist_args(step)
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp)
+        except subprocess.TimeoutExpired:
+            raise Failure(f"{' '.join(cmd)} still runs after 120 s (a reduce-scatter of one rank that never ends?)")
+        m = re.search(r"param_digest ([0-9a-f]{16})", p.stdout)
+        if p.returncode != 0 or not m:
+            raise Failure(f"{' '.join(cmd)} exited {p.returncode}\n{p.stdout}\n{p.stderr}")
+        digests[step] = m.group(1)
+    if digests["06_full"] != digests["07_zero"]:
+        raise Failure(f"at one rank under mpirun step 07 ends with {digests['07_zero']}, step 06 with "
+                      f"{digests['06_full']}: they must be equal")
+    print(f"one rank under mpirun: steps 06 and 07 both end with {digests['07_zero']}")
+
+
 def logged_int(out, pattern):
     m = re.search(pattern, out)
     if not m:
@@ -1399,7 +1420,7 @@ SCENARIOS = {f.__name__: f for f in [step01_warnings, save_init, max_steps_resum
     matches_baseline("04_ddp_wrap", 2), matches_baseline("04_ddp_wrap", 4),
     matches_baseline("05_metrics_ckpt", 2), matches_baseline("05_metrics_ckpt", 4),
     step07_replicas(2), step07_replicas(3), step07_replicas(4), step07_matches_step06(2),
-    step07_matches_step06(3), step07_matches_step06(4), step07_memory, step07_checkpoints] +
+    step07_matches_step06(3), step07_matches_step06(4), step07_one_rank_mpirun, step07_memory, step07_checkpoints] +
     [own_binary(s) for s in ("02_init", "03_sampler", "04_ddp_wrap", "05_metrics_ckpt", "06_full", "07_zero")]}
 
 
