@@ -1,4 +1,4 @@
-// dist.c: launcher discovery, backend choice and dispatch to dist_mpi.c / dist_nccl.c.
+// dist.c: launcher discovery, backend choice and dispatch to dist_mpi.c / dist_nccl.c / dist_gloo.cc.
 #define _POSIX_C_SOURCE 200809L
 #include "dist.h"
 
@@ -16,7 +16,7 @@
 #include "watchdog.h"
 
 // WITH_MPI(call), WITH_NCCL(call): a call into a back end, compiled only in a build that has it
-// (CMake defines HAVE_MPI=1, HAVE_NCCL=1). dist_init() refuses a back end that the build lacks, with a
+// (CMake defines HAVE_MPI=1, HAVE_NCCL=1, HAVE_GLOO=1). dist_init() refuses a back end that the build lacks, with a
 // message that says so (discover(), choose_backend()), so without it the call is never reached.
 #if HAVE_MPI
 #define WITH_MPI(call) call
@@ -30,12 +30,22 @@
 #define HAVE_NCCL 0
 #define WITH_NCCL(call) die(1, "this program was built without NCCL")
 #endif
+#if HAVE_GLOO
+#define WITH_GLOO(call) call
+#else
+#define HAVE_GLOO 0
+#define WITH_GLOO(call) die(1, "this program was built without Gloo")
+#endif
 
-const char *dist_backend_name(Backend b) { return b == BACKEND_NCCL ? "nccl" : "mpi"; }
+const char *dist_backend_name(Backend b) {
+  return b == BACKEND_NCCL ? "nccl" : b == BACKEND_GLOO ? "gloo" : "mpi";
+}
 
 bool dist_have_mpi(void) { return HAVE_MPI; }
 
 bool dist_have_nccl(void) { return HAVE_NCCL; }
+
+bool dist_have_gloo(void) { return HAVE_GLOO; }
 
 // Reads a non-negative integer environment variable; -1 when unset, ends the job when malformed.
 static int env_int(const char *name) {
@@ -116,13 +126,10 @@ static void bootstrap_host(const char *addr, char *host, size_t size) {
   snprintf(host, size, "[%.*s]", (int)len, bracketed ? addr + 1 : addr);
 }
 
-// Environment launch with several ranks: NCCL bootstraps from NCCL_COMM_ID=host:port, which every
-// rank builds the same way here, before any CUDA or NCCL call, so that a bad MASTER_ADDR or
-// MASTER_PORT is reported at once on every rank (on the CPU too). The port is MASTER_PORT + 1, since
-// torchrun's own store already listens on MASTER_PORT, or DDP_NCCL_PORT when set. A user's own
-// NCCL_COMM_ID is kept.
-static void set_bootstrap_address(const ProcessGroup *pg) {
-  if (getenv("NCCL_COMM_ID")) return;
+// The bootstrap port of an environment launch, one rule for NCCL's root and Gloo's rendezvous store:
+// MASTER_PORT + 1, since torchrun's own store already listens on MASTER_PORT, or DDP_NCCL_PORT when
+// set. Also checks MASTER_ADDR, so that a bad one is reported at once on every rank.
+static int bootstrap_port(const ProcessGroup *pg) {
   const char *addr = getenv("MASTER_ADDR");
   int master = env_port("MASTER_PORT"), port = env_port("DDP_NCCL_PORT");
   if (!addr || (master < 0 && port < 0))
@@ -137,8 +144,17 @@ static void set_bootstrap_address(const ProcessGroup *pg) {
           "lower MASTER_PORT, or set DDP_NCCL_PORT");
     port = master + 1;
   }
+  return port;
+}
+
+// Environment launch with several ranks: NCCL bootstraps from NCCL_COMM_ID=host:port, which every
+// rank builds the same way here, before any CUDA or NCCL call, so that a bad MASTER_ADDR or
+// MASTER_PORT is reported at once on every rank (on the CPU too). A user's own NCCL_COMM_ID is kept.
+static void set_bootstrap_address(const ProcessGroup *pg) {
+  if (getenv("NCCL_COMM_ID")) return;
+  int port = bootstrap_port(pg);
   char host[INET6_ADDRSTRLEN + 80], id[INET6_ADDRSTRLEN + 96];
-  bootstrap_host(addr, host, sizeof host);
+  bootstrap_host(getenv("MASTER_ADDR"), host, sizeof host);
   snprintf(id, sizeof id, "%s:%d", host, port);
   setenv("NCCL_COMM_ID", id, 1);
 }
@@ -172,17 +188,40 @@ static void discover(ProcessGroup *pg) {
   }
 }
 
+// The CPU's backend for --backend auto: MPI under mpirun (and on its own), Gloo under an environment
+// launch (torchrun, scripts/launch.sh, a plain srun), as PyTorch uses gloo for CPUs.
+static Backend cpu_default(const ProcessGroup *pg) {
+  bool env = pg->launcher == LAUNCH_ENV || pg->launcher == LAUNCH_SLURM;
+  if (env && !dist_have_gloo() && pg->world_size > 1)
+    die(1,
+        "%d CPU ranks started by environment (%s) need the Gloo backend, and this program was built "
+        "without Gloo: install libgloo-dev (scripts/setup.sh does) and rebuild, or start with "
+        "`mpirun -np %d ...`",
+        pg->world_size, pg->launcher == LAUNCH_SLURM ? "srun" : "torchrun or scripts/launch.sh", pg->world_size);
+  return env && dist_have_gloo() ? BACKEND_GLOO : BACKEND_MPI;
+}
+
 static Backend choose_backend(const ProcessGroup *pg, const char *name, Device dev) {
   Backend b;
   if (strcmp(name, "auto") == 0) {
-    b = dev == DEVICE_CUDA && dist_have_nccl() ? BACKEND_NCCL : BACKEND_MPI;
+    b = dev == DEVICE_CUDA && dist_have_nccl() ? BACKEND_NCCL : cpu_default(pg);
   } else if (strcmp(name, "nccl") == 0) {
     b = BACKEND_NCCL;
   } else if (strcmp(name, "mpi") == 0) {
     b = BACKEND_MPI;
+  } else if (strcmp(name, "gloo") == 0) {
+    b = BACKEND_GLOO;
   } else {
-    die(2, "unknown --backend '%s' (expected auto, nccl or mpi)", name);
+    die(2, "unknown --backend '%s' (expected auto, nccl, mpi or gloo)", name);
   }
+  if (b == BACKEND_GLOO && !dist_have_gloo())
+    die(1,
+        "--backend gloo: this program was built without Gloo; install libgloo-dev (scripts/setup.sh "
+        "does) and rebuild, or use --backend mpi under mpirun");
+  if (b == BACKEND_GLOO && pg->launcher == LAUNCH_MPI && pg->world_size > 1)
+    die(1,
+        "--backend gloo meets its peers through MASTER_ADDR and MASTER_PORT: launch with torchrun or "
+        "scripts/launch.sh, or use --backend mpi under mpirun");
   if (b == BACKEND_NCCL && !dist_have_nccl())
     die(1,
         "--backend nccl: this program was built without NCCL (CUDA toolkit not found at build "
@@ -222,6 +261,11 @@ static void share_from_rank0(void *bytes, size_t size) {
 void dist_connect(ProcessGroup *pg, const Ctx *c) {
   pg->ctx = c;
   dev_event_init(c, &pg->ready);
+  if (pg->backend == BACKEND_GLOO && pg->world_size > 1) {  // an environment launch (choose_backend)
+    char host[INET6_ADDRSTRLEN + 80];
+    bootstrap_host(getenv("MASTER_ADDR"), host, sizeof host);
+    WITH_GLOO(dist_gloo_connect(pg, host, bootstrap_port(pg)));
+  }
 #if HAVE_NCCL
   if (pg->backend != BACKEND_NCCL) return;
   dist_nccl_connect(pg, pg->launcher == LAUNCH_MPI ? share_from_rank0 : NULL);
@@ -232,14 +276,19 @@ void dist_connect(ProcessGroup *pg, const Ctx *c) {
 #endif
 }
 
-// A group of one process with the MPI backend and no MPI launcher: every collective is the identity.
-static bool solo(const ProcessGroup *pg) { return pg->backend == BACKEND_MPI && !pg->mpi_up; }
+// A group of one process (the MPI backend without an MPI launcher, Gloo without a context): every
+// collective is the identity.
+static bool solo(const ProcessGroup *pg) {
+  return (pg->backend == BACKEND_MPI && !pg->mpi_up) || (pg->backend == BACKEND_GLOO && !pg->gloo);
+}
 
 void dist_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op) {
   if (op == DIST_AVG && type != DIST_FLOAT) die(1, "dist_all_reduce: DIST_AVG needs float data");
   if (n == 0 || solo(pg)) return;
   if (pg->backend == BACKEND_NCCL) {
     WITH_NCCL(dist_nccl_all_reduce(pg, buf, n, type, op));
+  } else if (pg->backend == BACKEND_GLOO) {
+    WITH_GLOO(dist_gloo_all_reduce(pg, buf, n, type, op));
   } else {
     WITH_MPI(dist_mpi_all_reduce(pg, buf, n, type, op));
   }
@@ -252,11 +301,13 @@ void dist_work_init(ProcessGroup *pg, DistWork *w) {
   dev_event_init(pg->ctx, &w->end);
   if (pg->backend == BACKEND_MPI && !solo(pg))  // the counts and ring state of a reduce-scatter
     WITH_MPI(dist_mpi_work_init(pg, w));
+  if (pg->backend == BACKEND_GLOO && !solo(pg)) WITH_GLOO(dist_gloo_work_init(w));
 }
 
 void dist_work_free(ProcessGroup *pg, DistWork *w) {
   if (w->active) die(1, "dist_work_free: the collective is still in flight (call dist_wait first)");
   if (w->ring) WITH_MPI(dist_mpi_work_free(w));
+  if (w->job) WITH_GLOO(dist_gloo_work_free(w));
   dev_event_free(pg->ctx, &w->end);
   dev_event_free(pg->ctx, &w->start);
 }
@@ -299,6 +350,8 @@ void dist_all_reduce_async(ProcessGroup *pg, void *buf, size_t n, DistType type,
     comm_stream_begin(pg, w);
     WITH_NCCL(dist_nccl_all_reduce_on(pg, buf, n, type, op, pg->comm_stream));
     dev_event_record(pg->ctx, &w->end, pg->comm_stream);
+  } else if (pg->backend == BACKEND_GLOO) {
+    WITH_GLOO(dist_gloo_all_reduce_start(pg, w));
   } else {
     WITH_MPI(dist_mpi_all_reduce_start(pg, w));
   }
@@ -326,6 +379,8 @@ void dist_reduce_scatter_async(ProcessGroup *pg, void *send, void *recv, const s
     comm_stream_begin(pg, w);
     WITH_NCCL(dist_nccl_reduce_scatter_on(pg, send, recv, counts, type, op, pg->comm_stream));
     dev_event_record(pg->ctx, &w->end, pg->comm_stream);
+  } else if (pg->backend == BACKEND_GLOO) {
+    WITH_GLOO(dist_gloo_reduce_scatter_start(pg, send, counts, w));
   } else {
     WITH_MPI(dist_mpi_reduce_scatter_start(pg, send, counts, w));
   }
@@ -344,6 +399,13 @@ void dist_shard_counts(size_t a, size_t b, size_t S, int W, size_t *counts) {
 
 bool dist_test(ProcessGroup *pg, DistWork *w) {
   if (!w->active || w->done || pg->backend == BACKEND_NCCL) return true;
+  if (pg->backend == BACKEND_GLOO) {
+#if HAVE_GLOO
+    return dist_gloo_test(pg, w);
+#else
+    die(1, "this program was built without Gloo");
+#endif
+  }
 #if HAVE_MPI
   return dist_mpi_test(pg, w);
 #else
@@ -355,6 +417,8 @@ void dist_wait(ProcessGroup *pg, DistWork *w) {
   if (!w->active) die(1, "dist_wait: no all-reduce in flight on this handle");
   if (pg->backend == BACKEND_NCCL && !w->done) {
     dev_stream_wait(pg->ctx, NULL, &w->end);  // the compute stream waits; the host does not
+  } else if (pg->backend == BACKEND_GLOO && !w->done) {
+    WITH_GLOO(dist_gloo_wait(pg, w));
   } else if (!w->done) {
     WITH_MPI(dist_mpi_wait(pg, w));
   }
@@ -365,6 +429,8 @@ void dist_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, int ro
   if (n == 0 || solo(pg)) return;
   if (pg->backend == BACKEND_NCCL) {
     WITH_NCCL(dist_nccl_broadcast(pg, buf, n, type, root));
+  } else if (pg->backend == BACKEND_GLOO) {
+    WITH_GLOO(dist_gloo_broadcast(pg, buf, n, type, root));
   } else {
     WITH_MPI(dist_mpi_broadcast(pg, buf, n, type, root));
   }
@@ -380,6 +446,8 @@ void dist_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, D
     if (!in_place) dev_copy(pg->ctx, recv, send, bytes);
   } else if (pg->backend == BACKEND_NCCL) {
     WITH_NCCL(dist_nccl_all_gather(pg, send, recv, n, type));
+  } else if (pg->backend == BACKEND_GLOO) {
+    WITH_GLOO(dist_gloo_all_gather(pg, send, recv, n, type));
   } else {
     WITH_MPI(dist_mpi_all_gather(pg, send, recv, n, type));
   }
@@ -388,6 +456,8 @@ void dist_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, D
 void dist_barrier(ProcessGroup *pg) {
   if (pg->backend == BACKEND_NCCL) {
     WITH_NCCL(dist_nccl_barrier(pg));
+  } else if (pg->backend == BACKEND_GLOO && pg->gloo) {
+    WITH_GLOO(dist_gloo_barrier(pg));
   } else if (pg->mpi_up) {
     WITH_MPI(dist_mpi_barrier());
   }
@@ -408,6 +478,11 @@ void dist_destroy(ProcessGroup *pg) {
   if (pg->backend == BACKEND_NCCL && pg->nccl) {
     watchdog_enter("the NCCL shutdown (last collectives, ncclCommDestroy)");
     WITH_NCCL(dist_nccl_destroy(pg));
+    watchdog_leave();
+  }
+  if (pg->backend == BACKEND_GLOO && pg->gloo) {
+    watchdog_enter("the Gloo shutdown (last collectives, the worker thread)");
+    WITH_GLOO(dist_gloo_destroy(pg));
     watchdog_leave();
   }
   if (pg->stage) dev_host_free(pg->ctx, pg->stage);
