@@ -168,7 +168,7 @@ if(DDP_HAVE_MPI)
            COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/bad_inputs.py)
   set_tests_properties(bad_input_catalogue PROPERTIES
     LABELS integration PROCESSORS 2 TIMEOUT 600
-    ENVIRONMENT "DDP_BIN_DIR=${CMAKE_RUNTIME_OUTPUT_DIRECTORY};DDP_MPIEXEC=${DDP_MPIEXEC};${DDP_MPI_ENV}")
+    ENVIRONMENT "DDP_BIN_DIR=${CMAKE_RUNTIME_OUTPUT_DIRECTORY};DDP_MPIEXEC=${DDP_MPIEXEC};${DDP_MPI_ENV};DDP_HAVE_GLOO=${DDP_HAVE_GLOO}")
 endif()
 
 # dist_mpi.c splits a blocking collective of more than DDP_MPI_CHUNK elements (2^30, below MPI's
