@@ -2,8 +2,8 @@
 # gpu_bench.sh: steps 01 and 06 on one NVIDIA GPU against the same model trained by PyTorch, in fp32
 # and in TF32.
 #
-# For a machine with an NVIDIA GPU, the CUDA toolkit (or a CUDA build made elsewhere, as
-# scripts/gpu_check.sh reuses), NCCL, and PyTorch with CUDA for $PY. Two models, synthetic data of the
+# For a machine with an NVIDIA GPU, the CUDA toolkit (or a CUDA build of BUILD_DIR made
+# elsewhere), NCCL, and PyTorch with CUDA for $PY. Two models, synthetic data of the
 # Fashion-MNIST shape (784 inputs, 10 classes; the same for both implementations, and no dataset needed):
 #   course  784-1024-1024-10,            batch 128
 #   large   784-4096-4096-4096-4096-10,  batch 1024
@@ -27,10 +27,14 @@
 # mean over the steps after W. Prints the medians over repetitions and the ratios PyTorch/ours
 # (> 1: ours is faster): 01 against torch, 06 against torch_ddp and torch_ddp_async.
 #
-# Usage: bench/gpu_bench.sh [-r R] [-s S] [-w W] [BUILD_DIR]   (defaults 3, 200, 20, build-gpu)
-# Env:   PY (python with CUDA PyTorch, default python3), CUDA_ARCHS (default "80;90"), OUT (results
-#        folder, default BUILD_DIR/gpu_bench), MASTER_PORT (default 29650), PRECS (default
-#        "fp32 tf32"), MODELS (default "course large").
+# Usage: bench/gpu_bench.sh [-r R] [-s S] [-w W] [BUILD_DIR]   (defaults 3, 200, 20, build-gpu-bench)
+# BUILD_DIR is its own (configured with the benchmarks, for CUDA_ARCHS): not scripts/gpu_check.sh's
+# build-gpu, which it would otherwise reconfigure for other architectures and maybe another NCCL.
+# Env:   PY (python with CUDA PyTorch, default python3), CUDA_ARCHS (default "80;90"), NCCL_ROOT (the
+#        NCCL to build with, else the one in PY's wheels, else the toolkit's), BENCH_OUT (results
+#        folder, default BUILD_DIR/gpu_bench; not OUT, which batch runners often set for their
+#        own results), MASTER_PORT (default 29650), PRECS (default "fp32 tf32"),
+#        MODELS (default "course large").
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 R=3 S=200 W=20
@@ -38,13 +42,13 @@ while getopts "r:s:w:" o; do
   case $o in r) R=$OPTARG ;; s) S=$OPTARG ;; w) W=$OPTARG ;; *) exit 2 ;; esac
 done
 shift $((OPTIND - 1))
-BUILD_DIR=${1:-$ROOT/build-gpu}
+BUILD_DIR=${1:-$ROOT/build-gpu-bench}
 case $BUILD_DIR in /*) ;; *) BUILD_DIR=$PWD/$BUILD_DIR ;; esac
 PY=${PY:-python3}
-OUT=${OUT:-$BUILD_DIR/gpu_bench}
+BENCH_OUT=${BENCH_OUT:-$BUILD_DIR/gpu_bench}
 export MASTER_ADDR=127.0.0.1 MASTER_PORT=${MASTER_PORT:-29650}
 [ "$S" -gt $((W + 1)) ] || { echo "need S > W + 1" >&2; exit 2; }
-mkdir -p "$OUT"
+mkdir -p "$BENCH_OUT"
 
 if ! nvidia-smi -L >/dev/null 2>&1; then
   echo "no NVIDIA GPU (nvidia-smi -L failed)" >&2
@@ -62,16 +66,18 @@ if [ -n "$nvcc" ]; then
 for sp in site.getsitepackages() + [site.getusersitepackages()]:
     d = os.path.join(sp, "nvidia", "nccl")
     if os.path.isdir(d): print(d); break' 2>/dev/null || true)
-  [ -n "$nccl_wheel" ] && nccl_hint=(-DNCCL_ROOT="$nccl_wheel")
+  if [ -n "${NCCL_ROOT:-}" ]; then nccl_hint=(-DNCCL_ROOT="$NCCL_ROOT")
+  elif [ -n "$nccl_wheel" ]; then nccl_hint=(-DNCCL_ROOT="$nccl_wheel")
+  fi
   cmake -S "$ROOT" -B "$BUILD_DIR" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DDDP_BUILD_BENCH=ON \
         -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS:-80;90}" \
-        "${nccl_hint[@]}" > "$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
-  if ! grep -q '\[✓\] CUDA' "$OUT/configure.log" || ! grep -q '\[✓\] NCCL' "$OUT/configure.log"; then
-    echo "the build has no CUDA or no NCCL: see $OUT/configure.log" >&2
+        "${nccl_hint[@]}" > "$BENCH_OUT/configure.log" 2>&1 || { tail -30 "$BENCH_OUT/configure.log"; exit 1; }
+  if ! grep -q '\[✓\] CUDA' "$BENCH_OUT/configure.log" || ! grep -q '\[✓\] NCCL' "$BENCH_OUT/configure.log"; then
+    echo "the build has no CUDA or no NCCL: see $BENCH_OUT/configure.log" >&2
     exit 1
   fi
-  cmake --build "$BUILD_DIR" -j "$(nproc)" --target 01_single_gpu 06_full gemm_bound > "$OUT/build.log" 2>&1 ||
-    { tail -40 "$OUT/build.log"; exit 1; }
+  cmake --build "$BUILD_DIR" -j "$(nproc)" --target 01_single_gpu 06_full gemm_bound > "$BENCH_OUT/build.log" 2>&1 ||
+    { tail -40 "$BENCH_OUT/build.log"; exit 1; }
 else
   [ -x "$BUILD_DIR/bin/06_full" ] || { echo "no nvcc and no prebuilt $BUILD_DIR/bin/06_full" >&2; exit 1; }
   echo "no nvcc: reusing $BUILD_DIR"
@@ -92,7 +98,7 @@ for q in "${PRECS[@]}"; do
   case $q in fp32 | tf32) ;; *) echo "unknown precision '$q' (fp32, tf32)" >&2; exit 2 ;; esac
 done
 
-run_one() {  # model precision prog rep -> writes $OUT/<model>.<precision>.<prog>.<rep>.json(l)
+run_one() {  # model precision prog rep -> writes $BENCH_OUT/<model>.<precision>.<prog>.<rep>.json(l)
   local m=$1 q=$2 p=$3 rep=$4
   local h=${HIDDEN[$m]} b=${BATCH[$m]}
   local n=$(((S + 1) * b))  # synthetic samples: one epoch covers S steps
@@ -101,7 +107,7 @@ run_one() {  # model precision prog rep -> writes $OUT/<model>.<precision>.<prog
               --epochs 1 --max_steps "$S" --save_interval 0 --log_interval 1000000 "${fmt[@]}")
   local torch_args=(--device cuda --hidden "$h" --batch_size "$b" --data synthetic --dataset_size "$n"
                     --steps "$S" --warmup "$W" "${fmt[@]}")
-  local f=$OUT/$m.$q.$p.$rep
+  local f=$BENCH_OUT/$m.$q.$p.$rep
   MASTER_PORT=$((MASTER_PORT + 2))  # a fresh port pair each run (the store/NCCL port after it)
   case $p in
     01) "$BIN/01_single_gpu" "${ours[@]}" --metrics "$f.jsonl" > "$f.log" 2>&1 ;;
@@ -119,8 +125,8 @@ for m in "${MODELS[@]}"; do  # the GEMM bound, once per model and format
   for q in "${PRECS[@]}"; do
     fmt=(); [ "$q" = tf32 ] && fmt=(--tf32)
     "$BIN/gemm_bound" --device cuda --sizes "784,${HIDDEN[$m]},10" --batch "${BATCH[$m]}" \
-      --reps $((S - W)) --warmup "$W" "${fmt[@]}" > "$OUT/$m.$q.gemm.json" 2> "$OUT/$m.$q.gemm.log" ||
-      { echo "gemm_bound ($m, $q) failed, see $OUT/$m.$q.gemm.log" >&2; exit 1; }
+      --reps $((S - W)) --warmup "$W" "${fmt[@]}" > "$BENCH_OUT/$m.$q.gemm.json" 2> "$BENCH_OUT/$m.$q.gemm.log" ||
+      { echo "gemm_bound ($m, $q) failed, see $BENCH_OUT/$m.$q.gemm.log" >&2; exit 1; }
   done
 done
 
@@ -136,7 +142,7 @@ for ((rep = 0; rep < R; rep++)); do
   echo "rep $((rep + 1))/$R done"
 done
 
-"$PY" - "$OUT" "$R" "$W" "${MODELS[*]}" "${PRECS[*]}" <<'PYEOF'
+"$PY" - "$BENCH_OUT" "$R" "$W" "${MODELS[*]}" "${PRECS[*]}" <<'PYEOF'
 import json, statistics as st, sys
 out, R, W = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 models, precs = sys.argv[4].split(), sys.argv[5].split()

@@ -1,20 +1,33 @@
 // check.c: the error-reporting and job-ending half of check.h (CUDA/NCCL/MPI impls live beside
 // their backends, so this file needs none of their headers).
+#define _POSIX_C_SOURCE 200809L
 #include "check.h"
 
 #include <errno.h>
 #include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int g_rank = 0;
 static void (*g_abort)(int status) = NULL;
+static atomic_bool g_ending;  // an abort is under way (check_set_ending)
 
 void check_set_rank(int rank) { g_rank = rank; }
 int check_rank(void) { return g_rank; }
 void check_set_abort(void (*hook)(int status)) { g_abort = hook; }
 
+void check_set_ending(void) { atomic_store(&g_ending, true); }
+
+void check_stop_if_ending(void) {
+  if (!atomic_load(&g_ending)) return;
+  for (;;) pause();  // the thread that is aborting ends the process (_exit, MPI_Abort)
+}
+
 _Noreturn static void end_job(int status) {
+  check_set_ending();
   fflush(stdout);
   fflush(stderr);
   if (g_abort) g_abort(status);  // never returns: aborts every rank

@@ -54,6 +54,20 @@ int check_rank(void);
  */
 void check_set_abort(void (*hook)(int status));
 
+/**
+ * @brief Marks the job as ending: an abort is under way (on this thread or another: the watchdog's).
+ * Called by the abort paths before they abort; never undone.
+ */
+void check_set_ending(void);
+
+/**
+ * @brief Stops the calling thread for good (it sleeps until the abort under way ends the process)
+ * when the job is ending, and returns at once otherwise. Called first by every collective of the
+ * process group and by the checkpoint save, so that once an abort has begun no collective runs on a
+ * communicator being aborted and no checkpoint is written from partly reduced data.
+ */
+void check_stop_if_ending(void);
+
 /** @brief Implementation of cudaCheck(); @p err is a `cudaError_t`. */
 void cuda_check_impl(int err, const char *call, const char *file, int line);
 /** @brief Implementation of cublasCheck(); @p status is a `cublasStatus_t`. */

@@ -19,6 +19,7 @@
 
 #include <libdeflate.h>
 
+#include "check.h"
 #include "file.h"
 
 #define CKPT_MAGIC "DDPCKPT"  // 7 characters + NUL = 8 bytes
@@ -256,6 +257,7 @@ static FILE *create_tmp(const char *tmp) {
 
 int ckpt_save(const char *path, const CkptMeta *meta, const float *params, const float *opt_state, char *err,
               size_t err_len) {
+  check_stop_if_ending();  // an abort is under way: the parameters may be partly reduced
   size_t n = ckpt_param_count(meta);
   if (n == 0) {
     set_err(err, err_len, "cannot save checkpoint '%s': invalid model shape (%d layers)", path,

@@ -58,8 +58,31 @@ static int env_int(const char *name) {
   return (int)v;
 }
 
-static bool launched_by_mpirun(void) {
-  return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
+// True when the environment @p env (NAME=VALUE strings, NULL-terminated) sets @p name.
+static bool env_has(char *const *env, const char *name) {
+  size_t n = strlen(name);
+  for (; env && *env; env++)
+    if (strncmp(*env, name, n) == 0 && (*env)[n] == '=') return true;
+  return false;
+}
+
+Launcher dist_detect_launcher(char *const *env, bool have_mpi) {
+  // Open MPI's mpirun is the only launcher that sets OMPI_*. Slurm's PMIx and PMI2 plugins (srun
+  // --mpi=pmix) and other MPIs' launchers set PMI*/PMIX* for any program: an MPI launch where MPI is
+  // built; else the environment launch or srun's SLURM_* below, if there is one.
+  bool pmi = env_has(env, "PMIX_RANK") || env_has(env, "PMI_SIZE") || env_has(env, "PMI_RANK");
+  bool torchrun = env_has(env, "RANK") || env_has(env, "WORLD_SIZE");
+  bool slurm = env_has(env, "SLURM_PROCID") && env_has(env, "SLURM_NTASKS");
+  if (env_has(env, "OMPI_COMM_WORLD_SIZE") || (pmi && have_mpi)) return LAUNCH_MPI;
+  if (torchrun) return LAUNCH_ENV;
+  if (slurm) return LAUNCH_SLURM;
+  if (pmi) return LAUNCH_MPI;  // an MPI launcher and nothing else: dist_init says MPI is not built
+  return LAUNCH_NONE;
+}
+
+bool dist_nccl_says_gpu_shared(const char *last) {
+  return last && (strstr(last, "Duplicate GPU detected") ||                // NCCL <= 2.29
+                  strstr(last, "Multiple Ranks are using the same GPU"));  // NCCL >= 2.30
 }
 
 // Ranks from RANK / WORLD_SIZE / LOCAL_RANK (torchrun) or SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID.
@@ -128,15 +151,11 @@ static void bootstrap_host(const char *addr, char *host, size_t size) {
 
 // The bootstrap port of an environment launch, one rule for NCCL's root and Gloo's rendezvous store:
 // MASTER_PORT + 1, since torchrun's own store already listens on MASTER_PORT, or DDP_NCCL_PORT when
-// set. Also checks MASTER_ADDR, so that a bad one is reported at once on every rank.
-static int bootstrap_port(const ProcessGroup *pg) {
+// set; -1 without MASTER_ADDR and a port (need_bootstrap_address() says so once the backend is known).
+static int bootstrap_port(void) {
   const char *addr = getenv("MASTER_ADDR");
   int master = env_port("MASTER_PORT"), port = env_port("DDP_NCCL_PORT");
-  if (!addr || (master < 0 && port < 0))
-    die(1,
-        "rank %d of %d: set MASTER_ADDR and MASTER_PORT (the address and a free port of rank 0's "
-        "node) so that NCCL can bootstrap",
-        pg->rank, pg->world_size);
+  if (!addr || (master < 0 && port < 0)) return -1;
   if (port < 0) {
     if (master == 65535)
       die(1,
@@ -149,35 +168,55 @@ static int bootstrap_port(const ProcessGroup *pg) {
 
 // Environment launch with several ranks: NCCL bootstraps from NCCL_COMM_ID=host:port, which every
 // rank builds the same way here, before any CUDA or NCCL call, so that a bad MASTER_ADDR or
-// MASTER_PORT is reported at once on every rank (on the CPU too). A user's own NCCL_COMM_ID is kept.
-static void set_bootstrap_address(const ProcessGroup *pg) {
+// MASTER_PORT is reported at once on every rank (on the CPU too: Gloo's store uses the same address).
+// A user's own NCCL_COMM_ID is kept.
+static void set_bootstrap_address(void) {
   if (getenv("NCCL_COMM_ID")) return;
-  int port = bootstrap_port(pg);
+  int port = bootstrap_port();
+  if (port < 0) return;
   char host[INET6_ADDRSTRLEN + 80], id[INET6_ADDRSTRLEN + 96];
   bootstrap_host(getenv("MASTER_ADDR"), host, sizeof host);
   snprintf(id, sizeof id, "%s:%d", host, port);
   setenv("NCCL_COMM_ID", id, 1);
 }
 
+// With an environment launch of several ranks, NCCL bootstraps from NCCL_COMM_ID and Gloo's ranks
+// meet at rank 0's store, both on the bootstrap address.
+static void need_bootstrap_address(const ProcessGroup *pg) {
+  if (pg->backend == BACKEND_NCCL ? getenv("NCCL_COMM_ID") != NULL : bootstrap_port() >= 0) return;
+  if (pg->backend == BACKEND_NCCL)
+    die(1,
+        "rank %d of %d: set MASTER_ADDR and MASTER_PORT (the address and a free port of rank 0's "
+        "node) so that NCCL can bootstrap",
+        pg->rank, pg->world_size);
+  die(1,
+      "rank %d of %d: set MASTER_ADDR and MASTER_PORT (the address and a free port of rank 0's node) "
+      "so that the Gloo ranks can meet, or start CPU ranks with `mpirun -np %d ...` or, under Slurm, "
+      "`srun --mpi=pmix -n %d ...`",
+      pg->rank, pg->world_size, pg->world_size, pg->world_size);
+}
+
+static bool env_launch(const ProcessGroup *pg) {
+  return (pg->launcher == LAUNCH_ENV || pg->launcher == LAUNCH_SLURM) && pg->world_size > 1;
+}
+
+extern char **environ;
+
 static void discover(ProcessGroup *pg) {
-  if (launched_by_mpirun()) {
+  pg->launcher = dist_detect_launcher(environ, dist_have_mpi());
+  if (pg->launcher == LAUNCH_MPI) {
     if (!dist_have_mpi())
       die(1,
           "started by mpirun, but this program was built without MPI; rebuild with MPI installed "
           "or launch with torchrun-style variables (RANK, WORLD_SIZE, LOCAL_RANK)");
-    pg->launcher = LAUNCH_MPI;
-  } else if (getenv("RANK") || getenv("WORLD_SIZE")) {
-    pg->launcher = LAUNCH_ENV;
+  } else if (pg->launcher == LAUNCH_ENV) {
     from_env(pg, "RANK", "WORLD_SIZE", "LOCAL_RANK");
-  } else if (getenv("SLURM_PROCID") && getenv("SLURM_NTASKS")) {
-    pg->launcher = LAUNCH_SLURM;
+  } else if (pg->launcher == LAUNCH_SLURM) {
     from_env(pg, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID");
   } else {
-    pg->launcher = LAUNCH_NONE;
     pg->world_size = pg->local_size = 1;
   }
-  if ((pg->launcher == LAUNCH_ENV || pg->launcher == LAUNCH_SLURM) && pg->world_size > 1)
-    set_bootstrap_address(pg);
+  if (env_launch(pg)) set_bootstrap_address();
   // From here until dist_destroy() has left the job, a peer that never arrives, freezes or dies
   // ends this rank after the timeout instead of hanging it: MPI_Init and the NCCL start-up wait for
   // every rank.
@@ -189,15 +228,10 @@ static void discover(ProcessGroup *pg) {
 }
 
 // The CPU's backend for --backend auto: MPI under mpirun (and on its own), Gloo under an environment
-// launch (torchrun, scripts/launch.sh, a plain srun), as PyTorch uses gloo for CPUs.
+// launch (torchrun, scripts/launch.sh, a plain srun), as PyTorch uses gloo for CPUs. A build without
+// Gloo picks MPI there, whose refusal below says how to get Gloo.
 static Backend cpu_default(const ProcessGroup *pg) {
   bool env = pg->launcher == LAUNCH_ENV || pg->launcher == LAUNCH_SLURM;
-  if (env && !dist_have_gloo() && pg->world_size > 1)
-    die(1,
-        "%d CPU ranks started by environment (%s) need the Gloo backend, and this program was built "
-        "without Gloo: install libgloo-dev (scripts/setup.sh does) and rebuild, or start with "
-        "`mpirun -np %d ...`",
-        pg->world_size, pg->launcher == LAUNCH_SLURM ? "srun" : "torchrun or scripts/launch.sh", pg->world_size);
   return env && dist_have_gloo() ? BACKEND_GLOO : BACKEND_MPI;
 }
 
@@ -228,11 +262,22 @@ static Backend choose_backend(const ProcessGroup *pg, const char *name, Device d
         "time); use --backend mpi");
   if (b == BACKEND_NCCL && dev != DEVICE_CUDA)
     die(1, "--backend nccl needs GPU buffers; use --device cuda, or --backend mpi on the CPU");
+  if (b == BACKEND_MPI && pg->world_size > 1 && pg->launcher != LAUNCH_MPI && dev != DEVICE_CUDA)
+    die(1,
+        "%d CPU ranks started by %s: the MPI backend needs `mpirun -np %d ...` or, under Slurm, "
+        "`srun --mpi=pmix -n %d ...`; %s",
+        pg->world_size,
+        pg->launcher == LAUNCH_SLURM ? "srun without an MPI plugin"
+                                     : "environment variables (RANK, WORLD_SIZE)",
+        pg->world_size, pg->world_size,
+        dist_have_gloo() ? "a launch like this one is for --backend gloo (the default here) or GPU ranks"
+                         : "this program was built without Gloo, the CPU backend of a launch like this "
+                           "one: install libgloo-dev (scripts/setup.sh does) and rebuild");
   if (b == BACKEND_MPI && pg->world_size > 1 && pg->launcher != LAUNCH_MPI)
     die(1,
-        "--backend mpi needs an MPI launcher: start with `mpirun -np %d ...`, or use --backend nccl "
-        "with %s",
-        pg->world_size, pg->launcher == LAUNCH_SLURM ? "srun" : "torchrun");
+        "--backend mpi needs an MPI launcher: start with `mpirun -np %d ...` or `srun --mpi=pmix -n %d "
+        "...`, or use --backend nccl with %s",
+        pg->world_size, pg->world_size, pg->launcher == LAUNCH_SLURM ? "srun" : "torchrun");
   return b;
 }
 
@@ -243,6 +288,7 @@ void dist_init(ProcessGroup *pg, const char *backend, Device dev, double timeout
   check_set_rank(pg->rank);
   if (pg->mpi_up) WITH_MPI(dist_mpi_set_abort());  // from now on, a failure on any rank ends all
   pg->backend = choose_backend(pg, backend, dev);
+  if ((pg->backend == BACKEND_NCCL || pg->backend == BACKEND_GLOO) && env_launch(pg)) need_bootstrap_address(pg);
 }
 
 #if HAVE_NCCL
@@ -258,13 +304,16 @@ static void share_from_rank0(void *bytes, size_t size) {
 }
 #endif
 
+// Every entry point from here on starts with check_stop_if_ending(): once an abort is under way (the
+// watchdog's thread may be aborting the communicator), this thread starts no collective.
 void dist_connect(ProcessGroup *pg, const Ctx *c) {
+  check_stop_if_ending();
   pg->ctx = c;
   dev_event_init(c, &pg->ready);
   if (pg->backend == BACKEND_GLOO && pg->world_size > 1) {  // an environment launch (choose_backend)
     char host[INET6_ADDRSTRLEN + 80];
     bootstrap_host(getenv("MASTER_ADDR"), host, sizeof host);
-    WITH_GLOO(dist_gloo_connect(pg, host, bootstrap_port(pg)));
+    WITH_GLOO(dist_gloo_connect(pg, host, bootstrap_port()));
   }
 #if HAVE_NCCL
   if (pg->backend != BACKEND_NCCL) return;
@@ -283,6 +332,7 @@ static bool solo(const ProcessGroup *pg) {
 }
 
 void dist_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op) {
+  check_stop_if_ending();
   if (op == DIST_AVG && type != DIST_FLOAT) die(1, "dist_all_reduce: DIST_AVG needs float data");
   if (n == 0 || solo(pg)) return;
   if (pg->backend == BACKEND_NCCL) {
@@ -343,6 +393,7 @@ static void comm_stream_begin(ProcessGroup *pg, DistWork *w) {
 }
 
 void dist_all_reduce_async(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op, DistWork *w) {
+  check_stop_if_ending();
   work_begin(w, "dist_all_reduce_async", "all-reduce", buf, n, type, op);
   if (n == 0 || solo(pg)) {
     work_done_now(pg, w);
@@ -365,6 +416,7 @@ static bool overlap(const void *a, size_t an, const void *b, size_t bn) {
 
 void dist_reduce_scatter_async(ProcessGroup *pg, void *send, void *recv, const size_t *counts, DistType type,
                                DistOp op, DistWork *w) {
+  check_stop_if_ending();
   work_begin(w, "dist_reduce_scatter_async", "reduce-scatter", recv, counts[pg->rank], type, op);
   size_t total = dist_chunk_offset(counts, pg->world_size), size = dist_type_size(type);
   bool in_place = recv == (char *)send + dist_chunk_offset(counts, pg->rank) * size;
@@ -398,6 +450,7 @@ void dist_shard_counts(size_t a, size_t b, size_t S, int W, size_t *counts) {
 }
 
 bool dist_test(ProcessGroup *pg, DistWork *w) {
+  check_stop_if_ending();
   if (!w->active || w->done || pg->backend == BACKEND_NCCL) return true;
   if (pg->backend == BACKEND_GLOO) {
 #if HAVE_GLOO
@@ -414,6 +467,7 @@ bool dist_test(ProcessGroup *pg, DistWork *w) {
 }
 
 void dist_wait(ProcessGroup *pg, DistWork *w) {
+  check_stop_if_ending();
   if (!w->active) die(1, "dist_wait: no all-reduce in flight on this handle");
   if (pg->backend == BACKEND_NCCL && !w->done) {
     dev_stream_wait(pg->ctx, NULL, &w->end);  // the compute stream waits; the host does not
@@ -426,6 +480,7 @@ void dist_wait(ProcessGroup *pg, DistWork *w) {
 }
 
 void dist_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, int root) {
+  check_stop_if_ending();
   if (n == 0 || solo(pg)) return;
   if (pg->backend == BACKEND_NCCL) {
     WITH_NCCL(dist_nccl_broadcast(pg, buf, n, type, root));
@@ -438,6 +493,7 @@ void dist_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, int ro
 }
 
 void dist_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type) {
+  check_stop_if_ending();
   size_t bytes = n * dist_type_size(type);
   bool in_place = send == (const char *)recv + (size_t)pg->rank * bytes;
   if (!in_place && overlap(send, bytes, recv, bytes * (size_t)pg->world_size))
@@ -454,6 +510,7 @@ void dist_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, D
 }
 
 void dist_barrier(ProcessGroup *pg) {
+  check_stop_if_ending();
   if (pg->backend == BACKEND_NCCL) {
     WITH_NCCL(dist_nccl_barrier(pg));
   } else if (pg->backend == BACKEND_GLOO && pg->gloo) {
@@ -464,14 +521,17 @@ void dist_barrier(ProcessGroup *pg) {
 }
 
 void dist_group_start(ProcessGroup *pg) {
+  check_stop_if_ending();
   if (pg->backend == BACKEND_NCCL && pg->nccl) WITH_NCCL(dist_nccl_group_start(pg));
 }
 
 void dist_group_end(ProcessGroup *pg) {
+  check_stop_if_ending();
   if (pg->backend == BACKEND_NCCL && pg->nccl) WITH_NCCL(dist_nccl_group_end(pg));
 }
 
 void dist_destroy(ProcessGroup *pg) {
+  check_stop_if_ending();
   // Shutdown waits for the peers too (the last collectives, MPI_Finalize): the watchdog stays, without
   // the poll of a communicator that is about to go.
   if (pg->launcher != LAUNCH_NONE) watchdog_start(pg->timeout, NULL, NULL, NULL, NULL);

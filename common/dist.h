@@ -21,7 +21,12 @@
  * Failures. Every MPI and NCCL call is checked. Under mpirun, any failed check on any rank aborts
  * the whole job (`MPI_Abort`). With an environment launch the failing rank aborts its communicator
  * and exits; its peers are ended by the launcher (torchrun and scripts/launch.sh stop every rank when
- * one fails; with srun pass `--kill-on-bad-exit=1`).
+ * one fails; with srun pass `--kill-on-bad-exit=1`). Once an abort has begun on any thread of this
+ * process (a failed check, the watchdog), every function below stops its caller for good instead of
+ * starting a collective (check_stop_if_ending()).
+ *
+ * CPU ranks (the MPI backend) are started by MPI only: `mpirun -np N`, or `srun --mpi=pmix -n N`
+ * under Slurm; an environment launch of several CPU ranks is refused with a message that says so.
  */
 #ifndef DDP_DIST_H
 #define DDP_DIST_H
@@ -284,6 +289,19 @@ void dist_destroy(ProcessGroup *pg);
 
 /** @brief The name of a backend: "mpi", "nccl" or "gloo". */
 const char *dist_backend_name(Backend b);
+
+/**
+ * @brief Which launcher started a process whose environment is @p env (pure: reads only @p env).
+ *
+ * `OMPI_*` (Open MPI's mpirun): LAUNCH_MPI. `PMIX_RANK`, `PMI_SIZE` or `PMI_RANK` (srun --mpi=pmix,
+ * other MPIs' launchers): LAUNCH_MPI where MPI is built (@p have_mpi); else they are ignored in favour
+ * of `RANK`/`WORLD_SIZE` (LAUNCH_ENV: torchrun, scripts/launch.sh) or `SLURM_PROCID` and
+ * `SLURM_NTASKS` (LAUNCH_SLURM: srun), and give LAUNCH_MPI only when neither is there (so that
+ * dist_init() can say that MPI is not built). Otherwise LAUNCH_ENV, LAUNCH_SLURM, or LAUNCH_NONE.
+ * @param[in] env      `NAME=VALUE` strings, NULL-terminated (as `environ`); NULL for none.
+ * @param[in] have_mpi whether this build has the MPI backend (dist_have_mpi()).
+ */
+Launcher dist_detect_launcher(char *const *env, bool have_mpi);
 
 /** @brief True when this build has the MPI backend. */
 bool dist_have_mpi(void);

@@ -86,6 +86,14 @@ void dist_nccl_group_end(ProcessGroup *pg);
 void dist_nccl_destroy(ProcessGroup *pg);
 
 /**
+ * @brief True when NCCL's last error message (ncclGetLastError) says that several ranks use one GPU:
+ * "Duplicate GPU detected" (NCCL <= 2.29) or "Multiple Ranks are using the same GPU/Partition"
+ * (NCCL >= 2.30). Pure, and built without NCCL too (unit-tested on both messages).
+ * @param[in] last the message, or NULL (false).
+ */
+bool dist_nccl_says_gpu_shared(const char *last);
+
+/**
  * @brief Joins the Gloo process group: the rendezvous through the store (store.h) that rank 0 serves
  * at @p host:@p port, Gloo's full mesh of TCP pairs, then the worker thread that runs the
  * collectives. Registers the abort hook (`_exit`, when MPI is not up). Covered by the watchdog.

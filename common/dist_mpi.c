@@ -15,12 +15,7 @@
 #include "watchdog.h"
 
 // A blocking MPI call, announced to the watchdog so that a peer that never joins ends this rank.
-#define WAITING(name, call) \
-  do {                      \
-    watchdog_enter(name);   \
-    mpiCheck(call);         \
-    watchdog_leave();       \
-  } while (0)
+#define WAITING(name, call) WATCHDOG_WAIT(name, mpiCheck(call))
 
 void mpi_check_impl(int err, const char *call, const char *file, int line) {
   if (err == MPI_SUCCESS) return;
@@ -50,11 +45,16 @@ void dist_mpi_init(ProcessGroup *pg) {
   mpiCheck(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
   mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &pg->rank));
   mpiCheck(MPI_Comm_size(MPI_COMM_WORLD, &pg->world_size));
-  MPI_Comm node;  // the processes that share this node's memory
-  mpiCheck(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, pg->rank, MPI_INFO_NULL, &node));
+  check_set_rank(pg->rank);  // the lines of the watchdog and of failed checks name it from here on
+  // The processes that share this node's memory. The split is a collective of every rank (Open MPI
+  // agrees on the new communicator's id with non-blocking all-reduces): a peer frozen here, or one
+  // started with other collective settings, would hang this rank without the watchdog.
+  MPI_Comm node;
+  WAITING("MPI_Comm_split_type",
+          MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, pg->rank, MPI_INFO_NULL, &node));
   mpiCheck(MPI_Comm_rank(node, &pg->local_rank));
   mpiCheck(MPI_Comm_size(node, &pg->local_size));
-  mpiCheck(MPI_Comm_free(&node));
+  WAITING("MPI_Comm_free", MPI_Comm_free(&node));
 }
 
 // MPI counts are ints. A blocking collective of more elements runs in chunks of DDP_MPI_CHUNK

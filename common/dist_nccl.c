@@ -36,6 +36,14 @@ void nccl_check_impl(int result, const char *call, const char *file, int line) {
 
 static ProcessGroup *g_pg;  // for the abort hook, which takes no arguments
 
+// The host side of an NCCL call that talks to the peers, announced to the watchdog. The watchdog's
+// poll (below) only sees a collective once its call has returned and queued it; but the call itself
+// can block: since NCCL 2.22 the first collective of each algorithm connects its peers inside the
+// call (NCCL_RUNTIME_CONNECT=1, a loop of bootstrap messages with no timeout), and ncclGroupEnd
+// launches a whole group. A peer that never reaches the collective then ends this rank after the
+// timeout instead of hanging it.
+#define ENQUEUE(what, call) WATCHDOG_WAIT(what " (NCCL host call)", ncclCheck(call))
+
 void dist_nccl_bind(void *user) {
   const ProcessGroup *pg = user;
   cudaCheck(cudaSetDevice(pg->ctx->gpu));  // this thread's CUDA calls go to the rank's GPU
@@ -143,15 +151,15 @@ static ncclDataType_t nccl_type(DistType t) {
 
 static cudaStream_t stream(const ProcessGroup *pg) { return (cudaStream_t)pg->ctx->stream; }
 
-// NCCL refuses two ranks on one GPU ("Duplicate GPU detected") unless NCCL >= 2.30 is told that
-// this is wanted; say what to do instead of NCCL's internal message.
+// NCCL refuses two ranks on one GPU unless NCCL >= 2.30 is told that this is wanted (its message
+// changed in 2.30: dist_nccl_says_gpu_shared); say what to do instead of NCCL's internal message.
 static void explain_init_failure(const ProcessGroup *pg, ncclResult_t r, int version) {
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 13, 0)
   const char *last = ncclGetLastError(NULL);
 #else
   const char *last = "";
 #endif
-  if (r == ncclInvalidUsage && last && strstr(last, "Duplicate GPU")) {
+  if (r == ncclInvalidUsage && dist_nccl_says_gpu_shared(last)) {
     const char *visible = getenv("CUDA_VISIBLE_DEVICES");
     die(1,
         "rank %d: several ranks of this node are on the same GPU (GPU %d; %d visible, "
@@ -174,6 +182,10 @@ void dist_nccl_connect(ProcessGroup *pg, void (*share)(void *id, size_t size)) {
   } else {
     ncclCheck(ncclGetUniqueId(&id));  // with NCCL_COMM_ID (set by dist_init), the same id everywhere
   }
+  // Connect the peers now, inside ncclCommInitRank (watched below, bounded by --timeout), rather than
+  // inside the first collective of each algorithm, as NCCL >= 2.22 does by default: a connection made
+  // there waits on the peers with no timeout of its own. A user's own setting is kept.
+  setenv("NCCL_RUNTIME_CONNECT", "0", 0);
   ncclComm_t comm;
   watchdog_enter("ncclCommInitRank (every rank must join)");
   ncclResult_t r = ncclCommInitRank(&comm, pg->world_size, id, pg->rank);
@@ -194,7 +206,7 @@ void dist_nccl_group_start(ProcessGroup *pg) {
 }
 
 void dist_nccl_group_end(ProcessGroup *pg) {
-  ncclCheck(ncclGroupEnd());
+  ENQUEUE("ncclGroupEnd", ncclGroupEnd());
   if (--g_group.depth > 0 || !g_group.stream) return;
   cudaStream_t s = g_group.stream;
   g_group.stream = NULL;
@@ -214,7 +226,8 @@ static ncclRedOp_t reduction(DistOp op) {
 
 void dist_nccl_all_reduce_on(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op, void *on) {
   ncclRedOp_t red = reduction(op);
-  ncclCheck(ncclAllReduce(buf, buf, n, nccl_type(type), red, (ncclComm_t)pg->nccl, (cudaStream_t)on));
+  ENQUEUE("ncclAllReduce",
+          ncclAllReduce(buf, buf, n, nccl_type(type), red, (ncclComm_t)pg->nccl, (cudaStream_t)on));
   if (op == DIST_AVG && red == ncclSum) {
     if (g_group.depth == 0) {
       divide_by_world(pg, buf, n, (cudaStream_t)on);
@@ -237,9 +250,9 @@ static void reduce_per_root(ProcessGroup *pg, const void *send, void *recv, cons
   ncclCheck(ncclGroupStart());
   for (int j = 0; j < pg->world_size; offset += counts[j++])
     if (counts[j] > 0)
-      ncclCheck(ncclReduce((const char *)send + offset * size, recv, counts[j], nccl_type(type), red, j,
-                           (ncclComm_t)pg->nccl, on));
-  ncclCheck(ncclGroupEnd());
+      ENQUEUE("ncclReduce", ncclReduce((const char *)send + offset * size, recv, counts[j], nccl_type(type),
+                                       red, j, (ncclComm_t)pg->nccl, on));
+  ENQUEUE("ncclGroupEnd (per-root reduces)", ncclGroupEnd());
 }
 
 void dist_nccl_reduce_scatter_on(ProcessGroup *pg, const void *send, void *recv, const size_t *counts,
@@ -249,7 +262,8 @@ void dist_nccl_reduce_scatter_on(ProcessGroup *pg, const void *send, void *recv,
   cudaStream_t on = (cudaStream_t)stream;
   ncclRedOp_t red = reduction(op);
   if (dist_counts_equal(counts, pg->world_size)) {
-    ncclCheck(ncclReduceScatter(send, recv, counts[0], nccl_type(type), red, (ncclComm_t)pg->nccl, on));
+    ENQUEUE("ncclReduceScatter",
+            ncclReduceScatter(send, recv, counts[0], nccl_type(type), red, (ncclComm_t)pg->nccl, on));
   } else {
     reduce_per_root(pg, send, recv, counts, type, red, on);
   }
@@ -263,19 +277,20 @@ void dist_nccl_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, 
 }
 
 void dist_nccl_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, int root) {
-  ncclCheck(ncclBroadcast(buf, buf, n, nccl_type(type), root, (ncclComm_t)pg->nccl, stream(pg)));
+  ENQUEUE("ncclBroadcast",
+          ncclBroadcast(buf, buf, n, nccl_type(type), root, (ncclComm_t)pg->nccl, stream(pg)));
   note_collective(stream(pg));
 }
 
 // In place when send == recv + rank·n: NCCL then sends from where the rank's part already lies.
 void dist_nccl_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type) {
-  ncclCheck(ncclAllGather(send, recv, n, nccl_type(type), (ncclComm_t)pg->nccl, stream(pg)));
+  ENQUEUE("ncclAllGather", ncclAllGather(send, recv, n, nccl_type(type), (ncclComm_t)pg->nccl, stream(pg)));
   note_collective(stream(pg));
 }
 
 void dist_nccl_barrier(ProcessGroup *pg) {
   dist_nccl_all_reduce(pg, pg->scratch, 1, DIST_INT, DIST_SUM);
-  cudaCheck(cudaStreamSynchronize(stream(pg)));
+  WATCHDOG_WAIT("the NCCL barrier (cudaStreamSynchronize)", cudaCheck(cudaStreamSynchronize(stream(pg))));
 }
 
 void dist_nccl_destroy(ProcessGroup *pg) {

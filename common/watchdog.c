@@ -90,6 +90,7 @@ static void bound_abort(void *p) {
 }
 
 static void fire(const char *why, Settings s, double timeout) {
+  check_set_ending();  // from here on the main thread starts nothing new (check_stop_if_ending)
   fprintf(stderr, "error: [rank %d] watchdog: %s; ending this rank so the job does not hang\n", check_rank(),
           why);
   fflush(stderr);

@@ -15,10 +15,11 @@
  * and an abort function (NCCL: `ncclCommAbort`).
  *
  * The thread wakes up every 100 ms. When a wait has lasted more than the timeout, or the poll reports
- * an error, it prints one line naming the rank and the wait, runs the abort function on a thread of
- * its own for at most min(timeout, 10 s) (`ncclCommAbort` can hang when peers are dead), and ends the
- * process with `_exit(1)` whatever the abort did. The launcher then ends the other ranks (mpirun
- * does; see dist.h for the others).
+ * an error, it marks the job as ending (check_stop_if_ending(): the other threads start no new
+ * collective and no checkpoint from then on), prints one line naming the rank and the wait, runs
+ * the abort function on a thread of its own for at most min(timeout, 10 s) (`ncclCommAbort` can
+ * hang when peers are dead), and ends the process with `_exit(1)` whatever the abort did. The
+ * launcher then ends the other ranks (mpirun does; see dist.h for the others).
  */
 #ifndef DDP_WATCHDOG_H
 #define DDP_WATCHDOG_H
@@ -68,6 +69,18 @@ void watchdog_enter(const char *what);
 
 /** @brief The innermost wait announced by watchdog_enter() is over. */
 void watchdog_leave(void);
+
+/**
+ * @brief Runs the statement @p call as a wait announced to the watchdog as @p what: between
+ * watchdog_enter() and watchdog_leave(). For every call that may block on a peer, including the host
+ * side of a call that only queues work (an NCCL collective connects its peers inside the call).
+ */
+#define WATCHDOG_WAIT(what, call) \
+  do {                            \
+    watchdog_enter(what);         \
+    call;                         \
+    watchdog_leave();             \
+  } while (0)
 
 /** @brief Stops the watchdog thread (after the process group has left the job). */
 void watchdog_stop(void);

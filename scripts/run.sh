@@ -2,6 +2,8 @@
 # The main job: set up, build, then train the complete trainer (step 06) on Fashion-MNIST, on every
 # GPU this process can use (one rank per GPU, NCCL) or, without a GPU, on 2 CPU ranks (MPI).
 # Extra arguments go to the trainer, e.g.  scripts/run.sh --epochs 1
+# It also builds build/bin/probe, the seconds-long check that every rank can all-reduce with every
+# other (mpirun -np 2 build/bin/probe --device cpu; docs/workshop.md).
 #
 # GPUs are counted as CUDA counts them (build/bin/gpu_count), so CUDA_VISIBLE_DEVICES and MIG are
 # honoured; `nvidia-smi -L` lists every GPU of the machine instead. Environment:
@@ -12,7 +14,7 @@
 #                  literal (::1 or [::1]).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh 06_full gpu_count  # only what this script runs; scripts/test.sh builds the rest
+scripts/setup.sh 06_full gpu_count probe  # what this script runs, and the probe (docs/workshop.md); scripts/test.sh builds the rest
 BUILD_DIR=${BUILD_DIR:-build}
 source scripts/mpi_env.sh
 die() { echo "run: $*" >&2; exit 2; }

@@ -2,7 +2,7 @@
 # Installs what building, running and testing ddp-in-c needs on Debian/Ubuntu, if it is missing,
 # then configures and builds into build/. Safe to run again: it installs and rebuilds only what changed.
 #   scripts/setup.sh                  build everything (the steps, the tests, the benchmarks)
-#   scripts/setup.sh TARGET...        build only these targets, e.g. 06_full gpu_count (scripts/run.sh)
+#   scripts/setup.sh TARGET...        build only these targets, e.g. 06_full gpu_count probe (scripts/run.sh)
 # The CUDA toolkit is optional and never installed here: when nvcc is found, the GPU path is built too.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -9,7 +9,7 @@
  * Run:  mpirun -np 2 build/bin/06_full --device cpu                (2 CPU ranks, Fashion-MNIST)
  *       mpirun -np 4 build/bin/06_full                             (4 GPUs, NCCL)
  *       torchrun --nproc_per_node 4 --redirects 2 --tee 1 --no_python build/bin/06_full  (4 GPUs, no MPI)
- *       srun -n 8 --gpus-per-task 1 build/bin/06_full              (Slurm; set MASTER_ADDR/PORT)
+ *       srun -N 1 --ntasks-per-node 8 --gpus-per-node 8 build/bin/06_full  (Slurm; set MASTER_ADDR/PORT)
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>

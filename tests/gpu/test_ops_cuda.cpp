@@ -8,6 +8,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <ostream>
 #include <random>
@@ -305,6 +306,11 @@ TEST_F(OpsCuda, GemmTf32TakesEffect) {
   int major = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
   if (major < 8) GTEST_SKIP() << "no TF32 before compute capability 8.0";
+  // NVIDIA_TF32_OVERRIDE=0 makes the libraries ignore every request for TF32 (NVIDIA's switch for
+  // a whole process): the mode cannot take effect, by the user's choice.
+  const char *no_tf32 = std::getenv("NVIDIA_TF32_OVERRIDE");
+  if (no_tf32 && std::string(no_tf32) == "0")
+    GTEST_SKIP() << "NVIDIA_TF32_OVERRIDE=0 disables TF32 in cuBLAS for this process";
   const int M = 256, N = 256, K = 256;
   float *dA = up(std::vector<float>((size_t)M * K, 1.0f + std::ldexp(1.0f, -12)));
   float *dB = up(std::vector<float>((size_t)K * N, 1.0f));

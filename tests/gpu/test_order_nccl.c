@@ -31,7 +31,7 @@
 
 #include "device.h"   // device.h: Ctx, device_init
 #include "devmem.h"   // devmem.h: dev_*, DevEvent
-#include "dist.h"     // dist.h: ProcessGroup, dist_init, dist_connect, dist_destroy
+#include "dist.h"     // dist.h: ProcessGroup, dist_init, dist_connect, dist_barrier, dist_destroy
 #include "mlp.h"      // mlp.h: Mlp, mlp_init
 #include "ops.h"      // ops.h: ops_axpy
 #include "optim.h"    // optim.h: Sgd, sgd_init, sgd_step
@@ -100,6 +100,10 @@ int main(void) {
   dev_download(&ctx, p0, m.params, n * sizeof(float));
   const float mine = (float)(pg.rank + 1), sum = (float)(world * (world + 1) / 2);
   char what[256];
+  // A first collective before the held ones: NCCL (>= 2.22) connects the peers during a
+  // communicator's first collectives, inside the host call, so without this the held all-reduce
+  // below would also be NCCL's set-up, and what it shows would be in doubt.
+  dist_barrier(&pg);
 
   // 1. the all-reduce waits for the gradient it reads
   static atomic_int release1 = 0;

@@ -21,7 +21,7 @@ BIN = os.path.abspath(os.environ.get("DDP_BIN_DIR", "build/bin"))
 MPIEXEC = os.environ.get("DDP_MPIEXEC", "mpiexec")
 # The cases of the Gloo backend need a build with it (CTest passes the build's DDP_HAVE_GLOO).
 HAVE_GLOO = os.environ.get("DDP_HAVE_GLOO", "ON").upper() in ("ON", "1", "TRUE", "YES")
-GLOO_CASES = {"L7", "L8", "L9"}
+GLOO_CASES = {"L9", "L10", "L11"}
 SMALL = ["--device", "cpu", "--data", "synthetic", "--dataset_size", "256", "--hidden", "16",
          "--epochs", "1", "--save_interval", "0"]
 IDX = ["--device", "cpu", "--hidden", "16", "--epochs", "1", "--save_interval", "0"]
@@ -86,18 +86,23 @@ CASES = [
     ("L4", "two ranks launched by environment with the MPI backend", "05_metrics_ckpt",
      SMALL + ["--backend", "mpi"], {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1",
      "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}, 1, 1, ["mpirun"]),
-    ("L7", "the Gloo backend under mpirun (it meets its peers through MASTER_ADDR and MASTER_PORT)",
-     "05_metrics_ckpt", SMALL + ["--backend", "gloo"], {}, 2, 1, ["MASTER_ADDR", "--backend mpi"]),
-    ("L8", "a rank of an environment launch that never starts (rank 1 of 2 missing)", "05_metrics_ckpt",
-     SMALL + ["--timeout", "2"], {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-     "MASTER_PORT": "29570"}, 1, 1, ["did not appear", "2 s"]),
-    ("L9", "rank 0 of an environment launch never starts (its store does not answer)", "05_metrics_ckpt",
-     SMALL + ["--timeout", "2"], {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_ADDR": "127.0.0.1",
-     "MASTER_PORT": "29572"}, 1, 1, ["127.0.0.1:29573", "rank 0"]),
     ("L5", "the NCCL backend with CPU buffers", "05_metrics_ckpt", SMALL + ["--backend", "nccl"], {}, 1, 1,
      ["nccl"]),
     ("L6", "a GPU asked for where there is none (or a build without CUDA)", "05_metrics_ckpt",
      SMALL + ["--device", "cuda", "--backend", "mpi"], {}, 1, 1, ["cuda"]),
+    ("L7", "two CPU ranks started by srun without an MPI plugin and without MASTER_ADDR (it asked for NCCL's)",
+     "06_full", SMALL, {"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LOCALID": "1"}, 1, 1,
+     ["mpirun -np 2", "srun --mpi=pmix -n 2"]),
+    ("L8", "two CPU ranks started by torchrun-style variables without MASTER_ADDR", "06_full", SMALL,
+     {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, 1, 1, ["mpirun -np 2", "srun --mpi=pmix -n 2"]),
+    ("L9", "the Gloo backend under mpirun (it meets its peers through MASTER_ADDR and MASTER_PORT)",
+     "05_metrics_ckpt", SMALL + ["--backend", "gloo"], {}, 2, 1, ["MASTER_ADDR", "--backend mpi"]),
+    ("L10", "a rank of an environment launch that never starts (rank 1 of 2 missing)", "05_metrics_ckpt",
+     SMALL + ["--timeout", "2"], {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+     "MASTER_PORT": "29570"}, 1, 1, ["2 s (--timeout)"]),
+    ("L11", "rank 0 of an environment launch never starts (its store does not answer)", "05_metrics_ckpt",
+     SMALL + ["--timeout", "2"], {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_ADDR": "127.0.0.1",
+     "MASTER_PORT": "29572"}, 1, 1, ["127.0.0.1:29573", "rank 0"]),
     ("M1", "metrics file in a missing folder", "05_metrics_ckpt",
      SMALL + ["--metrics", "{d}/no/such/m.jsonl"], {}, 1, 1, ["{d}/no/such/m.jsonl"]),
     # Integer limits: every number has an upper bound, stated in --help.

@@ -644,6 +644,12 @@ def dist_bad_launch(tmp):
     env_run(dict(two, MASTER_PORT="29500", DDP_NCCL_PORT="0"), [], "DDP_NCCL_PORT='0'")
     env_run(dict(two, MASTER_PORT="29500", MASTER_ADDR="127.0.0.1:29500"), [], "port in MASTER_PORT")
     env_run(dict(two, MASTER_PORT="29500", MASTER_ADDR="fe80::1::2"), [], "MASTER_ADDR='fe80::1::2'")
+    # Several CPU ranks from an environment launch (srun without an MPI plugin, torchrun, launch.sh)
+    # are told how CPU ranks are started, not to set NCCL's MASTER_ADDR and MASTER_PORT.
+    for env in ({"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LOCALID": "1"},
+                {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"}):
+        for word in ("srun --mpi=pmix -n 2", "mpirun -np 2"):
+            env_run(env, [], word)
     # IPv6 literals, bare or in brackets, pass (and the run stops later, at --backend mpi)
     for addr in ("::1", "[::1]", "fe80::1%eth0"):
         env_run(dict(two, MASTER_PORT="29500", MASTER_ADDR=addr), ["--backend", "mpi"], "mpirun")
@@ -869,6 +875,33 @@ def watchdog_deadlock(tmp):
     if p.returncode == 0 or took > 30 or "watchdog" not in err:
         raise Failure(f"exit {p.returncode} after {took:.1f} s; stderr: {err[-800:]!r}")
     print(f"ended {took:.1f} s after rank 1 froze: {[l for l in err.splitlines() if 'watchdog' in l][0]}")
+
+
+def watchdog_startup(tmp):
+    """A rank started with other Open MPI collective settings disagrees with its peer inside
+    MPI_Comm_split_type at start-up, where both hung for ever at 100 % CPU: with --timeout 5 the
+    watchdog ends the job within 60 s, naming the wait."""
+    args = SMALL + ["--epochs", "1", "--timeout", "5"]
+    prog = os.path.join(BIN, "06_full")
+    cmd = [MPIEXEC, "-n", "1", prog] + args + [":", "-n", "1", "env",
+                                               "OMPI_MCA_coll_libnbc_iallreduce_algorithm=2", prog] + args
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    t0 = time.time()
+    try:
+        _, err = p.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        raise Failure("the job still hangs after 60 s (--timeout 5)")
+    finally:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        p.wait()
+    took = time.time() - t0
+    if p.returncode == 0 or "watchdog: MPI_Comm_split_type has waited more than 5 s" not in err:
+        raise Failure(f"exit {p.returncode} after {took:.1f} s; stderr: {err[-800:]!r}")
+    print(f"ended after {took:.1f} s: {[l for l in err.splitlines() if 'watchdog' in l][0]}")
 
 
 def step01_warnings(tmp):
@@ -1316,9 +1349,10 @@ def gloo_peer_faults(tmp):
     procs = start_ranks(tmp, 2, args, timeout, only=[0])
     took = wait_exit(procs[0][0], timeout + 5)
     err = open(procs[0][1]).read()
-    if took is None or procs[0][0].returncode == 0 or "did not appear" not in err:
+    # the store's get and the watchdog run out together: either names the wait
+    if took is None or procs[0][0].returncode == 0 or not ("did not appear" in err or "rendezvous" in err):
         procs[0][0].kill()
-        raise Failure(f"rank 0 alone (WORLD_SIZE=2) should end within {timeout} s naming the missing key: "
+        raise Failure(f"rank 0 alone (WORLD_SIZE=2) should end within {timeout} s naming the rendezvous: "
                       f"{took}, {err!r}")
     print(f"rank 1 never started: rank 0 ended after {took:.1f} s (--timeout {timeout})")
     for fault, sig in (("killed", signal.SIGKILL), ("frozen", signal.SIGSTOP)):
@@ -1361,7 +1395,7 @@ def torchrun_matches_mpi(tmp):
 
 SCENARIOS = {f.__name__: f for f in [step01_warnings, save_init, max_steps_resume("01_single_gpu", 1),
     max_steps_resume("05_metrics_ckpt", 2), max_steps_resume("06_full", 2),
-    launchers, launcher_signal, watchdog_deadlock, step06_grad_accum, step06_trace, step06_replicas(2), step06_replicas(3), step06_replicas(4),
+    launchers, launcher_signal, watchdog_deadlock, watchdog_startup, step06_grad_accum, step06_trace, step06_replicas(2), step06_replicas(3), step06_replicas(4),
     step06_matches_step04(2), step06_matches_step04(3), step06_matches_step04(4),
     step01_learns, step01_deterministic, step01_resume, step01_bad_input, step01_fashion_mnist,
     step02_redundant, step03_drift, step04_broadcast, step05_resume, step05_eval_exact, step05_one_writer,

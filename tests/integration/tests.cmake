@@ -90,6 +90,25 @@ ddp_integration(step07_checkpoints PROCESSORS 2)
 ddp_integration(launchers PROCESSORS 2)
 ddp_integration(launcher_signal PROCESSORS 2)
 ddp_integration(watchdog_deadlock PROCESSORS 2)
+# X3 of issue 21: a start-up collective outside the watchdog hung for ever; bounded so that a
+# regression fails instead of hanging.
+ddp_integration(watchdog_startup PROCESSORS 2)
+if(TEST watchdog_startup)
+  set_tests_properties(watchdog_startup PROPERTIES TIMEOUT 90)
+endif()
+
+# The probe (tools/probe.c, tests/integration/probe_check.py): one process; ok lines and the table at
+# 2 and 3 CPU ranks; `broken` and exit 1 when one rank contributes a wrong value; the missing rank
+# named within --timeout when one never arrives.
+foreach(scenario probe_np1 probe_np2 probe_np3 probe_wrong probe_absent)
+  if(NOT scenario STREQUAL probe_np1 AND NOT DDP_HAVE_MPI)
+    continue()  # the multi-rank runs launch with mpirun
+  endif()
+  add_test(NAME ${scenario}
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/probe_check.py ${scenario})
+  set_tests_properties(${scenario} PROPERTIES LABELS integration PROCESSORS 2 TIMEOUT 180
+    ENVIRONMENT "DDP_BIN_DIR=${CMAKE_RUNTIME_OUTPUT_DIRECTORY};DDP_MPIEXEC=${DDP_MPIEXEC};${DDP_MPI_ENV}")
+endforeach()
 
 # The Gloo backend (label `gloo`): the multi-rank scenarios of steps 02 to 07 again under
 # scripts/launch.sh at 2 and 3 ranks (the loss parity with step 01 at 2 only: 128 samples do not

@@ -44,9 +44,12 @@ static float reduced(int W, size_t g, DistOp op) {
   return op == DIST_AVG ? mean : (float)W * mean;
 }
 
+// A device copy of @p host, complete on return: dev_upload only queues the copy (cudaMemcpyAsync),
+// and the callers' host arrays are on their stacks (start_slice returns while its collective runs).
 static float *upload(ProcessGroup *pg, const float *host, size_t n) {
   float *d = dev_alloc(pg->ctx, n * sizeof *d);
   dev_upload(pg->ctx, d, host, n * sizeof *d);
+  dev_sync(pg->ctx);
   return d;
 }
 

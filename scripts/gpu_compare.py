@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""scripts/gpu_check.sh's comparisons of two runs' metrics files (scripts/gpu_verdict.sh calls it).
+
+Usage: gpu_compare.py gpu_cpu GPU.jsonl CPU.jsonl K TOL ACC_TOL | replicas PREFIX W |
+       same A.jsonl B.jsonl TOL | digest A.jsonl B.jsonl | trace TRACE.json
+Prints one line: ok|FAILED, a tab, the detail.
+"""
+import json, sys
+
+def recs(path, kind):
+    with open(path) as f:
+        return [o for o in map(json.loads, f) if o["type"] == kind]
+
+def say(good, detail):
+    print(("ok" if good else "FAILED") + "\t" + detail)
+
+def main(cmd, *a):
+    try:
+        if cmd == "gpu_cpu":  # gpu.jsonl cpu.jsonl K tol acc_tol
+            # fp32 on both devices, different summation orders: the losses agree to ~1e-6 at first;
+            # the difference grows as training goes on, and a ReLU input near 0 can then fall on
+            # either side (a near-tie), after which the two runs are legitimately different runs of
+            # the same training. So the first K steps are compared tightly and the end only
+            # through the test accuracy, loosely.
+            g, c = recs(a[0], "step"), recs(a[1], "step")
+            k, tol, acc_tol = int(a[2]), float(a[3]), float(a[4])
+            if len(g) < k or len(g) != len(c):
+                return say(False, f"{len(g)} GPU steps, {len(c)} CPU steps (need {k} or more, equal)")
+            d = max(abs(x["loss"] - y["loss"]) for x, y in zip(g[:k], c[:k]))
+            ga, ca = recs(a[0], "epoch")[-1]["test_acc"], recs(a[1], "epoch")[-1]["test_acc"]
+            good = d < tol and abs(ga - ca) < acc_tol
+            say(good, f"{len(g)} steps; first {k}: max |loss diff| {d:.1e} (< {tol:g}); "
+                      f"final test accuracy GPU {ga:.4f}, CPU {ca:.4f} (|diff| < {acc_tol:g})")
+        elif cmd == "replicas":  # prefix W
+            d = [recs(f"{a[0]}{r}.jsonl", "final")[0]["param_digest"] for r in range(int(a[1]))]
+            say(len(set(d)) == 1, f"{a[1]} ranks, digests {' '.join(sorted(set(d)))}"
+                + ("" if len(set(d)) == 1 else " (DIFFERENT)"))
+        elif cmd == "same":  # a.jsonl b.jsonl tol: digests and step losses; tol 0 = identical
+            la, lb = recs(a[0], "step"), recs(a[1], "step")
+            da, db = recs(a[0], "final")[0]["param_digest"], recs(a[1], "final")[0]["param_digest"]
+            tol = float(a[2])
+            d = max((abs(x["loss"] - y["loss"]) for x, y in zip(la, lb)), default=float("inf"))
+            steps_ok = len(la) == len(lb) and [x["step"] for x in lb] == list(range(1, len(lb) + 1))
+            if tol == 0:
+                say(steps_ok and d == 0 and da == db, f"{len(la)} step losses identical: {d == 0}; "
+                    f"digests {da} {db}")
+            else:
+                say(steps_ok and d <= tol, f"{len(la)} steps, max |loss diff| {d:.1e} (<= {tol:g}); "
+                    f"digests {da} {db} ({'identical' if da == db else 'not identical'})")
+        elif cmd == "digest":  # a.jsonl b.jsonl: the same final parameters (e.g. resumed = straight)
+            da, db = recs(a[0], "final")[0]["param_digest"], recs(a[1], "final")[0]["param_digest"]
+            say(da == db, f"digests {da} {db}" + ("" if da == db else " (DIFFERENT)"))
+        elif cmd == "trace":  # trace.json
+            ev = json.load(open(a[0]))["traceEvents"]
+            spans = [e for e in ev if e["ph"] == "X"]
+            ar = sorted(e["dur"] for e in spans if e["name"].startswith("all-reduce"))
+            bw = [e for e in spans if e["name"].startswith("backward")]
+            say(len(ar) > 0 and len(bw) > 0, f"{len(bw)} backward spans, {len(ar)} all-reduce spans, "
+                f"median all-reduce {ar[len(ar) // 2] if ar else float('nan'):.1f} us")
+        else:
+            say(False, f"unknown comparison {cmd}")
+    except FileNotFoundError as e:  # the run that writes it failed (its own line says why)
+        say(False, f"no {e.filename.rsplit('/', 1)[-1]}: its run failed")
+    except Exception as e:
+        say(False, f"{type(e).__name__}: {e}")
+
+main(*sys.argv[1:])

@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# Two nodes on one machine (label `multinode`): two network namespaces joined by a veth pair, each
+# with its own address (10.213.N.1 and .2, N from this shell's pid, inside namespaces this test makes),
+# its own host name (a UTS namespace: nodea, nodeb) and its own private checkpoint disk (a mount
+# namespace binds <tmp>/disk-<node> on <tmp>/ckpt). mpirun runs on nodea; Open MPI's rsh launch agent
+# is a script that enters the namespaces of the host it is given, as ssh would log in to it.
+#   tests/multinode/two_nodes.sh BIN_DIR
+# Checks, with 2 nodes x 2 ranks of step 06 on CPUs (MPI over TCP between the namespaces):
+#   - ranks 0,1 run on nodea and 2,3 on nodeb, with local ranks 0 and 1 on each node;
+#   - the replicas end identical, and equal to the single-node 4-rank run;
+#   - a resume from node-local disks, where only nodea's disk holds the checkpoint: every rank reads
+#     the file itself, so the ranks of nodeb stop the job, naming the file (what happens today; see
+#     docs/clusters.md).
+# Stops what it started: the namespaces (and with them the veths) by name, in a trap.
+# Without root, ip, unshare or the right to make namespaces: one line, exit 77 (CTest's skip).
+set -euo pipefail
+BIN=$(cd "${1:?usage: $0 BIN_DIR}" && pwd)
+MPIEXEC=${DDP_MPIEXEC:-mpiexec}
+skip() { echo "multinode: skipped: $*"; exit 77; }
+[ "$(id -u)" -eq 0 ] || skip "namespaces need root, and this is uid $(id -u)"
+command -v ip >/dev/null || skip "ip not found (Debian's iproute2)"
+command -v unshare >/dev/null || skip "unshare not found (util-linux)"
+
+id=$$
+nsa=ddpmn-$id-a nsb=ddpmn-$id-b
+va=ddpa$id vb=ddpb$id
+net=10.213.$((id % 250))
+tmp=$(mktemp -d /tmp/ddp-multinode.XXXXXX)
+made=()
+cleanup() {
+  local ns pid
+  for ns in "${made[@]}"; do
+    for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$pid" 2>/dev/null || true; done
+    ip netns del "$ns" 2>/dev/null || true
+  done
+  ip link del "$va" 2>/dev/null || true
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 143' TERM INT  # so that the EXIT trap runs when CTest stops the test
+ip netns add "$nsa" 2>/dev/null || skip "cannot make a network namespace here (ip netns add)"
+made+=("$nsa")
+ip netns add "$nsb"
+made+=("$nsb")
+ip link add "$va" type veth peer name "$vb"
+ip link set "$va" netns "$nsa"
+ip link set "$vb" netns "$nsb"
+ip -n "$nsa" addr add "$net.1/24" dev "$va"
+ip -n "$nsb" addr add "$net.2/24" dev "$vb"
+for ns in "$nsa" "$nsb"; do ip -n "$ns" link set lo up; done
+ip -n "$nsa" link set "$va" up
+ip -n "$nsb" link set "$vb" up
+mkdir -p "$tmp/ckpt" "$tmp/disk-nodea" "$tmp/disk-nodeb"
+
+# enter NODE CMD...: run CMD on NODE (its network, host name and private checkpoint disk).
+cat >"$tmp/enter" <<EOF
+#!/bin/bash
+node=\$1; shift
+case "\$node" in nodea|$net.1) ns=$nsa node=nodea ;; nodeb|$net.2) ns=$nsb node=nodeb ;;
+  *) echo "enter: no node \$node" >&2; exit 1 ;; esac
+exec ip netns exec "\$ns" unshare --uts --mount --propagation private \\
+  sh -c "hostname \$node && mount --bind $tmp/disk-\$node $tmp/ckpt && exec sh -c \\"\\\$0\\"" "\$*"
+EOF
+chmod +x "$tmp/enter"
+# rank: what each rank's launcher gave it, then the trainer (Open MPI's own variables).
+cat >"$tmp/rank" <<EOF
+#!/bin/bash
+echo "\$OMPI_COMM_WORLD_RANK \$OMPI_COMM_WORLD_LOCAL_RANK \$(hostname)" >"$tmp/where.\$OMPI_COMM_WORLD_RANK"
+exec "\$@"
+EOF
+chmod +x "$tmp/rank"
+printf '%s slots=2\n%s slots=2\n' "$net.1" "$net.2" >"$tmp/hosts"
+printf '%s slots=2\n%s slots=2\n' "$net.2" "$net.1" >"$tmp/hosts_ba"
+
+FLAGS=(--device cpu --data synthetic --dataset_size 2048 --hidden 64 --lr 0.05 --momentum 0.9
+       --log_interval 1000 --epochs 1)
+# on_nodes HOSTFILE ARGS...: mpirun -np 4 from the hostfile's first node, 2 ranks per node.
+on_nodes() {
+  local hosts=$1 first
+  shift
+  first=$(head -n 1 "$hosts" | cut -d' ' -f1)
+  "$tmp/enter" "$first" env OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_tcp_if_include="$net.0/24" \
+    OMPI_MCA_oob_tcp_if_include="$net.0/24" OMPI_MCA_plm_rsh_agent="$tmp/enter" \
+    timeout 120 "$MPIEXEC" -np 4 --hostfile "$hosts" "$tmp/rank" "$BIN/06_full" "$@"
+}
+
+fail() { echo "FAILED multinode: $*" >&2; exit 1; }
+t0=$(date +%s.%N)
+out=$(on_nodes "$tmp/hosts" "${FLAGS[@]}" --ckpt_dir "$tmp/ckpt" --save_interval 1 \
+      --metrics "$tmp/m{rank}.jsonl" 2>&1) || fail "2 nodes x 2 ranks exited non-zero:"$'\n'"$out"
+for r in 0 1 2 3; do
+  read -r rank local host <"$tmp/where.$r"
+  want_host=nodea; [ "$r" -ge 2 ] && want_host=nodeb
+  [ "$rank" = "$r" ] && [ "$local" = $((r % 2)) ] && [ "$host" = "$want_host" ] ||
+    fail "rank $r: launcher says rank $rank local rank $local on $host, expected local $((r % 2)) on $want_host"
+done
+grep -q "rank 0 of 4 (local rank 0)" <<<"$out" || fail "no start-up line 'rank 0 of 4 (local rank 0)':"$'\n'"$out"
+digest() { python3 -c 'import json,sys; print([json.loads(l) for l in open(sys.argv[1])][-1]["param_digest"])' "$1"; }
+d=$(for r in 0 1 2 3; do digest "$tmp/m$r.jsonl"; done | sort -u)
+[ "$(wc -l <<<"$d")" = 1 ] || fail "replicas differ across the two nodes: $d"
+source "$(dirname "$0")/../../scripts/mpi_env.sh"
+"$MPIEXEC" -np 4 "$BIN/06_full" "${FLAGS[@]}" --ckpt_dir "$tmp/one" --save_interval 0 \
+  --metrics "$tmp/one{rank}.jsonl" >/dev/null 2>&1 || fail "the single-node 4-rank run failed"
+[ "$(digest "$tmp/one0.jsonl")" = "$d" ] ||
+  fail "2 nodes x 2 ranks end with $d, one node with 4 ranks with $(digest "$tmp/one0.jsonl")"
+[ -f "$tmp/disk-nodea/checkpoint.bin" ] && [ ! -e "$tmp/disk-nodeb/checkpoint.bin" ] ||
+  fail "rank 0 (nodea) should have written its node's disk only: $(ls "$tmp"/disk-*)"
+echo "multinode: 2 nodes x 2 ranks: local ranks 0,1 on each node, replicas identical ($d), equal to 4 ranks on one node"
+
+# The resume from node-local disks: nodeb's disk has no checkpoint.bin.
+for hosts in hosts hosts_ba; do
+  out=$(on_nodes "$tmp/$hosts" "${FLAGS[@]}" --ckpt_dir "$tmp/ckpt" --resume "$tmp/ckpt/checkpoint.bin" 2>&1) &&
+    fail "a resume with the checkpoint on nodea's disk only succeeded ($hosts):"$'\n'"$out"
+  grep -q "$tmp/ckpt/checkpoint.bin" <<<"$out" || fail "the failed resume does not name the file:"$'\n'"$out"
+  grep -q "done:" <<<"$out" && fail "a rank finished training although nodeb has no checkpoint:"$'\n'"$out"
+  echo "multinode: resume, rank 0 on $(head -c 20 "$tmp/$hosts" | cut -d' ' -f1), checkpoint on nodea only: stops, $(grep -m1 -i "error" <<<"$out")"
+done
+[ -z "$(ip netns pids "$nsa")$(ip netns pids "$nsb")" ] || fail "processes left in the namespaces"
+echo "multinode: ok in $(python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}')" "$t0" "$(date +%s.%N)") s"
