@@ -66,8 +66,9 @@ int main(int argc, char **argv) {
   dist_connect(&pg, &ctx);
   DistWork w;
   dist_work_init(&pg, &w);
-  if (pg.rank == 0) printf("backend %s, %d ranks\n%12s %10s %10s %8s\n", dist_backend_name(pg.backend),
-                           pg.world_size, "bytes", "time(ms)", "busbw", "#wrong");
+  if (pg.rank == 0)
+    printf("backend %s, %d ranks\n%12s %10s %10s %8s\n", dist_backend_name(pg.backend), pg.world_size,
+           "bytes", "time(ms)", "busbw", "#wrong");
   for (int s = 0; s < n_sizes; s++) {
     size_t n = sizes[s] / sizeof(float), wrong;
     float *buf = dev_alloc(&ctx, n * sizeof(float) + 1);

@@ -16,8 +16,8 @@
 #include "watchdog.h"
 
 // WITH_MPI(call), WITH_NCCL(call): a call into a back end, compiled only in a build that has it
-// (CMake defines HAVE_MPI=1, HAVE_NCCL=1, HAVE_GLOO=1). dist_init() refuses a back end that the build lacks, with a
-// message that says so (discover(), choose_backend()), so without it the call is never reached.
+// (CMake defines HAVE_MPI=1, HAVE_NCCL=1, HAVE_GLOO=1). dist_init() refuses a back end that the build lacks,
+// with a message that says so (discover(), choose_backend()), so without it the call is never reached.
 #if HAVE_MPI
 #define WITH_MPI(call) call
 #else
@@ -288,7 +288,8 @@ void dist_init(ProcessGroup *pg, const char *backend, Device dev, double timeout
   check_set_rank(pg->rank);
   if (pg->mpi_up) WITH_MPI(dist_mpi_set_abort());  // from now on, a failure on any rank ends all
   pg->backend = choose_backend(pg, backend, dev);
-  if ((pg->backend == BACKEND_NCCL || pg->backend == BACKEND_GLOO) && env_launch(pg)) need_bootstrap_address(pg);
+  if ((pg->backend == BACKEND_NCCL || pg->backend == BACKEND_GLOO) && env_launch(pg))
+    need_bootstrap_address(pg);
 }
 
 #if HAVE_NCCL

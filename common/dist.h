@@ -43,9 +43,9 @@ extern "C" {
 
 /** @brief Which library carries the collectives. */
 typedef enum Backend {
-  BACKEND_MPI = 0,  ///< MPI on host buffers (device buffers are staged through pinned host memory)
-  BACKEND_NCCL = 1, ///< NCCL on device buffers, queued on a CUDA stream
-  BACKEND_GLOO = 2  ///< Gloo's TCP transport on host buffers, run on a worker thread (dist_gloo.cc)
+  BACKEND_MPI = 0,   ///< MPI on host buffers (device buffers are staged through pinned host memory)
+  BACKEND_NCCL = 1,  ///< NCCL on device buffers, queued on a CUDA stream
+  BACKEND_GLOO = 2   ///< Gloo's TCP transport on host buffers, run on a worker thread (dist_gloo.cc)
 } Backend;
 
 /** @brief Reduction of an all-reduce. */
@@ -192,7 +192,8 @@ void dist_all_reduce_async(ProcessGroup *pg, void *buf, size_t n, DistType type,
  * (dist_mpi.c); with a CUDA context, `MPI_Reduce_scatter[_block]` at once, through the host. DIST_AVG
  * divides the received chunk on completion. Gloo (whose reduce-scatter this version lacks): an
  * all-reduce of the whole send buffer on the worker thread, of which this rank keeps its chunk
- * (twice the bytes of a reduce-scatter, what PyTorch falls back to). Neither buffer may be touched until dist_wait(), and
+ * (twice the bytes of a reduce-scatter, what PyTorch falls back to). Neither buffer may be touched until
+ * dist_wait(), and
  * @p send's contents are undefined afterwards (the ring makes its partial sums there).
  * @param[in] pg     process group.
  * @param[in,out] send device memory of the connected context, (counts[0] + ... + counts[W-1]) elements;

@@ -92,12 +92,12 @@ enum class Kind { AllReduce, ReduceScatter, Broadcast, AllGather, Barrier };
 // One collective queued on the worker (a DistWork's, or a blocking call's on the caller's stack).
 struct Job {
   Kind kind = Kind::Barrier;
-  const char *what = "";          // Gloo's call, for error messages
-  void *buf = nullptr;            // host: written (all-reduce: in place; reduce-scatter: the chunk)
-  const void *send = nullptr;     // host: all-gather's input, reduce-scatter's send buffer
-  size_t n = 0;                   // elements of buf (all-gather: per rank)
-  size_t total = 0;               // reduce-scatter: elements of send
-  size_t offset = 0;              // reduce-scatter: where this rank's chunk starts in send
+  const char *what = "";       // Gloo's call, for error messages
+  void *buf = nullptr;         // host: written (all-reduce: in place; reduce-scatter: the chunk)
+  const void *send = nullptr;  // host: all-gather's input, reduce-scatter's send buffer
+  size_t n = 0;                // elements of buf (all-gather: per rank)
+  size_t total = 0;            // reduce-scatter: elements of send
+  size_t offset = 0;           // reduce-scatter: where this rank's chunk starts in send
   DistType type = DIST_FLOAT;
   DistOp op = DIST_SUM;
   int root = 0;
@@ -110,13 +110,13 @@ struct Gloo {
   std::shared_ptr<gloo::rendezvous::Context> context;
   std::chrono::milliseconds timeout{0};
   std::thread worker;
-  std::mutex lock;                    // guards queue, stop, failed
-  std::condition_variable queued;     // a job was queued, or stop
-  std::condition_variable finished;   // a job is done
+  std::mutex lock;                   // guards queue, stop, failed
+  std::condition_variable queued;    // a job was queued, or stop
+  std::condition_variable finished;  // a job is done
   std::deque<Job *> queue;
   bool stop = false;
-  std::string failed;                 // the first error: later jobs are not run (the pairs are broken)
-  uint32_t next_tag = 0;              // taken on the calling thread, in issue order
+  std::string failed;     // the first error: later jobs are not run (the pairs are broken)
+  uint32_t next_tag = 0;  // taken on the calling thread, in issue order
   int world_size = 1;
 };
 
@@ -312,7 +312,8 @@ void gloo_abort(int status) {
   _exit(status ? status : 1);
 }
 
-std::shared_ptr<gloo::rendezvous::Context> connect_mesh(ProcessGroup *pg, ::Store *s, const std::string &prefix) {
+std::shared_ptr<gloo::rendezvous::Context> connect_mesh(ProcessGroup *pg, ::Store *s,
+                                                        const std::string &prefix) {
   try {
     gloo::transport::tcp::attr attr;
     const char *ifname = getenv("GLOO_SOCKET_IFNAME");

@@ -20,11 +20,11 @@
 
 #include "check.h"
 
-#define MAX_KEY 4096              // bytes: keys are short names
-#define MAX_VALUE (1u << 20)      // bytes: Gloo's values are a few addresses
-#define MAX_CONNECTIONS 1024      // the server refuses more clients than this
-#define BACKOFF_FIRST_S 0.01      // first pause between connect attempts
-#define BACKOFF_LAST_S 0.5        // the pause doubles up to this
+#define MAX_KEY 4096          // bytes: keys are short names
+#define MAX_VALUE (1u << 20)  // bytes: Gloo's values are a few addresses
+#define MAX_CONNECTIONS 1024  // the server refuses more clients than this
+#define BACKOFF_FIRST_S 0.01  // first pause between connect attempts
+#define BACKOFF_LAST_S 0.5    // the pause doubles up to this
 
 // ---- time and sockets -------------------------------------------------------------------------------
 
@@ -217,8 +217,10 @@ static void *accept_clients(void *arg) {
 // host has no IPv6.
 static int listen_on(int port) {
   int one = 1, zero = 0, fd = socket(AF_INET6, SOCK_STREAM, 0);
-  struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_port = htons((uint16_t)port), .sin6_addr = in6addr_any};
-  struct sockaddr_in a4 = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr.s_addr = INADDR_ANY};
+  struct sockaddr_in6 a6 = {
+      .sin6_family = AF_INET6, .sin6_port = htons((uint16_t)port), .sin6_addr = in6addr_any};
+  struct sockaddr_in a4 = {
+      .sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr.s_addr = INADDR_ANY};
   struct sockaddr *a = (struct sockaddr *)&a6;
   socklen_t len = sizeof a6;
   if (fd >= 0) {
@@ -275,13 +277,13 @@ static void server_stop(Server *sv) {
 // ---- the client (every rank) ------------------------------------------------------------------------
 
 struct Store {
-  int fd;                           // the connection to the server
+  int fd;  // the connection to the server
   int rank, world_size;
-  double timeout;                   // seconds
-  char host[256];                   // the server's host, without brackets
+  double timeout;  // seconds
+  char host[256];  // the server's host, without brackets
   int port;
   char local[INET6_ADDRSTRLEN + 8];  // this end's address
-  Server *server;                   // rank 0 only
+  Server *server;                    // rank 0 only
 };
 
 // One connect attempt to every address of the host; the socket, or -1 with errno set.

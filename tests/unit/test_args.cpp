@@ -193,7 +193,8 @@ TEST(Args, Errors) {
   EXPECT_EXIT(parse_and_exit({"--momentum", "-0.5"}), code2, "--momentum must be in");
   EXPECT_EXIT(parse_and_exit({"--device", "gpu"}), code2, "--device: 'gpu' is not one of auto\\|cpu\\|cuda");
   EXPECT_EXIT(parse_and_exit({"--data", "cifar"}), code2, "--data: 'cifar' is not one of");
-  EXPECT_EXIT(parse_and_exit({"--backend=tcp"}), code2, "--backend: 'tcp' is not one of auto\\|nccl\\|mpi\\|gloo");
+  EXPECT_EXIT(parse_and_exit({"--backend=tcp"}), code2,
+              "--backend: 'tcp' is not one of auto\\|nccl\\|mpi\\|gloo");
   for (const char *bad : {"12,x", "0", "8,", ",8", "8,,8", "00", "-3", "3.5", " 3", "3 ", "1e3"})
     EXPECT_EXIT(parse_and_exit({"--hidden", bad}), code2,
                 std::string("--hidden: '") + bad +
