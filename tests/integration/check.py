@@ -1319,14 +1319,16 @@ def gloo_matches_mpi(step, np):
 
 def start_ranks(tmp, np, args, timeout, only=None):
     """Starts ranks of 06_full by environment, without a launcher that would stop the others (as a
-    plain srun without --kill-on-bad-exit): {rank: (Popen, stderr path)}."""
+    plain srun without --kill-on-bad-exit): {rank: (Popen, stderr path)}. args: the arguments, or a
+    function of the rank that returns them."""
     env = env_launch_env()
     procs = {}
     for r in (only if only is not None else range(np)):
         e = dict(env, RANK=str(r), WORLD_SIZE=str(np), LOCAL_RANK=str(r), MASTER_ADDR="127.0.0.1")
         err = f"{tmp}/err{r}.txt"
         with open(f"{tmp}/out{r}.txt", "w") as o, open(err, "w") as f:
-            procs[r] = (subprocess.Popen([os.path.join(BIN, "06_full")] + args + ["--timeout", str(timeout)],
+            mine = args(r) if callable(args) else args
+            procs[r] = (subprocess.Popen([os.path.join(BIN, "06_full")] + mine + ["--timeout", str(timeout)],
                                          stdout=o, stderr=f, env=e), err)
     return procs
 
@@ -1376,6 +1378,20 @@ def gloo_peer_faults(tmp):
         print(f"{fault} peer: rank 0 ended after {took:.1f} s: {err.strip().splitlines()[-1][:160]}")
 
 
+def gloo_ranks_agree(tmp):
+    """The ranks' agreement check runs over Gloo too: two ranks started with different --lr both stop
+    before training, naming the flag and both values."""
+    procs = start_ranks(tmp, 2, lambda r: small(lr=0.05 if r == 0 else 0.1) + ["--epochs", "1"], 30)
+    for r, (p, err) in procs.items():
+        if wait_exit(p, 60) is None:
+            p.kill()
+            raise Failure(f"rank {r} still runs 60 s after starting with another --lr than its peer")
+        text = open(err).read()
+        if p.returncode == 0 or "the ranks disagree on --lr" not in text:
+            raise Failure(f"rank {r}: exit {p.returncode}, expected the agreement check's line: {text!r}")
+    print("different --lr over Gloo: " + open(procs[0][1]).read().strip().splitlines()[0])
+
+
 def torchrun_matches_mpi(tmp):
     """torchrun --standalone --nproc_per_node 2 --no_python 06_full --device cpu (the course's launch
     line, on the Gloo backend) trains like mpirun -n 2 (MPI), bit for bit."""
@@ -1408,7 +1424,7 @@ SCENARIOS = {f.__name__: f for f in [step01_warnings, save_init, max_steps_resum
     step07_replicas(2), step07_replicas(3), step07_replicas(4), step07_matches_step06(2),
     step07_matches_step06(3), step07_matches_step06(4), step07_memory, step07_checkpoints,
     gloo_matches_mpi("06_full", 2), gloo_matches_mpi("06_full", 3), gloo_matches_mpi("07_zero", 2),
-    gloo_matches_mpi("07_zero", 3), gloo_peer_faults, torchrun_matches_mpi]}
+    gloo_matches_mpi("07_zero", 3), gloo_peer_faults, gloo_ranks_agree, torchrun_matches_mpi]}
 
 
 def main():

@@ -112,7 +112,8 @@ endforeach()
 
 # The Gloo backend (label `gloo`): the multi-rank scenarios of steps 02 to 07 again under
 # scripts/launch.sh at 2 and 3 ranks (the loss parity with step 01 at 2 only: 128 samples do not
-# split into 3 equal batches), Gloo against MPI (bit for bit at 2 ranks), the peers' faults, and
+# split into 3 equal batches), Gloo against MPI (bit for bit at 2 ranks), the peers' faults, the
+# ranks' agreement check over Gloo, and
 # the course's torchrun line (skipped where PyTorch is not installed).
 foreach(scenario step02_redundant step03_drift step04_matches_baseline_np2 step05_matches_baseline_np2)
   ddp_integration(${scenario} PROCESSORS 2 LAUNCHER launch)
@@ -129,6 +130,7 @@ foreach(np 2 3)
   endforeach()
 endforeach()
 ddp_integration(gloo_peer_faults PROCESSORS 2 GLOO)
+ddp_integration(gloo_ranks_agree PROCESSORS 2 GLOO)
 ddp_integration(torchrun_matches_mpi PROCESSORS 2 GLOO NEEDS_MPI)
 
 # Fault injection (tests/fault/kill_rank.py): SIGKILL one rank during training and during checkpoint
