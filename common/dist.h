@@ -18,15 +18,19 @@
  * addresses of Gloo's TCP pairs; each rank's pairs listen on the local address of its connection to
  * the store (the interface that reaches MASTER_ADDR), or on `GLOO_SOCKET_IFNAME` when set.
  *
- * Failures. Every MPI and NCCL call is checked. Under mpirun, any failed check on any rank aborts
- * the whole job (`MPI_Abort`). With an environment launch the failing rank aborts its communicator
- * and exits; its peers are ended by the launcher (torchrun and scripts/launch.sh stop every rank when
- * one fails; with srun pass `--kill-on-bad-exit=1`). Once an abort has begun on any thread of this
- * process (a failed check, the watchdog), every function below stops its caller for good instead of
- * starting a collective (check_stop_if_ending()).
+ * Failures. Every MPI, NCCL and Gloo call is checked. Under mpirun, any failed check on any rank
+ * aborts the whole job (`MPI_Abort`). With an environment launch the failing rank aborts its
+ * communicator and exits; its peers are ended by the launcher (torchrun and scripts/launch.sh stop
+ * every rank when one fails; with srun pass `--kill-on-bad-exit=1`). On Gloo they also end by
+ * themselves: a peer that exits breaks their TCP pairs at once ("Connection reset by peer"), a
+ * frozen one runs out their collective's timeout (--timeout); each is a `[GLOO ERROR]` line. Once
+ * an abort has begun on any thread of this process (a failed check, the watchdog), every function
+ * below stops its caller for good instead of starting a collective (check_stop_if_ending()).
  *
- * CPU ranks (the MPI backend) are started by MPI only: `mpirun -np N`, or `srun --mpi=pmix -n N`
- * under Slurm; an environment launch of several CPU ranks is refused with a message that says so.
+ * CPU ranks: the MPI backend under MPI's launchers (`mpirun -np N`, or `srun --mpi=pmix -n N` under
+ * Slurm), the Gloo backend under an environment launch (torchrun, scripts/launch.sh, a plain srun
+ * with MASTER_ADDR and MASTER_PORT); a build without Gloo refuses an environment launch of several
+ * CPU ranks with a message that says how to get it.
  */
 #ifndef DDP_DIST_H
 #define DDP_DIST_H
