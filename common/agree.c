@@ -92,6 +92,8 @@ void agree_args(Agreement *a, const Args *g) {
   agree_add(a, "--grad_accum", "%d", g->grad_accum);
   agree_add(a, "--trace", "%s", g->trace ? "on" : "off");
   agree_add(a, "--save_init", "%s", g->save_init ? "on" : "off");  // a save has a barrier from step 05
+  agree_add(a, "--save_steps", "%d", g->save_steps);               // so do snapshots (step 06)
+  agree_add(a, "--resume auto", "%s", g->resume && strcmp(g->resume, ARGS_RESUME_AUTO) == 0 ? "on" : "off");
 }
 
 void agree_model(Agreement *a, const int *sizes, int n_layers) {

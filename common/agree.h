@@ -57,8 +57,8 @@ void agree_add(Agreement *a, const char *name, const char *fmt, ...) __attribute
 /**
  * @brief Adds every flag that changes what is trained: epochs, batch size, learning rate, momentum,
  * weight decay, dataset size and kind, seed, step limit, save interval, device, TF32, and the later
- * stages' `--drop_last`, `--bucket_cap_mb`, `--grad_accum`, and whether `--trace` and `--save_init` are
- * on (both add collectives). Flags that
+ * stages' `--drop_last`, `--bucket_cap_mb`, `--grad_accum`, `--save_steps`, and whether `--trace`,
+ * `--save_init` and `--resume auto` are on (all add collectives). Flags that
  * only say where output goes (`--metrics`, `--ckpt_dir`, `--log_interval`, `--timeout`) may differ;
  * `--hidden` and `--data_dir` are compared through what they produce (agree_model(), agree_data()).
  * A new flag that changes training joins this list.

@@ -83,7 +83,8 @@ static const Flag FLAGS[] = {
     {"ckpt_dir", ARGS_TRAIN, KIND_STR, F(ckpt_dir), "checkpoints/{program}", RANGE_NONE, 0, NO_MAX, NULL,
      "DIR", "folder of checkpoint.bin (each step its own)"},
     {"resume", ARGS_TRAIN, KIND_STR, F(resume), NULL, RANGE_NONE, 0, NO_MAX, NULL, "PATH",
-     "checkpoint to continue from"},
+     "checkpoint to continue from; from step 06 also \"auto\": --ckpt_dir's checkpoint if there is one, "
+     "else the start"},
     {"save_init", ARGS_TRAIN, KIND_STR, F(save_init), NULL, RANGE_NONE, 0, NO_MAX, NULL, "DIR",
      "before training, write the initial state (as built, or as resumed) to DIR/checkpoint.bin"},
     {"max_steps", ARGS_TRAIN, KIND_INT, F(max_steps), "0", RANGE_GE, 0, MAX_STEPS, NULL, "N",
@@ -103,6 +104,8 @@ static const Flag FLAGS[] = {
     {"trace", ARGS_REDUCER, KIND_STR, F(trace), NULL, RANGE_NONE, 0, NO_MAX, NULL, "PATH",
      "write a Chrome trace (chrome://tracing, Perfetto), {rank} replaced by the rank; {rank} "
      "required above 1 rank"},
+    {"save_steps", ARGS_FAULT, KIND_INT, F(save_steps), "0", RANGE_GE, 0, MAX_STEPS, NULL, "N",
+     "also save the checkpoint every N optimizer steps (a snapshot to restart from), 0 = never"},
 };
 // clang-format on
 #undef F
@@ -116,6 +119,7 @@ static const struct {
     {ARGS_DIST, "the process group in step 02"},
     {ARGS_SAMPLER, "the distributed sampler in step 03"},
     {ARGS_REDUCER, "the bucketed reducer in step 06"},
+    {ARGS_FAULT, "the restarts in step 06"},
 };
 
 // ---- usage ------------------------------------------------------------------------------------------
@@ -349,9 +353,17 @@ void args_parse(Args *a, int argc, char **argv, unsigned groups, const char *abo
     }
     set_value(&c, a, f, v);
   }
+  if (a->resume && strcmp(a->resume, ARGS_RESUME_AUTO) == 0 && !(groups & ARGS_FAULT))
+    FAIL(&c, "--resume auto is not available in this step (it arrives with %s): name a checkpoint file",
+         stage_of(ARGS_FAULT));
   // The trainers compute the samples of an optimizer step as an int: keep it far from overflowing
   // (it did: a product that wrapped to 0 ended the run with SIGFPE).
   if ((long long)a->batch_size * a->grad_accum > MAX_STEP_SAMPLES)
     FAIL(&c, "--batch_size %d x --grad_accum %d = %lld samples per optimizer step, more than %d",
          a->batch_size, a->grad_accum, (long long)a->batch_size * a->grad_accum, MAX_STEP_SAMPLES);
+  // Both files are opened for writing: one path would leave the trace where the metrics were.
+  if (a->metrics && a->trace && strcmp(a->metrics, a->trace) == 0)
+    FAIL(&c,
+         "--metrics and --trace are both '%s': the trace would overwrite the metrics; give each its own path",
+         a->metrics);
 }

@@ -28,6 +28,11 @@ extern "C" {
 #define ARGS_SAMPLER 0x4u
 /** @brief `--bucket_cap_mb`, `--grad_accum`, `--trace` (step 06: the bucketed reducer). */
 #define ARGS_REDUCER 0x8u
+/** @brief `--save_steps`, and `--resume auto` (step 06: snapshots for restarts). */
+#define ARGS_FAULT 0x10u
+
+/** @brief The value of `--resume` that means --ckpt_dir's checkpoint when there is one (ARGS_FAULT). */
+#define ARGS_RESUME_AUTO "auto"
 
 /** @brief Parsed flags. Defaults and bounds: see `--help` (args.c's flag table). */
 typedef struct Args {
@@ -46,7 +51,7 @@ typedef struct Args {
   uint64_t seed;          ///< --seed: initialisation and shuffling
   const char *metrics;    ///< --metrics: JSON Lines path, `{rank}` replaced (NULL: none)
   const char *ckpt_dir;   ///< --ckpt_dir: where checkpoints go
-  const char *resume;     ///< --resume: checkpoint to continue from (NULL: none)
+  const char *resume;     ///< --resume: checkpoint to continue from (NULL: none; ARGS_RESUME_AUTO: see there)
   const char *save_init;  ///< --save_init: folder for the initial state's checkpoint (NULL: none)
   int max_steps;          ///< --max_steps: stop after this many optimizer steps, 0 = no limit
   int log_interval;       ///< --log_interval: steps between progress lines
@@ -56,6 +61,7 @@ typedef struct Args {
   float bucket_cap_mb;    ///< --bucket_cap_mb: bucket size cap in MiB (ARGS_REDUCER)
   int grad_accum;         ///< --grad_accum: micro-batches per optimizer step (ARGS_REDUCER)
   const char *trace;      ///< --trace: Chrome trace output path (ARGS_REDUCER; NULL: none)
+  int save_steps;         ///< --save_steps: also save every N optimizer steps, 0 = never (ARGS_FAULT)
 } Args;
 
 /**

@@ -25,6 +25,7 @@
 #define CKPT_MAGIC "DDPCKPT"  // 7 characters + NUL = 8 bytes
 #define CKPT_FIXED 56         // header bytes before the layer sizes
 #define CKPT_DATA_ID 24       // version 2: the DataId's six u32 after the layer sizes
+#define CKPT_STEPS 16         // version 3: batch size, accumulation, drop_last, epoch samples (u32 each)
 #define CKPT_CHUNK 16384      // floats converted per fwrite when saving
 
 static void put_u32(unsigned char *p, uint32_t v) {
@@ -52,7 +53,8 @@ static void set_err(char *err, size_t err_len, const char *fmt, ...) {
 }
 
 static size_t header_bytes(uint32_t version, int n_layers) {
-  return CKPT_FIXED + 4 * ((size_t)n_layers + 1) + (version >= 2 ? CKPT_DATA_ID : 0);
+  return CKPT_FIXED + 4 * ((size_t)n_layers + 1) + (version >= 2 ? CKPT_DATA_ID : 0) +
+         (version >= 3 ? CKPT_STEPS : 0);
 }
 
 // The DataId's fields in file order.
@@ -119,7 +121,7 @@ static int write_floats(FILE *f, const float *x, size_t n, uint32_t *crc, unsign
 
 // Writes header, arrays and CRC to an open stream; 0 or -1 (errno set by the failing call).
 static int write_body(FILE *f, const CkptMeta *meta, size_t n, const float *params, const float *opt_state) {
-  unsigned char hdr[CKPT_FIXED + 4 * (MLP_MAX_LAYERS + 1) + CKPT_DATA_ID] = {0};
+  unsigned char hdr[CKPT_FIXED + 4 * (MLP_MAX_LAYERS + 1) + CKPT_DATA_ID + CKPT_STEPS] = {0};
   size_t hsize = header_bytes(CKPT_VERSION, meta->n_layers);
   memcpy(hdr, CKPT_MAGIC, 8);
   put_u32(hdr + 8, CKPT_VERSION);
@@ -135,7 +137,10 @@ static int write_body(FILE *f, const CkptMeta *meta, size_t n, const float *para
   for (int l = 0; l <= meta->n_layers; l++) put_u32(hdr + CKPT_FIXED + 4 * l, (uint32_t)meta->sizes[l]);
   uint32_t data[6];
   data_id_fields(&meta->data, data);
-  for (int i = 0; i < 6; i++) put_u32(hdr + hsize - CKPT_DATA_ID + 4 * i, data[i]);
+  unsigned char *d = hdr + CKPT_FIXED + 4 * (meta->n_layers + 1);
+  for (int i = 0; i < 6; i++) put_u32(d + 4 * i, data[i]);
+  uint32_t steps[4] = {meta->batch_size, meta->grad_accum, meta->drop_last, meta->epoch_samples};
+  for (int i = 0; i < 4; i++) put_u32(d + CKPT_DATA_ID + 4 * i, steps[i]);
 
   unsigned char *chunk = malloc(4 * CKPT_CHUNK);
   if (!chunk) return -1;
@@ -444,7 +449,8 @@ static int parse_header(const char *path, const unsigned char *buf, size_t size,
     return -1;
   }
   uint32_t hsize = get_u32(buf + 12), n_layers = get_u32(buf + 52);
-  uint64_t want = CKPT_FIXED + 4 * ((uint64_t)n_layers + 1) + (version >= 2 ? CKPT_DATA_ID : 0);
+  uint64_t want = CKPT_FIXED + 4 * ((uint64_t)n_layers + 1) + (version >= 2 ? CKPT_DATA_ID : 0) +
+                  (version >= 3 ? CKPT_STEPS : 0);
   if (hsize != want) {
     set_err(err, err_len,
             "checkpoint '%s' is corrupt: header size %u does not match %u layers (expected %llu)", path,
@@ -462,6 +468,7 @@ static int parse_header(const char *path, const unsigned char *buf, size_t size,
     return -1;
   }
   memset(meta, 0, sizeof *meta);
+  meta->version = version;
   meta->epoch = get_u32(buf + 16);
   meta->epoch_step = get_u32(buf + 20);
   meta->step = get_u64(buf + 24);
@@ -478,10 +485,15 @@ static int parse_header(const char *path, const unsigned char *buf, size_t size,
     }
     meta->sizes[l] = (int)s;
   }
-  if (version >= 2) {
-    const unsigned char *d = buf + hsize - CKPT_DATA_ID;
+  const unsigned char *d = buf + CKPT_FIXED + 4 * (n_layers + 1);
+  if (version >= 2)
     meta->data = (DataId){get_u32(d),      get_u32(d + 4),  get_u32(d + 8),
                           get_u32(d + 12), get_u32(d + 16), get_u32(d + 20)};
+  if (version >= 3) {
+    meta->batch_size = get_u32(d + CKPT_DATA_ID);
+    meta->grad_accum = get_u32(d + CKPT_DATA_ID + 4);
+    meta->drop_last = get_u32(d + CKPT_DATA_ID + 8);
+    meta->epoch_samples = get_u32(d + CKPT_DATA_ID + 12);
   }
   return 0;
 }
@@ -503,6 +515,26 @@ static int check_data(const char *path, const CkptMeta *expect, const CkptMeta *
   return -1;
 }
 
+// Version 3: how the epoch was cut into steps. The samples consumed must be the steps times the
+// samples per step (every step inside an epoch is a full one).
+static int check_step_counters(const char *path, const CkptMeta *meta, char *err, size_t err_len) {
+  if (meta->batch_size == 0 || meta->grad_accum == 0 || meta->drop_last > 1) {
+    set_err(err, err_len, "checkpoint '%s' is corrupt: --batch_size %u, --grad_accum %u, --drop_last %u",
+            path, meta->batch_size, meta->grad_accum, meta->drop_last);
+    return -1;
+  }
+  uint64_t want = (uint64_t)meta->epoch_step * meta->batch_size * meta->grad_accum;
+  if (meta->epoch_samples != want) {
+    set_err(err, err_len,
+            "checkpoint '%s' is corrupt: %u samples consumed in the epoch, but %u steps of batch %u x %u "
+            "make %llu",
+            path, meta->epoch_samples, meta->epoch_step, meta->batch_size, meta->grad_accum,
+            (unsigned long long)want);
+    return -1;
+  }
+  return 0;
+}
+
 // The counters that a trainer turns into ints: a checkpoint whose values cannot have been written by
 // a run (an epoch >= 2^31, more steps into an epoch than steps in all) is refused, not wrapped.
 static int check_counters(const char *path, const CkptMeta *meta, char *err, size_t err_len) {
@@ -522,7 +554,7 @@ static int check_counters(const char *path, const CkptMeta *meta, char *err, siz
             path, meta->epoch_step, meta->epoch, (unsigned long long)meta->step);
     return -1;
   }
-  return 0;
+  return meta->version >= 3 ? check_step_counters(path, meta, err, err_len) : 0;
 }
 
 // A checkpoint with NaN or infinite values (saved before ckpt_save refused them, or written by

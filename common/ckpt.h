@@ -8,7 +8,7 @@
  * | --- | --- | --- |
  * | 0 | char[8] | magic `DDPCKPT` + NUL |
  * | 8 | u32 | format version (CKPT_VERSION) |
- * | 12 | u32 | header size in bytes (56 + 4 · (n_layers + 1), + 24 from version 2) |
+ * | 12 | u32 | header size (56 + 4 · (L + 1), + 24 from version 2, + 16 from version 3) |
  * | 16 | u32 | epochs completed |
  * | 20 | u32 | optimizer steps into the current epoch (0: saved at an epoch boundary) |
  * | 24 | u64 | global optimizer step |
@@ -18,12 +18,14 @@
  * | 48 | u32 | optimizer steps taken (momentum buffer valid when > 0), low 32 bits |
  * | 52 | u32 | n_layers L |
  * | 56 | u32[L+1] | layer sizes I, H…, O |
- * | 60 + 4L | u32[6] | version 2: the data set (DataId: kind, train and test samples, features, classes,
- * labels CRC) | | header size | f32[n] | parameters: for each layer, weight [out][in] then bias [out] | | … |
- * f32[n] | optimizer state (momentum buffer), same layout | | … | u32 | CRC-32 (standard, as zlib's) of every
- * preceding byte |
+ * | 60 + 4L | u32[6] | version 2: DataId (kind, train and test samples, features, classes, labels CRC) |
+ * | 84 + 4L | u32[4] | version 3: batch size, grad_accum, drop_last, epoch's samples consumed per rank |
+ * | header size | f32[n] | parameters: for each layer, weight [out][in] then bias [out] |
+ * | … | f32[n] | optimizer state (momentum buffer), same layout |
+ * | … | u32 | CRC-32 (standard, as zlib's) of every preceding byte |
  *
- * Version 1 files (no data set identity) are still read; every file written is version 2.
+ * Version 1 and 2 files are still read (a version 1 file does not say its data set, versions 1 and
+ * 2 do not say how the epoch was cut into steps); every file written is version 3.
  *
  * Saving writes `PATH.tmp.PID` (PID: the saving process's id), flushes, fsyncs, renames it to PATH and
  * fsyncs the directory, so a crash never leaves a half-written file under the real name.
@@ -42,10 +44,11 @@ extern "C" {
 #endif
 
 /** @brief Current checkpoint format version. */
-#define CKPT_VERSION 2
+#define CKPT_VERSION 3
 
 /** @brief Everything in a checkpoint besides the float arrays. */
 typedef struct CkptMeta {
+  uint32_t version;               ///< format version of the file read (ckpt_load); ckpt_save ignores it
   uint32_t epoch;                 ///< epochs completed
   uint32_t epoch_step;            ///< optimizer steps into the next epoch (0: epoch boundary)
   uint64_t step;                  ///< global optimizer step
@@ -56,6 +59,11 @@ typedef struct CkptMeta {
   int n_layers;                   ///< L
   int sizes[MLP_MAX_LAYERS + 1];  ///< layer sizes I, H…, O
   DataId data;                    ///< the data set trained on (all zero in a version 1 file)
+  uint32_t batch_size;            ///< --batch_size (0 in a version 1 or 2 file: not recorded)
+  uint32_t grad_accum;            ///< --grad_accum: micro-batches per step (1 before step 06)
+  uint32_t drop_last;             ///< --drop_last: 1 when the sampler drops the tail, else 0
+  uint32_t epoch_samples;         ///< samples of the current epoch consumed per rank: epoch_step ×
+                                  ///< batch_size × grad_accum (0 at an epoch boundary)
 } CkptMeta;
 
 /**
@@ -101,8 +109,9 @@ int ckpt_dir_check(const char *dir, char *err, size_t err_len);
  * layer sizes equal those of @p expect, and (version 2) that it was trained on the data of @p expect.
  * Only a regular file is read (a FIFO or a device is refused
  * without blocking). Counters that cannot be right (an epoch or steps into an epoch above INT_MAX,
- * more steps into the epoch than global steps, a step above INT64_MAX) and non-finite parameters or
- * optimizer state are refused.
+ * more steps into the epoch than global steps, a step above INT64_MAX; from version 3 a batch size
+ * or accumulation of 0, a drop_last other than 0 or 1, consumed samples other than epoch_step ×
+ * batch_size × grad_accum) and non-finite parameters or optimizer state are refused.
  * @param[in] path      source.
  * @param[in] expect    the model shape and data the caller has (n_layers, sizes, data); other fields
  *                      ignored.

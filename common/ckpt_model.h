@@ -12,6 +12,7 @@
 #ifndef DDP_CKPT_MODEL_H
 #define DDP_CKPT_MODEL_H
 
+#include "args.h"
 #include "ckpt.h"
 #include "device.h"
 #include "mlp.h"
@@ -23,14 +24,15 @@ extern "C" {
 
 /**
  * @brief The header fields that the model and its optimizer determine: layer sizes, optimizer kind
- * and step count, plus the run's seed and data. The caller adds epoch, step and world size.
+ * and step count, plus the run's seed, data and how it cuts an epoch into steps (`--batch_size`,
+ * `--grad_accum`, `--drop_last`). The caller adds epoch, step and world size.
  * @param[in] m    the model.
  * @param[in] opt  its optimizer.
- * @param[in] seed the run's `--seed`.
+ * @param[in] args the run's flags.
  * @param[in] data the data it trains on.
  * @return the header, its other fields zero.
  */
-CkptMeta ckpt_model_meta(const Mlp *m, const Sgd *opt, uint64_t seed, const DataId *data);
+CkptMeta ckpt_model_meta(const Mlp *m, const Sgd *opt, const Args *args, const DataId *data);
 
 /**
  * @brief Makes sure, before training, that checkpoints can be written to @p dir (ckpt_dir_check():
@@ -42,7 +44,8 @@ void ckpt_dir_require(const char *dir);
 
 /**
  * @brief Writes `dir/checkpoint.bin` atomically (ckpt_save()) with the model's parameters and the
- * optimizer's momentum buffer, then prints (rank 0) `saved PATH (epoch E, step S)`.
+ * optimizer's momentum buffer, then prints (rank 0) `saved PATH (epoch E, step S)`. The samples of
+ * the epoch consumed per rank are recorded as epoch_step × batch_size × grad_accum.
  * @param[in] dir  the checkpoint folder (`--ckpt_dir`, `--save_init`; created when missing).
  * @param[in] meta the header: epoch, step, seed, world size, layer sizes, data (n_layers and sizes
  *                 must be the model's).
@@ -55,11 +58,14 @@ void ckpt_save_model(const char *dir, const CkptMeta *meta, const Mlp *m, const 
 /**
  * @brief Reads and verifies @p path (ckpt_load(): shape and data against @p expect), checks that it
  * was trained with @p expect's seed and, when it was saved inside an epoch (a `--max_steps` stop),
- * at @p expect's world size (the rest of the epoch is that world size's shard; the batch size must
- * be the same too, which the file does not record), and loads its parameters into @p m and its momentum
- * buffer and step count into @p opt.
+ * that the rest of that epoch is the same: the same world size (the epoch's shards), the same
+ * samples per step per rank (batch_size × grad_accum: the steps already taken) and the same
+ * drop_last (the shard's length); each difference ends the job naming both values. A version 1 or 2
+ * file saved inside an epoch, which does not record its samples per step, is refused. Then it loads
+ * the parameters into @p m and the momentum buffer and step count into @p opt.
  * @param[in] path    the checkpoint (`--resume`).
- * @param[in] expect  what this run has: layer sizes, data and seed.
+ * @param[in] expect  what this run has: layer sizes, data, seed, world size, batch_size, grad_accum
+ *                    and drop_last (ckpt_model_meta()).
  * @param[out] meta   the file's header (epoch, step, …), for the caller's counters.
  * @param[in,out] m   the model.
  * @param[in,out] opt its optimizer.

@@ -42,7 +42,8 @@ void metrics_step(Metrics *m, long long step, int epoch, float loss) {
   end_line(m);
 }
 
-void metrics_epoch(Metrics *m, int epoch, float train_loss, double test_acc, double samples_per_s) {
+void metrics_epoch(Metrics *m, int epoch, float train_loss, double test_acc, double samples_per_s,
+                   bool partial) {
   if (!m->f) return;
   fprintf(m->f, "{\"type\":\"epoch\",\"epoch\":%d,\"train_loss\":", epoch);
   put_float(m->f, (double)train_loss);
@@ -52,6 +53,7 @@ void metrics_epoch(Metrics *m, int epoch, float train_loss, double test_acc, dou
   }
   fputs(",\"samples_per_s\":", m->f);
   put_float(m->f, samples_per_s);
+  if (partial) fputs(",\"partial\":true", m->f);
   end_line(m);
 }
 

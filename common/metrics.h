@@ -14,6 +14,7 @@
 #ifndef DDP_METRICS_H
 #define DDP_METRICS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -48,8 +49,12 @@ void metrics_step(Metrics *m, long long step, int epoch, float loss);
  * @param[in] train_loss    mean training loss over the epoch.
  * @param[in] test_acc      test accuracy in [0, 1], or negative when not evaluated.
  * @param[in] samples_per_s training throughput over the epoch.
+ * @param[in] partial       true when `--max_steps` stopped the epoch before its end: the object gets
+ *                          `"partial":true`, and a run resumed from that stop writes a second object
+ *                          for the same epoch (its own steps' loss and throughput).
  */
-void metrics_epoch(Metrics *m, int epoch, float train_loss, double test_acc, double samples_per_s);
+void metrics_epoch(Metrics *m, int epoch, float train_loss, double test_acc, double samples_per_s,
+                   bool partial);
 
 /**
  * @brief Writes the final object: the world size, steps, the parameter digest and the peak memory,

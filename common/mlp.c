@@ -154,14 +154,31 @@ void mlp_count_correct_loader(Mlp *m, const Ctx *c, Loader *ld, int batch, int *
 
 size_t mlp_layer_size(const Mlp *m, int l) { return (size_t)OUT(m, l) * IN(m, l) + OUT(m, l); }
 
+// Ends the job when one of the n floats at host (parameters first + i0 on) is a NaN or an infinity.
+static void require_finite(const unsigned char *host, size_t n, size_t i0, size_t n_params) {
+  for (size_t i = 0; i < n; i++) {
+    float x;
+    memcpy(&x, host + 4 * i, 4);
+    if (!isfinite(x))
+      die(1,
+          "the parameters are not finite at the end of the run: parameter %zu of %zu is %s: training "
+          "diverged (try a smaller --lr or --weight_decay)",
+          i0 + i, n_params,
+          isnan(x) ? "nan"
+          : x > 0  ? "inf"
+                   : "-inf");
+  }
+}
+
 uint64_t mlp_param_digest(const Mlp *m, const Ctx *c) {
-  enum { CHUNK = 1 << 20 };  // read back a MiB at a time: no copy of the whole model on the host
+  enum { CHUNK = 1 << 20 };  // read back a MiB at a time (a multiple of 4): no copy of the whole model
   size_t bytes = m->n_params * sizeof(float);
   unsigned char *host = mallocCheck(bytes < CHUNK ? bytes + 1 : CHUNK);
   uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a 64
   for (size_t done = 0; done < bytes; done += CHUNK) {
     size_t len = bytes - done < CHUNK ? bytes - done : CHUNK;
     dev_download(c, host, (const unsigned char *)m->params + done, len);
+    require_finite(host, len / 4, done / 4, m->n_params);
     for (size_t i = 0; i < len; i++) h = (h ^ host[i]) * 0x100000001b3ull;
   }
   free(host);

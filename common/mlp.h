@@ -182,7 +182,9 @@ size_t mlp_layer_size(const Mlp *m, int l);
 
 /**
  * @brief 64-bit FNV-1a hash of the raw bytes of all parameters (the `param_digest` of the metrics file):
- * equal digests mean bit-identical replicas.
+ * equal digests mean bit-identical replicas. The trainers compute it at the end of a run, so it also
+ * checks the parameters there: a NaN or an infinity ends the job (exit 1, naming the first bad index),
+ * so that a run whose last steps diverged does not end `done` with exit 0 when it saves nothing.
  * @return the digest (waits for the device).
  */
 uint64_t mlp_param_digest(const Mlp *m, const Ctx *c);

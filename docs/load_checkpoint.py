@@ -30,13 +30,16 @@ def load_checkpoint(path):
         raise ValueError(f"{path}: CRC mismatch, the file is corrupt")
     names = "version header_size epoch epoch_step step seed world_size optim optim_steps n_layers"
     h = dict(zip(names.split(), struct.unpack_from("<4I2Q4I", data, 8)))
-    if h["version"] not in (1, 2):
-        raise ValueError(f"{path}: format version {h['version']}, this loader reads versions 1 and 2")
+    if h["version"] not in (1, 2, 3):
+        raise ValueError(f"{path}: format version {h['version']}, this loader reads versions 1 to 3")
     sizes = struct.unpack_from(f"<{h['n_layers'] + 1}I", data, 56)
     h["sizes"] = sizes
     if h["version"] >= 2:  # the data set trained on, after the layer sizes
         fields = "kind n_train n_test dim n_classes labels_crc".split()
         h["data"] = dict(zip(fields, struct.unpack_from("<6I", data, 56 + 4 * len(sizes))))
+    if h["version"] >= 3:  # how the epoch is cut into steps, after the data set
+        fields = "batch_size grad_accum drop_last epoch_samples".split()
+        h["steps"] = dict(zip(fields, struct.unpack_from("<4I", data, 56 + 4 * len(sizes) + 24)))
     floats = torch.from_numpy(np.frombuffer(data, "<f4", offset=h["header_size"],
                                             count=(len(data) - 4 - h["header_size"]) // 4).copy())
     layers = []

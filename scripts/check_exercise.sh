@@ -21,6 +21,14 @@
 # teach code that lives in train.c, and step 07's reducer has no unit tests of its own (the Reducer*
 # tests are step 06's): their integration claims are their tests.
 #
+# The first claim, stepNN_own_binary, checks that the program which runs is the one built here (/proc
+# shows each process's executable after any exec), not the main build's. The learner's code runs
+# unsandboxed, as the user who runs this.
+#
+# Ctrl-C (or TERM, HUP) stops the running test or claim and every process it started, mpirun's ranks
+# included, removes the temporary folder (also the claims' own folders, which check.py keeps in it)
+# and exits 128 + the signal's number (130 for Ctrl-C).
+#
 # Exit status: 0 when every unit test and claim passes, 1 otherwise, 2 on a usage error.
 #
 # Environment: DDP_BUILD_DIR  the configured Ninja build to borrow from (default: build)
@@ -32,6 +40,142 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
 usage() { echo "usage: $0 N FILE [FILE...]   (N = 02..07; e.g. $0 03 exercises/03_sampler/sampler.c)" >&2; exit 2; }
+# The build's commands for a target, rebuilt to compile some of its sources from elsewhere:
+#   commands TARGET OUTPUT NEW_OUTPUT OBJDIR FLAGS SRC=NEW...
+# prints `compile CMD` for each source SRC of TARGET (the file NEW instead, its object in OBJDIR),
+# then `link CMD` (the objects from OBJDIR, the program written to NEW_OUTPUT instead of OUTPUT),
+# FLAGS added to both. The commands are split into words as the shell would and every word is quoted
+# again, so that spaces in any path survive (CMake quotes such paths in build.ninja); a source is
+# matched by its physical path, as the build's own paths may not go through the same symlinks as
+# ours. Exit status 1 when TARGET has no such compile or link command.
+commands() {
+  (cd "$build" && ninja -t commands "$1") | python3 -c '
+import os, shlex, sys
+build, target, out, new_out, objdir, flags = sys.argv[1:7]
+sources = {os.path.realpath(a.split("=", 1)[0]): a.split("=", 1)[1] for a in sys.argv[7:]}
+ops = {"&&", "||", ";", "|"}
+def sh(words):
+    return " ".join(w if w in ops else shlex.quote(w) for w in words)
+objects, compiles, links = {}, [], []
+lines = [shlex.split(line) for line in sys.stdin if line.strip()]
+for words in lines:
+    i = words.index("-c") if "-c" in words[:-1] else -1
+    if i < 0 or os.path.realpath(os.path.join(build, words[i + 1])) not in sources or "-o" not in words[:-1]:
+        continue
+    obj = words[words.index("-o") + 1]
+    new = os.path.join(objdir, os.path.basename(obj))
+    objects.update({obj: new, obj + ".d": new + ".d"})
+    words[i + 1] = sources[os.path.realpath(os.path.join(build, words[i + 1]))]
+    words = [objects.get(w, w) for w in words]
+    compiles.append(sh(words[:i] + shlex.split(flags) + words[i:]))
+for words in lines:
+    if "-c" in words or "-o" not in words[:-1] or words[words.index("-o") + 1] != out:
+        continue
+    i = words.index("-o")
+    words = [objects.get(w, w) for w in words]
+    words[i + 1] = new_out
+    links.append(sh(words[:i] + shlex.split(flags) + words[i:]))
+if not compiles or len(links) != 1:
+    sys.exit(1)
+os.makedirs(objdir, exist_ok=True)
+for c in compiles:
+    print("compile", c)
+print("link", links[0])
+' "$build" "$@"
+}
+
+# A log with the temporary folder's sources named as the step's files.
+untmp() {
+  local text
+  text=$(< "$1")
+  printf '%s\n' "${text//"$tmp/src/"/"$step/"}"
+}
+
+# The processes of process group $1, and every process below them (from /proc): an mpirun in the
+# group starts its ranks in process groups of their own.
+group_tree() {
+  local -A kids=()
+  local stat line pid fields found="" queue="" p
+  for stat in /proc/[0-9]*/stat; do
+    read -r line 2> /dev/null < "$stat" || continue
+    pid=${stat#/proc/}
+    pid=${pid%/stat}
+    read -ra fields <<< "${line##*) }"  # state ppid pgrp ...; the name before ") " may hold spaces
+    [ "${fields[0]}" = Z ] && continue
+    kids[${fields[1]}]+=" $pid"
+    [ "${fields[2]}" = "$1" ] && queue+=" $pid"
+  done
+  local -A visited=()
+  while [ -n "${queue// /}" ]; do
+    read -r p queue <<< "$queue"
+    [ -z "${visited[$p]:-}" ] || continue
+    visited[$p]=1
+    found+=" $p"
+    queue+=" ${kids[$p]:-}"
+  done
+  echo $found
+}
+
+alive() {  # any of these pids still running (a zombie has ended)
+  local p state
+  for p in "$@"; do
+    state=$(sed 's/.*) \(.\).*/\1/' "/proc/$p/stat" 2> /dev/null) || continue
+    [ "$state" != Z ] && return 0
+  done
+  return 1
+}
+
+# Ends what is left of process group $1 (led by a `timeout`) and what it started: TERM first
+# (mpirun then stops its ranks and removes its files in TMPDIR and /dev/shm, which a KILL would
+# leave), KILL after 5 s. The TERM goes to the `timeout` while it runs, which sends it on to the whole
+# group once: a second TERM, e.g. from a kill of the group as well, makes mpirun quit at once, its
+# files left behind (seen with Open MPI 4.1).
+stop_group() {
+  local pids i
+  pids=$(group_tree "$1")
+  [ -n "$pids" ] || return 0
+  if alive "$1"; then kill -TERM "$1"; else kill -TERM -- "-$1"; fi 2> /dev/null
+  for ((i = 0; i < 50; i++)); do
+    # shellcheck disable=SC2086
+    alive $pids || return 0
+    sleep 0.1
+  done
+  # shellcheck disable=SC2086
+  kill -KILL -- "-$1" $pids $(group_tree "$1") 2> /dev/null
+}
+
+# in_group LIMIT OUT ERR CMD...: runs CMD with stdout in OUT and stderr in ERR (the same file: both
+# there), ended after LIMIT seconds; sets rc. `timeout` gives CMD a process group of its own, which
+# a Ctrl-C at the terminal does not reach, and bash runs a trap only once a foreground command has
+# ended: so CMD runs in the background, and `wait`, which a trapped signal interrupts, waits for it.
+child=""
+in_group() {
+  local limit=$1 out=$2 err=$3
+  shift 3
+  if [ "$out" = "$err" ]; then
+    timeout -k 10 "$limit" "$@" > "$out" 2>&1 &
+  else
+    timeout -k 10 "$limit" "$@" > "$out" 2> "$err" &
+  fi
+  child=$!
+  wait "$child"
+  rc=$?
+  stop_group "$child"  # whatever a killed command left, e.g. the ranks of an mpirun
+  child=""
+}
+
+# Ctrl-C (INT), TERM or HUP: stop the running test or claim and its ranks, remove the temporary
+# folder (the EXIT trap), exit 128 + the signal's number.
+interrupted() {
+  trap '' INT TERM HUP
+  [ -z "$child" ] || stop_group "$child"
+  echo "$0: interrupted by SIG$1" >&2
+  exit "$2"
+}
+trap 'interrupted INT 130' INT
+trap 'interrupted TERM 143' TERM
+trap 'interrupted HUP 129' HUP
+
 build_only=0
 [ "${1:-}" = --build-only ] && { build_only=1; shift; }
 [ $# -ge 2 ] || usage
@@ -48,6 +192,8 @@ case $n in
   07) claims="step07_replicas_np2 step07_replicas_np3 step07_matches_step06_np2 step07_matches_step06_np3
               step07_memory step07_checkpoints" ;;
 esac
+# First of all: the program that runs is the one built here from the learner's files.
+claims="step${n}_own_binary $claims"
 claims=${DDP_CLAIMS:-$claims}
 [ "$claims" = none ] && claims=""
 # The unit tests of the stage's own code: (the step's source file they test, gtest filter)
@@ -104,33 +250,25 @@ if ! cmake --build "$build" --target ddp_common $targets > "$tmp/build.log" 2>&1
   tail -n 20 "$tmp/build.log" >&2
   exit 1
 fi
-cmds=$(cd "$build" && ninja -t commands "$step") || { echo "$0: ninja does not know target $step" >&2; exit 2; }
-objdir="CMakeFiles/$step.dir/steps/$step/"
-compile=$(printf '%s\n' "$cmds" | grep -F -- "-c $step_src/")
-link=$(printf '%s\n' "$cmds" | grep -F -- "-o bin/$step ")
-if [ -z "$compile" ] || [ -z "$link" ]; then
+sources=()
+for f in "$step_src"/*.c; do sources+=("$f=$tmp/src/$(basename "$f")"); done
+if ! commands "$step" "bin/$step" "$tmp/bin/$step" "$tmp/obj" "" "${sources[@]}" > "$tmp/cmds"; then
   echo "$0: could not find the compile and link commands of $step in $build" >&2
   exit 2
 fi
 ok=1
-while IFS= read -r cmd; do
-  cmd=${cmd//"$step_src/"/"$tmp/src/"}
-  cmd=${cmd//"$objdir"/"$tmp/obj/"}
+while read -r kind cmd; do
+  [ "$kind" = link ] && [ $ok = 0 ] && break
   (cd "$build" && bash -c "$cmd") >> "$tmp/compile.log" 2>&1 || ok=0
-done <<< "$compile"
-if [ $ok = 1 ]; then
-  cmd=${link//"$objdir"/"$tmp/obj/"}
-  cmd=${cmd//"-o bin/$step "/"-o $tmp/bin/$step "}
-  (cd "$build" && bash -c "$cmd") >> "$tmp/compile.log" 2>&1 || ok=0
-fi
+done < "$tmp/cmds"
 if [ $ok = 0 ]; then
   echo "FAIL build: $step does not compile or link with your file(s):"
-  sed "s|$tmp/src/|$step/|g" "$tmp/compile.log" | head -n 40
+  untmp "$tmp/compile.log" | head -n 40
   exit 1
 fi
 if [ -s "$tmp/compile.log" ]; then
   echo "compiler warnings:"
-  sed "s|$tmp/src/|$step/|g" "$tmp/compile.log" | head -n 20
+  untmp "$tmp/compile.log" | head -n 20
 fi
 if [ $build_only = 1 ]; then
   echo "built $step"
@@ -143,33 +281,31 @@ done
 failed=0
 # The stage's unit tests, with the learner's $unit_src linked into the main build's unit_tests.
 if [ -n "$unit_src" ]; then
-  ucmds=$(cd "$build" && ninja -t commands unit_tests 2>/dev/null)
-  ucompile=$(printf '%s\n' "$ucmds" | grep -F -- "-c $step_src/$unit_src")
-  ulink=$(printf '%s\n' "$ucmds" | grep -F -- "-o bin/unit_tests ")
-  if [ -z "$ucompile" ] || [ -z "$ulink" ] || ! cmake --build "$build" --target unit_tests > "$tmp/ubuild.log" 2>&1; then
+  if ! cmake --build "$build" --target unit_tests > "$tmp/ubuild.log" 2>&1 ||
+     ! commands unit_tests bin/unit_tests "$tmp/unit_tests" "$tmp/uobj" "" \
+       "$step_src/$unit_src=$tmp/src/$unit_src" > /dev/null; then
     echo "SKIP unit tests: the build has no unit_tests (GoogleTest missing?)"
     unit_src=""
   fi
 fi
 if [ -n "$unit_src" ]; then
-  uobj=$(printf '%s\n' "$ucompile" | sed -n 's/.* -o \([^ ]*\) .*/\1/p')
   sanitize="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g"
   build_unit() {  # $1: extra compile and link flags
-    local c=${ucompile//"$step_src/$unit_src"/"$tmp/src/$unit_src"} l=$ulink
-    c=${c//"$uobj"/"$tmp/unit_$unit_src.o"}
-    c=${c/" -c "/" $1 -c "}
-    l=${l//"$uobj"/"$tmp/unit_$unit_src.o"}
-    l=${l//"-o bin/unit_tests "/"$1 -o $tmp/unit_tests "}
-    (cd "$build" && bash -c "$c" && bash -c "$l") > "$tmp/ucompile.log" 2>&1
+    commands unit_tests bin/unit_tests "$tmp/unit_tests" "$tmp/uobj" "$1" \
+      "$step_src/$unit_src=$tmp/src/$unit_src" > "$tmp/ucmds" || return 1
+    local kind cmd
+    while read -r kind cmd; do
+      (cd "$build" && bash -c "$cmd") || return 1
+    done < "$tmp/ucmds" > "$tmp/ucompile.log" 2>&1
   }
   with="with AddressSanitizer and UBSan"
   if ! build_unit "$sanitize"; then
     with="without sanitizers (this compiler cannot build with -fsanitize=address,undefined)"
-    build_unit "" || { echo "FAIL build: the unit tests do not link with your $unit_src:"; head -n 20 "$tmp/ucompile.log"; exit 1; }
+    build_unit "" || { echo "FAIL build: the unit tests do not link with your $unit_src:"; untmp "$tmp/ucompile.log" | head -n 20; exit 1; }
   fi
-  ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1 OPENBLAS_NUM_THREADS=1 \
-    timeout -k 5 120 "$tmp/unit_tests" --gtest_filter="$unit_filter" > "$tmp/unit.out" 2>&1
-  urc=$?
+  in_group 120 "$tmp/unit.out" "$tmp/unit.out" env ASAN_OPTIONS=detect_leaks=0 \
+    UBSAN_OPTIONS=print_stacktrace=1 OPENBLAS_NUM_THREADS=1 "$tmp/unit_tests" --gtest_filter="$unit_filter"
+  urc=$rc
   # One line per failed test, with the first "likely cause" its checks printed; a sanitizer's report.
   python3 - "$tmp/unit.out" "$urc" "$unit_src" "$with" "$tmp/src/" <<'PY' || failed=1
 import re, sys
@@ -214,9 +350,13 @@ fi
 source "$root/scripts/mpi_env.sh"
 export DDP_BIN_DIR=$tmp/bin DDP_MPIEXEC=${DDP_MPIEXEC:-mpiexec} DDP_RUN_TIMEOUT=${DDP_RUN_TIMEOUT:-15}
 limit=${DDP_CHECK_TIMEOUT:-300}
+export DDP_CHECK_TMPDIR=$tmp/claim
 for claim in $claims; do
-  timeout -k 10 "$limit" python3 "$root/tests/integration/check.py" "$claim" > "$tmp/out" 2> "$tmp/err"
-  rc=$?
+  # check.py's folder for the claim's files, inside ours: removed even when the claim is killed
+  mkdir "$tmp/claim"
+  in_group "$limit" "$tmp/out" "$tmp/err" \
+    python3 "$root/tests/integration/check.py" "$claim"
+  rm -rf "$tmp/claim"
   case $rc in
     0)
       echo "PASS $claim"

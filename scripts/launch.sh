@@ -1,19 +1,36 @@
 #!/usr/bin/env bash
 # A minimal single-node launcher in the style of torchrun, for machines without MPI:
-#   scripts/launch.sh -n N PROGRAM [ARGS...]
+#   scripts/launch.sh [--max_restarts K] -n N PROGRAM [ARGS...]
 # starts N copies of PROGRAM with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and
 # MASTER_PORT set (MASTER_PORT from the environment, default 29500; NCCL bootstraps on the port after
 # it). If any rank fails, the others are stopped, so nothing is left hanging; the exit status is the
-# first failure's. SIGTERM or SIGINT (Ctrl-C) to the launcher stops every rank too, and the launcher
-# then exits with 128 + the signal's number.
+# first failure's. SIGTERM, SIGINT (Ctrl-C) or SIGHUP (the terminal closed) to the launcher stops
+# every rank too, and the launcher then exits with 128 + the signal's number. --max_restarts K runs
+# the whole launch under scripts/restart.sh: when it fails, every rank is started again, at most K times.
 set -uo pipefail
-if [ "${1:-}" != "-n" ] || [ -z "${2:-}" ] || [ -z "${3:-}" ]; then
-  echo "usage: $0 -n N PROGRAM [ARGS...]" >&2
+usage() {
+  echo "usage: $0 [--max_restarts K] -n N PROGRAM [ARGS...]" >&2
   exit 2
+}
+restarts=
+if [ "${1:-}" = "--max_restarts" ]; then
+  [ -n "${2:-}" ] || usage
+  restarts=$2
+  shift 2
+fi
+if [ "${1:-}" != "-n" ] || [ -z "${2:-}" ] || [ -z "${3:-}" ]; then
+  usage
 fi
 n=$2
 shift 2
-case $n in '' | *[!0-9]* | 0) echo "$0: -n needs a positive number, got '$n'" >&2; exit 2 ;; esac
+# Decimal without leading zeros: "08" is not octal 8 and "010" is not 8 ranks with WORLD_SIZE=010.
+if ! [[ $n =~ ^[1-9][0-9]{0,3}$ ]]; then
+  echo "$0: -n needs a positive decimal number 1..9999 without leading zeros, got '$n'" >&2
+  exit 2
+fi
+if [ -n "$restarts" ]; then  # the same loop as scripts/restart.sh's, not a copy of it
+  exec "$(dirname "$0")/restart.sh" --max_restarts "$restarts" -- "$0" -n "$n" "$@"
+fi
 export WORLD_SIZE=$n LOCAL_WORLD_SIZE=$n MASTER_ADDR=${MASTER_ADDR:-127.0.0.1} MASTER_PORT=${MASTER_PORT:-29500}
 STOP_GRACE=${STOP_GRACE:-10}  # seconds a rank has to end after SIGTERM before it gets SIGKILL
 
@@ -32,13 +49,14 @@ stop_ranks() {
   wait 2>/dev/null
 }
 on_signal() {
-  trap '' TERM INT  # a second Ctrl-C must not interrupt the clean-up
+  trap '' TERM INT HUP  # a second Ctrl-C must not interrupt the clean-up
   echo "$0: got SIG$1; stopping the ranks" >&2
   stop_ranks
   exit $((128 + $2))
 }
 trap 'on_signal TERM 15' TERM
 trap 'on_signal INT 2' INT
+trap 'on_signal HUP 1' HUP
 
 for ((r = 0; r < n; r++)); do
   RANK=$r LOCAL_RANK=$r "$@" &

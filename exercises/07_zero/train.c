@@ -32,8 +32,10 @@
 #include "mlp.h"         // mlp.h: Mlp, mlp_init, mlp_forward, mlp_loss, mlp_backward
 #include "ops.h"         // ops.h: ops_axpy
 #include "optim.h"       // optim.h: Sgd, sgd_init, sgd_step
+#include "preempt.h"     // preempt.h: Preempt, preempt_init, preempt_agree, preempt_exit_status
 #include "reducer.h"     // reducer.h: Reducer, reducer_init, reducer_autograd_hook, reducer_finalize_backward
 #include "sampler.h"     // sampler.h: Sampler, sampler_init, sampler_set_epoch, sampler_indices
+#include "snapshot.h"    // snapshot.h: snapshot_due, snapshot_resume_path
 #include "trace.h"       // trace.h: Trace, trace_open, trace_backward, trace_close
 
 // ---------------------------------------------------------------------------------------------------
@@ -64,10 +66,11 @@ typedef struct Trainer {
   long long epoch_step;  // steps done in the current epoch: > 0 after a --max_steps stop or resume
   Metrics metrics;       // --metrics file
   LossLog losses;        // each step's loss, on its way to the metrics file and the progress line
+  Preempt preempt;       // [fault] SIGTERM's flag, agreed by the ranks at every step boundary
 } Trainer;
 
 static void configure(Trainer *t, int argc, char **argv) {
-  args_parse(&t->args, argc, argv, ARGS_TRAIN | ARGS_DIST | ARGS_SAMPLER | ARGS_REDUCER,
+  args_parse(&t->args, argc, argv, ARGS_TRAIN | ARGS_DIST | ARGS_SAMPLER | ARGS_REDUCER | ARGS_FAULT,
              "Step 07: ZeRO stage 1, the optimizer state sharded across the ranks");
 }
 
@@ -89,6 +92,7 @@ static void setup(Trainer *t) {
   device_init(&t->ctx, dev, gpus == 1 ? 0 : t->local_rank);
   device_set_tf32(&t->ctx, t->args.tf32);  // --tf32: faster GPU GEMMs, inputs rounded to TF32
   dist_connect(&t->pg, &t->ctx);           // [init] the communicator, on this rank's GPU
+  preempt_init(&t->preempt, &t->ctx);      // [fault] from now on SIGTERM stops every rank after one more step
   log0("rank %d of %d (local rank %d) on %s\n", t->rank, t->world_size, t->local_rank, device_name(dev));
 }
 
@@ -107,6 +111,7 @@ static void check_ranks_agree(Trainer *t) {
 
 static void cleanup(Trainer *t) {
   dist_destroy(&t->pg);  // [init] leave the process group
+  preempt_free(&t->preempt, &t->ctx);
   device_free(&t->ctx);
 }
 
@@ -220,6 +225,8 @@ static double evaluate(Trainer *t) {
 // ---------------------------------------------------------------------------------------------------
 // Epoch loop
 
+static void save_checkpoint(Trainer *t, const char *dir, int epochs_done);  // [fault] snapshots: below
+
 // Samples per optimizer step on this rank: --grad_accum micro-batches of --batch_size.
 static int step_size(const Trainer *t) { return t->args.batch_size * t->args.grad_accum; }
 
@@ -227,9 +234,11 @@ static long long steps_per_epoch(const Trainer *t) {
   return (samples_per_epoch(t) + step_size(t) - 1) / step_size(t);  // the last may be short
 }
 
-static bool out_of_steps(const Trainer *t) { return t->args.max_steps > 0 && t->step >= t->args.max_steps; }
+static bool out_of_steps(const Trainer *t) {
+  return (t->args.max_steps > 0 && t->step >= t->args.max_steps) || t->preempt.stop;  // [fault] or preempted
+}
 
-// Returns whether the whole epoch ran (--max_steps may stop it early).
+// Returns whether the whole epoch ran (--max_steps or a preemption may stop it early).
 static bool run_epoch(Trainer *t, int epoch) {
   epoch_order(t, epoch);
   double t0 = log_clock();
@@ -242,13 +251,18 @@ static bool run_epoch(Trainer *t, int epoch) {
     batches++;
     samples += (long long)B * t->world_size;  // [metrics] the global batch
     loss_log_push(&t->losses, &t->ctx, loss, t->step, epoch, (long long)B * t->world_size);
+    preempt_agree(&t->preempt, &t->pg, &t->ctx, t->step);  // [fault] one rank's SIGTERM stops them all here
+    // [fault] a snapshot taken now resumes at the next step
+    t->epoch_step = batches;
+    if (snapshot_due(&t->args, t->step) && batches < steps_per_epoch(t) && !out_of_steps(t))
+      save_checkpoint(t, t->args.ckpt_dir, epoch);  // [fault] --save_steps: a snapshot inside the epoch
   }
   double train_loss = loss_log_epoch(&t->losses, &t->ctx);  // the last steps' losses; their mean
   double samples_per_s = (double)samples / (log_clock() - t0);
   double acc = evaluate(t);
   log0("epoch %d/%d  train loss %.4f  test accuracy %.4f  %.0f samples/s\n", epoch + 1, t->args.epochs,
        train_loss, acc, samples_per_s);
-  metrics_epoch(&t->metrics, epoch, (float)train_loss, acc, samples_per_s);
+  metrics_epoch(&t->metrics, epoch, (float)train_loss, acc, samples_per_s, batches < steps_per_epoch(t));
   t->epoch_step = batches == steps_per_epoch(t) ? 0 : batches;  // where a --max_steps stop leaves it
   return t->epoch_step == 0;
 }
@@ -257,7 +271,7 @@ static bool run_epoch(Trainer *t, int epoch) {
 // Checkpoint
 
 static CkptMeta checkpoint_meta(const Trainer *t, int epochs_done) {
-  CkptMeta meta = ckpt_model_meta(&t->model, &t->opt, t->args.seed, &t->data_id);
+  CkptMeta meta = ckpt_model_meta(&t->model, &t->opt, &t->args, &t->data_id);
   meta.epoch = (uint32_t)epochs_done;
   meta.epoch_step = (uint32_t)t->epoch_step;
   meta.step = (uint64_t)t->step;
@@ -287,23 +301,32 @@ static void save_checkpoint(Trainer *t, const char *dir, int epochs_done) {
 }
 
 static void resume(Trainer *t) {
-  if (!t->args.resume) return;
+  const char *path = snapshot_resume_path(&t->args);  // [fault] --resume auto: --ckpt_dir's, if there is one
+  if (!path) return;
   CkptMeta expect = checkpoint_meta(t, 0), meta;
   Sgd full = full_optimizer(t);  // [zero] the file's full momentum: wrap_model() shards it
-  ckpt_load_model(t->args.resume, &expect, &meta, &t->model, &full, &t->ctx);
+  ckpt_load_model(path, &expect, &meta, &t->model, &full, &t->ctx);
   t->opt.steps = full.steps;
   t->epoch0 = (int)meta.epoch;
   t->step = (long long)meta.step;
   t->epoch_step = (long long)meta.epoch_step;
-  ckpt_log_resume(t->args.resume, &meta, t->args.epochs);
+  ckpt_log_resume(path, &meta, t->args.epochs);
   dist_barrier(&t->pg);  // [ckpt] every rank has loaded before any trains
 }
 
 // ---------------------------------------------------------------------------------------------------
 // Main
 
+// Whether to save after an epoch: every --save_interval epochs, and where --max_steps stops, inside an
+// epoch or at its end; [fault] and always after a preemption or a --save_steps snapshot on its last step.
+static bool save_after_epoch(const Trainer *t, int epoch, bool complete) {
+  if (t->preempt.stop || snapshot_due(&t->args, t->step)) return true;  // [fault]
+  bool stopped = !complete || out_of_steps(t);
+  return t->args.save_interval > 0 && (stopped || (epoch + 1) % t->args.save_interval == 0);
+}
+
 static void train(Trainer *t) {
-  if (t->rank == 0 && t->args.save_interval > 0)  // [ckpt] rank 0 writes: its folder must be usable
+  if (t->rank == 0 && (t->args.save_interval > 0 || t->args.save_steps > 0))  // [ckpt] [fault] rank 0 writes
     ckpt_dir_require(t->args.ckpt_dir);
   // [accum] the global batch: W ranks each take K micro-batches of their own shard per step
   log0("global batch: %d ranks x %d x %d micro-batches = %lld samples per step\n", t->world_size,
@@ -315,7 +338,7 @@ static void train(Trainer *t) {
   if (t->args.save_init) save_checkpoint(t, t->args.save_init, t->epoch0);  // the state to start from
   for (int epoch = t->epoch0; epoch < t->args.epochs && !out_of_steps(t); epoch++) {
     bool complete = run_epoch(t, epoch);  // false after a --max_steps stop inside the epoch
-    if (t->args.save_interval > 0 && (!complete || (epoch + 1) % t->args.save_interval == 0))
+    if (save_after_epoch(t, epoch, complete))
       save_checkpoint(t, t->args.ckpt_dir, complete ? epoch + 1 : epoch);
   }
 }
@@ -349,5 +372,5 @@ int main(int argc, char **argv) {
   train(&t);
   finish(&t);
   cleanup(&t);
-  return 0;
+  return preempt_exit_status(&t.preempt);  // [fault] PREEMPT_EXIT_STATUS (75) after a preemption
 }

@@ -161,7 +161,7 @@ static bool run_epoch(Trainer *t, int epoch) {
   double acc = evaluate(t);
   log0("epoch %d/%d  train loss %.4f  test accuracy %.4f  %.0f samples/s\n", epoch + 1, t->args.epochs,
        train_loss, acc, samples_per_s);
-  metrics_epoch(&t->metrics, epoch, (float)train_loss, acc, samples_per_s);
+  metrics_epoch(&t->metrics, epoch, (float)train_loss, acc, samples_per_s, batches < steps_per_epoch(t));
   t->epoch_step = batches == steps_per_epoch(t) ? 0 : batches;  // where a --max_steps stop leaves it
   return t->epoch_step == 0;
 }
@@ -170,7 +170,7 @@ static bool run_epoch(Trainer *t, int epoch) {
 // Checkpoint
 
 static CkptMeta checkpoint_meta(const Trainer *t, int epochs_done) {
-  CkptMeta meta = ckpt_model_meta(&t->model, &t->opt, t->args.seed, &t->data_id);
+  CkptMeta meta = ckpt_model_meta(&t->model, &t->opt, &t->args, &t->data_id);
   meta.epoch = (uint32_t)epochs_done;
   meta.epoch_step = (uint32_t)t->epoch_step;
   meta.step = (uint64_t)t->step;
@@ -205,7 +205,9 @@ static void train(Trainer *t) {
   if (t->args.save_init) save_checkpoint(t, t->args.save_init, t->epoch0);  // the state to start from
   for (int epoch = t->epoch0; epoch < t->args.epochs && !out_of_steps(t); epoch++) {
     bool complete = run_epoch(t, epoch);  // false after a --max_steps stop inside the epoch
-    if (t->args.save_interval > 0 && (!complete || (epoch + 1) % t->args.save_interval == 0))
+    // where --max_steps stops, inside an epoch or at its end, a checkpoint is saved
+    bool stopped = !complete || out_of_steps(t);
+    if (t->args.save_interval > 0 && (stopped || (epoch + 1) % t->args.save_interval == 0))
       save_checkpoint(t, t->args.ckpt_dir, complete ? epoch + 1 : epoch);
   }
 }

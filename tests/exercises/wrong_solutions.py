@@ -47,6 +47,20 @@ WRONG = {
         Wrong("no_destroy", S02, [("  dist_destroy(&t->pg);  // [init] leave the process group\n", "")],
               "step02_redundant", ["call dist_destroy"],
               "the process group is never left (MPI_Finalize is never called)"),
+        Wrong("exec_reference", S02,
+              [("#include <stdlib.h>\n", "#include <stdlib.h>\n#include <stdio.h>\n#include <string.h>\n#include <unistd.h>\n"),
+               ("int main(int argc, char **argv) {\n",
+                "int main(int argc, char **argv) {\n"
+                "  char self[4096], ref[4096];  // the main build's 02_init, next to the 01_single_gpu that bin/ links to\n"
+                "  snprintf(self, sizeof self - 16, \"%s\", argv[0]);\n"
+                "  char *slash = strrchr(self, '/');\n"
+                "  ssize_t n = slash ? (strcpy(slash + 1, \"01_single_gpu\"), readlink(self, ref, sizeof ref - 16)) : -1;\n"
+                "  if (n > 0 && (ref[n] = '\\0', slash = strrchr(ref, '/'))) {\n"
+                "    strcpy(slash + 1, \"02_init\");\n"
+                "    execv(ref, argv);\n"
+                "  }\n")],
+              "step02_own_binary", ["not the one built from your file", "another build's program"],
+              "main only execs the main build's own 02_init, which passes every other claim"),
     ],
     "03": [
         Wrong("no_reshuffle", S03, [("rng_permutation(s->perm, s->n, s->seed + (uint64_t)epoch);",

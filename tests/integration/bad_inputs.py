@@ -187,14 +187,37 @@ CASES = [
     ("N2", "a diverging run at 2 ranks in step 06 (losses read back asynchronously)", "06_full",
      SMALL[:-4] + ["--epochs", "5", "--save_interval", "0", "--lr", "1e30"], {}, 2, 1,
      ["step 2: the loss is", "diverged"]),
+    # A checkpoint saved inside an epoch (--max_steps) resumes only where the rest of the epoch is the same.
+    ("C18", "a mid-epoch checkpoint resumed with another batch size (it trained nothing, or repeated samples)",
+     "05_metrics_ckpt", SMALL + ["--batch_size", "64", "--resume", "{d}/mid.bin"], {}, 1, 1,
+     ["{d}/mid.bin", "stopped 1 steps into epoch 1", "128 samples per step per rank (batch 128 x 1)",
+      "this run takes 64 (batch 64 x 1)", "resume with --batch_size 128"]),
+    ("C19", "a mid-epoch checkpoint resumed with another --drop_last", "05_metrics_ckpt",
+     SMALL + ["--drop_last", "--resume", "{d}/mid.bin"], {}, 1, 1,
+     ["{d}/mid.bin", "--drop_last off; this run has it on"]),
+    ("C20", "a mid-epoch checkpoint of format version 2 (which does not record the samples per step)",
+     "05_metrics_ckpt", SMALL + ["--resume", "{d}/mid2.bin"], {}, 1, 1,
+     ["{d}/mid2.bin", "format version 2", "samples per step", "epoch's end"]),
+    ("N3", "a run whose last step makes the parameters non-finite, saving nothing (it ended 'done', exit 0)",
+     "05_metrics_ckpt", SMALL + ["--max_steps", "1", "--lr", "1e30", "--weight_decay", "1e30"], {}, 2, 1,
+     ["not finite at the end of the run", "diverged"]),
     ("C17", "a checkpoint folder that cannot be written (found at start, not after an epoch)",
      "05_metrics_ckpt", SMALL[:-2] + ["--save_interval", "1", "--ckpt_dir", "/proc/self"], {}, 2, 1,
      ["/proc/self", "not writable"]),
+    # Restarts (step 06): --resume auto refuses a bad snapshot as --resume FILE does, never starts fresh.
+    ("R1", "--resume auto in a step before 06", "05_metrics_ckpt", SMALL + ["--resume", "auto"], {}, 1, 2,
+     ["--resume auto", "step 06"]),
+    ("R2", "--resume auto with a corrupt snapshot in --ckpt_dir", "06_full",
+     SMALL + ["--resume", "auto", "--ckpt_dir", "{d}/auto_flip"], {}, 2, 1, ["{d}/auto_flip/checkpoint.bin"]),
+    ("R3", "negative --save_steps", "06_full", SMALL + ["--save_steps", "-1"], {}, 1, 2, ["--save_steps"]),
     # Per-rank output files.
     ("M2", "metrics path without {rank} at 2 ranks (the ranks overwrote each other)", "05_metrics_ckpt",
      SMALL + ["--metrics", "{d}/m.jsonl"], {}, 2, 2, ["--metrics {d}/m.jsonl", "2 ranks", "{rank}"]),
     ("M3", "trace path without {rank} at 2 ranks (it was invalid JSON)", "06_full",
      SMALL + ["--trace", "{d}/t.json"], {}, 2, 2, ["--trace {d}/t.json", "2 ranks", "{rank}"]),
+    ("M4", "one path for --metrics and --trace (the trace overwrote the metrics)", "06_full",
+     SMALL + ["--metrics", "{d}/m{rank}.json", "--trace", "{d}/m{rank}.json"], {}, 1, 2,
+     ["--metrics and --trace", "{d}/m{rank}.json"]),
 ]
 
 
@@ -317,6 +340,8 @@ def checkpoint(d):
     flip = bytearray(good)
     flip[len(good) // 3] ^= 0x10
     open(f"{d}/flip.bin", "wb").write(bytes(flip))
+    os.makedirs(f"{d}/auto_flip")
+    open(f"{d}/auto_flip/checkpoint.bin", "wb").write(bytes(flip))
     subprocess.run([f"{BIN}/05_metrics_ckpt"] + SMALL[:-4] + ["--epochs", "2", "--save_interval", "2",
                     "--ckpt_dir", f"{d}/ck2"], check=True, capture_output=True, env=clean_env())
     shutil.move(f"{d}/ck2/checkpoint.bin", f"{d}/good2.bin")
@@ -325,6 +350,16 @@ def checkpoint(d):
     v[8:12] = struct.pack("<I", 7)
     open(f"{d}/version.bin", "wb").write(bytes(v) + struct.pack("<I", zlib.crc32(bytes(v))))
     open(f"{d}/text.bin", "wb").write(b"these are not the bytes you are looking for\n" * 4)
+    # 256 samples at batch 128: --max_steps 1 stops (and saves) 1 step into epoch 1.
+    subprocess.run([f"{BIN}/05_metrics_ckpt"] + SMALL[:-2] + ["--max_steps", "1", "--save_interval", "1",
+                    "--ckpt_dir", f"{d}/ckm"], check=True, capture_output=True, env=clean_env())
+    shutil.move(f"{d}/ckm/checkpoint.bin", f"{d}/mid.bin")
+    shutil.rmtree(f"{d}/ckm")
+    mid = open(f"{d}/mid.bin", "rb").read()
+    steps_at = 56 + 4 * (struct.unpack_from("<I", mid, 52)[0] + 1) + 24  # version 3's step fields
+    v2 = bytearray(mid[:steps_at] + mid[steps_at + 16:-4])  # as version 2 wrote it
+    v2[8:16] = struct.pack("<II", 2, steps_at)
+    open(f"{d}/mid2.bin", "wb").write(bytes(v2) + struct.pack("<I", zlib.crc32(bytes(v2))))
     # Edits with a valid CRC: header offsets from common/ckpt.h's table (epoch 16, steps into the
     # epoch 20, global step 24, header size 12), floats after the header.
     hsize = struct.unpack_from("<I", good, 12)[0]

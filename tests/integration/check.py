@@ -51,6 +51,26 @@ class Failure(Exception):
     pass
 
 
+# SIGTERM (the exercise checker's time limit or Ctrl-C: `timeout` sends it to the whole process group,
+# mpirun included): the program that runs now ends by itself, and a scenario stops once it has. Dying
+# at once would let mpirun, on its next write to a closed pipe, die of SIGPIPE before removing its
+# session folder and shared-memory files; and the scenario's folder would stay behind.
+class Stopped(Exception):
+    pass
+
+
+TERMINATED = []
+
+
+def on_term(signum, frame):
+    TERMINATED.append(signum)
+
+
+def stop_if_terminated():
+    if TERMINATED:
+        raise Stopped()
+
+
 def small(**changes):
     """SMALL with some values changed, e.g. small(lr=0.1)."""
     out = list(SMALL)
@@ -148,7 +168,9 @@ def run(step, args, np=1, expect_rc=0, tmp=None, launcher=None):
     env = None
     if np > 1:
         cmd, env = launch(cmd, np, launcher)
+    stop_if_terminated()
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp, env=env)
+    stop_if_terminated()
     if expect_rc is not None and (p.returncode == 0) != (expect_rc == 0):
         cause = hint(p.stdout + p.stderr) if expect_rc == 0 else None
         first = f"likely cause: {cause}\n" if cause else ""
@@ -972,6 +994,76 @@ def max_steps_resume(step, np):
     return scenario
 
 
+def max_steps_epoch_end(step, np):
+    def scenario(tmp):
+        # 2048 samples at 128 per step (64 per rank at 2 ranks): 16 steps an epoch. --max_steps 16 stops
+        # exactly at the end of epoch 1, which --save_interval 2 would not save: the stop must.
+        B = str(128 // np)
+        out, _ = run(step, SMALL + ["--batch_size", B, "--epochs", "4", "--max_steps", "16", "--save_interval", "2",
+                                    "--ckpt_dir", f"{tmp}/ck"], np=np)
+        ck = f"{tmp}/ck/checkpoint.bin"
+        if not os.path.exists(ck):
+            raise Failure(f"{step}: a --max_steps stop at the end of epoch 1 with --save_interval 2 saved "
+                          f"nothing:\n{out}")
+        hdr, _ = read_checkpoint(ck)
+        if (hdr["epoch"], hdr["step"]) != (1, 16):
+            raise Failure(f"{step}: the stop's checkpoint records epoch {hdr['epoch']}, step {hdr['step']}")
+        print(f"{step} at {np} rank(s): a --max_steps stop at an epoch's end saved epoch 1, step 16")
+    scenario.__name__ = f"step{step[:2]}_max_steps_epoch_end_np{np}"
+    scenario.__doc__ = (f"{step} at {np} rank(s): a --max_steps stop exactly at an epoch's end saves a "
+                        "checkpoint even when --save_interval would skip that epoch.")
+    return scenario
+
+
+def mid_epoch_other_batch(step, np):
+    def scenario(tmp):
+        # 2048 samples at batch B x accumulation K per rank (128 samples per step at 1 rank, 64 at 2):
+        # --max_steps 5 stops 5 steps into epoch 1. Resuming there with other samples per step would
+        # skip or repeat samples: refused, naming the checkpoint's value and this run's.
+        accum = step >= "06"  # --grad_accum exists from step 06 on
+        B, K = (32 // np, 2) if accum else (128 // np, 1)
+        flags = ["--batch_size", str(B)] + (["--grad_accum", str(K)] if accum else [])
+        common = SMALL + ["--epochs", "2"]
+        run(step, common + flags + ["--max_steps", "5", "--save_interval", "1", "--ckpt_dir", f"{tmp}/ck",
+                                    "--metrics", f"{tmp}/s{{rank}}.jsonl"], np=np)
+        ck = f"{tmp}/ck/checkpoint.bin"
+        stopped = metrics(f"{tmp}/s0.jsonl")[1]
+        if [(e["epoch"], e.get("partial")) for e in stopped] != [(0, True)]:
+            raise Failure(f"{step}: the --max_steps stop's epoch record should be marked partial: {stopped}")
+        have = f"at {B * K} samples per step per rank (batch {B} x {K})"
+        hint = f"resume with --batch_size {B}" + (f" --grad_accum {K}" if accum else "")
+        others = [["--batch_size", str(4 * B)], ["--batch_size", str(B // 2)]]
+        if accum:
+            others += [["--batch_size", str(B), "--grad_accum", str(4 * K)]]
+        for other in others:
+            b = int(other[1])
+            k = int(other[3]) if len(other) > 2 else (K if accum else 1)
+            args = other + (["--grad_accum", str(k)] if accum and len(other) == 2 else [])
+            _, err = run(step, common + args + ["--resume", ck], np=np, expect_rc=1)
+            want = f"stopped 5 steps into epoch 1 {have}; this run takes {b * k} (batch {b} x {k}): {hint}"
+            if want not in err:
+                raise Failure(f"{step}: a mid-epoch resume with {' '.join(args)} should be refused with "
+                              f"{want!r}:\n{err}")
+        if step >= "03":  # --drop_last exists from step 03 on: it changes the epoch's shards
+            _, err = run(step, common + flags + ["--drop_last", "--resume", ck], np=np, expect_rc=1)
+            if "with --drop_last off; this run has it on" not in err:
+                raise Failure(f"{step}: a mid-epoch resume with another --drop_last should be refused:\n{err}")
+        # The same flags still resume exactly: the digest of an uninterrupted run.
+        run(step, common + flags + ["--metrics", f"{tmp}/a{{rank}}.jsonl"], np=np)
+        run(step, common + flags + ["--resume", ck, "--metrics", f"{tmp}/b{{rank}}.jsonl"], np=np)
+        resumed = metrics(f"{tmp}/b0.jsonl")[1]
+        if [(e["epoch"], e.get("partial")) for e in resumed] != [(0, None), (1, None)]:
+            raise Failure(f"{step}: the resumed run's epoch records should be whole epochs 0 and 1: {resumed}")
+        if digests(f"{tmp}/a", np) != digests(f"{tmp}/b", np):
+            raise Failure(f"{step}: resumed at step 5 with {' '.join(flags)}: {digests(f'{tmp}/b', np)}, "
+                          f"uninterrupted: {digests(f'{tmp}/a', np)}")
+        print(f"{step} at {np} rank(s): other samples per step refused mid-epoch, the same resumes exactly")
+    scenario.__name__ = f"step{step[:2]}_mid_epoch_other_batch_np{np}"
+    scenario.__doc__ = (f"{step} at {np} rank(s): a checkpoint saved inside an epoch refuses another "
+                        "--batch_size or --grad_accum, naming both values, and resumes exactly with the same.")
+    return scenario
+
+
 def proc_children(pid, prog):
     """The processes whose parent is pid and whose command line runs prog (from /proc)."""
     found = []
@@ -1004,8 +1096,9 @@ def proc_running(pid, prog):
 
 
 def launcher_signal(tmp):
-    """scripts/launch.sh forwards SIGTERM and SIGINT: when the launcher gets one, every rank ends,
-    none is left running, and the launcher exits non-zero (128 + the signal's number)."""
+    """scripts/launch.sh forwards SIGTERM, SIGINT and SIGHUP: when the launcher gets one, every rank
+    ends, none is left running, and the launcher exits non-zero (128 + the signal's number); -n takes
+    only a decimal number without leading zeros."""
     import signal
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     launch = os.path.join(root, "scripts", "launch.sh")
@@ -1014,7 +1107,15 @@ def launcher_signal(tmp):
     args = SMALL + ["--epochs", "1000000", "--dataset_size", "256", "--hidden", "16"]
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("OMPI_COMM_WORLD", "PMI", "PMIX", "RANK", "WORLD_SIZE", "SLURM"))}
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    # -n is decimal without leading zeros: "00" and "08" once started nothing and exited 0, "010"
+    # started 8 ranks as WORLD_SIZE=010. Each is refused with status 2, and nothing starts.
+    for n in ("00", "08", "010", "0", "-2", "2x"):
+        marker = os.path.join(tmp, "started")
+        p = subprocess.run([launch, "-n", n, "touch", marker], capture_output=True, text=True, env=env, timeout=60)
+        if p.returncode != 2 or "-n needs a positive decimal number" not in p.stderr or os.path.exists(marker):
+            raise Failure(f"launch.sh -n {n}: exit {p.returncode}, started {os.path.exists(marker)}: {p.stderr!r}")
+    # SIGHUP (the terminal closed) once left the ranks running with parent 1.
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         p = subprocess.Popen([launch, "-n", "2", prog] + args, stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE, text=True, env=env, cwd=tmp, start_new_session=True)
         ranks = []
@@ -1409,8 +1510,71 @@ def torchrun_matches_mpi(tmp):
     print(f"torchrun, 2 ranks: param_digest {dt[0]}, the same as mpirun's")
 
 
+
+# ---- the exercise checker ---------------------------------------------------------------------------
+
+def process_tree(pid):
+    """pid and every process below it (from /proc/PID/task/TID/children)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            for tid in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{tid}/children") as f:
+                    todo += [int(c) for c in f.read().split()]
+        except OSError:  # ended meanwhile
+            pass
+    return out
+
+
+def own_binary(step):
+    """A scenario: the program that runs is the one in DDP_BIN_DIR (the exercise checker's build of the
+    learner's files), and it starts no other build's step program; /proc shows what each process runs
+    after any exec."""
+    def scenario(tmp):
+        exe = os.path.realpath(os.path.join(BIN, step))
+        cmd = [exe] + small(dataset_size=4096) + ["--epochs", "6"] + dist_args(step)
+        seen = set()
+        with open(f"{tmp}/out", "w") as out:
+            p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=tmp)
+            deadline = time.time() + 600
+            while p.poll() is None and time.time() < deadline:
+                for pid in process_tree(p.pid):  # what each process runs now, after any exec
+                    try:
+                        seen.add(re.sub(r" \(deleted\)$", "", os.readlink(f"/proc/{pid}/exe")))
+                    except OSError:
+                        pass
+                time.sleep(0.005)
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        stop_if_terminated()
+        # Another step program (the main build's, reached through the links next to it), not MPI's helpers
+        others = sorted(e for e in seen if e != exe and re.match(r"\d\d_", os.path.basename(e)))
+        if others:
+            raise Failure(f"the program that ran is {', '.join(others)}, not the one built from your file(s) "
+                          f"({exe})\nlikely cause: main starts another build's program (exec) instead of "
+                          "training itself")
+        if p.returncode != 0:
+            with open(f"{tmp}/out") as f:
+                text = f.read()
+            cause = hint(text)
+            raise Failure((f"likely cause: {cause}\n" if cause else "") +
+                          f"{' '.join(cmd)} exited {p.returncode}, expected 0\n--- output\n{text}")
+        if exe not in seen:
+            raise Failure(f"{' '.join(cmd)} ended before its executable could be read in /proc")
+        print(f"{step} ran as {exe}")
+    scenario.__name__ = f"step{step[:2]}_own_binary"
+    scenario.__doc__ = f"{step}: the program that ran is the one in DDP_BIN_DIR, and it starts no other build's"
+    return scenario
+
+
 SCENARIOS = {f.__name__: f for f in [step01_warnings, save_init, max_steps_resume("01_single_gpu", 1),
     max_steps_resume("05_metrics_ckpt", 2), max_steps_resume("06_full", 2),
+    mid_epoch_other_batch("01_single_gpu", 1), mid_epoch_other_batch("06_full", 2),
+    mid_epoch_other_batch("07_zero", 2), max_steps_epoch_end("01_single_gpu", 1),
+    max_steps_epoch_end("07_zero", 2),
     launchers, launcher_signal, watchdog_deadlock, watchdog_startup, step06_grad_accum, step06_trace, step06_replicas(2), step06_replicas(3), step06_replicas(4),
     step06_matches_step04(2), step06_matches_step04(3), step06_matches_step04(4),
     step01_learns, step01_deterministic, step01_resume, step01_bad_input, step01_fashion_mnist,
@@ -1424,7 +1588,8 @@ SCENARIOS = {f.__name__: f for f in [step01_warnings, save_init, max_steps_resum
     step07_replicas(2), step07_replicas(3), step07_replicas(4), step07_matches_step06(2),
     step07_matches_step06(3), step07_matches_step06(4), step07_memory, step07_checkpoints,
     gloo_matches_mpi("06_full", 2), gloo_matches_mpi("06_full", 3), gloo_matches_mpi("07_zero", 2),
-    gloo_matches_mpi("07_zero", 3), gloo_peer_faults, gloo_ranks_agree, torchrun_matches_mpi]}
+    gloo_matches_mpi("07_zero", 3), gloo_peer_faults, gloo_ranks_agree, torchrun_matches_mpi] +
+    [own_binary(s) for s in ("02_init", "03_sampler", "04_ddp_wrap", "05_metrics_ckpt", "06_full", "07_zero")]}
 
 
 def main():
@@ -1438,12 +1603,18 @@ def main():
     if LAUNCHER == "torchrun" and torchrun_cmd(1) is None:
         print("skipped: torchrun is not installed (apt-get install python3-torch)")
         return SKIP
-    tmp = tempfile.mkdtemp(prefix=a.scenario + "-")
+    # DDP_CHECK_TMPDIR: where the scenario's folder goes (the exercise checker's own temporary folder,
+    # which it removes even when it has to kill a scenario that hangs)
+    tmp = tempfile.mkdtemp(prefix=a.scenario + "-", dir=os.environ.get("DDP_CHECK_TMPDIR") or None)
+    signal.signal(signal.SIGTERM, on_term)
     try:
         rc = SCENARIOS[a.scenario](tmp) or 0
     except Failure as e:
         print(f"FAILED {a.scenario}: {e}", file=sys.stderr)
         return 1
+    except Stopped:
+        print(f"{a.scenario}: stopped by SIGTERM", file=sys.stderr)
+        return 128 + signal.SIGTERM
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if rc == 0:

@@ -50,6 +50,13 @@ ddp_integration(save_init PROCESSORS 2)
 ddp_integration(step01_max_steps_resume_np1)
 ddp_integration(step05_max_steps_resume_np2 PROCESSORS 2)
 ddp_integration(step06_max_steps_resume_np2 PROCESSORS 2)
+# A mid-epoch checkpoint refuses other samples per step (--batch_size x --grad_accum) or --drop_last.
+ddp_integration(step01_mid_epoch_other_batch_np1)
+ddp_integration(step06_mid_epoch_other_batch_np2 PROCESSORS 2)
+ddp_integration(step07_mid_epoch_other_batch_np2 PROCESSORS 2)
+# A --max_steps stop at an epoch's end saves, whatever --save_interval says.
+ddp_integration(step01_max_steps_epoch_end_np1)
+ddp_integration(step07_max_steps_epoch_end_np2 PROCESSORS 2)
 ddp_integration(step01_fashion_mnist)
 
 ddp_integration(step02_redundant PROCESSORS 2)
@@ -165,6 +172,16 @@ if(CMAKE_GENERATOR MATCHES "Ninja" AND DDP_HAVE_MPI)
       LABELS integration PROCESSORS 2 TIMEOUT 900
       ENVIRONMENT "DDP_BUILD_DIR=${PROJECT_BINARY_DIR};DDP_MPIEXEC=${DDP_MPIEXEC};${DDP_MPI_ENV}")
   endforeach()
+  # The checker itself (tests/exercises/checker_cases.py): Ctrl-C on a hung submission ends it and its
+  # ranks within seconds (exit 130); a claim killed at DDP_CHECK_TIMEOUT leaves no process and no
+  # temporary folder; spaces in TMPDIR and a checkout reached through symlinks (10 to 20 s each).
+  foreach(case interrupt timeout paths)
+    add_test(NAME exercise_checker_${case}
+             COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tests/exercises/checker_cases.py ${case})
+    set_tests_properties(exercise_checker_${case} PROPERTIES
+      LABELS integration PROCESSORS 2 TIMEOUT 300
+      ENVIRONMENT "DDP_BUILD_DIR=${PROJECT_BINARY_DIR};DDP_MPIEXEC=${DDP_MPIEXEC};${DDP_MPI_ENV}")
+  endforeach()
 endif()
 if(CMAKE_GENERATOR MATCHES "Ninja")
   # Every exercise still compiles and links.
@@ -206,3 +223,30 @@ if(DDP_HAVE_MPI)
     LABELS integration PROCESSORS 2 TIMEOUT 120 FAIL_REGULAR_EXPRESSION "FAILED"
     ENVIRONMENT "${DDP_MPI_ENV}")
 endif()
+
+# Fault drills (tests/fault/restart_drill.py, labels integration and fault): under scripts/restart.sh a
+# rank is SIGKILLed at a step drawn from a seed (steps 06 and 07, 2 and 3 ranks), while the checkpoint is
+# written, and during start-up; one rank gets SIGTERM (preemption); a corrupt snapshot reaches the restart
+# limit; restart.sh itself gets SIGTERM; torchrun --max-restarts (skipped without torchrun). Each final
+# param_digest must equal the uninterrupted run's.
+function(ddp_fault name drill)
+  if(NOT DDP_HAVE_MPI)
+    return()
+  endif()
+  add_test(NAME fault_${name}
+           COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tests/fault/restart_drill.py ${drill} ${ARGN}
+                   --bin_dir ${CMAKE_RUNTIME_OUTPUT_DIRECTORY} --mpiexec ${DDP_MPIEXEC})
+  set_tests_properties(fault_${name} PROPERTIES
+    LABELS "integration;fault" PROCESSORS 2 TIMEOUT 600 SKIP_RETURN_CODE 77
+    ENVIRONMENT "DDP_BIN_DIR=${CMAKE_RUNTIME_OUTPUT_DIRECTORY};${DDP_MPI_ENV}")
+endfunction()
+ddp_fault(kill_06_np2 kill --step 06_full --np 2 --seeds 1,2)
+ddp_fault(kill_06_np3 kill --step 06_full --np 3 --seeds 3,4)
+ddp_fault(kill_07_np2 kill --step 07_zero --np 2 --seeds 5,6)
+ddp_fault(kill_07_np3 kill --step 07_zero --np 3 --seeds 7,8)
+ddp_fault(kill_while_saving save --step 06_full --np 2)
+ddp_fault(kill_during_startup startup --step 07_zero --np 3)
+ddp_fault(preempt_one_rank preempt --step 06_full --np 3 --seeds 9)
+ddp_fault(restart_limit limit --step 06_full --np 2)
+ddp_fault(supervisor_sigterm supervisor --step 06_full --np 2)
+ddp_fault(torchrun_max_restarts torchrun --step 06_full --np 1)

@@ -73,6 +73,8 @@ TEST(Agree, EachTrainingFlagIsCompared) {
       {"--grad_accum", [](Args *a) { a->grad_accum = 2; }},
       {"--trace", [](Args *a) { a->trace = "t.json"; }},
       {"--save_init", [](Args *a) { a->save_init = "init"; }},
+      {"--save_steps", [](Args *a) { a->save_steps = 5; }},
+      {"--resume auto", [](Args *a) { a->resume = ARGS_RESUME_AUTO; }},
   };
   for (const Case &c : cases) {
     Args a = defaults(), b = defaults();

@@ -16,7 +16,7 @@
 
 namespace {
 
-constexpr unsigned kAll = ARGS_TRAIN | ARGS_DIST | ARGS_SAMPLER | ARGS_REDUCER;
+constexpr unsigned kAll = ARGS_TRAIN | ARGS_DIST | ARGS_SAMPLER | ARGS_REDUCER | ARGS_FAULT;
 
 // argv built from std::string storage; Args keeps pointers into it, so it must outlive the Args.
 struct Argv {
@@ -100,6 +100,8 @@ TEST(Args, EveryFlagParsesInBothSpellings) {
       {"bucket_cap_mb", "0.5", [](const Args &a) { EXPECT_EQ(a.bucket_cap_mb, 0.5f); }},
       {"grad_accum", "4", [](const Args &a) { EXPECT_EQ(a.grad_accum, 4); }},
       {"trace", "t.json", [](const Args &a) { EXPECT_STREQ(a.trace, "t.json"); }},
+      {"save_steps", "25", [](const Args &a) { EXPECT_EQ(a.save_steps, 25); }},
+      {"resume", "auto", [](const Args &a) { EXPECT_STREQ(a.resume, ARGS_RESUME_AUTO); }},
   };
   for (const Case &c : cases) {
     SCOPED_TRACE(c.flag);
@@ -155,6 +157,15 @@ TEST(Args, GroupGating) {
               ::testing::ExitedWithCode(2),
               "--grad_accum is not available in this step \\(it arrives with the bucketed reducer "
               "in step 06\\)");
+  // Steps 01-05 take --resume FILE only: "auto" there would be opened as a file named auto.
+  EXPECT_EXIT(parse_and_exit({"--resume", "auto"}, ARGS_TRAIN | ARGS_DIST | ARGS_SAMPLER),
+              ::testing::ExitedWithCode(2),
+              "--resume auto is not available in this step \\(it arrives with the restarts in step 06\\): "
+              "name a checkpoint file");
+  EXPECT_EXIT(parse_and_exit({"--save_steps", "5"}, ARGS_TRAIN | ARGS_DIST | ARGS_SAMPLER | ARGS_REDUCER),
+              ::testing::ExitedWithCode(2), "--save_steps is not available in this step");
+  EXPECT_EXIT(parse_and_exit({"--save_steps", "-1"}), ::testing::ExitedWithCode(2),
+              "--save_steps must be >= 0 \\(got -1\\)");
   Argv w({"--backend", "nccl", "--drop_last"});
   Args b;
   parse(&b, w, ARGS_TRAIN | ARGS_DIST | ARGS_SAMPLER);
@@ -313,4 +324,16 @@ TEST(Args, HelpStatesEveryLimit) {
         "micro-batches per optimizer step; 1..65536", "{rank} required above 1 rank",
         "limits: --batch_size x --grad_accum <= 16777216"})
     EXPECT_NE(step06.find(f), std::string::npos) << f << "\n" << step06;
+}
+
+// One path for the metrics and the trace would leave only the trace: refused, naming the path; two
+// paths are fine.
+TEST(Args, MetricsAndTraceNeedTheirOwnPaths) {
+  EXPECT_EXIT(parse_and_exit({"--metrics", "m{rank}.json", "--trace", "m{rank}.json"}),
+              ::testing::ExitedWithCode(2), "--metrics and --trace are both 'm\\{rank\\}.json'");
+  Argv v({"--metrics", "m{rank}.jsonl", "--trace", "t{rank}.json"});
+  Args a;
+  parse(&a, v);
+  EXPECT_STREQ(a.metrics, "m{rank}.jsonl");
+  EXPECT_STREQ(a.trace, "t{rank}.json");
 }

@@ -51,6 +51,10 @@ struct Fixture {
     meta.sizes[1] = hid;
     meta.sizes[2] = out;
     meta.data = DataId{2, 256, 100, (uint32_t)in, (uint32_t)out, 0xabcdef01u};
+    meta.batch_size = 3;  // 17 steps of 3 x 2 samples into the epoch
+    meta.grad_accum = 2;
+    meta.drop_last = 1;
+    meta.epoch_samples = 102;
     size_t n = ckpt_param_count(&meta);
     params.resize(n);
     opt.resize(n);
@@ -82,11 +86,12 @@ struct Fixture {
   }
 };
 
-// Header size of the 2-layer fixture: 56 + 4 * 3, then the data set's identity (6 x u32).
-constexpr size_t kHeader = 92;
-// The CRC of the fixture's file as zlib's crc32 computed it, before libdeflate replaced zlib: the
-// format, CRC included, must not change.
-constexpr uint32_t kFixtureCrc = 0xbaa88925u;
+// Header size of the 2-layer fixture: 56 + 4 * 3, then the data set's identity (6 x u32), then how
+// the epoch is cut into steps (4 x u32, version 3).
+constexpr size_t kHeader = 108;
+// The CRC of the fixture's version 3 file (Python's zlib.crc32 of its bytes agrees): the format,
+// CRC included, must not change without a new version.
+constexpr uint32_t kFixtureCrc = 0x49f9399fu;
 
 }  // namespace
 
@@ -124,6 +129,11 @@ TEST(Ckpt, RoundTripIsBitExact) {
   EXPECT_EQ(m.world_size, fx.meta.world_size);
   EXPECT_EQ(m.optim, fx.meta.optim);
   EXPECT_EQ(m.optim_steps, fx.meta.optim_steps);
+  EXPECT_EQ(m.version, (uint32_t)CKPT_VERSION);
+  EXPECT_EQ(m.batch_size, 3u);
+  EXPECT_EQ(m.grad_accum, 2u);
+  EXPECT_EQ(m.drop_last, 1u);
+  EXPECT_EQ(m.epoch_samples, 102u);
   ASSERT_EQ(m.n_layers, 2);
   for (int l = 0; l <= 2; l++) EXPECT_EQ(m.sizes[l], fx.meta.sizes[l]);
   ASSERT_EQ(p.size(), fx.params.size());
@@ -191,6 +201,10 @@ TEST(Ckpt, LayoutIsLittleEndianAsDocumented) {
   EXPECT_EQ(u32(80), 5u);
   EXPECT_EQ(u32(84), 3u);
   EXPECT_EQ(u32(88), 0xabcdef01u);
+  EXPECT_EQ(u32(92), 3u);  // batch size, accumulation, drop_last, samples of the epoch consumed
+  EXPECT_EQ(u32(96), 2u);
+  EXPECT_EQ(u32(100), 1u);
+  EXPECT_EQ(u32(104), 102u);
   float second;
   uint32_t bits = u32(kHeader + 4);
   std::memcpy(&second, &bits, 4);
@@ -236,8 +250,9 @@ TEST(Ckpt, TruncationAtSeveralOffsets) {
   } cases[] = {
       {0, "too short for a header"},
       {30, "too short for a header"},                 // inside the fixed header
-      {60, "header needs 92 bytes, file has 60"},     // inside the layer sizes
-      {80, "header needs 92 bytes, file has 80"},     // inside the data set's identity
+      {60, "header needs 108 bytes, file has 60"},    // inside the layer sizes
+      {80, "header needs 108 bytes, file has 80"},    // inside the data set's identity
+      {100, "header needs 108 bytes, file has 100"},  // inside the step fields
       {kHeader, "truncated: expected"},               // no arrays at all
       {kHeader + 4 * n / 2, "truncated: expected"},   // inside params
       {kHeader + 4 * n + 12, "truncated: expected"},  // inside the optimizer state
@@ -302,7 +317,7 @@ TEST(Ckpt, WrongVersion) {
   fix_crc(b);  // only the version is wrong
   write_bytes(path, b);
   EXPECT_EQ(fx.load(path, &msg), -1);
-  EXPECT_NE(msg.find("format version 7, this program reads versions 1 to 2"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("format version 7, this program reads versions 1 to 3"), std::string::npos) << msg;
   EXPECT_NE(msg.find(path), std::string::npos) << msg;
 }
 
@@ -336,7 +351,7 @@ TEST(Ckpt, LayerCountOutOfRange) {
   ASSERT_EQ(fx.save(path, &msg), 0) << msg;
   auto b = read_bytes(path);
   put_u32(b, 52, 0);
-  put_u32(b, 12, 56 + 4 + 24);  // consistent with 0 layers, so the range check is what fails
+  put_u32(b, 12, 56 + 4 + 24 + 16);  // consistent with 0 layers, so the range check is what fails
   fix_crc(b);
   write_bytes(path, b);
   EXPECT_EQ(fx.load(path, &msg), -1);
@@ -423,7 +438,7 @@ TEST(Ckpt, VersionOneStillLoads) {
   std::string path = tmp_path("ckpt_v1.bin"), msg;
   ASSERT_EQ(fx.save(path, &msg), 0) << msg;
   auto b = read_bytes(path);
-  b.erase(b.begin() + 68, b.begin() + 92);  // version 1 has no DataId after the layer sizes
+  b.erase(b.begin() + 68, b.begin() + 108);  // version 1 has neither the DataId nor the step fields
   put_u32(b, 8, 1);
   put_u32(b, 12, 68);
   fix_crc(b);
@@ -433,8 +448,63 @@ TEST(Ckpt, VersionOneStillLoads) {
   ASSERT_EQ(fx.load(path, &msg, &m, &p, &o), 0) << msg;
   EXPECT_EQ(m.data.n_train, 0u);
   EXPECT_EQ(m.step, fx.meta.step);
+  EXPECT_EQ(m.version, 1u);
+  EXPECT_EQ(m.batch_size, 0u);  // not recorded: ckpt_load_model refuses it inside an epoch
   EXPECT_EQ(std::memcmp(p.data(), fx.params.data(), 4 * p.size()), 0);
   EXPECT_EQ(std::memcmp(o.data(), fx.opt.data(), 4 * o.size()), 0);
+}
+
+// A version 2 file (the DataId, but not how the epoch was cut into steps) still loads: its step
+// fields read as 0, "not recorded".
+TEST(Ckpt, VersionTwoStillLoads) {
+  Fixture fx;
+  std::string path = tmp_path("ckpt_v2.bin"), msg;
+  ASSERT_EQ(fx.save(path, &msg), 0) << msg;
+  auto b = read_bytes(path);
+  b.erase(b.begin() + 92, b.begin() + 108);
+  put_u32(b, 8, 2);
+  put_u32(b, 12, 92);
+  fix_crc(b);
+  write_bytes(path, b);
+  CkptMeta m{};
+  std::vector<float> p;
+  ASSERT_EQ(fx.load(path, &msg, &m, &p), 0) << msg;
+  EXPECT_EQ(m.version, 2u);
+  EXPECT_EQ(m.data.labels_crc, 0xabcdef01u);
+  EXPECT_EQ(m.epoch_step, 17u);
+  EXPECT_EQ(m.batch_size, 0u);
+  EXPECT_EQ(m.grad_accum, 0u);
+  EXPECT_EQ(m.epoch_samples, 0u);
+  EXPECT_EQ(std::memcmp(p.data(), fx.params.data(), 4 * p.size()), 0);
+}
+
+// Version 3's step fields must be consistent: a batch or accumulation of 0, a drop_last other than
+// 0 or 1, or consumed samples other than steps x batch x accumulation are refused as corrupt.
+TEST(Ckpt, LoadRefusesInconsistentStepFields) {
+  Fixture fx;
+  std::string path = tmp_path("ckpt_stepfields.bin"), msg;
+  ASSERT_EQ(fx.save(path, &msg), 0) << msg;
+  auto good = read_bytes(path);
+  struct Case {
+    size_t offset;
+    uint32_t value;
+    const char *says;
+  } cases[] = {
+      {92, 0, "is corrupt: --batch_size 0, --grad_accum 2, --drop_last 1"},
+      {96, 0, "is corrupt: --batch_size 3, --grad_accum 0, --drop_last 1"},
+      {100, 2, "is corrupt: --batch_size 3, --grad_accum 2, --drop_last 2"},
+      {104, 101, "is corrupt: 101 samples consumed in the epoch, but 17 steps of batch 3 x 2 make 102"},
+  };
+  for (const Case &c : cases) {
+    auto b = good;
+    put_u32(b, c.offset, c.value);
+    fix_crc(b);
+    write_bytes(path, b);
+    EXPECT_EQ(fx.load(path, &msg), -1) << c.says;
+    EXPECT_NE(msg.find(c.says), std::string::npos) << msg;
+  }
+  write_bytes(path, good);
+  EXPECT_EQ(fx.load(path, &msg), 0) << msg;
 }
 
 // Resuming on other data is refused, and the message names both data sets.

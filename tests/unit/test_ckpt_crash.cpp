@@ -29,6 +29,8 @@ CkptMeta big_meta() {
   m.sizes[2] = 1024;
   m.sizes[3] = 10;
   m.world_size = 1;
+  m.batch_size = 1;  // saved at epoch boundaries: no samples of the epoch consumed
+  m.grad_accum = 1;
   return m;
 }
 

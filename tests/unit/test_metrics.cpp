@@ -19,7 +19,7 @@ namespace {
 using Object = std::vector<std::pair<std::string, std::string>>;  // key, raw JSON value, in order
 
 // A tiny parser for the flat objects of the metrics file: strings without escapes, JSON numbers,
-// null. Returns false on anything that is not valid JSON of that shape.
+// null, true. Returns false on anything that is not valid JSON of that shape.
 bool parse_flat(const std::string &line, Object *obj) {
   static const std::regex number(R"(-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?)");
   size_t i = 0;
@@ -45,7 +45,7 @@ bool parse_flat(const std::string &line, Object *obj) {
       size_t end = line.find_first_of(",}", i);
       if (end == std::string::npos) return false;
       value = line.substr(i, end - i);
-      if (value != "null" && !std::regex_match(value, number)) return false;
+      if (value != "null" && value != "true" && !std::regex_match(value, number)) return false;
       i = end;
     }
     obj->emplace_back(key, value);
@@ -94,8 +94,8 @@ TEST(Metrics, LinesAreDocumentedJson) {
   ASSERT_NE(m.f, nullptr);
   metrics_step(&m, 1, 0, 2.30258512f);
   metrics_step(&m, 12345678901LL, 2, 0.1f);
-  metrics_epoch(&m, 0, 0.56789f, 0.8421, 12345.678);
-  metrics_epoch(&m, 1, 0.5f, -1.0, 1e6);  // not evaluated: no test_acc
+  metrics_epoch(&m, 0, 0.56789f, 0.8421, 12345.678, false);
+  metrics_epoch(&m, 1, 0.5f, -1.0, 1e6, true);  // not evaluated: no test_acc; stopped by --max_steps
   metrics_final(&m, 4, 1407, 0x0123456789abcdefULL);
   EXPECT_EQ(m.f, nullptr);          // the final object closes the file
   metrics_step(&m, 1408, 2, 0.1f);  // nothing comes after it
@@ -118,7 +118,8 @@ TEST(Metrics, LinesAreDocumentedJson) {
   EXPECT_EQ(value(objs[2], "type"), "\"epoch\"");
   EXPECT_EQ(std::strtod(value(objs[2], "test_acc").c_str(), nullptr), 0.8421);
   EXPECT_EQ(std::strtod(value(objs[2], "samples_per_s").c_str(), nullptr), 12345.678);
-  EXPECT_EQ(keys(objs[3]), (K{"type", "epoch", "train_loss", "samples_per_s"}));
+  EXPECT_EQ(keys(objs[3]), (K{"type", "epoch", "train_loss", "samples_per_s", "partial"}));
+  EXPECT_EQ(value(objs[3], "partial"), "true");
 
   EXPECT_EQ(keys(objs[4]), (K{"type", "world_size", "steps", "param_digest", "peak_rss_kib"}));
   EXPECT_EQ(value(objs[4], "type"), "\"final\"");
@@ -137,7 +138,7 @@ TEST(Metrics, FloatsRoundTripExactly) {
   metrics_open(&m, path.c_str(), 0, 1);
   for (size_t i = 0; i < losses.size(); i++) {
     metrics_step(&m, (long long)i, 0, losses[i]);
-    metrics_epoch(&m, (int)i, losses[i], 0.5, 1.0);
+    metrics_epoch(&m, (int)i, losses[i], 0.5, 1.0, false);
   }
   metrics_close(&m);
   auto lines = read_lines(path);
@@ -162,7 +163,7 @@ TEST(Metrics, NonFiniteBecomesNull) {
   metrics_step(&m, 2, 0, std::numeric_limits<float>::infinity());
   metrics_step(&m, 3, 0, -std::numeric_limits<float>::infinity());
   metrics_epoch(&m, 0, std::numeric_limits<float>::quiet_NaN(), std::nan(""),
-                std::numeric_limits<double>::infinity());
+                std::numeric_limits<double>::infinity(), false);
   metrics_close(&m);
   auto lines = read_lines(path);
   ASSERT_EQ(lines.size(), 4u);
@@ -195,7 +196,7 @@ TEST(Metrics, DisabledIsANoOp) {
   metrics_open(&m, nullptr, 0, 1);
   EXPECT_EQ(m.f, nullptr);
   metrics_step(&m, 1, 0, 1.0f);
-  metrics_epoch(&m, 0, 1.0f, 0.5, 10.0);
+  metrics_epoch(&m, 0, 1.0f, 0.5, 10.0, false);
   metrics_final(&m, 1, 1, 0);
   metrics_close(&m);
   EXPECT_EQ(m.f, nullptr);

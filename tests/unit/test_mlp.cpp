@@ -145,6 +145,24 @@ TEST_F(MlpTest, InitIsUniformWithinPyTorchBound) {
 // float32 against float64: each value is a sum of at most 20 products through 3 layers, so float32
 // rounding is a few 1e-7 relative to the largest term; 1e-5 relative to the largest value leaves a
 // 10x margin and still catches any wrong index, transpose or missing term (errors of order 1e-1).
+// The digest is the end of a run's check of its parameters: a NaN or an infinity anywhere ends the
+// process with the first bad index, a finite model is hashed as before.
+TEST_F(MlpTest, DigestRefusesNonFiniteParameters) {
+  uint64_t before = mlp_param_digest(&m, &c);
+  EXPECT_EQ(mlp_param_digest(&m, &c), before);
+  size_t last = m.n_params - 1;
+  float keep = m.params[last];
+  m.params[last] = INFINITY;  // the CPU device's parameters are host memory
+  EXPECT_EXIT(mlp_param_digest(&m, &c), ::testing::ExitedWithCode(1),
+              "parameter " + std::to_string(last) + " of " + std::to_string(m.n_params) +
+                  " is inf: training diverged");
+  m.params[last] = keep;
+  m.params[3] = NAN;
+  EXPECT_EXIT(mlp_param_digest(&m, &c), ::testing::ExitedWithCode(1), "parameter 3 of .* is nan");
+  m.params[3] = 0.5f;
+  EXPECT_NE(mlp_param_digest(&m, &c), before);  // finite again: hashed, and the change shows
+}
+
 TEST_F(MlpTest, ForwardBackwardMatchFloat64Reference) {
   Ref r = reference();
   mlp_forward(&m, &c, x.data(), B);

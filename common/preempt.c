@@ -1,0 +1,66 @@
+// preempt.c: the preemption flag of preempt.h.
+#define _POSIX_C_SOURCE 200809L
+#include "preempt.h"
+
+#include <signal.h>
+#include <string.h>
+
+#include "check.h"
+#include "devmem.h"
+#include "log.h"
+
+static volatile sig_atomic_t got_signal;  // set by the handler, read at the step boundary
+
+static void on_signal(int sig) {
+  (void)sig;
+  got_signal = 1;
+}
+
+void preempt_init(Preempt *p, const Ctx *c) {
+  static const int values[2] = {0, 1};
+  memset(p, 0, sizeof *p);
+  p->flag = dev_alloc(c, sizeof(int));
+  p->values = dev_alloc(c, sizeof values);
+  dev_upload(c, p->values, values, sizeof values);
+  p->sum = dev_host_alloc(c, sizeof(int));
+  dev_event_init(c, &p->done);
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;  // a read or a write in progress goes on; the flag waits for the boundary
+  if (sigaction(SIGTERM, &sa, NULL) != 0 || sigaction(SIGUSR1, &sa, NULL) != 0)
+    die(1, "sigaction: cannot install the preemption handler");
+}
+
+bool preempt_agree(Preempt *p, ProcessGroup *pg, const Ctx *c, long long step) {
+  if (p->stop) return true;
+  if (p->pending) {  // the previous boundary's sum: its step is done by now, or nearly
+    dev_event_wait(c, &p->done);
+    p->pending = false;
+    if (*p->sum > 0) {
+      log0("preempted: SIGTERM or SIGUSR1 on %d of %d ranks; stopping after step %lld\n", *p->sum,
+           pg->world_size, step);
+      p->stop = true;
+      return true;
+    }
+  }
+  // On the stream, no host wait: copy 0 or 1 into the flag, sum it over the ranks, copy it back.
+  dev_copy(c, p->flag, p->values + (got_signal ? 1 : 0), sizeof(int));
+  dist_all_reduce(pg, p->flag, 1, DIST_INT, DIST_SUM);  // how many ranks got the signal
+  dev_download_async(c, p->sum, p->flag, sizeof(int));
+  dev_event_record(c, &p->done, NULL);
+  p->pending = true;
+  return false;
+}
+
+int preempt_exit_status(const Preempt *p) { return p->stop ? PREEMPT_EXIT_STATUS : 0; }
+
+void preempt_free(Preempt *p, const Ctx *c) {
+  if (p->pending) dev_event_wait(c, &p->done);  // the copy into `sum` must land before it is freed
+  dev_event_free(c, &p->done);
+  dev_host_free(c, p->sum);
+  dev_free(c, p->values);
+  dev_free(c, p->flag);
+  p->flag = p->values = p->sum = NULL;
+}

@@ -1,0 +1,28 @@
+// snapshot.c: --save_steps and --resume auto (snapshot.h).
+#define _POSIX_C_SOURCE 200809L
+#include "snapshot.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "check.h"
+#include "log.h"
+
+bool snapshot_due(const Args *a, long long step) { return a->save_steps > 0 && step % a->save_steps == 0; }
+
+const char *snapshot_resume_path(const Args *a) {
+  static char path[4096];
+  if (!a->resume || strcmp(a->resume, ARGS_RESUME_AUTO) != 0) return a->resume;
+  if (snprintf(path, sizeof path, "%s/checkpoint.bin", a->ckpt_dir) >= (int)sizeof path)
+    die(2, "--ckpt_dir '%s' is too long", a->ckpt_dir);
+  struct stat st;
+  if (lstat(path, &st) == 0) {
+    log0("--resume auto: found %s\n", path);
+    return path;
+  }
+  if (errno != ENOENT) die(1, "--resume auto: cannot look at %s: %s", path, strerror(errno));
+  log0("--resume auto: no checkpoint in %s: starting from the beginning\n", a->ckpt_dir);
+  return NULL;
+}

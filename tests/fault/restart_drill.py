@@ -1,0 +1,381 @@
+#!/usr/bin/env python3
+"""Fault drills: a job that loses a rank and is restarted ends with the parameters of one that never failed.
+
+Each drill runs a real job on synthetic data (`mpirun -np W build/bin/STEP --device cpu ... --save_steps N
+--resume auto --ckpt_dir D`) next to a reference run of the same command that nothing interrupts, and
+compares the final param_digest lines bit for bit. Drills:
+
+  kill        under scripts/restart.sh, SIGKILL one rank (drawn from the seed) when the progress line of a
+              step drawn from the seed appears; one trial per seed
+  save        under scripts/restart.sh, SIGKILL rank 0 while it writes the checkpoint (a
+              checkpoint.bin.tmp.PID exists, after a first checkpoint.bin)
+  startup     under scripts/restart.sh, SIGKILL a rank as soon as both ranks exist (before any snapshot)
+  preempt     SIGTERM to one rank (no supervisor): every rank stops after the same step (the checkpoint's
+              step, each rank's final metrics record), mpirun exits 75, and --resume auto continues exactly
+  limit       a corrupt checkpoint under --resume auto: each attempt refuses it (never a fresh start), and
+              restart.sh stops after --max_restarts with the failure's status and the "limit" line
+  supervisor  SIGTERM to restart.sh: the attempt ends, nothing of it is left, no further attempt, exit 143
+  torchrun    torchrun --max_restarts (--max-restarts) at one rank, a rank SIGKILLed; exit 77 (skipped) without torchrun
+
+Every process a drill starts is stopped by the drill (by pid and session), also when it fails.
+Standard library only; reuses kill_rank.py's process helpers. Exit 1 on any failure, 77 when skipped.
+Environment: DDP_BIN_DIR (default build/bin), DDP_MPIEXEC (default mpirun).
+"""
+import argparse
+import os
+import random
+import re
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from kill_rank import Output, rank_pids, session_pids, verify_checkpoint, wait_until  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+RESTART = os.path.join(ROOT, "scripts", "restart.sh")
+PREEMPTED = 75  # common/preempt.h: PREEMPT_EXIT_STATUS
+
+# 4096 samples of batch 32: 64 steps per epoch at 2 ranks (43 at 3), a snapshot every 7 steps. Small
+# enough to run in a few seconds on a loaded machine, long enough that a kill at step <= 24 lands in it.
+SMALL = ["--data", "synthetic", "--dataset_size", "4096", "--hidden", "128", "--batch_size", "32",
+         "--epochs", "1", "--save_steps", "7", "--save_interval", "1", "--log_interval", "1"]
+# A 14 MB checkpoint at every other step: the write lasts long enough to be caught in the act.
+BIG = ["--data", "synthetic", "--dataset_size", "512", "--hidden", "1024,1024", "--batch_size", "16",
+       "--epochs", "1", "--save_steps", "2", "--log_interval", "1"]
+
+
+class Failure(Exception):
+    pass
+
+
+def env():
+    e = {k: v for k, v in os.environ.items()
+         if not k.startswith(("OMPI_COMM_WORLD", "PMI", "PMIX", "RANK", "WORLD_SIZE", "SLURM", "TORCHELASTIC"))}
+    e.update(OMPI_MCA_rmaps_base_oversubscribe="1", OPENBLAS_NUM_THREADS="1", RESTART_DELAY="0.2",
+             STOP_GRACE="5")
+    e.setdefault("OMPI_MCA_btl", "self,vader")
+    if os.geteuid() == 0:
+        e.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    return e
+
+
+class Job:
+    """One launched command in a session of its own; stop() ends it and everything that names tag."""
+
+    def __init__(self, cmd, tag, cwd):
+        self.tag = tag
+        self.p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env(),
+                                  start_new_session=True, cwd=cwd)
+        self.out = Output(self.p.stdout)
+
+    def wait_for(self, pattern, timeout):
+        """Whether pattern appeared in the output within timeout seconds (False as soon as the job ended
+        without it)."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if self.out.wait_for(pattern, 0.2):
+                return True
+            if self.p.poll() is not None:
+                return self.out.wait_for(pattern, 1)
+        return False
+
+    def wait(self, timeout):
+        try:
+            return self.p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise Failure(f"still running {timeout:.0f} s later:\n{self.text()[-3000:]}")
+
+    def tagged(self):
+        """Live processes whose command line names this job's tag (restart.sh's attempts run in
+        sessions of their own: the tag finds them)."""
+        found = []
+        for d in os.listdir("/proc"):
+            if d.isdigit():
+                try:
+                    with open(f"/proc/{d}/cmdline", "rb") as f:
+                        if self.tag.encode() not in f.read():
+                            continue
+                    with open(f"/proc/{d}/stat") as f:
+                        if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                            continue
+                except OSError:
+                    continue
+                found.append(int(d))
+        return found
+
+    def stop(self):
+        for pid in set(session_pids(self.p.pid)) | set(self.tagged()):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        try:
+            self.p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def text(self):
+        return "".join(self.out.lines)
+
+
+def digest(text):
+    found = re.findall(r"param_digest ([0-9a-f]{16})", text)
+    return found[-1] if found else None
+
+
+def mpi_cmd(a, step, np, args, ckdir):
+    return [a.mpiexec, "-np", str(np), os.path.join(a.bin_dir, step), "--device", "cpu"] + args + [
+        "--resume", "auto", "--ckpt_dir", ckdir]
+
+
+def reference(a, work, step, np, args):
+    """The uninterrupted run's digest (the same command, nothing killed)."""
+    ck = os.path.join(work, f"ref-{step}-{np}")
+    job = Job(mpi_cmd(a, step, np, args, ck), ck, work)
+    try:
+        rc = job.wait(300)
+    finally:
+        job.stop()
+    d = digest(job.text())
+    if rc != 0 or d is None:
+        raise Failure(f"the reference run failed ({rc}):\n{job.text()[-3000:]}")
+    return d
+
+
+def supervised(a, work, name, step, np, args, restarts=3):
+    ck = os.path.join(work, name)
+    os.mkdir(ck)
+    return Job([RESTART, "--max_restarts", str(restarts), "--"] + mpi_cmd(a, step, np, args, ck), ck, work), ck
+
+
+def kill_and_compare(job, ref, victim_pid, sig=signal.SIGKILL, what=""):
+    os.kill(victim_pid, sig)
+    rc = job.wait(300)
+    text = job.text()
+    if rc != 0:
+        raise Failure(f"{what}: restart.sh exited {rc}:\n{text[-3000:]}")
+    if "restart.sh: attempt 0 failed with status" not in text:
+        raise Failure(f"{what}: the kill did not fail attempt 0 (did the run end first?):\n{text[-3000:]}")
+    if digest(text) != ref:
+        raise Failure(f"{what}: final param_digest {digest(text)}, the uninterrupted run's {ref}")
+    resumed = re.findall(r"resumed from \S+ at epoch (\d+), step (\d+)", text)
+    return resumed[-1] if resumed else "the start"
+
+
+def wait_ranks(job, np, timeout=60):
+    pids = wait_until(lambda: (lambda d: d if len(d) == np else None)(rank_pids(job.tag)), timeout)
+    if not pids:
+        raise Failure(f"could not find the {np} ranks:\n{job.text()[-2000:]}")
+    return pids
+
+
+def drill_kill(a, work):
+    refs = {}
+    for seed in a.seeds:
+        rng = random.Random(seed)
+        at, victim = rng.randint(3, 24), rng.randrange(a.np)
+        if a.step not in refs:
+            refs[a.step] = reference(a, work, a.step, a.np, SMALL)
+        job, ck = supervised(a, work, f"kill-{seed}", a.step, a.np, SMALL)
+        try:
+            if not job.wait_for(f" step {at}/", 120):
+                raise Failure(f"seed {seed}: no progress line for step {at}:\n{job.text()[-2000:]}")
+            pids = wait_ranks(job, a.np)
+            t0 = time.monotonic()
+            resumed = kill_and_compare(job, refs[a.step], pids[victim], what=f"seed {seed}")
+            print(f"  seed {seed}: SIGKILL rank {victim} at step {at}; restarted from {resumed}; "
+                  f"digest {refs[a.step]} as uninterrupted ({time.monotonic() - t0:.1f} s to the end)", flush=True)
+        finally:
+            job.stop()
+
+
+def drill_save(a, work):
+    ref = reference(a, work, a.step, a.np, BIG)
+    job, ck = supervised(a, work, "save", a.step, a.np, BIG)
+    real = os.path.join(ck, "checkpoint.bin")
+    try:
+        pids = wait_ranks(job, a.np)
+        if not wait_until(lambda: os.path.exists(real), 120, 0.002):
+            raise Failure(f"no first checkpoint:\n{job.text()[-2000:]}")
+        tmp = lambda: any(n.startswith("checkpoint.bin.tmp.") for n in os.listdir(ck))
+        if not wait_until(tmp, 120, 0.0005):
+            raise Failure(f"never saw a checkpoint being written:\n{job.text()[-2000:]}")
+        bad = verify_checkpoint(real)
+        resumed = kill_and_compare(job, ref, pids[0], what="kill while writing")
+        print(f"  SIGKILL rank 0 while it wrote the checkpoint (the previous one: {bad or 'complete'}); "
+              f"restarted from {resumed}; digest {ref} as uninterrupted", flush=True)
+    finally:
+        job.stop()
+
+
+def drill_startup(a, work):
+    ref = reference(a, work, a.step, a.np, SMALL)
+    job, ck = supervised(a, work, "startup", a.step, a.np, SMALL)
+    try:
+        pids = wait_ranks(job, a.np)
+        if os.path.exists(os.path.join(ck, "checkpoint.bin")):
+            raise Failure("a snapshot existed before the start-up kill")
+        kill_and_compare(job, ref, pids[a.np - 1], what="kill during start-up")
+        after = job.text().split("restart.sh: attempt 0 failed", 1)[-1]
+        if "starting from the beginning" not in after or "resumed from" in after:
+            raise Failure(f"expected attempt 1 to start from the beginning:\n{job.text()[-2000:]}")
+        print(f"  SIGKILL rank {a.np - 1} during start-up, before any snapshot: attempt 1 started from the "
+              f"beginning; digest {ref} as uninterrupted", flush=True)
+    finally:
+        job.stop()
+
+
+def final_records(path_fmt, np):
+    steps = []
+    for r in range(np):
+        with open(path_fmt.replace("{rank}", str(r))) as f:
+            last = [l for l in f if '"type":"final"' in l]
+        steps.append(int(re.search(r'"steps":(\d+)', last[-1]).group(1)) if last else None)
+    return steps
+
+
+def drill_preempt(a, work):
+    ref = reference(a, work, a.step, a.np, SMALL)
+    rng = random.Random(a.seeds[0])
+    at, victim = rng.randint(3, 24), rng.randrange(a.np)
+    ck = os.path.join(work, "preempt")
+    metrics = os.path.join(work, "m{rank}.jsonl")
+    job = Job(mpi_cmd(a, a.step, a.np, SMALL + ["--metrics", metrics], ck), ck, work)
+    try:
+        if not job.wait_for(f" step {at}/", 120):
+            raise Failure(f"no progress line for step {at}:\n{job.text()[-2000:]}")
+        os.kill(wait_ranks(job, a.np)[victim], signal.SIGTERM)
+        rc = job.wait(120)
+    finally:
+        job.stop()
+    text = job.text()
+    m = re.search(r"preempted: SIGTERM or SIGUSR1 on 1 of \d+ ranks; stopping after step (\d+)", text)
+    if rc != PREEMPTED or not m:
+        raise Failure(f"SIGTERM to rank {victim}: exit {rc} (expected {PREEMPTED}) or no 'preempted' line:\n"
+                      f"{text[-3000:]}")
+    stop = int(m.group(1))
+    with open(os.path.join(ck, "checkpoint.bin"), "rb") as f:
+        head = f.read(32)
+    saved = struct.unpack_from("<Q", head, 24)[0]
+    ranks = final_records(metrics, a.np)
+    if saved != stop or ranks != [stop] * a.np:
+        raise Failure(f"stopped after step {stop}, checkpoint at step {saved}, ranks' last steps {ranks}")
+    job = Job(mpi_cmd(a, a.step, a.np, SMALL, ck), ck, work)
+    try:
+        rc = job.wait(300)
+    finally:
+        job.stop()
+    if rc != 0 or digest(job.text()) != ref:
+        raise Failure(f"the resume after the preemption: exit {rc}, digest {digest(job.text())}, "
+                      f"the uninterrupted run's {ref}")
+    print(f"  SIGTERM to rank {victim} at step {at}: every rank stopped after step {stop} (checkpoint and "
+          f"final records agree), exit {PREEMPTED}; --resume auto ended with digest {ref} as uninterrupted")
+
+
+def drill_limit(a, work):
+    ck = os.path.join(work, "limit")
+    os.mkdir(ck)
+    with open(os.path.join(ck, "checkpoint.bin"), "wb") as f:  # the magic and version, then garbage
+        f.write(b"DDPCKPT\0" + b"\x02\0\0\0" + b"not a checkpoint" * 8)
+    job = Job([RESTART, "--max_restarts", "1", "--"] + mpi_cmd(a, a.step, a.np, SMALL, ck), ck, work)
+    try:
+        rc = job.wait(120)
+    finally:
+        job.stop()
+    text = job.text()
+    limit = re.search(r"restart\.sh: attempt 1 failed with status (\d+); the limit of 1 restarts was reached", text)
+    if rc == 0 or not limit or int(limit.group(1)) != rc:
+        raise Failure(f"expected the limit line and its status as the exit status, got {rc}:\n{text[-3000:]}")
+    if "starting from the beginning" in text or "restart.sh: attempt 0 failed" not in text:
+        raise Failure(f"a corrupt checkpoint must fail every attempt, never start fresh:\n{text[-3000:]}")
+    print(f"  a corrupt checkpoint.bin under --resume auto: both attempts refused it; restart.sh exited {rc} "
+          f"after '{limit.group(0)}'")
+
+
+def drill_supervisor(a, work):
+    args = SMALL + ["--epochs", "100"]  # the last --epochs wins: far longer than the drill
+    job, ck = supervised(a, work, "supervisor", a.step, a.np, args)
+    try:
+        if not job.wait_for(" step 3/", 120):
+            raise Failure(f"no progress line for step 3:\n{job.text()[-2000:]}")
+        os.kill(job.p.pid, signal.SIGTERM)
+        rc = job.wait(60)
+        left = job.tagged()
+    finally:
+        job.stop()
+    text = job.text()
+    if rc != 128 + signal.SIGTERM or "got SIGTERM; stopping attempt 0; no further attempt" not in text:
+        raise Failure(f"SIGTERM to restart.sh: exit {rc} (expected 143) or no 'no further attempt' line:\n"
+                      f"{text[-3000:]}")
+    if left or "restart 1 of" in text:
+        raise Failure(f"processes of the attempt left running ({left}) or a further attempt:\n{text[-3000:]}")
+    print(f"  SIGTERM to restart.sh during training: exit {rc}, no process of the job left, no further attempt")
+
+
+def drill_torchrun(a, work):
+    torchrun = shutil.which("torchrun")
+    if not torchrun:
+        print("SKIP: torchrun is not installed (pip install torch): the torchrun --max-restarts drill did not run")
+        return 77
+    ref = reference(a, work, a.step, 1, SMALL)
+    ck = os.path.join(work, "torchrun")
+    cmd = [torchrun, "--nproc_per_node", "1", "--max_restarts", "3", "--redirects", "2", "--tee", "1",
+           "--no_python", os.path.join(a.bin_dir, a.step), "--device", "cpu"] + SMALL + [
+               "--resume", "auto", "--ckpt_dir", ck]
+    job = Job(cmd, ck, work)
+    try:
+        if not job.wait_for(" step 20/", 120):
+            raise Failure(f"no progress line for step 20:\n{job.text()[-2000:]}")
+        worker = [p for p in job.tagged() if p != job.p.pid]
+        worker = [p for p in worker if open(f"/proc/{p}/cmdline", "rb").read().startswith(
+            os.path.join(a.bin_dir, a.step).encode())]
+        if not worker:
+            raise Failure("could not find torchrun's worker")
+        os.kill(worker[0], signal.SIGKILL)
+        rc = job.wait(300)
+    finally:
+        job.stop()
+    if job.text().count("global batch:") < 2:
+        raise Failure(f"torchrun did not restart the worker:\n{job.text()[-3000:]}")
+    if rc != 0 or digest(job.text()) != ref:
+        raise Failure(f"torchrun --max-restarts: exit {rc}, digest {digest(job.text())}, uninterrupted {ref}")
+    print(f"  torchrun --max-restarts 3, the worker SIGKILLed at step 20: digest {ref} as uninterrupted")
+
+
+DRILLS = {"kill": drill_kill, "save": drill_save, "startup": drill_startup, "preempt": drill_preempt,
+          "limit": drill_limit, "supervisor": drill_supervisor, "torchrun": drill_torchrun}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("drill", choices=sorted(DRILLS))
+    ap.add_argument("--step", default="06_full", choices=["06_full", "07_zero"])
+    ap.add_argument("--np", type=int, default=2)
+    ap.add_argument("--seeds", default="1", help="comma-separated seeds of the kill points (default 1)")
+    ap.add_argument("--bin_dir", default=os.environ.get("DDP_BIN_DIR", "build/bin"))
+    ap.add_argument("--mpiexec", default=os.environ.get("DDP_MPIEXEC", "mpirun"))
+    a = ap.parse_args(argv)
+    a.bin_dir = os.path.abspath(a.bin_dir)
+    a.seeds = [int(s) for s in a.seeds.split(",")]
+    work = tempfile.mkdtemp(prefix=f"restart_drill-{a.drill}-")
+    t0 = time.monotonic()
+    try:
+        print(f"restart_drill {a.drill}: {a.step} at {a.np} ranks, seeds {a.seeds}", flush=True)
+        rc = DRILLS[a.drill](a, work) or 0
+    except Failure as e:
+        print(f"FAILED {a.drill}: {e}", file=sys.stderr)
+        return 1
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if rc == 0:
+        print(f"ok {a.drill} ({time.monotonic() - t0:.1f} s)")
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
