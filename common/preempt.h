@@ -10,8 +10,9 @@
  * others waiting in the next collective. The sum is queued on the stream and read one step later (a
  * pinned copy and an event), so the agreement never makes the host wait for the device's queue: the
  * ranks stop after the step that follows the one at which the signal was seen, all of them at the
- * same step, since every rank reads step k's sum at step k + 1. The trainer then writes its checkpoint, passes the barrier
- * after it, and exits with PREEMPT_EXIT_STATUS, which scripts/restart.sh reports as a preemption.
+ * same step, since every rank reads step k's sum at step k + 1. The trainer then writes its checkpoint,
+ * passes the barrier after it, and exits with PREEMPT_EXIT_STATUS, which scripts/restart.sh reports as a
+ * preemption.
  *
  * mpirun (Open MPI) turns a SIGTERM to itself into SIGTERM to every rank and SIGKILL one second later
  * (`OMPI_MCA_odls_base_sigkill_timeout`); it forwards SIGUSR1 to every rank as it is, with no
@@ -35,12 +36,12 @@ extern "C" {
 
 /** @brief The preemption flag's state on this rank. */
 typedef struct Preempt {
-  int *flag;     ///< device, (1): this rank's flag, summed over the ranks at each step boundary
-  int *values;   ///< device, (2): the constants 0 and 1, copied into `flag` on the stream
-  int *sum;      ///< pinned host, (1): the last sum, valid once `done` has passed
-  DevEvent done; ///< recorded after the copy of the sum to `sum`
-  bool pending;  ///< a sum is on its way to `sum` (read at the next boundary)
-  bool stop;     ///< true once the ranks agreed to stop (the same step on every rank)
+  int *flag;      ///< device, (1): this rank's flag, summed over the ranks at each step boundary
+  int *values;    ///< device, (2): the constants 0 and 1, copied into `flag` on the stream
+  int *sum;       ///< pinned host, (1): the last sum, valid once `done` has passed
+  DevEvent done;  ///< recorded after the copy of the sum to `sum`
+  bool pending;   ///< a sum is on its way to `sum` (read at the next boundary)
+  bool stop;      ///< true once the ranks agreed to stop (the same step on every rank)
 } Preempt;
 
 /**
