@@ -91,7 +91,7 @@ static const Flag FLAGS[] = {
      "stop after N optimizer steps, 0 = no limit"},
     {"log_interval", ARGS_TRAIN, KIND_INT, F(log_interval), "50", RANGE_GE, 1, MAX_STEPS, NULL, "N",
      "optimizer steps between progress lines"},
-    {"backend", ARGS_DIST, KIND_STR, F(backend), "auto", RANGE_NONE, 0, NO_MAX, "auto|nccl|mpi", "NAME",
+    {"backend", ARGS_DIST, KIND_STR, F(backend), "auto", RANGE_NONE, 0, NO_MAX, "auto|nccl|mpi|gloo", "NAME",
      "communication backend"},
     {"timeout", ARGS_DIST, KIND_FLOAT, F(timeout), "300", RANGE_GT, 0, MAX_TIMEOUT, NULL, "SECONDS",
      "end the job when a collective waits longer than this"},

@@ -1,4 +1,4 @@
-// dist.c: launcher discovery, backend choice and dispatch to dist_mpi.c / dist_nccl.c.
+// dist.c: launcher discovery, backend choice and dispatch to dist_mpi.c / dist_nccl.c / dist_gloo.cc.
 #define _POSIX_C_SOURCE 200809L
 #include "dist.h"
 
@@ -16,8 +16,8 @@
 #include "watchdog.h"
 
 // WITH_MPI(call), WITH_NCCL(call): a call into a back end, compiled only in a build that has it
-// (CMake defines HAVE_MPI=1, HAVE_NCCL=1). dist_init() refuses a back end that the build lacks, with a
-// message that says so (discover(), choose_backend()), so without it the call is never reached.
+// (CMake defines HAVE_MPI=1, HAVE_NCCL=1, HAVE_GLOO=1). dist_init() refuses a back end that the build lacks,
+// with a message that says so (discover(), choose_backend()), so without it the call is never reached.
 #if HAVE_MPI
 #define WITH_MPI(call) call
 #else
@@ -30,12 +30,22 @@
 #define HAVE_NCCL 0
 #define WITH_NCCL(call) die(1, "this program was built without NCCL")
 #endif
+#if HAVE_GLOO
+#define WITH_GLOO(call) call
+#else
+#define HAVE_GLOO 0
+#define WITH_GLOO(call) die(1, "this program was built without Gloo")
+#endif
 
-const char *dist_backend_name(Backend b) { return b == BACKEND_NCCL ? "nccl" : "mpi"; }
+const char *dist_backend_name(Backend b) {
+  return b == BACKEND_NCCL ? "nccl" : b == BACKEND_GLOO ? "gloo" : "mpi";
+}
 
 bool dist_have_mpi(void) { return HAVE_MPI; }
 
 bool dist_have_nccl(void) { return HAVE_NCCL; }
+
+bool dist_have_gloo(void) { return HAVE_GLOO; }
 
 // Reads a non-negative integer environment variable; -1 when unset, ends the job when malformed.
 static int env_int(const char *name) {
@@ -139,17 +149,13 @@ static void bootstrap_host(const char *addr, char *host, size_t size) {
   snprintf(host, size, "[%.*s]", (int)len, bracketed ? addr + 1 : addr);
 }
 
-// Environment launch with several ranks: NCCL bootstraps from NCCL_COMM_ID=host:port, which every
-// rank builds the same way here, before any CUDA or NCCL call, so that a bad MASTER_ADDR or
-// MASTER_PORT is reported at once on every rank (on the CPU too). The port is MASTER_PORT + 1, since
-// torchrun's own store already listens on MASTER_PORT, or DDP_NCCL_PORT when set. A user's own
-// NCCL_COMM_ID is kept. Without MASTER_ADDR and a port nothing is set: need_bootstrap_address() says
-// so once the backend is known to be NCCL (on the CPU, choose_backend() says how to start CPU ranks).
-static void set_bootstrap_address(void) {
-  if (getenv("NCCL_COMM_ID")) return;
+// The bootstrap port of an environment launch, one rule for NCCL's root and Gloo's rendezvous store:
+// MASTER_PORT + 1, since torchrun's own store already listens on MASTER_PORT, or DDP_NCCL_PORT when
+// set; -1 without MASTER_ADDR and a port (need_bootstrap_address() says so once the backend is known).
+static int bootstrap_port(void) {
   const char *addr = getenv("MASTER_ADDR");
   int master = env_port("MASTER_PORT"), port = env_port("DDP_NCCL_PORT");
-  if (!addr || (master < 0 && port < 0)) return;
+  if (!addr || (master < 0 && port < 0)) return -1;
   if (port < 0) {
     if (master == 65535)
       die(1,
@@ -157,19 +163,37 @@ static void set_bootstrap_address(void) {
           "lower MASTER_PORT, or set DDP_NCCL_PORT");
     port = master + 1;
   }
+  return port;
+}
+
+// Environment launch with several ranks: NCCL bootstraps from NCCL_COMM_ID=host:port, which every
+// rank builds the same way here, before any CUDA or NCCL call, so that a bad MASTER_ADDR or
+// MASTER_PORT is reported at once on every rank (on the CPU too: Gloo's store uses the same address).
+// A user's own NCCL_COMM_ID is kept.
+static void set_bootstrap_address(void) {
+  if (getenv("NCCL_COMM_ID")) return;
+  int port = bootstrap_port();
+  if (port < 0) return;
   char host[INET6_ADDRSTRLEN + 80], id[INET6_ADDRSTRLEN + 96];
-  bootstrap_host(addr, host, sizeof host);
+  bootstrap_host(getenv("MASTER_ADDR"), host, sizeof host);
   snprintf(id, sizeof id, "%s:%d", host, port);
   setenv("NCCL_COMM_ID", id, 1);
 }
 
-// The NCCL backend with an environment launch of several ranks bootstraps from NCCL_COMM_ID.
+// With an environment launch of several ranks, NCCL bootstraps from NCCL_COMM_ID and Gloo's ranks
+// meet at rank 0's store, both on the bootstrap address.
 static void need_bootstrap_address(const ProcessGroup *pg) {
-  if (getenv("NCCL_COMM_ID")) return;
+  if (pg->backend == BACKEND_NCCL ? getenv("NCCL_COMM_ID") != NULL : bootstrap_port() >= 0) return;
+  if (pg->backend == BACKEND_NCCL)
+    die(1,
+        "rank %d of %d: set MASTER_ADDR and MASTER_PORT (the address and a free port of rank 0's "
+        "node) so that NCCL can bootstrap",
+        pg->rank, pg->world_size);
   die(1,
-      "rank %d of %d: set MASTER_ADDR and MASTER_PORT (the address and a free port of rank 0's "
-      "node) so that NCCL can bootstrap",
-      pg->rank, pg->world_size);
+      "rank %d of %d: set MASTER_ADDR and MASTER_PORT (the address and a free port of rank 0's node) "
+      "so that the Gloo ranks can meet, or start CPU ranks with `mpirun -np %d ...` or, under Slurm, "
+      "`srun --mpi=pmix -n %d ...`",
+      pg->rank, pg->world_size, pg->world_size, pg->world_size);
 }
 
 static bool env_launch(const ProcessGroup *pg) {
@@ -203,17 +227,35 @@ static void discover(ProcessGroup *pg) {
   }
 }
 
+// The CPU's backend for --backend auto: MPI under mpirun (and on its own), Gloo under an environment
+// launch (torchrun, scripts/launch.sh, a plain srun), as PyTorch uses gloo for CPUs. A build without
+// Gloo picks MPI there, whose refusal below says how to get Gloo.
+static Backend cpu_default(const ProcessGroup *pg) {
+  bool env = pg->launcher == LAUNCH_ENV || pg->launcher == LAUNCH_SLURM;
+  return env && dist_have_gloo() ? BACKEND_GLOO : BACKEND_MPI;
+}
+
 static Backend choose_backend(const ProcessGroup *pg, const char *name, Device dev) {
   Backend b;
   if (strcmp(name, "auto") == 0) {
-    b = dev == DEVICE_CUDA && dist_have_nccl() ? BACKEND_NCCL : BACKEND_MPI;
+    b = dev == DEVICE_CUDA && dist_have_nccl() ? BACKEND_NCCL : cpu_default(pg);
   } else if (strcmp(name, "nccl") == 0) {
     b = BACKEND_NCCL;
   } else if (strcmp(name, "mpi") == 0) {
     b = BACKEND_MPI;
+  } else if (strcmp(name, "gloo") == 0) {
+    b = BACKEND_GLOO;
   } else {
-    die(2, "unknown --backend '%s' (expected auto, nccl or mpi)", name);
+    die(2, "unknown --backend '%s' (expected auto, nccl, mpi or gloo)", name);
   }
+  if (b == BACKEND_GLOO && !dist_have_gloo())
+    die(1,
+        "--backend gloo: this program was built without Gloo; install libgloo-dev (scripts/setup.sh "
+        "does) and rebuild, or use --backend mpi under mpirun");
+  if (b == BACKEND_GLOO && pg->launcher == LAUNCH_MPI && pg->world_size > 1)
+    die(1,
+        "--backend gloo meets its peers through MASTER_ADDR and MASTER_PORT: launch with torchrun or "
+        "scripts/launch.sh, or use --backend mpi under mpirun");
   if (b == BACKEND_NCCL && !dist_have_nccl())
     die(1,
         "--backend nccl: this program was built without NCCL (CUDA toolkit not found at build "
@@ -222,13 +264,15 @@ static Backend choose_backend(const ProcessGroup *pg, const char *name, Device d
     die(1, "--backend nccl needs GPU buffers; use --device cuda, or --backend mpi on the CPU");
   if (b == BACKEND_MPI && pg->world_size > 1 && pg->launcher != LAUNCH_MPI && dev != DEVICE_CUDA)
     die(1,
-        "%d CPU ranks started by %s: CPU ranks talk over MPI, so start them with `mpirun -np %d ...` "
-        "or, under Slurm, `srun --mpi=pmix -n %d ...` (a launch like this one is for GPU ranks, "
-        "with --device cuda)",
+        "%d CPU ranks started by %s: the MPI backend needs `mpirun -np %d ...` or, under Slurm, "
+        "`srun --mpi=pmix -n %d ...`; %s",
         pg->world_size,
         pg->launcher == LAUNCH_SLURM ? "srun without an MPI plugin"
                                      : "environment variables (RANK, WORLD_SIZE)",
-        pg->world_size, pg->world_size);
+        pg->world_size, pg->world_size,
+        dist_have_gloo() ? "a launch like this one is for --backend gloo (the default here) or GPU ranks"
+                         : "this program was built without Gloo, the CPU backend of a launch like this "
+                           "one: install libgloo-dev (scripts/setup.sh does) and rebuild");
   if (b == BACKEND_MPI && pg->world_size > 1 && pg->launcher != LAUNCH_MPI)
     die(1,
         "--backend mpi needs an MPI launcher: start with `mpirun -np %d ...` or `srun --mpi=pmix -n %d "
@@ -244,7 +288,8 @@ void dist_init(ProcessGroup *pg, const char *backend, Device dev, double timeout
   check_set_rank(pg->rank);
   if (pg->mpi_up) WITH_MPI(dist_mpi_set_abort());  // from now on, a failure on any rank ends all
   pg->backend = choose_backend(pg, backend, dev);
-  if (pg->backend == BACKEND_NCCL && env_launch(pg)) need_bootstrap_address(pg);
+  if ((pg->backend == BACKEND_NCCL || pg->backend == BACKEND_GLOO) && env_launch(pg))
+    need_bootstrap_address(pg);
 }
 
 #if HAVE_NCCL
@@ -266,6 +311,11 @@ void dist_connect(ProcessGroup *pg, const Ctx *c) {
   check_stop_if_ending();
   pg->ctx = c;
   dev_event_init(c, &pg->ready);
+  if (pg->backend == BACKEND_GLOO && pg->world_size > 1) {  // an environment launch (choose_backend)
+    char host[INET6_ADDRSTRLEN + 80];
+    bootstrap_host(getenv("MASTER_ADDR"), host, sizeof host);
+    WITH_GLOO(dist_gloo_connect(pg, host, bootstrap_port()));
+  }
 #if HAVE_NCCL
   if (pg->backend != BACKEND_NCCL) return;
   dist_nccl_connect(pg, pg->launcher == LAUNCH_MPI ? share_from_rank0 : NULL);
@@ -276,8 +326,11 @@ void dist_connect(ProcessGroup *pg, const Ctx *c) {
 #endif
 }
 
-// A group of one process with the MPI backend and no MPI launcher: every collective is the identity.
-static bool solo(const ProcessGroup *pg) { return pg->backend == BACKEND_MPI && !pg->mpi_up; }
+// A group of one process (the MPI backend without an MPI launcher, Gloo without a context): every
+// collective is the identity.
+static bool solo(const ProcessGroup *pg) {
+  return (pg->backend == BACKEND_MPI && !pg->mpi_up) || (pg->backend == BACKEND_GLOO && !pg->gloo);
+}
 
 void dist_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op) {
   check_stop_if_ending();
@@ -285,6 +338,8 @@ void dist_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, DistO
   if (n == 0 || solo(pg)) return;
   if (pg->backend == BACKEND_NCCL) {
     WITH_NCCL(dist_nccl_all_reduce(pg, buf, n, type, op));
+  } else if (pg->backend == BACKEND_GLOO) {
+    WITH_GLOO(dist_gloo_all_reduce(pg, buf, n, type, op));
   } else {
     WITH_MPI(dist_mpi_all_reduce(pg, buf, n, type, op));
   }
@@ -297,11 +352,13 @@ void dist_work_init(ProcessGroup *pg, DistWork *w) {
   dev_event_init(pg->ctx, &w->end);
   if (pg->backend == BACKEND_MPI && !solo(pg))  // the counts and ring state of a reduce-scatter
     WITH_MPI(dist_mpi_work_init(pg, w));
+  if (pg->backend == BACKEND_GLOO && !solo(pg)) WITH_GLOO(dist_gloo_work_init(w));
 }
 
 void dist_work_free(ProcessGroup *pg, DistWork *w) {
   if (w->active) die(1, "dist_work_free: the collective is still in flight (call dist_wait first)");
   if (w->ring) WITH_MPI(dist_mpi_work_free(w));
+  if (w->job) WITH_GLOO(dist_gloo_work_free(w));
   dev_event_free(pg->ctx, &w->end);
   dev_event_free(pg->ctx, &w->start);
 }
@@ -345,6 +402,8 @@ void dist_all_reduce_async(ProcessGroup *pg, void *buf, size_t n, DistType type,
     comm_stream_begin(pg, w);
     WITH_NCCL(dist_nccl_all_reduce_on(pg, buf, n, type, op, pg->comm_stream));
     dev_event_record(pg->ctx, &w->end, pg->comm_stream);
+  } else if (pg->backend == BACKEND_GLOO) {
+    WITH_GLOO(dist_gloo_all_reduce_start(pg, w));
   } else {
     WITH_MPI(dist_mpi_all_reduce_start(pg, w));
   }
@@ -373,6 +432,8 @@ void dist_reduce_scatter_async(ProcessGroup *pg, void *send, void *recv, const s
     comm_stream_begin(pg, w);
     WITH_NCCL(dist_nccl_reduce_scatter_on(pg, send, recv, counts, type, op, pg->comm_stream));
     dev_event_record(pg->ctx, &w->end, pg->comm_stream);
+  } else if (pg->backend == BACKEND_GLOO) {
+    WITH_GLOO(dist_gloo_reduce_scatter_start(pg, send, counts, w));
   } else {
     WITH_MPI(dist_mpi_reduce_scatter_start(pg, send, counts, w));
   }
@@ -392,6 +453,13 @@ void dist_shard_counts(size_t a, size_t b, size_t S, int W, size_t *counts) {
 bool dist_test(ProcessGroup *pg, DistWork *w) {
   check_stop_if_ending();
   if (!w->active || w->done || pg->backend == BACKEND_NCCL) return true;
+  if (pg->backend == BACKEND_GLOO) {
+#if HAVE_GLOO
+    return dist_gloo_test(pg, w);
+#else
+    die(1, "this program was built without Gloo");
+#endif
+  }
 #if HAVE_MPI
   return dist_mpi_test(pg, w);
 #else
@@ -404,6 +472,8 @@ void dist_wait(ProcessGroup *pg, DistWork *w) {
   if (!w->active) die(1, "dist_wait: no all-reduce in flight on this handle");
   if (pg->backend == BACKEND_NCCL && !w->done) {
     dev_stream_wait(pg->ctx, NULL, &w->end);  // the compute stream waits; the host does not
+  } else if (pg->backend == BACKEND_GLOO && !w->done) {
+    WITH_GLOO(dist_gloo_wait(pg, w));
   } else if (!w->done) {
     WITH_MPI(dist_mpi_wait(pg, w));
   }
@@ -415,6 +485,8 @@ void dist_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, int ro
   if (n == 0 || solo(pg)) return;
   if (pg->backend == BACKEND_NCCL) {
     WITH_NCCL(dist_nccl_broadcast(pg, buf, n, type, root));
+  } else if (pg->backend == BACKEND_GLOO) {
+    WITH_GLOO(dist_gloo_broadcast(pg, buf, n, type, root));
   } else {
     WITH_MPI(dist_mpi_broadcast(pg, buf, n, type, root));
   }
@@ -431,6 +503,8 @@ void dist_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, D
     if (!in_place) dev_copy(pg->ctx, recv, send, bytes);
   } else if (pg->backend == BACKEND_NCCL) {
     WITH_NCCL(dist_nccl_all_gather(pg, send, recv, n, type));
+  } else if (pg->backend == BACKEND_GLOO) {
+    WITH_GLOO(dist_gloo_all_gather(pg, send, recv, n, type));
   } else {
     WITH_MPI(dist_mpi_all_gather(pg, send, recv, n, type));
   }
@@ -440,6 +514,8 @@ void dist_barrier(ProcessGroup *pg) {
   check_stop_if_ending();
   if (pg->backend == BACKEND_NCCL) {
     WITH_NCCL(dist_nccl_barrier(pg));
+  } else if (pg->backend == BACKEND_GLOO && pg->gloo) {
+    WITH_GLOO(dist_gloo_barrier(pg));
   } else if (pg->mpi_up) {
     WITH_MPI(dist_mpi_barrier());
   }
@@ -463,6 +539,11 @@ void dist_destroy(ProcessGroup *pg) {
   if (pg->backend == BACKEND_NCCL && pg->nccl) {
     watchdog_enter("the NCCL shutdown (last collectives, ncclCommDestroy)");
     WITH_NCCL(dist_nccl_destroy(pg));
+    watchdog_leave();
+  }
+  if (pg->backend == BACKEND_GLOO && pg->gloo) {
+    watchdog_enter("the Gloo shutdown (last collectives, the worker thread)");
+    WITH_GLOO(dist_gloo_destroy(pg));
     watchdog_leave();
   }
   if (pg->stage) dev_host_free(pg->ctx, pg->stage);

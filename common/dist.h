@@ -1,7 +1,7 @@
 /**
  * @file
  * @brief The process group (the analogue of `torch.distributed`): who am I, how many are we, and the
- * collectives, over NCCL (GPU buffers) or MPI (host buffers).
+ * collectives, over NCCL (GPU buffers), MPI or Gloo (host buffers).
  *
  * Launchers. Under `mpirun -np N` the ranks come from MPI (local rank from a shared-memory split of
  * MPI_COMM_WORLD). Without mpirun the environment is read torchrun-style: `RANK`, `WORLD_SIZE`,
@@ -13,15 +13,24 @@
  * NCCL's root listens on the port after torchrun's own store (which already holds MASTER_PORT); set
  * `DDP_NCCL_PORT` to choose another port.
  *
- * Failures. Every MPI and NCCL call is checked. Under mpirun, any failed check on any rank aborts
- * the whole job (`MPI_Abort`). With an environment launch the failing rank aborts its communicator
- * and exits; its peers are ended by the launcher (torchrun and scripts/launch.sh stop every rank when
- * one fails; with srun pass `--kill-on-bad-exit=1`). Once an abort has begun on any thread of this
- * process (a failed check, the watchdog), every function below stops its caller for good instead of
- * starting a collective (check_stop_if_ending()).
+ * Gloo rendezvous. With an environment launch, rank 0 serves a small key-value store (store.h) on
+ * that same port (MASTER_PORT + 1, or DDP_NCCL_PORT), through which the ranks exchange the
+ * addresses of Gloo's TCP pairs; each rank's pairs listen on the local address of its connection to
+ * the store (the interface that reaches MASTER_ADDR), or on `GLOO_SOCKET_IFNAME` when set.
  *
- * CPU ranks (the MPI backend) are started by MPI only: `mpirun -np N`, or `srun --mpi=pmix -n N`
- * under Slurm; an environment launch of several CPU ranks is refused with a message that says so.
+ * Failures. Every MPI, NCCL and Gloo call is checked. Under mpirun, any failed check on any rank
+ * aborts the whole job (`MPI_Abort`). With an environment launch the failing rank aborts its
+ * communicator and exits; its peers are ended by the launcher (torchrun and scripts/launch.sh stop
+ * every rank when one fails; with srun pass `--kill-on-bad-exit=1`). On Gloo they also end by
+ * themselves: a peer that exits breaks their TCP pairs at once ("Connection reset by peer"), a
+ * frozen one runs out their collective's timeout (--timeout); each is a `[GLOO ERROR]` line. Once
+ * an abort has begun on any thread of this process (a failed check, the watchdog), every function
+ * below stops its caller for good instead of starting a collective (check_stop_if_ending()).
+ *
+ * CPU ranks: the MPI backend under MPI's launchers (`mpirun -np N`, or `srun --mpi=pmix -n N` under
+ * Slurm), the Gloo backend under an environment launch (torchrun, scripts/launch.sh, a plain srun
+ * with MASTER_ADDR and MASTER_PORT); a build without Gloo refuses an environment launch of several
+ * CPU ranks with a message that says how to get it.
  */
 #ifndef DDP_DIST_H
 #define DDP_DIST_H
@@ -38,14 +47,15 @@ extern "C" {
 
 /** @brief Which library carries the collectives. */
 typedef enum Backend {
-  BACKEND_MPI = 0,  ///< MPI on host buffers (device buffers are staged through pinned host memory)
-  BACKEND_NCCL = 1  ///< NCCL on device buffers, queued on a CUDA stream
+  BACKEND_MPI = 0,   ///< MPI on host buffers (device buffers are staged through pinned host memory)
+  BACKEND_NCCL = 1,  ///< NCCL on device buffers, queued on a CUDA stream
+  BACKEND_GLOO = 2   ///< Gloo's TCP transport on host buffers, run on a worker thread (dist_gloo.cc)
 } Backend;
 
 /** @brief Reduction of an all-reduce. */
 typedef enum DistOp {
   DIST_SUM = 0,  ///< element-wise sum over ranks
-  DIST_AVG = 1   ///< element-wise mean over ranks (NCCL's ncclAvg; MPI: sum, then scale by 1/W)
+  DIST_AVG = 1   ///< element-wise mean over ranks (NCCL's ncclAvg; MPI, Gloo: sum, then scale by 1/W)
 } DistOp;
 
 /** @brief Element type of a collective's buffer. */
@@ -78,7 +88,8 @@ typedef struct ProcessGroup {
   void *scratch;       ///< device, one int: the NCCL barrier's all-reduce
   void *comm_stream;   ///< cudaStream_t for asynchronous NCCL collectives (BACKEND_NCCL)
   DevEvent ready;      ///< recorded on the compute stream before each asynchronous collective
-  void *stage;         ///< pinned host staging buffer (BACKEND_MPI with device buffers)
+  void *gloo;          ///< the Gloo context and its worker thread (BACKEND_GLOO with several ranks)
+  void *stage;         ///< pinned host staging buffer (BACKEND_MPI, BACKEND_GLOO with device buffers)
   size_t stage_bytes;  ///< size of @ref stage
 } ProcessGroup;
 
@@ -90,7 +101,8 @@ typedef struct ProcessGroup {
  * variables are missing or inconsistent (e.g. RANK >= WORLD_SIZE), or the backend is not built in or
  * cannot work with this launcher (MPI backend without mpirun and more than one rank).
  * @param[out] pg      the process group (not yet connected).
- * @param[in] backend  "auto" (nccl for CUDA, mpi for the CPU), "nccl" or "mpi".
+ * @param[in] backend  "auto" (nccl for CUDA; on the CPU mpi under mpirun, gloo under an environment
+ *                     launch), "nccl", "mpi" or "gloo".
  * @param[in] dev      the device this process will use.
  * @param[in] timeout_s longest wait of a collective, seconds (`--timeout`).
  */
@@ -133,6 +145,8 @@ typedef struct DistWork {
                           ///< completion (BACKEND_MPI with several ranks; else NULL)
   void *ring;             ///< the MPI reduce-scatter ring's state (dist_mpi.c; BACKEND_MPI with several
                           ///< ranks; else NULL)
+  void *job;              ///< the collective queued on the Gloo worker (dist_gloo.cc; BACKEND_GLOO with
+                          ///< several ranks; else NULL)
   DevEvent start;         ///< when the collective started (on the communication stream on a GPU)
   DevEvent end;           ///< when it ended (on the communication stream; on the CPU: when seen done)
 } DistWork;
@@ -152,7 +166,9 @@ void dist_work_free(ProcessGroup *pg, DistWork *w);
  * NCCL: an event is recorded on the compute stream (after the work that produced @p buf), the
  * communication stream waits for it, and the all-reduce runs on the communication stream. MPI:
  * `MPI_Iallreduce` on host buffers; it advances inside dist_test() and dist_wait() (device buffers
- * of a CUDA context are reduced at once, through the host).
+ * of a CUDA context are reduced at once, through the host). Gloo: queued on the worker thread, which
+ * runs the process group's collectives one at a time in the order they were started (as PyTorch's
+ * ProcessGroupGloo does, with one thread); device buffers as on MPI.
  * @param[in] pg    process group.
  * @param[in,out] buf device memory of the connected context, (n) elements.
  * @param[in] n     element count.
@@ -178,7 +194,10 @@ void dist_all_reduce_async(ProcessGroup *pg, void *buf, size_t n, DistType type,
  * point-to-point messages (W-1 steps, one chunk of scratch) that advances inside dist_test() and
  * dist_wait(), because Open MPI's own reduce-scatters take scratch as large as the whole send buffer
  * (dist_mpi.c); with a CUDA context, `MPI_Reduce_scatter[_block]` at once, through the host. DIST_AVG
- * divides the received chunk on completion. Neither buffer may be touched until dist_wait(), and
+ * divides the received chunk on completion. Gloo (whose reduce-scatter this version lacks): an
+ * all-reduce of the whole send buffer on the worker thread, of which this rank keeps its chunk
+ * (twice the bytes of a reduce-scatter, what PyTorch falls back to). Neither buffer may be touched until
+ * dist_wait(), and
  * @p send's contents are undefined afterwards (the ring makes its partial sums there).
  * @param[in] pg     process group.
  * @param[in,out] send device memory of the connected context, (counts[0] + ... + counts[W-1]) elements;
@@ -208,14 +227,15 @@ void dist_reduce_scatter_async(ProcessGroup *pg, void *send, void *recv, const s
 void dist_shard_counts(size_t a, size_t b, size_t S, int W, size_t *counts);
 
 /**
- * @brief Lets an asynchronous collective advance (MPI_Test) and says whether it has finished. Never
- * blocks.
+ * @brief Lets an asynchronous collective advance (MPI_Test) and says whether it has finished (Gloo:
+ * reads the worker's completion flag, and ends the job when the collective failed). Never blocks.
  * @return true when @p w is complete (always true on NCCL, whose completion the streams order).
  */
 bool dist_test(ProcessGroup *pg, DistWork *w);
 
 /**
- * @brief Completes an asynchronous collective: MPI waits for it and averages; NCCL makes the compute
+ * @brief Completes an asynchronous collective: MPI waits for it and averages; Gloo waits for the worker
+ * thread to finish it (and ends the job with Gloo's reason when it failed); NCCL makes the compute
  * stream wait for it (no host synchronisation). Afterwards @p w may be started again.
  * @param[in] pg    process group.
  * @param[in,out] w an active handle.
@@ -272,7 +292,7 @@ void dist_barrier(ProcessGroup *pg);
  */
 void dist_destroy(ProcessGroup *pg);
 
-/** @brief The name of a backend: "mpi" or "nccl". */
+/** @brief The name of a backend: "mpi", "nccl" or "gloo". */
 const char *dist_backend_name(Backend b);
 
 /**
@@ -292,6 +312,8 @@ Launcher dist_detect_launcher(char *const *env, bool have_mpi);
 bool dist_have_mpi(void);
 /** @brief True when this build has the NCCL backend. */
 bool dist_have_nccl(void);
+/** @brief True when this build has the Gloo backend. */
+bool dist_have_gloo(void);
 
 #ifdef __cplusplus
 }

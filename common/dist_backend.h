@@ -1,7 +1,8 @@
 /**
  * @file
  * @brief Internal interface between the process group (dist.c) and its backend files: dist_mpi.c
- * (built with MPI, HAVE_MPI) and dist_nccl.c (built with NCCL, HAVE_NCCL). dist.c calls a back end
+ * (built with MPI, HAVE_MPI), dist_nccl.c (built with NCCL, HAVE_NCCL) and dist_gloo.cc (built with
+ * Gloo, HAVE_GLOO: the one C++ file of common/, behind these C declarations). dist.c calls a back end
  * only in a build that has it. Not for the steps: they use dist.h.
  */
 #ifndef DDP_DIST_BACKEND_H
@@ -91,6 +92,41 @@ void dist_nccl_destroy(ProcessGroup *pg);
  * @param[in] last the message, or NULL (false).
  */
 bool dist_nccl_says_gpu_shared(const char *last);
+
+/**
+ * @brief Joins the Gloo process group: the rendezvous through the store (store.h) that rank 0 serves
+ * at @p host:@p port, Gloo's full mesh of TCP pairs, then the worker thread that runs the
+ * collectives. Registers the abort hook (`_exit`, when MPI is not up). Covered by the watchdog.
+ * @param[in,out] pg   the process group (rank, world size > 1, timeout); gets the Gloo state.
+ * @param[in]     host rank 0's address (MASTER_ADDR).
+ * @param[in]     port the store's port (the bootstrap port: MASTER_PORT + 1 or DDP_NCCL_PORT).
+ */
+void dist_gloo_connect(ProcessGroup *pg, const char *host, int port);
+/** @brief Gloo all-reduce, blocking (queued on the worker, then waited for); see dist_all_reduce(). */
+void dist_gloo_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op);
+/** @brief Gives @p w its Gloo job (so that starting a collective allocates nothing). */
+void dist_gloo_work_init(DistWork *w);
+/** @brief Frees what dist_gloo_work_init() allocated. */
+void dist_gloo_work_free(DistWork *w);
+/** @brief Queues the all-reduce of @p w (buf, n, type, op set by dist.c); blocking for GPU buffers. */
+void dist_gloo_all_reduce_start(ProcessGroup *pg, DistWork *w);
+/**
+ * @brief Queues the reduce-scatter of @p w as an all-reduce of @p send of which this rank keeps its
+ * chunk (into w->buf); blocking for GPU buffers; see dist_reduce_scatter_async().
+ */
+void dist_gloo_reduce_scatter_start(ProcessGroup *pg, void *send, const size_t *counts, DistWork *w);
+/** @brief Whether the worker has finished @p w (ends the job when it failed); records the end event. */
+bool dist_gloo_test(ProcessGroup *pg, DistWork *w);
+/** @brief Waits for the worker to finish @p w (ends the job when it failed); records the end event. */
+void dist_gloo_wait(ProcessGroup *pg, DistWork *w);
+/** @brief Gloo broadcast, blocking; see dist_broadcast(). */
+void dist_gloo_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, int root);
+/** @brief Gloo all-gather, blocking; see dist_all_gather(). */
+void dist_gloo_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type);
+/** @brief Gloo barrier, blocking. */
+void dist_gloo_barrier(ProcessGroup *pg);
+/** @brief Stops the worker thread (after the collectives queued), then frees the Gloo context. */
+void dist_gloo_destroy(ProcessGroup *pg);
 
 /** @brief Size in bytes of one element of @p type. */
 static inline size_t dist_type_size(DistType type) {

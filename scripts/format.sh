@@ -17,7 +17,7 @@ if [ "$major" != 14 ]; then
   echo "format.sh: clang-format $major found; the layout is clang-format 14's: not checked"
   [ $check -eq 1 ] && exit 77
 fi
-mapfile -t files < <(git ls-files '*.c' '*.h' '*.cpp' '*.cu' | grep -v '^exercises/')
+mapfile -t files < <(git ls-files '*.c' '*.h' '*.cpp' '*.cc' '*.cu' | grep -v '^exercises/')
 if [ $check -eq 0 ]; then
   clang-format -i "${files[@]}"
   exit 0

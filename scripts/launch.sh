@@ -36,9 +36,11 @@ STOP_GRACE=${STOP_GRACE:-10}  # seconds a rank has to end after SIGTERM before i
 
 pids=()
 # Ends every rank that is still running: SIGTERM, then SIGKILL to any that outlives STOP_GRACE
-# seconds. (Background jobs of a script ignore SIGINT, so the ranks always get SIGTERM.)
+# seconds. (Background jobs of a script ignore SIGINT, so the ranks always get SIGTERM.) SIGCONT
+# after it: a frozen (stopped) rank gets its SIGTERM now rather than after the grace period.
 stop_ranks() {
   kill -TERM "${pids[@]}" 2>/dev/null
+  kill -CONT "${pids[@]}" 2>/dev/null
   for ((tenths = 0; tenths < STOP_GRACE * 10; tenths++)); do
     kill -0 "${pids[@]}" 2>/dev/null || break  # true while any rank is alive
     sleep 0.1

@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PACKAGES=(build-essential cmake ninja-build python3 libopenblas-dev libopenmpi-dev openmpi-bin
-          libdeflate-dev libgtest-dev doxygen clang-format git dataset-fashion-mnist)
+          libgloo-dev libdeflate-dev libgtest-dev doxygen clang-format git dataset-fashion-mnist)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import struct
 import subprocess
 import sys
@@ -23,6 +24,12 @@ MPIEXEC = os.environ.get("DDP_MPIEXEC", "mpiexec")
 # (DDP_FASHION_MNIST_DIR, from common/data.h); run by hand, the Debian package's folder.
 FASHION = os.environ.get("DDP_FASHION_MNIST_DIR", "/usr/share/datasets/fashion-mnist")
 SKIP = 77  # CTest's SKIP_RETURN_CODE
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+LAUNCH_SH = os.path.join(ROOT, "scripts", "launch.sh")
+# How run() starts several ranks (check.py --launcher): "mpirun" (the MPI backend), "launch"
+# (scripts/launch.sh: the Gloo backend, --backend auto's choice under an environment launch) or
+# "torchrun" (the same, started by PyTorch's launcher).
+LAUNCHER = "mpirun"
 
 # Small and fast: a 784-64-10 MLP on 2,048 synthetic samples trains in well under a second per run.
 SMALL = ["--device", "cpu", "--data", "synthetic", "--dataset_size", "2048", "--hidden", "64",
@@ -101,13 +108,68 @@ def hint(text):
     return None
 
 
-def run(step, args, np=1, expect_rc=0, tmp=None):
-    """Runs build/bin/<step> (under mpiexec when np > 1); returns (stdout, stderr)."""
+def port_free(port):
+    with socket.socket() as s:
+        try:
+            s.bind(("", port))
+            return True
+        except OSError:
+            return False
+
+
+def free_master_port():
+    """A port p such that p and p + 1 are free: MASTER_PORT, and the bootstrap port after it (the
+    Gloo store's), so that launches running at the same time do not meet."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind(("", 0))
+            p = s.getsockname()[1]
+        if p < 65535 and port_free(p + 1):
+            return p
+    raise Failure("found no two free consecutive TCP ports for MASTER_PORT")
+
+
+def env_launch_env():
+    """This environment without the variables of an enclosing launch, with a fresh MASTER_PORT."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("OMPI_COMM_WORLD", "PMI", "PMIX", "SLURM", "TORCHELASTIC"))
+           and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR")}
+    env["MASTER_PORT"] = str(free_master_port())
+    return env
+
+
+def torchrun_cmd(np):
+    """torchrun's command line for np ranks of a program, or None when PyTorch is not installed.
+    --redirects 1 --tee 1: Debian's torch 1.13 on Python 3.11 crashes on the default "0" (its Std
+    IntFlag has no member 0 to iterate); stdout still reaches the console, prefixed."""
+    exe = shutil.which("torchrun")
+    if not exe or subprocess.run([exe, "--help"], capture_output=True).returncode != 0:
+        return None
+    return [exe, "--standalone", "--nproc_per_node", str(np), "--redirects", "1", "--tee", "1",
+            "--log_dir", tempfile.mkdtemp(prefix="torchrun-logs-"), "--no_python"]
+
+
+def launch(cmd, np, launcher=None):
+    """(argv, env) that start np ranks of cmd under launcher (default: LAUNCHER)."""
+    launcher = launcher or LAUNCHER
+    if launcher == "mpirun":
+        return [MPIEXEC, "-n", str(np)] + cmd, None
+    if launcher == "launch":
+        return [LAUNCH_SH, "-n", str(np)] + cmd, env_launch_env()
+    tr = torchrun_cmd(np)
+    if tr is None:
+        raise Failure("torchrun is not installed (python3-torch)")
+    return tr + cmd, env_launch_env()
+
+
+def run(step, args, np=1, expect_rc=0, tmp=None, launcher=None):
+    """Runs build/bin/<step> (under LAUNCHER, or @p launcher, when np > 1); returns (stdout, stderr)."""
     cmd = [os.path.join(BIN, step)] + list(args) + dist_args(step)
+    env = None
     if np > 1:
-        cmd = [MPIEXEC, "-n", str(np)] + cmd
+        cmd, env = launch(cmd, np, launcher)
     stop_if_terminated()
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp, env=env)
     stop_if_terminated()
     if expect_rc is not None and (p.returncode == 0) != (expect_rc == 0):
         cause = hint(p.stdout + p.stderr) if expect_rc == 0 else None
@@ -770,7 +832,8 @@ def launchers(tmp):
     if not (metrics(f"{tmp}/l0.jsonl")[2]["world_size"] == metrics(f"{tmp}/s0.jsonl")[2]["world_size"] == 1
             and metrics(f"{tmp}/m0.jsonl")[2]["world_size"] == 2):
         raise Failure("the launchers did not give the expected world sizes")
-    p = go("launch.sh -n 2 with the MPI backend", [launch, "-n", "2", prog] + args, ok=False)
+    p = go("launch.sh -n 2 with the MPI backend", [launch, "-n", "2", prog] + args + ["--backend", "mpi"],
+           ok=False)
     if "mpirun" not in p.stderr or "stopping the others" not in p.stderr:
         raise Failure(f"expected a hint to use mpirun and launch.sh stopping the ranks: {p.stderr!r}")
     torchrun = shutil.which("torchrun")
@@ -1345,6 +1408,130 @@ def step07_checkpoints(tmp):
           f"07 tracks 06 (parameters {rel_diff(pw6, pw7):.1e}, momentum {rel_diff(mw6, mw7):.1e})")
 
 
+# ---- the Gloo backend: against MPI, and its peers' faults ---------------------------------------------
+
+def gloo_matches_mpi(step, np):
+    def scenario(tmp):
+        args = (ZERO if step.startswith("07") else SMALL) + ["--epochs", "2", "--save_interval", "2"]
+        out = {}
+        for launcher in ("mpirun", "launch"):
+            run(step, args + ["--ckpt_dir", f"{tmp}/{launcher}", "--metrics", f"{tmp}/{launcher}{{rank}}.jsonl"],
+                np=np, launcher=launcher)
+            d = digests(f"{tmp}/{launcher}", np)
+            if len(set(d)) != 1:
+                raise Failure(f"{step} at {np} ranks under {launcher}: replicas differ {d}")
+            out[launcher] = (d[0], global_losses(f"{tmp}/{launcher}", np, int(step[:2])),
+                             ckpt_params_momentum(f"{tmp}/{launcher}/checkpoint.bin")[0])
+        (dm, lm, pm), (dg, lg, pg) = out["mpirun"], out["launch"]
+        worst, pworst = max(abs(x - y) / max(abs(x), 1e-3) for x, y in zip(lm, lg)), rel_diff(pm, pg)
+        # At 2 ranks every sum has two terms, which any algorithm adds the same way: bit for bit. At 3
+        # ranks Gloo's ring and MPI's algorithm may add the three terms in another order: rounding only.
+        if np == 2 and dg != dm:
+            raise Failure(f"{step} at 2 ranks: Gloo ends at {dg}, MPI at {dm} (a sum of two is order-free: "
+                          f"they must agree bit for bit; parameters {pworst:.1e} apart)")
+        if len(lm) != len(lg) or worst > LOSS_TOL or pworst > PARAM_TOL:
+            raise Failure(f"{step} at {np} ranks: Gloo and MPI part: loss {worst:.1e}, parameters {pworst:.1e}")
+        print(f"{step} at {np} ranks, Gloo vs MPI: digests {'identical' if dg == dm else 'differ'}, "
+              f"max loss diff {worst:.1e}, parameters {pworst:.1e} of max|p|")
+    scenario.__name__ = f"gloo_matches_mpi_{step[:2]}_np{np}"
+    scenario.__doc__ = (f"{step} at {np} ranks under scripts/launch.sh (Gloo) trains like under mpirun (MPI)"
+                        + (", bit for bit." if np == 2 else ", within the tolerances."))
+    return scenario
+
+
+def start_ranks(tmp, np, args, timeout, only=None):
+    """Starts ranks of 06_full by environment, without a launcher that would stop the others (as a
+    plain srun without --kill-on-bad-exit): {rank: (Popen, stderr path)}. args: the arguments, or a
+    function of the rank that returns them."""
+    env = env_launch_env()
+    procs = {}
+    for r in (only if only is not None else range(np)):
+        e = dict(env, RANK=str(r), WORLD_SIZE=str(np), LOCAL_RANK=str(r), MASTER_ADDR="127.0.0.1")
+        err = f"{tmp}/err{r}.txt"
+        with open(f"{tmp}/out{r}.txt", "w") as o, open(err, "w") as f:
+            mine = args(r) if callable(args) else args
+            procs[r] = (subprocess.Popen([os.path.join(BIN, "06_full")] + mine + ["--timeout", str(timeout)],
+                                         stdout=o, stderr=f, env=e), err)
+    return procs
+
+
+def wait_exit(p, limit):
+    """Seconds until p exited (after the call), or None when it outlived limit seconds."""
+    t0 = time.monotonic()
+    try:
+        p.wait(timeout=limit)
+    except subprocess.TimeoutExpired:
+        return None
+    return time.monotonic() - t0
+
+
+def gloo_peer_faults(tmp):
+    """Gloo without a launcher to clean up: a rank that never starts, a killed rank and a frozen
+    (SIGSTOP) rank each end the surviving rank within --timeout, with a line that names the cause."""
+    timeout, args = 4, SMALL + ["--epochs", "100000"]
+    # start-up: rank 1 never comes
+    procs = start_ranks(tmp, 2, args, timeout, only=[0])
+    took = wait_exit(procs[0][0], timeout + 5)
+    err = open(procs[0][1]).read()
+    # the store's get and the watchdog run out together: either names the wait
+    if took is None or procs[0][0].returncode == 0 or not ("did not appear" in err or "rendezvous" in err):
+        procs[0][0].kill()
+        raise Failure(f"rank 0 alone (WORLD_SIZE=2) should end within {timeout} s naming the rendezvous: "
+                      f"{took}, {err!r}")
+    print(f"rank 1 never started: rank 0 ended after {took:.1f} s (--timeout {timeout})")
+    for fault, sig in (("killed", signal.SIGKILL), ("frozen", signal.SIGSTOP)):
+        procs = start_ranks(tmp, 2, args, timeout)
+        deadline = time.monotonic() + 60
+        while "global batch" not in open(f"{tmp}/out0.txt").read() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.5)  # well into training
+        procs[1][0].send_signal(sig)
+        took = wait_exit(procs[0][0], timeout + 5)
+        procs[1][0].kill()
+        procs[1][0].wait()
+        err = open(procs[0][1]).read()
+        if took is None:
+            procs[0][0].kill()
+            raise Failure(f"a {fault} peer: rank 0 still runs {timeout + 5} s later (--timeout {timeout})")
+        if procs[0][0].returncode == 0 or not ("GLOO ERROR" in err or "watchdog" in err):
+            raise Failure(f"a {fault} peer: rank 0 exited {procs[0][0].returncode} without naming the failure: {err!r}")
+        if took > timeout + 2:
+            raise Failure(f"a {fault} peer: rank 0 ended after {took:.1f} s, more than --timeout {timeout} s")
+        print(f"{fault} peer: rank 0 ended after {took:.1f} s: {err.strip().splitlines()[-1][:160]}")
+
+
+def gloo_ranks_agree(tmp):
+    """The ranks' agreement check runs over Gloo too: two ranks started with different --lr both stop
+    before training, naming the flag and both values."""
+    procs = start_ranks(tmp, 2, lambda r: small(lr=0.05 if r == 0 else 0.1) + ["--epochs", "1"], 30)
+    for r, (p, err) in procs.items():
+        if wait_exit(p, 60) is None:
+            p.kill()
+            raise Failure(f"rank {r} still runs 60 s after starting with another --lr than its peer")
+        text = open(err).read()
+        if p.returncode == 0 or "the ranks disagree on --lr" not in text:
+            raise Failure(f"rank {r}: exit {p.returncode}, expected the agreement check's line: {text!r}")
+    print("different --lr over Gloo: " + open(procs[0][1]).read().strip().splitlines()[0])
+
+
+def torchrun_matches_mpi(tmp):
+    """torchrun --standalone --nproc_per_node 2 --no_python 06_full --device cpu (the course's launch
+    line, on the Gloo backend) trains like mpirun -n 2 (MPI), bit for bit."""
+    if torchrun_cmd(2) is None:
+        print("skipped: torchrun is not installed (apt-get install python3-torch)")
+        return SKIP
+    args = SMALL + ["--epochs", "2"]
+    out, _ = run("06_full", args + ["--metrics", f"{tmp}/t{{rank}}.jsonl"], np=2, launcher="torchrun")
+    run("06_full", args + ["--metrics", f"{tmp}/m{{rank}}.jsonl"], np=2, launcher="mpirun")
+    dt, dm = digests(f"{tmp}/t", 2), digests(f"{tmp}/m", 2)
+    if metrics(f"{tmp}/t0.jsonl")[2]["world_size"] != 2:
+        raise Failure(f"torchrun started {metrics(f'{tmp}/t0.jsonl')[2]['world_size']} rank(s), not 2")
+    if len(set(dt)) != 1 or dt != dm:
+        raise Failure(f"under torchrun the ranks end at {dt}, under mpirun at {dm}")
+    print(f"torchrun, 2 ranks: param_digest {dt[0]}, the same as mpirun's")
+
+
+
 # ---- the exercise checker ---------------------------------------------------------------------------
 
 def process_tree(pid):
@@ -1420,14 +1607,23 @@ SCENARIOS = {f.__name__: f for f in [step01_warnings, save_init, max_steps_resum
     matches_baseline("04_ddp_wrap", 2), matches_baseline("04_ddp_wrap", 4),
     matches_baseline("05_metrics_ckpt", 2), matches_baseline("05_metrics_ckpt", 4),
     step07_replicas(2), step07_replicas(3), step07_replicas(4), step07_matches_step06(2),
-    step07_matches_step06(3), step07_matches_step06(4), step07_one_rank_mpirun, step07_memory, step07_checkpoints] +
+    step07_matches_step06(3), step07_matches_step06(4), step07_one_rank_mpirun, step07_memory, step07_checkpoints,
+    gloo_matches_mpi("06_full", 2), gloo_matches_mpi("06_full", 3), gloo_matches_mpi("07_zero", 2),
+    gloo_matches_mpi("07_zero", 3), gloo_peer_faults, gloo_ranks_agree, torchrun_matches_mpi] +
     [own_binary(s) for s in ("02_init", "03_sampler", "04_ddp_wrap", "05_metrics_ckpt", "06_full", "07_zero")]}
 
 
 def main():
+    global LAUNCHER
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("scenario", choices=sorted(SCENARIOS))
+    ap.add_argument("--launcher", choices=["mpirun", "launch", "torchrun"], default="mpirun",
+                    help="how multi-rank runs start (launch, torchrun: the Gloo backend)")
     a = ap.parse_args()
+    LAUNCHER = a.launcher
+    if LAUNCHER == "torchrun" and torchrun_cmd(1) is None:
+        print("skipped: torchrun is not installed (apt-get install python3-torch)")
+        return SKIP
     # DDP_CHECK_TMPDIR: where the scenario's folder goes (the exercise checker's own temporary folder,
     # which it removes even when it has to kill a scenario that hangs)
     tmp = tempfile.mkdtemp(prefix=a.scenario + "-", dir=os.environ.get("DDP_CHECK_TMPDIR") or None)

@@ -204,7 +204,8 @@ TEST(Args, Errors) {
   EXPECT_EXIT(parse_and_exit({"--momentum", "-0.5"}), code2, "--momentum must be in");
   EXPECT_EXIT(parse_and_exit({"--device", "gpu"}), code2, "--device: 'gpu' is not one of auto\\|cpu\\|cuda");
   EXPECT_EXIT(parse_and_exit({"--data", "cifar"}), code2, "--data: 'cifar' is not one of");
-  EXPECT_EXIT(parse_and_exit({"--backend=gloo"}), code2, "--backend: 'gloo' is not one of");
+  EXPECT_EXIT(parse_and_exit({"--backend=tcp"}), code2,
+              "--backend: 'tcp' is not one of auto\\|nccl\\|mpi\\|gloo");
   for (const char *bad : {"12,x", "0", "8,", ",8", "8,,8", "00", "-3", "3.5", " 3", "3 ", "1e3"})
     EXPECT_EXIT(parse_and_exit({"--hidden", bad}), code2,
                 std::string("--hidden: '") + bad +
@@ -252,7 +253,7 @@ TEST(Args, HelpExitsZeroAndListsOnlyAcceptedFlags) {
   EXPECT_EQ(step01.find("--bucket_cap_mb"), std::string::npos) << step01;
 
   std::string step06 = help_text(kAll, "help06.txt");
-  for (const char *f : {"--backend auto|nccl|mpi", "--drop_last", "--bucket_cap_mb X", "--grad_accum N",
+  for (const char *f : {"--backend auto|nccl|mpi|gloo", "--drop_last", "--bucket_cap_mb X", "--grad_accum N",
                         "--trace PATH", "(default 25)"})
     EXPECT_NE(step06.find(f), std::string::npos) << f << "\n" << step06;
 }

@@ -1,0 +1,492 @@
+// dist_gloo.cc: the Gloo backend, the one C++ file of common/ (Gloo's API is C++). Its entry points
+// are the C functions of dist_backend.h; no exception leaves this file or its thread: every Gloo call
+// runs inside a try block, and its error ends the job through check.h, naming the rank, the call and
+// Gloo's reason.
+//
+// Design (PyTorch's ProcessGroupGloo, cut down to one thread): Gloo's collectives block, so they run
+// on one worker thread fed by a FIFO queue (a mutex and two condition variables). A collective is
+// queued with a tag taken on the calling thread, tag = counter++, so that the tags follow the issue
+// order, which is the same on every rank; one thread runs them in that order. dist_test() reads the
+// job's atomic completion flag; dist_wait() waits for it, under the watchdog. Blocking collectives
+// are queued and waited for at once, so that the main thread never calls Gloo itself. Device buffers
+// are staged through pinned host memory, at once, as dist_mpi.c does.
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+
+#include "check.h"
+#include "devmem.h"
+#include "dist_backend.h"
+#include "store.h"
+#include "watchdog.h"
+
+namespace {
+
+// ---- the rendezvous store, as Gloo's Store ----------------------------------------------------------
+
+// Gloo's store interface over store.h. get blocks (connectFullMesh reads keys without waiting for
+// them first); store.h ends the job itself on a timeout or a key set twice.
+class RendezvousStore : public gloo::rendezvous::Store {
+ public:
+  RendezvousStore(::Store *s, double timeout_s) : s_(s), timeout_s_(timeout_s) {}
+
+  void set(const std::string &key, const std::vector<char> &data) override {
+    store_set(s_, key.c_str(), data.data(), data.size());
+  }
+
+  std::vector<char> get(const std::string &key) override { return get(key, timeout_s_); }
+
+  void wait(const std::vector<std::string> &keys) override { wait(keys, kDefaultTimeout); }
+
+  void wait(const std::vector<std::string> &keys, const std::chrono::milliseconds &timeout) override {
+    // The longer of Gloo's and ours: Gloo passes its 30 s default, --timeout may be longer.
+    double t = std::max(timeout_s_, (double)timeout.count() / 1000.0);
+    for (const auto &key : keys) get(key, t);
+  }
+
+ private:
+  std::vector<char> get(const std::string &key, double timeout_s) {
+    size_t n = 0;
+    char *value = static_cast<char *>(store_get(s_, key.c_str(), timeout_s, &n));
+    std::vector<char> out(value, value + n);
+    free(value);
+    return out;
+  }
+
+  ::Store *s_;
+  double timeout_s_;
+};
+
+// The keys of this attempt: a job that torchrun restarts (TORCHELASTIC_RESTART_COUNT) never meets
+// the write-once keys of the attempt before.
+std::string attempt_prefix() {
+  const char *n = getenv("TORCHELASTIC_RESTART_COUNT");
+  return std::string("attempt_") + (n && *n ? n : "0");
+}
+
+// ---- jobs and the worker ----------------------------------------------------------------------------
+
+enum class Kind { AllReduce, ReduceScatter, Broadcast, AllGather, Barrier };
+
+// One collective queued on the worker (a DistWork's, or a blocking call's on the caller's stack).
+struct Job {
+  Kind kind = Kind::Barrier;
+  const char *what = "";       // Gloo's call, for error messages
+  void *buf = nullptr;         // host: written (all-reduce: in place; reduce-scatter: the chunk)
+  const void *send = nullptr;  // host: all-gather's input, reduce-scatter's send buffer
+  size_t n = 0;                // elements of buf (all-gather: per rank)
+  size_t total = 0;            // reduce-scatter: elements of send
+  size_t offset = 0;           // reduce-scatter: where this rank's chunk starts in send
+  DistType type = DIST_FLOAT;
+  DistOp op = DIST_SUM;
+  int root = 0;
+  uint32_t tag = 0;
+  std::atomic<bool> done{false};  // set by the worker when the job has run (or failed)
+  std::string error;              // empty when it succeeded; read after done
+};
+
+struct Gloo {
+  std::shared_ptr<gloo::rendezvous::Context> context;
+  std::chrono::milliseconds timeout{0};
+  std::thread worker;
+  std::mutex lock;                   // guards queue, stop, failed
+  std::condition_variable queued;    // a job was queued, or stop
+  std::condition_variable finished;  // a job is done
+  std::deque<Job *> queue;
+  bool stop = false;
+  std::string failed;     // the first error: later jobs are not run (the pairs are broken)
+  uint32_t next_tag = 0;  // taken on the calling thread, in issue order
+  int world_size = 1;
+};
+
+Gloo *state(ProcessGroup *pg) { return static_cast<Gloo *>(pg->gloo); }
+
+using ReduceFn = void (*)(void *, const void *, const void *, size_t);
+
+ReduceFn sum_of(DistType t) {
+  if (t == DIST_DOUBLE) return static_cast<ReduceFn>(&gloo::sum<double>);
+  if (t == DIST_INT) return static_cast<ReduceFn>(&gloo::sum<int>);
+  return static_cast<ReduceFn>(&gloo::sum<float>);
+}
+
+// Gloo has no average: every rank scales the same sum by 1/W, so the replicas stay bit-identical.
+void scale_avg(float *f, size_t n, int world_size) {
+  float inv = 1.0f / (float)world_size;
+  for (size_t i = 0; i < n; i++) f[i] *= inv;
+}
+
+template <typename T>
+void all_reduce_as(Gloo &g, const Job &j, void *buf, size_t n) {
+  gloo::AllreduceOptions o(g.context);
+  o.setOutput(static_cast<T *>(buf), n);
+  o.setReduceFunction(sum_of(j.type));
+  o.setTag(j.tag);
+  o.setTimeout(g.timeout);
+  gloo::allreduce(o);
+}
+
+void all_reduce(Gloo &g, const Job &j, void *buf, size_t n) {
+  if (j.type == DIST_DOUBLE) {
+    all_reduce_as<double>(g, j, buf, n);
+  } else if (j.type == DIST_INT) {
+    all_reduce_as<int>(g, j, buf, n);
+  } else {
+    all_reduce_as<float>(g, j, buf, n);
+  }
+}
+
+// Gloo's options take typed pointers; bytes carry every DistType.
+void broadcast(Gloo &g, const Job &j) {
+  gloo::BroadcastOptions o(g.context);
+  o.setOutput(static_cast<char *>(j.buf), j.n * dist_type_size(j.type));
+  o.setRoot(j.root);
+  o.setTag(j.tag);
+  o.setTimeout(g.timeout);
+  gloo::broadcast(o);
+}
+
+void all_gather(Gloo &g, const Job &j) {
+  size_t bytes = j.n * dist_type_size(j.type);
+  char *out = static_cast<char *>(j.buf);
+  gloo::AllgatherOptions o(g.context);
+  // In place (send is out + rank·bytes) without an input, as Gloo's own in-place form.
+  if (j.send != out + (size_t)g.context->rank * bytes)
+    o.setInput(const_cast<char *>(static_cast<const char *>(j.send)), bytes);
+  o.setOutput(out, bytes * (size_t)g.world_size);
+  o.setTag(j.tag);
+  o.setTimeout(g.timeout);
+  gloo::allgather(o);
+}
+
+void barrier(Gloo &g, const Job &j) {
+  gloo::BarrierOptions o(g.context);
+  o.setTag(j.tag);
+  o.setTimeout(g.timeout);
+  gloo::barrier(o);
+}
+
+// Runs one job on the worker thread; Gloo's exceptions become the job's error.
+void execute(Gloo &g, Job &j) {
+  try {
+    size_t size = dist_type_size(j.type);
+    switch (j.kind) {
+      case Kind::AllReduce:
+        all_reduce(g, j, j.buf, j.n);
+        if (j.op == DIST_AVG) scale_avg(static_cast<float *>(j.buf), j.n, g.world_size);
+        break;
+      case Kind::ReduceScatter: {  // all-reduce the whole buffer, keep this rank's chunk
+        char *mine = static_cast<char *>(const_cast<void *>(j.send)) + j.offset * size;
+        all_reduce(g, j, const_cast<void *>(j.send), j.total);
+        if (mine != j.buf) memmove(j.buf, mine, j.n * size);
+        if (j.op == DIST_AVG) scale_avg(static_cast<float *>(j.buf), j.n, g.world_size);
+        break;
+      }
+      case Kind::Broadcast:
+        broadcast(g, j);
+        break;
+      case Kind::AllGather:
+        all_gather(g, j);
+        break;
+      case Kind::Barrier:
+        barrier(g, j);
+        break;
+    }
+  } catch (const gloo::IoException &e) {
+    j.error = std::string(j.what) + ": " + e.what() + " (a peer died, froze or left)";
+  } catch (const std::exception &e) {
+    j.error = std::string(j.what) + ": " + e.what();
+  } catch (...) {
+    j.error = std::string(j.what) + ": unknown exception";
+  }
+}
+
+void work_loop(Gloo *g) {
+  for (;;) {
+    std::unique_lock<std::mutex> held(g->lock);
+    g->queued.wait(held, [g] { return g->stop || !g->queue.empty(); });
+    if (g->queue.empty()) return;  // stop, and nothing left to run
+    Job *j = g->queue.front();
+    g->queue.pop_front();
+    bool broken = !g->failed.empty();
+    held.unlock();
+    if (broken) {
+      j->error = std::string(j->what) + ": not run, an earlier collective failed";
+    } else {
+      execute(*g, *j);
+    }
+    held.lock();
+    if (!j->error.empty() && g->failed.empty()) g->failed = j->error;
+    j->done.store(true, std::memory_order_release);
+    g->finished.notify_all();
+  }
+}
+
+// Queues @p j with the next tag.
+void enqueue(Gloo &g, Job &j) {
+  std::lock_guard<std::mutex> held(g.lock);
+  j.tag = g.next_tag++;
+  j.done.store(false, std::memory_order_relaxed);
+  j.error.clear();
+  g.queue.push_back(&j);
+  g.queued.notify_one();
+}
+
+// The job's error, as the project's message-then-abort.
+[[noreturn]] void fail(const Job &j) { check_fail("GLOO", __FILE__, __LINE__, "%s", j.error.c_str()); }
+
+// Waits for @p j under the watchdog; ends the job when it failed.
+void wait_job(Gloo &g, Job &j) {
+  if (!j.done.load(std::memory_order_acquire)) {
+    watchdog_enter("a Gloo collective");
+    std::unique_lock<std::mutex> held(g.lock);
+    g.finished.wait(held, [&j] { return j.done.load(std::memory_order_acquire); });
+    held.unlock();
+    watchdog_leave();
+  }
+  if (!j.error.empty()) fail(j);
+}
+
+void run_blocking(Gloo &g, Job &j) {
+  enqueue(g, j);
+  wait_job(g, j);
+}
+
+// ---- device buffers ---------------------------------------------------------------------------------
+
+bool on_gpu(const ProcessGroup *pg) { return pg->ctx && pg->ctx->dev == DEVICE_CUDA; }
+
+// The pinned staging buffer, grown to the largest size seen (as dist_mpi.c's).
+void *staging(ProcessGroup *pg, size_t bytes) {
+  if (bytes > pg->stage_bytes) {
+    dev_sync(pg->ctx);  // an upload from the old buffer may still be queued
+    dev_host_free(pg->ctx, pg->stage);
+    pg->stage = dev_host_alloc(pg->ctx, bytes);
+    pg->stage_bytes = bytes;
+  }
+  return pg->stage;
+}
+
+// A blocking all-reduce of @p n elements at @p buf (host, or device staged through the host).
+void all_reduce_blocking(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op) {
+  Job j;
+  j.kind = Kind::AllReduce;
+  j.what = "gloo::allreduce";
+  j.n = n;
+  j.type = type;
+  j.op = op;
+  size_t bytes = n * dist_type_size(type);
+  j.buf = on_gpu(pg) ? staging(pg, bytes) : buf;
+  if (on_gpu(pg)) dev_download(pg->ctx, j.buf, buf, bytes);
+  run_blocking(*state(pg), j);
+  if (on_gpu(pg)) dev_upload(pg->ctx, buf, j.buf, bytes);
+}
+
+// ---- start-up -----------------------------------------------------------------------------------------
+
+// Every failure ends this process at once (`_exit`: no static destructor runs under Gloo's threads);
+// the launcher then ends the others (torchrun and scripts/launch.sh do; dist.h), and a peer whose
+// pair closes gets Gloo's "Connection reset by peer" at once.
+void gloo_abort(int status) {
+  fflush(nullptr);
+  _exit(status ? status : 1);
+}
+
+std::shared_ptr<gloo::rendezvous::Context> connect_mesh(ProcessGroup *pg, ::Store *s,
+                                                        const std::string &prefix) {
+  try {
+    gloo::transport::tcp::attr attr;
+    const char *ifname = getenv("GLOO_SOCKET_IFNAME");
+    if (ifname && *ifname) {
+      attr.iface = ifname;
+    } else {
+      attr.hostname = store_local_address(s);  // never gethostname(): it may name 127.0.1.1
+    }
+    auto device = gloo::transport::tcp::CreateDevice(attr);
+    RendezvousStore base(s, pg->timeout);
+    gloo::rendezvous::PrefixStore store(prefix, base);
+    auto context = std::make_shared<gloo::rendezvous::Context>(pg->rank, pg->world_size);
+    context->setTimeout(std::chrono::milliseconds((long long)(pg->timeout * 1000.0)));
+    context->connectFullMesh(store, device);
+    return context;
+  } catch (const std::exception &e) {
+    check_fail("GLOO", __FILE__, __LINE__, "connectFullMesh (GLOO_SOCKET_IFNAME=%s): %s",
+               getenv("GLOO_SOCKET_IFNAME") ? getenv("GLOO_SOCKET_IFNAME") : "unset", e.what());
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+void dist_gloo_connect(ProcessGroup *pg, const char *host, int port) {
+  if (!pg->mpi_up) check_set_abort(gloo_abort);
+  // A write to a pair whose peer has died must fail with EPIPE (an IoException, reported), not kill
+  // this process with SIGPIPE and no message.
+  signal(SIGPIPE, SIG_IGN);
+  watchdog_enter("the Gloo rendezvous (every rank must join)");
+  ::Store *s = store_init(host, port, pg->rank, pg->world_size, pg->timeout);
+  std::string prefix = attempt_prefix();
+  auto context = connect_mesh(pg, s, prefix);
+  store_free(s, (prefix + "/").c_str());
+  watchdog_leave();
+  Gloo *g = new Gloo;
+  g->context = context;
+  g->timeout = std::chrono::milliseconds((long long)(pg->timeout * 1000.0));
+  g->world_size = pg->world_size;
+  try {
+    g->worker = std::thread(work_loop, g);
+  } catch (const std::exception &e) {
+    check_fail("GLOO", __FILE__, __LINE__, "cannot start the worker thread: %s", e.what());
+  }
+  pg->gloo = g;
+}
+
+void dist_gloo_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op) {
+  all_reduce_blocking(pg, buf, n, type, op);
+}
+
+void dist_gloo_work_init(DistWork *w) { w->job = new Job; }
+
+void dist_gloo_work_free(DistWork *w) {
+  delete static_cast<Job *>(w->job);
+  w->job = nullptr;
+}
+
+void dist_gloo_all_reduce_start(ProcessGroup *pg, DistWork *w) {
+  dev_event_record(pg->ctx, &w->start, NULL);
+  if (on_gpu(pg)) {  // staged through the host: nothing to overlap, reduce now
+    all_reduce_blocking(pg, w->buf, w->n, w->type, w->op);
+    dev_event_record(pg->ctx, &w->end, NULL);
+    w->done = true;
+    return;
+  }
+  Job &j = *static_cast<Job *>(w->job);
+  j.kind = Kind::AllReduce;
+  j.what = "gloo::allreduce";
+  j.buf = w->buf;
+  j.n = w->n;
+  j.type = w->type;
+  j.op = w->op;
+  enqueue(*state(pg), j);
+}
+
+void dist_gloo_reduce_scatter_start(ProcessGroup *pg, void *send, const size_t *counts, DistWork *w) {
+  dev_event_record(pg->ctx, &w->start, NULL);
+  size_t size = dist_type_size(w->type), total = dist_chunk_offset(counts, pg->world_size);
+  size_t offset = dist_chunk_offset(counts, pg->rank);
+  if (on_gpu(pg)) {  // [send] through the host, reduced now; this rank's chunk goes back up
+    char *host = static_cast<char *>(staging(pg, total * size));
+    dev_download(pg->ctx, host, send, total * size);
+    all_reduce_blocking(pg, host, total, w->type, DIST_SUM);
+    if (w->op == DIST_AVG) scale_avg(reinterpret_cast<float *>(host + offset * size), w->n, pg->world_size);
+    dev_upload(pg->ctx, w->buf, host + offset * size, w->n * size);
+    dev_event_record(pg->ctx, &w->end, NULL);
+    w->done = true;
+    return;
+  }
+  Job &j = *static_cast<Job *>(w->job);
+  j.kind = Kind::ReduceScatter;
+  j.what = "gloo::allreduce (for a reduce-scatter)";
+  j.buf = w->buf;
+  j.send = send;
+  j.n = w->n;
+  j.total = total;
+  j.offset = offset;
+  j.type = w->type;
+  j.op = w->op;
+  enqueue(*state(pg), j);
+}
+
+bool dist_gloo_test(ProcessGroup *pg, DistWork *w) {
+  Job &j = *static_cast<Job *>(w->job);
+  if (!j.done.load(std::memory_order_acquire)) return false;
+  if (!j.error.empty()) fail(j);
+  dev_event_record(pg->ctx, &w->end, NULL);
+  w->done = true;
+  return true;
+}
+
+void dist_gloo_wait(ProcessGroup *pg, DistWork *w) {
+  wait_job(*state(pg), *static_cast<Job *>(w->job));
+  dev_event_record(pg->ctx, &w->end, NULL);
+  w->done = true;
+}
+
+void dist_gloo_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, int root) {
+  size_t bytes = n * dist_type_size(type);
+  Job j;
+  j.kind = Kind::Broadcast;
+  j.what = "gloo::broadcast";
+  j.n = n;
+  j.type = type;
+  j.root = root;
+  j.buf = on_gpu(pg) ? staging(pg, bytes) : buf;
+  if (on_gpu(pg)) {
+    dev_sync(pg->ctx);  // Gloo writes the staging buffer: no queued upload may still read it
+    if (pg->rank == root) dev_download(pg->ctx, j.buf, buf, bytes);
+  }
+  run_blocking(*state(pg), j);
+  if (on_gpu(pg)) dev_upload(pg->ctx, buf, j.buf, bytes);
+}
+
+void dist_gloo_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type) {
+  size_t bytes = n * dist_type_size(type), W = (size_t)pg->world_size;
+  Job j;
+  j.kind = Kind::AllGather;
+  j.what = "gloo::allgather";
+  j.n = n;
+  j.type = type;
+  if (on_gpu(pg)) {  // [everyone's] on the host; this rank's part downloaded into its place
+    char *host = static_cast<char *>(staging(pg, bytes * W));
+    dev_download(pg->ctx, host + (size_t)pg->rank * bytes, send, bytes);
+    j.buf = host;
+    j.send = host + (size_t)pg->rank * bytes;
+  } else {
+    j.buf = recv;
+    j.send = send;
+  }
+  run_blocking(*state(pg), j);
+  if (on_gpu(pg)) dev_upload(pg->ctx, recv, j.buf, bytes * W);
+}
+
+void dist_gloo_barrier(ProcessGroup *pg) {
+  Job j;
+  j.kind = Kind::Barrier;
+  j.what = "gloo::barrier";
+  run_blocking(*state(pg), j);
+}
+
+void dist_gloo_destroy(ProcessGroup *pg) {
+  Gloo *g = state(pg);
+  {
+    std::lock_guard<std::mutex> held(g->lock);
+    g->stop = true;
+    g->queued.notify_one();
+  }
+  g->worker.join();  // it runs what is queued first; before the context goes
+  delete g;
+  pg->gloo = nullptr;
+}
+
+}  // extern "C"

@@ -1,0 +1,83 @@
+/**
+ * @file
+ * @brief A small key-value store over TCP for the rendezvous of an environment launch (the analogue
+ * of PyTorch's TCPStore): rank 0 serves it, every rank (rank 0 too) is a client.
+ *
+ * Keys are write-once (as Gloo's stores expect: setting a key twice ends the job) and a get blocks
+ * until the key is there, for at most the store's timeout. The caller prefixes its keys per attempt
+ * (dist_gloo.cc: `attempt_<TORCHELASTIC_RESTART_COUNT>/`), so that a restarted job never meets the
+ * keys of the previous one.
+ *
+ * Wire format, one request at a time per connection, integers as 4 bytes in network order:
+ * `'S' keylen key vallen val` → `'+'` (or `'!'` when the key exists); `'G' keylen key timeout_ms` →
+ * `'+' vallen val`, or `'-'` when the key did not appear within timeout_ms.
+ *
+ * Failures end the job with a one-line reason naming the rank, the store's address and the key: a
+ * port rank 0 cannot listen on, a server that does not answer within the timeout (clients retry the
+ * connect with back-off until then), a key that never appears.
+ */
+#ifndef DDP_STORE_H
+#define DDP_STORE_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** @brief A connection to the store (and, on rank 0, the server). */
+typedef struct Store Store;
+
+/**
+ * @brief Joins the store at @p host:@p port. Rank 0 first starts serving on @p port (all
+ * addresses); every rank then connects, retrying with back-off until @p timeout_s has passed.
+ * @param[in] host      rank 0's host name or address (MASTER_ADDR; an IPv6 literal in brackets or not).
+ * @param[in] port      the store's TCP port.
+ * @param[in] rank      this process's rank.
+ * @param[in] world_size number of ranks: the server's clients, and who store_free() waits for.
+ * @param[in] timeout_s longest wait of any call, seconds (> 0).
+ * @return the store, never NULL.
+ */
+Store *store_init(const char *host, int port, int rank, int world_size, double timeout_s);
+
+/**
+ * @brief Sets @p key to @p n bytes at @p value. Ends the job when the key is already set.
+ * @param[in] s     the store.
+ * @param[in] key   NUL-terminated key.
+ * @param[in] value host, (n) bytes.
+ * @param[in] n     size of the value.
+ */
+void store_set(Store *s, const char *key, const void *value, size_t n);
+
+/**
+ * @brief The value of @p key, waiting up to @p timeout_s for it to be set. Ends the job when it
+ * does not appear in time.
+ * @param[in] s         the store.
+ * @param[in] key       NUL-terminated key.
+ * @param[in] timeout_s longest wait, seconds (> 0).
+ * @param[out] n        size of the value.
+ * @return the value: host, (*n) bytes (plus a NUL), malloc'd; the caller frees it.
+ */
+void *store_get(Store *s, const char *key, double timeout_s, size_t *n);
+
+/**
+ * @brief The local address of this rank's connection to the store: the address of the interface
+ * that reaches rank 0 (127.0.0.1 when MASTER_ADDR is 127.0.0.1), as text.
+ * @param[in] s the store.
+ * @return a NUL-terminated numeric address, owned by @p s.
+ */
+const char *store_local_address(const Store *s);
+
+/**
+ * @brief Leaves the store: a final barrier (every rank sets `done/<rank>` under @p prefix; rank 0
+ * waits for all of them, so that no rank still reading keys loses the server), then rank 0 stops
+ * the server. Every rank calls it once, after its last get.
+ * @param[in] s      the store (freed).
+ * @param[in] prefix prefix of the barrier's keys (the attempt's prefix).
+ */
+void store_free(Store *s, const char *prefix);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
