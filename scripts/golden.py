@@ -4,12 +4,14 @@
 tests/golden/<step>_np<W>.jsonl holds, for one step at W ranks on small synthetic data (the flags are
 in the file's first line), every rank's per-step loss, each epoch's train loss and test accuracy, and
 its final param_digest. They were written by `scripts/golden.py generate` on the 2-core build VM
-(OpenBLAS, OPENBLAS_NUM_THREADS=1 as scripts/mpi_env.sh sets it).
+(OpenBLAS 0.3.21, OPENBLAS_NUM_THREADS=1 as scripts/mpi_env.sh sets it, and OPENBLAS_CORETYPE=Haswell:
+the kernel the docs' outputs were made with; that VM's own detection picks Prescott).
 
 Losses are compared within a relative tolerance (--rtol, default 1e-5): a different BLAS build, CPU
 kernel or thread count sums in another order and moves the last digits. The digest is the hash of the
 exact parameter bytes, so it only matches on the same BLAS build, CPU and thread count: a digest that
-differs while every loss agrees is reported but is not a failure (--strict makes it one).
+differs while every loss agrees is reported but is not a failure (--strict makes it one). With
+OPENBLAS_CORETYPE=Haswell (an x86 CPU with AVX2, Debian's OpenBLAS) the digests should match too.
 
   scripts/golden.py run STEP W [--program PATH]   run build/bin/STEP (or PATH, e.g. your own build)
                                                   at W ranks with the golden flags, then compare
@@ -140,7 +142,8 @@ def compare(head, want, got, rtol, strict):
             print(f"DIFFERS at the end: every loss agrees within {rtol:g}, but param_digest differs ({msg})")
             return 1
         print(f"MATCHES within {rtol:g}: {n_steps} step losses and every epoch agree; the final "
-              f"param_digest differs ({msg}), as it does on another BLAS build, CPU or thread count")
+              f"param_digest differs ({msg}), as it does on another BLAS build, CPU or thread count (the files were made with "
+              f"OPENBLAS_CORETYPE={head.get('openblas_coretype')})")
         return 0
     print(f"MATCHES: {n_steps} step losses (all ranks) within {rtol:g} and every final param_digest "
           f"equal to {head['step']} at {head['world_size']} ranks")
@@ -170,7 +173,8 @@ def cmd_generate(only):
                 recs = read_run(pattern, w)
             head = {"type": "golden", "step": step, "world_size": w, "flags": FLAGS,
                     "command": cmd.replace(tmp + "/", "DIR/"),
-                    "written_by": "scripts/golden.py generate", "openblas_num_threads": 1}
+                    "written_by": "scripts/golden.py generate", "openblas_num_threads": 1,
+                    "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE", "(detected)")}
             with open(golden_path(step, w), "w") as f:
                 for e in [head] + recs:
                     f.write(json.dumps(e) + "\n")
