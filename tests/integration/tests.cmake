@@ -141,12 +141,12 @@ if(CMAKE_GENERATOR MATCHES "Ninja" AND DDP_HAVE_MPI)
   endforeach()
 endif()
 if(CMAKE_GENERATOR MATCHES "Ninja")
-  # Every exercise still compiles and links.
+  # Every exercise still compiles and links (each kept in the build folder, not in work/).
   add_test(NAME exercises_build
            COMMAND bash -c "set -e; for d in exercises/0*/; do n=$(basename $d | cut -c1-2); scripts/check_exercise.sh --build-only $n $d*.c; done"
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(exercises_build PROPERTIES LABELS docs
-    ENVIRONMENT "DDP_BUILD_DIR=${PROJECT_BINARY_DIR}")
+    ENVIRONMENT "DDP_BUILD_DIR=${PROJECT_BINARY_DIR};DDP_BUILD_OUT=${PROJECT_BINARY_DIR}/exercises_build")
 endif()
 # The wrong solutions are substitutions in the steps' files: each must still match exactly once.
 add_test(NAME exercise_wrong_solutions_apply
