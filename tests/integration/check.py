@@ -690,7 +690,7 @@ def step06_matches_step04(np):
                                   "scale must include 1/W)").replace(
                                   "after being divided by W already)",
                                   "after being divided by W already): the reducer sums (DIST_SUM), and "
-                                  "backward's scale has 1/W once, not twice)"))
+                                  "backward's scale has 1/W once, not twice"))
             db = metrics(f"{tmp}/b0.jsonl")[2]["param_digest"]
             # At 2 ranks each gradient is one addition of two terms whatever the algorithm, and the
             # division by W = 2 is exact whether before (step 06) or after (step 04) the sum.
