@@ -38,7 +38,8 @@ static void *next(const char *name) {
 
 int MPI_Iallreduce(const void *send, void *recv, int count, void *type, void *op, void *comm, void *req) {
   static int (*real)(const void *, void *, int, void *, void *, void *, void *);
-  if (!real) real = (int (*)(const void *, void *, int, void *, void *, void *, void *))next("MPI_Iallreduce");
+  if (!real)
+    real = (int (*)(const void *, void *, int, void *, void *, void *, void *))next("MPI_Iallreduce");
   record('I');
   return real(send, recv, count, type, op, comm, req);
 }
