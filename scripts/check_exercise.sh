@@ -3,7 +3,9 @@
 # the sampler, 06: the reducer) and the step's integration claims.
 #
 #   scripts/check_exercise.sh N FILE [FILE...]
-#   scripts/check_exercise.sh --build-only N FILE [FILE...]   compile and link only
+#   scripts/check_exercise.sh --build-only N FILE [FILE...]   compile and link only, and keep the
+#                             program at work/build/bin/<step> (DDP_BUILD_OUT: instead of work/build),
+#                             to run it by hand (--trace, Fashion-MNIST, strace) as build/bin/<step>
 #
 # N is the step (02 .. 07). Each FILE replaces the step's file of the same name (train.c, sampler.c,
 # reducer.c); the step's other files are used as they are. The program is compiled and linked exactly
@@ -29,13 +31,19 @@
 # included, removes the temporary folder (also the claims' own folders, which check.py keeps in it)
 # and exits 128 + the signal's number (130 for Ctrl-C).
 #
-# Exit status: 0 when every unit test and claim passes, 1 otherwise, 2 on a usage error.
+# The checker refuses to run (exit 2) when the build cannot run what makes the check strict: the unit
+# tests of 03 and 06 need GoogleTest, the claims need MPI (Open MPI, mpiexec); without them wrong
+# solutions pass. DDP_ALLOW_WEAK=1 runs it anyway, skipping those parts, and says so.
+#
+# Exit status: 0 when every unit test and claim passes, 1 otherwise, 2 on a usage error or a refusal.
 #
 # Environment: DDP_BUILD_DIR  the configured Ninja build to borrow from (default: build)
 #              DDP_CHECK_TIMEOUT  seconds per claim before it counts as hung (default 300)
 #              DDP_RUN_TIMEOUT    --timeout of every run: a collective's longest wait (default 15)
 #              DDP_CLAIMS     run these claims instead of the step's list (space-separated; "none")
 #              DDP_UNIT       0: skip the unit tests
+#              DDP_ALLOW_WEAK 1: check even without GoogleTest or MPI (a weaker check)
+#              DDP_BUILD_OUT  where --build-only keeps the program (default: work/build)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -195,14 +203,16 @@ esac
 # First of all: the program that runs is the one built here from the learner's files.
 claims="step${n}_own_binary $claims"
 claims=${DDP_CLAIMS:-$claims}
-[ "$claims" = none ] && claims=""
+no_claims_why=""
+[ "$claims" = none ] && claims="" no_claims_why="DDP_CLAIMS=none"
 # The unit tests of the stage's own code: (the step's source file they test, gtest filter)
 case $n in
   03) unit_src=sampler.c unit_filter='Sampler*' ;;
   06) unit_src=reducer.c unit_filter='Reducer*' ;;
   *) unit_src="" unit_filter="" ;;
 esac
-[ "${DDP_UNIT:-1}" = 0 ] && unit_src=""
+no_unit_why=""
+[ "${DDP_UNIT:-1}" = 0 ] && [ -n "$unit_src" ] && unit_src="" no_unit_why="DDP_UNIT=0"
 
 step_src=$(ls -d "$root"/steps/"$n"_*/ 2>/dev/null | head -n 1)
 [ -n "$step_src" ] || { echo "$0: no folder steps/${n}_*" >&2; exit 2; }
@@ -219,6 +229,41 @@ build=$(cd "$build" 2>/dev/null && pwd) || {
 if [ ! -f "$build/build.ninja" ]; then
   echo "$0: $build is not a Ninja build; configure one with: cmake -S . -B build -G Ninja" >&2
   exit 2
+fi
+
+# What makes the check strict must be there: the unit tests (GoogleTest) for 03 and 06, MPI for the
+# claims. Without them, overlapping shards or out-of-order buckets would pass: refuse, unless told.
+weak=()
+if [ $build_only = 0 ] && [ -n "$unit_src" ] && ! (cd "$build" && ninja -t query unit_tests) > /dev/null 2>&1; then
+  weak+=("the build in $build has no unit tests: GoogleTest was not found when it was configured, and the
+  unit tests of $unit_src are what catch the mistakes the claims cannot see (e.g. $( [ "$n" = 03 ] &&
+  echo "overlapping shards, reads past the permutation" || echo "buckets out of order, waiting too early")).
+  Install it (Debian/Ubuntu: sudo apt-get install libgtest-dev; a networked machine can also configure
+  with -DDDP_FETCH_GTEST=ON; a node without apt: scripts/gpu_deps.sh) and configure and build again:
+    cmake -S . -B build -G Ninja && cmake --build build")
+fi
+if [ $build_only = 0 ] && [ -n "$claims" ]; then
+  if ! (cd "$build" && ninja -t commands ddp_common) 2> /dev/null | grep -c -- -DHAVE_MPI=1 > /dev/null; then
+    weak+=("the build in $build has no MPI (it was configured without Open MPI): the claims run the
+  program at 2 and more ranks under mpiexec. Install it (Debian/Ubuntu: sudo apt-get install
+  libopenmpi-dev openmpi-bin) and configure and build again: cmake -S . -B build -G Ninja && cmake --build build")
+    no_mpi=1
+  elif ! command -v "${DDP_MPIEXEC:-mpiexec}" > /dev/null 2>&1; then
+    weak+=("no ${DDP_MPIEXEC:-mpiexec} on PATH: the claims run the program at 2 and more ranks under it.
+  Install Open MPI's launcher (Debian/Ubuntu: sudo apt-get install openmpi-bin), or set DDP_MPIEXEC")
+    no_mpi=1
+  fi
+fi
+if [ ${#weak[@]} -gt 0 ]; then
+  if [ "${DDP_ALLOW_WEAK:-0}" != 1 ]; then
+    echo "$0: refusing to check step $n: without these, wrong solutions pass:" >&2
+    for w in "${weak[@]}"; do echo "- $w" >&2; done
+    echo "To check anyway, knowing that the check is weaker: DDP_ALLOW_WEAK=1 $0 $n $*" >&2
+    exit 2
+  fi
+  echo "WARNING (DDP_ALLOW_WEAK=1): a weaker check: what cannot run is skipped, and wrong solutions may pass:"
+  for w in "${weak[@]}"; do echo "- $w"; done
+  [ "${no_mpi:-0}" = 1 ] && claims="" no_claims_why="no MPI, DDP_ALLOW_WEAK=1"
 fi
 
 # The learner's files: each must name a source file of the step.
@@ -271,7 +316,16 @@ if [ -s "$tmp/compile.log" ]; then
   untmp "$tmp/compile.log" | head -n 20
 fi
 if [ $build_only = 1 ]; then
-  echo "built $step"
+  # Kept, to be run by hand as the main build's program is (the same flags and library)
+  out=${DDP_BUILD_OUT:-$root/work/build}
+  case $out in /*) ;; *) out=$PWD/$out ;; esac
+  mkdir -p "$out/bin" && cp "$tmp/bin/$step" "$out/bin/$step.new" && mv -f "$out/bin/$step.new" "$out/bin/$step" || {
+    echo "$0: could not keep the program in $out/bin" >&2
+    exit 1
+  }
+  shown=${out#"$PWD"/}
+  echo "built $step: $shown/bin/$step (run it as build/bin/$step is run, e.g.:"
+  echo "  source scripts/mpi_env.sh && mpirun -np 2 $shown/bin/$step --device cpu --data synthetic --epochs 1)"
   exit 0
 fi
 for prog in "$build"/bin/[0-9][0-9]_*; do
@@ -285,7 +339,7 @@ if [ -n "$unit_src" ]; then
      ! commands unit_tests bin/unit_tests "$tmp/unit_tests" "$tmp/uobj" "" \
        "$step_src/$unit_src=$tmp/src/$unit_src" > /dev/null; then
     echo "SKIP unit tests: the build has no unit_tests (GoogleTest missing?)"
-    unit_src=""
+    unit_src="" no_unit_why="no unit_tests in the build"
   fi
 fi
 if [ -n "$unit_src" ]; then
@@ -384,7 +438,13 @@ for claim in $claims; do
   esac
 done
 if [ $failed = 0 ]; then
-  echo "all ${unit_src:+unit tests and }claims of step $n pass"
+  if [ -z "$claims" ] && [ -z "$unit_src" ]; then
+    echo "nothing was checked for step $n: no unit test and no claim ran ($no_claims_why${no_unit_why:+; $no_unit_why})"
+  elif [ -z "$claims" ]; then
+    echo "all unit tests of step $n pass; no claim ran ($no_claims_why)"
+  else
+    echo "all ${unit_src:+unit tests and }claims of step $n pass"
+  fi
   exit 0
 fi
 echo "some ${unit_src:+unit tests or }claims of step $n fail (the chapter docs/${step}.md explains each claim)"

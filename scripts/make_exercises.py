@@ -91,7 +91,7 @@ EXERCISES = [
          "  dist_barrier(&t->pg);  // [ckpt] nobody goes on (or reads the file) before it is complete",
          "  // TODO(05): the replicas are equal, so one writer is enough; and no rank may go on (or read the\n"
          "  // file) before it is complete. Until then every rank writes, as in step 04.\n"
-         "  ckpt_save_model(t->args.ckpt_dir, &meta, &t->model, &t->opt, &t->ctx);\n"),
+         "  ckpt_save_model(dir, &meta, &t->model, &t->opt, &t->ctx);\n"),
         ("  dist_barrier(&t->pg);  // [ckpt] every rank has loaded before any trains",
          "  dist_barrier(&t->pg);  // [ckpt] every rank has loaded before any trains",
          "  // TODO(05): no rank may start training before every rank has loaded the checkpoint\n"),
@@ -117,7 +117,8 @@ EXERCISES = [
          "  // TODO(06): give MPI a chance to advance the all-reduces already started (dist_test)\n"),
         ("  if (r->next_bucket != r->n_buckets)",
          "  for (int i = 0; i < r->n_buckets; i++) dist_wait(r->pg, &r->work[i]);",
-         "  // TODO(06): every bucket must have been started (if not, a hook was missed: die), then wait\n"
+         "  // TODO(06): every bucket must have been started (if not, a hook was missed: die(1, ...), with\n"
+         "  // a message that says how many buckets, or which bucket or layer, went missing), then wait\n"
          "  // for each bucket's all-reduce (dist_wait) before the optimizer may use the gradients\n"
          "  (void)r;\n"),
     ]),

@@ -241,7 +241,7 @@ static void save_checkpoint(Trainer *t, const char *dir, int epochs_done) {
   CkptMeta meta = checkpoint_meta(t, epochs_done);
   // TODO(05): the replicas are equal, so one writer is enough; and no rank may go on (or read the
   // file) before it is complete. Until then every rank writes, as in step 04.
-  ckpt_save_model(t->args.ckpt_dir, &meta, &t->model, &t->opt, &t->ctx);
+  ckpt_save_model(dir, &meta, &t->model, &t->opt, &t->ctx);
 }
 
 static void resume(Trainer *t) {

@@ -93,7 +93,8 @@ void reducer_autograd_hook(int layer, void *user) {
 }
 
 void reducer_finalize_backward(Reducer *r) {
-  // TODO(06): every bucket must have been started (if not, a hook was missed: die), then wait
+  // TODO(06): every bucket must have been started (if not, a hook was missed: die(1, ...), with
+  // a message that says how many buckets, or which bucket or layer, went missing), then wait
   // for each bucket's all-reduce (dist_wait) before the optimizer may use the gradients
   (void)r;
 }

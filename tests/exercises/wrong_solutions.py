@@ -15,7 +15,8 @@ describes its cuts: the wrong files are regenerated from the steps every time, s
 change elsewhere in the step, and a change to the lines they touch makes them fail loudly instead of
 going stale. Each names the claims that catch it (DDP_CLAIMS: "none" when the stage's unit tests do),
 which keeps the test short, and the words its diagnosis must contain (the likely cause, not only a
-number), so that it is rejected for the right reason.
+number), so that it is rejected for the right reason, and optionally the words of a misleading
+diagnosis it must not get.
 """
 import argparse
 import os
@@ -27,9 +28,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 class Wrong:
-    def __init__(self, name, file, subs, claims, expect, what):
+    def __init__(self, name, file, subs, claims, expect, what, unexpected=()):
         self.name, self.file, self.subs, self.claims, self.expect, self.what = (
             name, file, subs, claims, expect, what)
+        self.unexpected = unexpected  # words of a diagnosis that would point elsewhere
 
 
 S03, S04, S05 = "steps/03_sampler/sampler.c", "steps/04_ddp_wrap/train.c", "steps/05_metrics_ckpt/train.c"
@@ -82,6 +84,12 @@ WRONG = {
                                    "s->num_samples = n / world_size;")],
               "none", ["FAIL unit Sampler.PaddingRepeatsFromTheStart", "no padding"],
               "num_samples is always floor(N/W): without drop_last the tail of the permutation is lost"),
+        Wrong("contiguous_blocks", S03, [("long long pos = s->rank + (long long)i * s->world_size;",
+                                          "long long pos = (long long)s->rank * s->num_samples + i;")],
+              "none", ["FAIL unit Sampler.StrideSplitOfTheSharedPermutation", "perm[r + i * W]",
+                       "the wrap-around is right", "not a contiguous block"],
+              "contiguous blocks (rank r takes positions r·num_samples, ...), wrapped with % N",
+              unexpected=["must wrap around to perm[p - N]"]),
     ],
     "04": [
         Wrong("sum_not_mean", S04,
@@ -141,6 +149,11 @@ WRONG = {
                 "  dist_barrier(&t->pg);  // [ckpt] nobody goes on (or reads the file) before it is complete\n  }")],
               "step05_resume", ["the job hung", "only some ranks", "watchdog:"],
               "the barrier after saving is inside `if (rank == 0)`: rank 0 waits there for ever"),
+        Wrong("save_to_ckpt_dir", S05,
+              [("    ckpt_save_model(dir, &meta, &t->model, &t->opt, &t->ctx);",
+                "    ckpt_save_model(t->args.ckpt_dir, &meta, &t->model, &t->opt, &t->ctx);")],
+              "step05_one_writer", ["wrote nothing there", "its `dir` argument"],
+              "save_checkpoint writes to --ckpt_dir whatever folder it is given: --save_init lands there"),
     ],
     "06": [
         Wrong("wrong_bucket_order", R06,
@@ -173,6 +186,27 @@ WRONG = {
               [("    float scale = (float)b / B / t->world_size;", "    float scale = (float)b / B;")],
               "step06_matches_step04_np2", ["without dividing by the world size", "scale must include 1/W"],
               "backward's scale lacks 1/W: the reducer's sum is W times the mean gradient"),
+        Wrong("divided_twice", R06,
+              [("DIST_FLOAT, DIST_SUM, &r->work[i]);", "DIST_FLOAT, DIST_AVG, &r->work[i]);")],
+              "step06_matches_step04_np2", ["moved 1/2 as far", "divided by the world size twice", "DIST_SUM"],
+              "the reducer averages (DIST_AVG) gradients that backward's 1/W already divided",
+              unexpected=["is every gradient tensor averaged"]),
+        Wrong("scale_divided_twice", T06,
+              [("    float scale = (float)b / B / t->world_size;",
+                "    float scale = (float)b / B / t->world_size / t->world_size;")],
+              "step06_matches_step04_np2", ["moved 1/2 as far", "1/W once, not twice"],
+              "backward's scale has 1/W twice: the unit tests pass, every step moves 1/W as far",
+              unexpected=["is every gradient tensor averaged"]),
+        Wrong("no_dist_test", R06,
+              [("  for (int i = 0; i < r->next_bucket; i++) dist_test(r->pg, &r->work[i]);  // let MPI progress\n", "")],
+              "step06_trace", ["tested while backward still ran", "does not dist_test"],
+              "the hook never calls dist_test: right numbers, but on MPI no bucket progresses before finalize"),
+        Wrong("finalize_never_checks", R06,
+              [("  if (r->next_bucket != r->n_buckets)\n"
+                "    die(1, \"reducer: %d of %d buckets never became ready (was every layer's hook called?)\",\n"
+                "        r->n_buckets - r->next_bucket, r->n_buckets);\n", "")],
+              "none", ["FAIL unit ReducerHooks.FinalizeStopsWhenAHookWasMissed", "names what is missing"],
+              "finalize waits without checking that every bucket started: it ends on dist_wait's own error"),
     ],
     "07": [
         Wrong("recv_at_bucket_start", R07,
@@ -296,10 +330,13 @@ def main():
                     break
                 print(f"   (the output lacks {missing} after an MPI_Abort: mpirun may have dropped the "
                       "aborting rank's error line; once more)")
+            misleading = [u for u in w.unexpected if u in out]
             if p.returncode != 1:
                 problems.append(f"{w.name}: the checker exited {p.returncode}, expected 1 (reject)")
             elif missing:
                 problems.append(f"{w.name}: rejected, but the output lacks {missing}")
+            elif misleading:
+                problems.append(f"{w.name}: rejected, but with a misleading diagnosis: {misleading}")
             else:
                 print(f"   -> rejected for the expected reason ({'; '.join(w.expect)})")
     if problems:

@@ -437,6 +437,14 @@ def diagnose_losses(tmp, la, lb, np, step, B, ref="01_single_gpu", ref_args=None
         return (f"likely cause: the run trains exactly like the reference with {np} times the learning "
                 f"rate: the gradients are {np} times their mean over the ranks: did you sum them "
                 f"without dividing by the world size?")
+    # Divided by W twice (averaged, and scaled by 1/W as well): the reference at lr / W.
+    run(ref, small(lr=0.05 / np) + ["--epochs", "2", "--metrics", f"{tmp}/diagw{{rank}}.jsonl"] + args,
+        np=1 if ref.startswith("01") else np)
+    lw = global_losses(f"{tmp}/diagw", 1 if ref.startswith("01") else np, int(ref[:2]))
+    if close(lw, lb, 1e-4):
+        return (f"likely cause: the run trains exactly like the reference with 1/{np} of the learning "
+                f"rate: every step moved 1/{np} as far as it should: the gradients are divided by the "
+                f"world size twice (e.g. averaged, DIST_AVG, after being divided by W already)")
     return ("likely cause: the first step matches, later ones do not: the ranks do not apply the "
             "gradient of the global batch (is every gradient tensor averaged, every step?)")
 
@@ -604,21 +612,29 @@ def files_created_in(folder):
 
 
 def step05_one_writer(tmp):
-    """Step 05 at 2 ranks: one process alone writes the checkpoints (the replicas are equal).
+    """Step 05 at 2 ranks: one process alone writes the checkpoints (the replicas are equal), each in
+    the folder it is meant for (--save_init's initial state in its own folder, not --ckpt_dir's).
     A writer writes `checkpoint.bin.tmp.<its pid>`, then renames it (common/ckpt.c): one such name per
     writing process."""
-    ck = f"{tmp}/ck"
+    ck, init = f"{tmp}/ck", f"{tmp}/init"
     os.makedirs(ck)
     seen = files_created_in(ck)
     if seen is None:
         print("skipped: no inotify on this system")
         return SKIP
-    out, _ = run("05_metrics_ckpt", SMALL + ["--epochs", "2", "--save_interval", "1", "--ckpt_dir", ck],
-                 np=2)
+    out, _ = run("05_metrics_ckpt", SMALL + ["--epochs", "2", "--save_interval", "1", "--ckpt_dir", ck,
+                                             "--save_init", init], np=2)
     writers = sorted({n for n in seen() if n.startswith("checkpoint.bin.tmp.")})
-    saves = out.count("saved ")
+    if not os.path.exists(f"{init}/checkpoint.bin"):
+        wrong = [l for l in out.splitlines() if l.startswith("saved ") and "step 0)" in l]
+        raise Failure(f"--save_init {init} wrote nothing there" + (f" ({wrong[0]})" if wrong else "") +
+                      "\nlikely cause: save_checkpoint ignores the folder it is given: it must write to its "
+                      "`dir` argument (--save_init's folder or --ckpt_dir's, as the caller says), not "
+                      "t->args.ckpt_dir")
+    saves = out.count("saved ") - 1
     if saves != 2 or not os.path.exists(f"{ck}/checkpoint.bin"):
-        raise Failure(f"expected 2 checkpoints (--epochs 2 --save_interval 1), rank 0 logged {saves}")
+        raise Failure(f"expected 2 checkpoints (--epochs 2 --save_interval 1) besides --save_init's, rank 0 "
+                      f"logged {saves}")
     if len(writers) != 1:
         raise Failure(f"{len(writers)} processes wrote the checkpoint ({', '.join(writers)})\nlikely cause: "
                       "every rank saves: the replicas are equal, so only rank 0 should write (`if (rank == 0)`), "
@@ -733,7 +749,10 @@ def step06_matches_step04(np):
                                                 ref_args=[]).replace(
                                   "without dividing by the world size?",
                                   "without dividing by the world size? (the reducer sums: backward's "
-                                  "scale must include 1/W)"))
+                                  "scale must include 1/W)").replace(
+                                  "after being divided by W already)",
+                                  "after being divided by W already): the reducer sums (DIST_SUM), and "
+                                  "backward's scale has 1/W once, not twice"))
             db = metrics(f"{tmp}/b0.jsonl")[2]["param_digest"]
             # At 2 ranks each gradient is one addition of two terms whatever the algorithm, and the
             # division by W = 2 is exact whether before (step 06) or after (step 04) the sum.
@@ -783,11 +802,66 @@ def step06_grad_accum(tmp):
     print(f"grad_accum 4 x 16 vs batch 64: max loss diff {worst:.1e}, max param diff {pworst:.1e}")
 
 
+def mpi_calls_library(tmp):
+    """tests/integration/mpi_calls.c built into tmp (an LD_PRELOAD library that records the order of
+    the MPI_Iallreduce, MPI_Test and MPI_Wait calls), or None when no C compiler builds it."""
+    lib = f"{tmp}/mpi_calls.so"
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mpi_calls.c")
+    try:
+        p = subprocess.run([os.environ.get("CC", "cc"), "-shared", "-fPIC", "-O1", "-o", lib, src, "-ldl"],
+                           capture_output=True, text=True, timeout=120)
+    except OSError:
+        return None
+    return lib if p.returncode == 0 else None
+
+
+def progress_during_backward(calls):
+    """The steps, in one process's MPI call record (I, T, W: see mpi_calls.c), in which a started
+    all-reduce was tested before the step's last one started: progress during backward."""
+    steps = 0
+    for step in re.findall(r"[IT]+", calls):  # a step's starts and tests, between its waits
+        if re.search(r"T.*I", step):
+            steps += 1
+    return steps
+
+
 def step06_trace(tmp):
-    """--trace writes valid Chrome trace JSON with a span for every bucket and layer of every step."""
+    """--trace writes valid Chrome trace JSON with a span for every bucket and layer of every step;
+    and the buckets started in a hook are tested (dist_test: MPI progresses them) before backward
+    starts the last ones (the order of the MPI calls, seen through LD_PRELOAD)."""
+    lib = mpi_calls_library(tmp)
     for cap, buckets in (("0.001", 4), ("25", 1)):
         path = f"{tmp}/trace_{cap}_{{rank}}.json"
-        out, _ = run("06_full", SMALL + ["--epochs", "2", "--bucket_cap_mb", cap, "--trace", path], np=2)
+        calls = f"{tmp}/calls_{cap}"
+        os.makedirs(calls)
+        saved = {k: os.environ.get(k) for k in ("LD_PRELOAD", "DDP_MPI_CALLS")}
+        if lib and cap == "0.001":  # 4 buckets, started by 2 hooks
+            os.environ.update(LD_PRELOAD=" ".join(filter(None, [saved["LD_PRELOAD"], lib])), DDP_MPI_CALLS=calls)
+        try:
+            out, _ = run("06_full", SMALL + ["--epochs", "2", "--bucket_cap_mb", cap, "--trace", path], np=2)
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        records = []
+        for name in sorted(os.listdir(calls)):
+            with open(os.path.join(calls, name)) as f:
+                records.append(f.read())
+        records = [r for r in records if "I" in r]  # the ranks (not mpiexec)
+        if lib and cap == "0.001":
+            if len(records) != 2:
+                print(f"note: the MPI calls of {len(records)} ranks were recorded, not 2: the dist_test "
+                      "check was skipped")
+            elif min(map(progress_during_backward, records)) == 0:
+                raise Failure(
+                    f"cap {cap}: no bucket's all-reduce was tested while backward still ran (on one rank, "
+                    f"{records[0].count('I')} all-reduce starts, {records[0].count('T')} tests: none between "
+                    "the starts of one step)\nlikely cause: reducer_autograd_hook does not dist_test the "
+                    "buckets already started: on the MPI backend an asynchronous all-reduce advances only "
+                    "inside MPI calls, so without it every bucket waits for reducer_finalize_backward and "
+                    "nothing overlaps with backward (the numbers are right, the overlap is lost)")
         if f"reducer: {buckets} buckets" not in out:
             raise Failure(f"cap {cap}: expected {buckets} buckets: {out}")
         steps = 2 * 2048 // (2 * 128)

@@ -175,6 +175,13 @@ if(CMAKE_GENERATOR MATCHES "Ninja" AND DDP_HAVE_MPI)
       LABELS integration PROCESSORS 2 TIMEOUT 900
       ENVIRONMENT "DDP_BUILD_DIR=${PROJECT_BINARY_DIR};DDP_MPIEXEC=${DDP_MPIEXEC};${DDP_MPI_ENV}")
   endforeach()
+  # The checker passes correct solutions written otherwise than the steps
+  # (tests/exercises/right_solutions.py: other words in a die(), another wrap, another loop).
+  add_test(NAME exercise_right_solutions
+           COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tests/exercises/right_solutions.py)
+  set_tests_properties(exercise_right_solutions PROPERTIES
+    LABELS integration PROCESSORS 2 TIMEOUT 900
+    ENVIRONMENT "DDP_BUILD_DIR=${PROJECT_BINARY_DIR};DDP_MPIEXEC=${DDP_MPIEXEC};${DDP_MPI_ENV}")
   # The checker itself (tests/exercises/checker_cases.py): Ctrl-C on a hung submission ends it and its
   # ranks within seconds (exit 130); a claim killed at DDP_CHECK_TIMEOUT leaves no process and no
   # temporary folder; spaces in TMPDIR and a checkout reached through symlinks (10 to 20 s each).
@@ -187,17 +194,20 @@ if(CMAKE_GENERATOR MATCHES "Ninja" AND DDP_HAVE_MPI)
   endforeach()
 endif()
 if(CMAKE_GENERATOR MATCHES "Ninja")
-  # Every exercise still compiles and links.
+  # Every exercise still compiles and links (each kept in the build folder, not in work/).
   add_test(NAME exercises_build
            COMMAND bash -c "set -e; for d in exercises/0*/; do n=$(basename $d | cut -c1-2); scripts/check_exercise.sh --build-only $n $d*.c; done"
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(exercises_build PROPERTIES LABELS docs
-    ENVIRONMENT "DDP_BUILD_DIR=${PROJECT_BINARY_DIR}")
+    ENVIRONMENT "DDP_BUILD_DIR=${PROJECT_BINARY_DIR};DDP_BUILD_OUT=${PROJECT_BINARY_DIR}/exercises_build")
 endif()
 # The wrong solutions are substitutions in the steps' files: each must still match exactly once.
 add_test(NAME exercise_wrong_solutions_apply
          COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tests/exercises/wrong_solutions.py --check)
 set_tests_properties(exercise_wrong_solutions_apply PROPERTIES LABELS docs)
+add_test(NAME exercise_right_solutions_apply
+         COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tests/exercises/right_solutions.py --check)
+set_tests_properties(exercise_right_solutions_apply PROPERTIES LABELS docs)
 
 # Fuzz targets' committed corpus, replayed without libFuzzer (label `unit`; see fuzz/replay.cmake).
 include(${PROJECT_SOURCE_DIR}/fuzz/replay.cmake)

@@ -71,8 +71,15 @@ TEST(Sampler, PaddingRepeatsFromTheStart) {
       "padding repeats the permutation from its start";
   EXPECT_EQ(count[perm[0]], 2) << wrap;  // positions 10 and 11 repeat positions 0 and 1
   EXPECT_EQ(count[perm[1]], 2) << wrap;
-  EXPECT_EQ(sh[2][2], perm[0]) << wrap;  // position 10 = rank 2, i = 2
-  EXPECT_EQ(sh[3][2], perm[1]) << wrap;  // position 11 = rank 3, i = 2
+  // The padding is right in number (contiguous blocks with the wrap have it too) but on the wrong
+  // ranks: the cause is then the split, not the wrap.
+  const char *where = count[perm[0]] == 2 && count[perm[1]] == 2
+                          ? "likely cause: the wrap-around is right (perm[0] and perm[1] repeat), but not "
+                            "where it lands: positions 10 and 11 belong to ranks 2 and 3 (i = 2), since "
+                            "rank r takes positions r + i * W (a stride, not a contiguous block)"
+                          : wrap;
+  EXPECT_EQ(sh[2][2], perm[0]) << where;  // position 10 = rank 2, i = 2
+  EXPECT_EQ(sh[3][2], perm[1]) << where;  // position 11 = rank 3, i = 2
 }
 
 TEST(Sampler, DropLastTruncates) {

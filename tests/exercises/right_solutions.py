@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""Correct solutions of the workshop exercises written otherwise than the steps, and the proof that
+the checker passes each one: a checker must accept any correct solution, not only the step's words.
+
+    tests/exercises/right_solutions.py [N]          run scripts/check_exercise.sh on every right
+                                                    solution (of exercise N: 02..07): each must pass
+                                                    (exit 0)
+    tests/exercises/right_solutions.py N --only NAME   just that one
+    tests/exercises/right_solutions.py --write DIR     write every file to DIR/0N_<name>/<file>
+    tests/exercises/right_solutions.py --check    only check that every substitution still matches
+                                                  its step file exactly once (fast)
+
+Each is the step's own file with a few exact substitutions (old, new), each matching exactly once,
+as in tests/exercises/wrong_solutions.py, and names the claims to run (DDP_CLAIMS; None: the step's
+whole list; "none": the unit tests only). The stage's unit tests always run.
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from wrong_solutions import ROOT, S03, S05, R06, write  # noqa: E402
+
+
+class Right:
+    def __init__(self, name, file, subs, claims, what):
+        self.name, self.file, self.subs, self.claims, self.what = name, file, subs, claims, what
+
+
+DIE06 = ("    die(1, \"reducer: %d of %d buckets never became ready (was every layer's hook called?)\",\n"
+         "        r->n_buckets - r->next_bucket, r->n_buckets);")
+
+RIGHT = {
+    "03": [
+        Right("wrap_by_subtraction", S03,
+              [("    out[i] = s->perm[pos % s->n];",
+                "    while (pos >= s->n) pos -= s->n;  // wrap around, as often as needed\n"
+                "    out[i] = s->perm[pos];")],
+              None, "wraps by subtracting N instead of % N"),
+    ],
+    "05": [
+        Right("writer_block", S05,
+              [("  if (t->rank == 0)  // [ckpt] one writer: the replicas are equal\n"
+                "    ckpt_save_model(dir, &meta, &t->model, &t->opt, &t->ctx);",
+                "  if (t->rank != 0) {\n"
+                "    // the other ranks only wait\n"
+                "  } else {\n"
+                "    ckpt_save_model(dir, &meta, &t->model, &t->opt, &t->ctx);\n"
+                "  }")],
+              "step05_one_writer step05_resume", "the one writer written as an if/else block"),
+    ],
+    "06": [
+        Right("die_other_words", R06,
+              [(DIE06, "    die(1, \"reducer: only %d of %d buckets were started: a hook was missed\",\n"
+                       "        r->next_bucket, r->n_buckets);")],
+              "none", "finalize dies with its own words (the learner pass's message)"),
+        Right("die_names_the_layer", R06,
+              [(DIE06, "    die(1, \"reducer: some Layer's gradients never arrived; was its autograd hook called? \"\n"
+                       "           \"(%d buckets missing)\", r->n_buckets - r->next_bucket);")],
+              "none", "finalize dies naming the layer, in other words and case"),
+        Right("test_every_bucket", R06,
+              [("  for (int i = 0; i < r->next_bucket; i++) dist_test(r->pg, &r->work[i]);  // let MPI progress",
+                "  for (int i = 0; i < r->n_buckets; i++)\n"
+                "    if (r->work[i].active) dist_test(r->pg, &r->work[i]);  // every bucket in flight")],
+              "step06_replicas_np2 step06_trace", "the hook tests every bucket in flight, not a prefix"),
+    ],
+}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("exercise", nargs="?", help="02 .. 07 (default: all)")
+    ap.add_argument("--only", help="run only this right solution")
+    ap.add_argument("--check", action="store_true", help="only check that the substitutions apply")
+    ap.add_argument("--write", metavar="DIR", help="write the files into DIR")
+    a = ap.parse_args()
+    chosen = [(n, r) for n, rs in RIGHT.items() for r in rs
+              if (not a.exercise or n == a.exercise.zfill(2)) and (not a.only or r.name == a.only)]
+    if not chosen:
+        ap.error("no right solution matches")
+    problems = []
+    with tempfile.TemporaryDirectory(prefix="right_") as tmp:
+        for n, r in chosen:
+            try:
+                path = write(r, os.path.join(a.write or tmp, f"{n}_{r.name}"))
+            except ValueError as e:
+                problems.append(str(e))
+                continue
+            if a.write:
+                print(path)
+            if a.check or a.write:
+                continue
+            print(f"== {n} {r.name}: {r.what} (claims: {r.claims or 'all'})", flush=True)
+            env = dict(os.environ)
+            env.pop("DDP_CLAIMS", None)
+            if r.claims:
+                env["DDP_CLAIMS"] = r.claims
+            p = subprocess.run([os.path.join(ROOT, "scripts", "check_exercise.sh"), n, path],
+                               capture_output=True, text=True, env=env, cwd=ROOT)
+            out = p.stdout + p.stderr
+            print("   " + out.strip().replace("\n", "\n   "))
+            if p.returncode != 0 or "FAIL" in out:
+                problems.append(f"{n} {r.name}: the checker exited {p.returncode}, expected 0 (a correct solution)")
+            else:
+                print("   -> passed")
+    if problems:
+        print("right_solutions.py: " + ("a substitution no longer applies:" if a.check else
+                                        "the checker does not pass every correct solution:"))
+        for p in problems:
+            print(f"  {p}")
+        return 1
+    if a.check:
+        print(f"right_solutions.py --check: all {len(chosen)} right solutions apply")
+    elif not a.write:
+        print(f"right_solutions.py: the checker passes all {len(chosen)} correct solutions")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
