@@ -4,6 +4,8 @@
 #
 #   scripts/check_exercise.sh N FILE [FILE...]
 #   scripts/check_exercise.sh --build-only N FILE [FILE...]   compile and link only
+#   scripts/check_exercise.sh --build-to DIR N FILE [FILE...]  compile and link only, and keep the
+#                                                 program: DIR/<step> (e.g. work/bin/06_full), to run by hand
 #
 # N is the step (02 .. 07), or 06_fault: the extra exercise on step 06's snapshots and resume (its
 # file is step 06's train.c, its claims the fault drill's; no unit tests). Each FILE replaces the step's file of the same name (train.c, sampler.c,
@@ -177,8 +179,13 @@ trap 'interrupted INT 130' INT
 trap 'interrupted TERM 143' TERM
 trap 'interrupted HUP 129' HUP
 
-build_only=0
+build_only=0 build_to=""
 [ "${1:-}" = --build-only ] && { build_only=1; shift; }
+if [ "${1:-}" = --build-to ]; then
+  [ $# -ge 2 ] || usage
+  build_only=1 build_to=$2
+  shift 2
+fi
 [ $# -ge 2 ] || usage
 n=$1
 shift
@@ -277,6 +284,11 @@ if [ -s "$tmp/compile.log" ]; then
   untmp "$tmp/compile.log" | head -n 20
 fi
 if [ $build_only = 1 ]; then
+  if [ -n "$build_to" ]; then
+    mkdir -p "$build_to" && cp "$tmp/bin/$step" "$build_to/$step" || exit 1
+    echo "built $build_to/$step"
+    exit 0
+  fi
   echo "built $step"
   exit 0
 fi
