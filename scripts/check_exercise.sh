@@ -7,7 +7,8 @@
 #                             program at work/build/bin/<step> (DDP_BUILD_OUT: instead of work/build),
 #                             to run it by hand (--trace, Fashion-MNIST, strace) as build/bin/<step>
 #
-# N is the step (02 .. 07). Each FILE replaces the step's file of the same name (train.c, sampler.c,
+# N is the step (02 .. 07), or 06_fault: the extra exercise on step 06's snapshots and resume (its
+# file is step 06's train.c, its claims the fault drill's; no unit tests). Each FILE replaces the step's file of the same name (train.c, sampler.c,
 # reducer.c); the step's other files are used as they are. The program is compiled and linked exactly
 # as the main build compiles the step (the commands come from `ninja -t commands`, so the flags and
 # the ddp_common library are the build's own), into a temporary folder, under the step's name, next
@@ -47,7 +48,7 @@
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
-usage() { echo "usage: $0 N FILE [FILE...]   (N = 02..07; e.g. $0 03 exercises/03_sampler/sampler.c)" >&2; exit 2; }
+usage() { echo "usage: $0 N FILE [FILE...]   (N = 02..07 or 06_fault; e.g. $0 03 exercises/03_sampler/sampler.c)" >&2; exit 2; }
 # The build's commands for a target, rebuilt to compile some of its sources from elsewhere:
 #   commands TARGET OUTPUT NEW_OUTPUT OBJDIR FLAGS SRC=NEW...
 # prints `compile CMD` for each source SRC of TARGET (the file NEW instead, its object in OBJDIR),
@@ -189,7 +190,11 @@ build_only=0
 [ $# -ge 2 ] || usage
 n=$1
 shift
-case $n in 2 | 3 | 4 | 5 | 6 | 7) n=0$n ;; 02 | 03 | 04 | 05 | 06 | 07) ;; *) usage ;; esac
+case $n in 2 | 3 | 4 | 5 | 6 | 7) n=0$n ;; 02 | 03 | 04 | 05 | 06 | 07 | 06_fault) ;; *) usage ;; esac
+exercise=$n  # the exercise's name; n: its step's number
+n=${n:0:2}
+what="step $n"
+[ "$exercise" = 06_fault ] && what="exercise 06_fault (step 06's snapshots and resume)"
 
 case $n in
   02) claims="step02_redundant" ;;
@@ -200,13 +205,14 @@ case $n in
   07) claims="step07_replicas_np2 step07_replicas_np3 step07_matches_step06_np2 step07_matches_step06_np3
               step07_memory step07_checkpoints" ;;
 esac
+[ "$exercise" = 06_fault ] && claims="fault06_drill fault06_one_writer fault06_barrier fault06_resume_mid_epoch"
 # First of all: the program that runs is the one built here from the learner's files.
 claims="step${n}_own_binary $claims"
 claims=${DDP_CLAIMS:-$claims}
 no_claims_why=""
 [ "$claims" = none ] && claims="" no_claims_why="DDP_CLAIMS=none"
 # The unit tests of the stage's own code: (the step's source file they test, gtest filter)
-case $n in
+case $exercise in
   03) unit_src=sampler.c unit_filter='Sampler*' ;;
   06) unit_src=reducer.c unit_filter='Reducer*' ;;
   *) unit_src="" unit_filter="" ;;
@@ -439,13 +445,13 @@ for claim in $claims; do
 done
 if [ $failed = 0 ]; then
   if [ -z "$claims" ] && [ -z "$unit_src" ]; then
-    echo "nothing was checked for step $n: no unit test and no claim ran ($no_claims_why${no_unit_why:+; $no_unit_why})"
+    echo "nothing was checked for $what: no unit test and no claim ran ($no_claims_why${no_unit_why:+; $no_unit_why})"
   elif [ -z "$claims" ]; then
-    echo "all unit tests of step $n pass; no claim ran ($no_claims_why)"
+    echo "all unit tests of $what pass; no claim ran ($no_claims_why)"
   else
-    echo "all ${unit_src:+unit tests and }claims of step $n pass"
+    echo "all ${unit_src:+unit tests and }claims of $what pass"
   fi
   exit 0
 fi
-echo "some ${unit_src:+unit tests or }claims of step $n fail (the chapter docs/${step}.md explains each claim)"
+echo "some ${unit_src:+unit tests or }claims of $what fail (the chapter docs/${step}.md explains each claim)"
 exit 1

@@ -1,10 +1,15 @@
 #!/usr/bin/env python3
 """Generates the workshop exercises in exercises/ from the steps, so they can never drift from them.
 
-    scripts/make_exercises.py           write exercises/0N_<step>/<file> for N = 02..07
+    scripts/make_exercises.py           write exercises/0N_<step>/<file> for N = 02..07, and the
+                                        extra exercise 06_fault (step 06's snapshots and resume)
     scripts/make_exercises.py --check   exit 1, naming each problem, when a removal below no longer
                                         matches its step file or a committed exercise file differs
                                         from what would be generated (CTest `exercises_fresh`)
+
+An exercise is named by its step's number (02, ..., 07; its folder is the step's own name), or, for
+an extra exercise on a step, by its folder (06_fault: a folder of its own, from steps/06_full); the
+name is what scripts/check_exercise.sh takes, and what the stubs' TODO(...) says.
 
 An exercise file is the step's own file with the stage cut out. Each cut is described below as
 (first line, last line, stub): the lines from the first line to the next occurrence of the last line,
@@ -24,6 +29,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def header(n, src):
     return (f"// Exercise {n}: generated from {src} by scripts/make_exercises.py. Fill in every\n"
             f"// TODO({n}), then check: scripts/check_exercise.sh {n} <this file> (see README.md here).\n")
+
+
+def exercise_name(folder, src):
+    """02 .. 07 for the exercise of a step (its folder is the step's name); the folder otherwise."""
+    return folder[:2] if folder == src.split("/")[1] else folder
 
 
 # (exercise folder, step file it comes from, [(first line, last line, stub), ...])
@@ -130,6 +140,27 @@ EXERCISES = [
          "    // the gradients summed over the K backward passes are the mean over all B samples.\n"
          "    float scale = 1.0f;\n"),
     ]),
+    ("06_fault", "steps/06_full/train.c", [
+        ("    // [fault] a snapshot taken now resumes at the next step",
+         "      save_checkpoint(t, t->args.ckpt_dir, epoch);  // [fault] --save_steps: a snapshot inside the epoch",
+         "    // TODO(06_fault): every --save_steps steps (snapshot_due: t->step is the global step), save a\n"
+         "    // snapshot to --ckpt_dir (save_checkpoint, with this epoch's number: it is not done yet) that a\n"
+         "    // restart resumes at the next step; so first record, in t->epoch_step (checkpoint_meta saves\n"
+         "    // it), how many steps of this epoch are done. Not after the epoch's last step, nor when\n"
+         "    // training stops here (out_of_steps): the epoch's end saves then (save_after_epoch). Until\n"
+         "    // then the only checkpoints are the epochs' ends: a failure inside an epoch loses all of it.\n"),
+        ("  if (t->rank == 0)  // [ckpt] one writer: the replicas are equal",
+         "  dist_barrier(&t->pg);  // [ckpt] nobody goes on (or reads the file) before it is complete",
+         "  // TODO(06_fault): the replicas are equal, so one rank writes the snapshot; and no rank may go\n"
+         "  // on (or, after a restart, read the file) before it is complete. Until then every rank writes\n"
+         "  // it, and each goes on as soon as its own write is done.\n"
+         "  ckpt_save_model(dir, &meta, &t->model, &t->opt, &t->ctx);\n"),
+        ("  t->epoch_step = (long long)meta.epoch_step;",
+         "  t->epoch_step = (long long)meta.epoch_step;",
+         "  // TODO(06_fault): a snapshot taken inside an epoch resumes at the step after it: take the steps\n"
+         "  // of the saved epoch already done from the checkpoint's header (meta). Until then the resumed\n"
+         "  // epoch starts over from its first batch, and its first steps are trained twice.\n"),
+    ]),
     ("07_zero", "steps/07_zero/reducer.c", [
         ("    // [zero] each rank receives the sum of its own part of the bucket, in place in its shard",
          "                              &r->work[i]);",
@@ -165,9 +196,9 @@ class Mismatch(Exception):
     pass
 
 
-def generate(src, cuts):
+def generate(folder, src, cuts):
     """Returns the exercise text for step file src (relative to the root) with the cuts applied."""
-    n = src.split("/")[1][:2]
+    n = exercise_name(folder, src)
     with open(os.path.join(ROOT, src)) as f:
         lines = f.read().split("\n")
     for first, last, stub in cuts:
@@ -193,7 +224,7 @@ def main():
     for folder, src, cuts in EXERCISES:
         dest = os.path.join("exercises", folder, os.path.basename(src))
         try:
-            text = generate(src, cuts)
+            text = generate(folder, src, cuts)
         except (Mismatch, OSError) as e:
             problems.append(str(e))
             continue

@@ -2,7 +2,7 @@
 """Typical wrong solutions of the workshop exercises, and the proof that the checker rejects each one.
 
     tests/exercises/wrong_solutions.py N          run scripts/check_exercise.sh on every wrong solution of
-                                                  exercise N (02..07): each must fail (exit 1), and its
+                                                  exercise N (02..07, 06_fault): each must fail (exit 1), and its
                                                   output must contain the expected diagnosis
     tests/exercises/wrong_solutions.py N --only NAME   just that one
     tests/exercises/wrong_solutions.py --write DIR     write every wrong file to DIR/0N_<name>/<file>
@@ -208,6 +208,29 @@ WRONG = {
               "none", ["FAIL unit ReducerHooks.FinalizeStopsWhenAHookWasMissed", "names what is missing"],
               "finalize waits without checking that every bucket started: it ends on dist_wait's own error"),
     ],
+    "06_fault": [
+        Wrong("resume_restarts_epoch", T06, [("  t->epoch_step = (long long)meta.epoch_step;\n", "")],
+              "fault06_resume_mid_epoch", ["a whole epoch", "resume started the epoch over", "meta.epoch_step"],
+              "resume ignores the saved position in the epoch: the snapshot's epoch starts over"),
+        Wrong("snapshot_without_position", T06, [("    t->epoch_step = batches;\n", "")],
+              "fault06_resume_mid_epoch", ["records 0 steps done", "does not record the position in the epoch"],
+              "the snapshot inside the epoch is saved without the steps done in it (t->epoch_step)"),
+        Wrong("every_rank_snapshots", T06,
+              [("  if (t->rank == 0)  // [ckpt] one writer: the replicas are equal\n", "")],
+              "fault06_one_writer", ["2 processes wrote the snapshots", "every rank writes the snapshot"],
+              "every rank writes the snapshot"),
+        Wrong("no_barrier_after_save", T06,
+              [("  dist_barrier(&t->pg);  // [ckpt] nobody goes on (or reads the file) before it is complete\n", "")],
+              "fault06_barrier", ["while process", "no barrier after the save"],
+              "no barrier after the save: the other ranks go on (and end) while rank 0 still writes"),
+        Wrong("barrier_on_rank0_only", T06,
+              [("  if (t->rank == 0)  // [ckpt] one writer: the replicas are equal",
+                "  if (t->rank == 0) {  // [ckpt] one writer: the replicas are equal"),
+               ("  dist_barrier(&t->pg);  // [ckpt] nobody goes on (or reads the file) before it is complete",
+                "  dist_barrier(&t->pg);  // [ckpt] nobody goes on (or reads the file) before it is complete\n  }")],
+              "fault06_barrier", ["only some ranks", "watchdog:"],
+              "the barrier after the save is inside `if (rank == 0)`: rank 0 waits there for ever"),
+    ],
     "07": [
         Wrong("recv_at_bucket_start", R07,
               [("    float *mine = r->model->grads + (size_t)r->pg->rank * r->shard + b->shard_offset;",
@@ -279,7 +302,7 @@ def write(w, folder):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("exercise", nargs="?", help="02 .. 07")
+    ap.add_argument("exercise", nargs="?", help="02 .. 07, 06_fault")
     ap.add_argument("--only", help="run only this wrong solution")
     ap.add_argument("--check", action="store_true", help="only check that the substitutions apply")
     ap.add_argument("--write", metavar="DIR", help="write the wrong files into DIR")

@@ -8,6 +8,7 @@ Standard library only, so a fresh machine needs nothing beyond python3.
 import argparse
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -304,7 +305,8 @@ def read_checkpoint(path):
     sizes = struct.unpack_from(f"<{n_layers + 1}I", data, 56)
     n = sum(sizes[i] * sizes[i + 1] + sizes[i + 1] for i in range(n_layers))
     params = struct.unpack_from(f"<{n}f", data, hsize)
-    return {"epoch": epoch, "step": step, "sizes": sizes}, params
+    epoch_step = struct.unpack_from("<I", data, 20)[0]
+    return {"epoch": epoch, "epoch_step": epoch_step, "step": step, "sizes": sizes}, params
 
 
 def digests(prefix, np):
@@ -1608,6 +1610,211 @@ def torchrun_matches_mpi(tmp):
 
 # ---- the exercise checker ---------------------------------------------------------------------------
 
+# ---- exercise 06_fault: snapshots and resume (scripts/check_exercise.sh 06_fault) ---------------------
+
+def fault_drill_module():
+    """tests/fault/restart_drill.py, whose drill the exercise's claim runs (imported, not copied)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fault"))
+    import restart_drill
+    return restart_drill
+
+
+FAULT_SEED = 6  # draws the step of the kill and the rank killed
+
+
+def fault06_drill(tmp):
+    """The fault drill: a rank SIGKILLed under restart.sh, resumed mid-epoch, ends as if uninterrupted.
+    Under scripts/restart.sh, SIGKILL one of 2 ranks of 06_full at a step drawn from a seed; the restart
+    resumes inside the epoch and ends with the uninterrupted run's param_digest."""
+    rd = fault_drill_module()
+    a = argparse.Namespace(mpiexec=MPIEXEC, bin_dir=os.path.abspath(BIN))
+    # restart_drill's SMALL: 64 steps per epoch at 2 ranks, one epoch, a snapshot every 7 steps
+    args = rd.SMALL + dist_args("06_full")
+    per_epoch = 4096 // 2 // 32
+    rng = random.Random(FAULT_SEED)
+    at, victim = rng.randint(9, 24), rng.randrange(2)  # after the first snapshot (step 7)
+    try:
+        ref = rd.reference(a, tmp, "06_full", 2, args)
+    except rd.Failure as e:
+        cause = hint(str(e))
+        raise Failure(f"the uninterrupted run failed" + (f"\nlikely cause: {cause}" if cause else "") + f"\n{e}")
+    job, ck = rd.supervised(a, tmp, "drill", "06_full", 2, args)
+    try:
+        if not job.wait_for(f" step {at}/", 120):
+            raise Failure(f"the supervised run never logged step {at}:\n{job.text()[-2000:]}")
+        stop_if_terminated()
+        pids = rd.wait_ranks(job, 2)
+        try:
+            resumed = rd.kill_and_compare(job, ref, pids[victim], what=f"SIGKILL to rank {victim} at step {at}")
+            failure = None
+        except rd.Failure as e:
+            failure = str(e)
+        text = job.text()
+    finally:
+        job.stop()
+    stop_if_terminated()
+    after = text.split("restart.sh: attempt 0 failed", 1)[-1]
+    m = re.search(r"resumed from \S+ at epoch (\d+), step (\d+)", after)
+    done = re.findall(r"done: (\d+) steps", after)
+    if failure:
+        first, _, rest = failure.partition("\n")
+        cause = None
+        if done and int(done[-1]) > per_epoch and m:
+            cause = (f"the restarted run went on to step {done[-1]}, {int(done[-1]) - per_epoch} steps more than "
+                     f"the uninterrupted {per_epoch}: it trained the snapshot's epoch again from its first batch "
+                     f"(resume must continue at the saved position, meta.epoch_step, and the snapshot must "
+                     f"record it: t->epoch_step)")
+        elif hint(text):
+            cause = hint(text)
+        raise Failure(first + (f"\nlikely cause: {cause}" if cause else "") + (f"\n{rest}" if rest else ""))
+    if not m:
+        raise Failure(f"after SIGKILL to rank {victim} at step {at}, attempt 1 started from the beginning: "
+                      f"--ckpt_dir held no snapshot, and the {at} steps were trained again\nlikely cause: no "
+                      f"snapshot inside the epoch: save one every --save_steps steps (snapshot_due) in run_epoch")
+    print(f"SIGKILL to rank {victim} at step {at}; restart.sh restarted; resumed at epoch {m.group(1)}, step "
+          f"{m.group(2)}; param_digest {ref} as the uninterrupted run's")
+
+
+# Flags of the other 06_fault claims: 2 ranks, 2048 synthetic samples, 16 steps per epoch (64 per rank)
+FAULT_SMALL = small(dataset_size=2048, log_interval=1) + ["--batch_size", "64"]
+
+
+def fault06_one_writer(tmp):
+    """06_full with --save_steps 3 at 2 ranks: one process alone writes every snapshot.
+    A writer writes `checkpoint.bin.tmp.<its pid>`, then renames it: one such name per writing process."""
+    ck = f"{tmp}/ck"
+    os.makedirs(ck)
+    seen = files_created_in(ck)
+    if seen is None:
+        print("skipped: no inotify on this system")
+        return SKIP
+    run("06_full", FAULT_SMALL + ["--epochs", "2", "--save_steps", "3", "--save_interval", "1", "--ckpt_dir", ck],
+        np=2)
+    names = [n for n in seen() if n.startswith("checkpoint.bin.tmp.")]
+    writers = sorted(set(names))
+    if not writers:
+        raise Failure("no checkpoint was written (--save_steps 3 --save_interval 1, 2 epochs)")
+    if len(writers) != 1:
+        raise Failure(f"{len(writers)} processes wrote the snapshots ({', '.join(writers)})\nlikely cause: every "
+                      "rank writes the snapshot: the replicas are equal, so only rank 0 should write it "
+                      "(`if (t->rank == 0)` in save_checkpoint), and then every rank waits at a barrier")
+    print(f"{len(names)} checkpoint writes, all by one process ({writers[0]})")
+
+
+def fault06_barrier(tmp):
+    """06_full at 2 ranks: no rank goes on while the checkpoint is being written.
+    The writer is stopped (SIGSTOP) in the middle of its write for 3 s: no rank may end its run (write its
+    final metrics record) before the file is complete."""
+    # A 14 MB checkpoint (784-1024-1024-10), saved once, at the end of the only epoch: the write lasts
+    # long enough to be stopped in the act; the stop is found from the writer's temporary file.
+    args = small(dataset_size=512, hidden="1024,1024") + [
+        "--batch_size", "16", "--epochs", "1", "--save_interval", "1", "--metrics", f"{tmp}/m{{rank}}.jsonl"]
+    for attempt in range(3):
+        ck = f"{tmp}/ck{attempt}"
+        os.makedirs(ck)
+        seen = files_created_in(ck)
+        if seen is None:
+            print("skipped: no inotify on this system")
+            return SKIP
+        for r in range(2):
+            if os.path.exists(f"{tmp}/m{r}.jsonl"):
+                os.remove(f"{tmp}/m{r}.jsonl")
+        cmd = [MPIEXEC, "-n", "2", os.path.abspath(os.path.join(BIN, "06_full"))] + args + ["--ckpt_dir", ck] + dist_args("06_full")
+        with open(f"{tmp}/out", "w") as out:
+            p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=tmp)
+        writer, went_on, caught = None, [], False
+        try:
+            deadline = time.time() + 300
+            while writer is None and p.poll() is None and time.time() < deadline:
+                stop_if_terminated()
+                names = [n for n in seen() if n.startswith("checkpoint.bin.tmp.")]
+                if names:
+                    writer = int(names[0].rsplit(".", 1)[1])
+                    try:
+                        os.kill(writer, signal.SIGSTOP)
+                    except OSError:
+                        writer = None
+                        break
+                else:
+                    time.sleep(0.0005)
+            if writer is not None:
+                caught = not os.path.exists(f"{ck}/checkpoint.bin")  # stopped before its rename
+                end = time.time() + 3
+                while caught and time.time() < end and not went_on:
+                    went_on = [r for r in range(2) if os.path.exists(f"{tmp}/m{r}.jsonl") and
+                               '"type":"final"' in open(f"{tmp}/m{r}.jsonl").read()]
+                    time.sleep(0.05)
+                os.kill(writer, signal.SIGCONT)
+            try:
+                rc = p.wait(timeout=300)
+            except subprocess.TimeoutExpired:
+                rc = None
+        finally:
+            if writer is not None:
+                try:
+                    os.kill(writer, signal.SIGCONT)
+                except OSError:
+                    pass
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        stop_if_terminated()
+        with open(f"{tmp}/out") as f:
+            text = f.read()
+        if rc != 0:
+            cause = hint(text)
+            raise Failure((f"likely cause: {cause}\n" if cause else "") +
+                          f"{' '.join(cmd)} exited {rc}, expected 0\n--- output\n{text[-3000:]}")
+        if writer is None:
+            raise Failure(f"no checkpoint was written (--save_interval 1):\n{text[-2000:]}")
+        if went_on:
+            raise Failure(f"rank {', '.join(map(str, went_on))} ended its run (wrote its final metrics record) "
+                          f"while process {writer} was still writing the checkpoint\nlikely cause: no barrier "
+                          "after the save: every rank must wait (dist_barrier, outside `if (rank == 0)`) until the "
+                          "writer is done, so that none goes on, or reads the file after a restart, before it is "
+                          "complete")
+        if caught:
+            print(f"process {writer} stopped for 3 s in the middle of its checkpoint write: no rank went on")
+            return
+    raise Failure("the checkpoint write was over before it could be stopped, 3 times: could not check the barrier")
+
+
+def fault06_resume_mid_epoch(tmp):
+    """06_full at 2 ranks: a snapshot inside the epoch resumes at the next step, not at the epoch's start.
+    The --save_steps snapshot after step 6 of 16 (the run then stops at step 10 without saving) records
+    its position, and --resume auto runs steps 7..16, ending with the uninterrupted run's parameters."""
+    per_epoch = 2048 // 2 // 64
+    common = FAULT_SMALL + ["--epochs", "1", "--save_steps", "6", "--ckpt_dir", f"{tmp}/ck"]
+    run("06_full", FAULT_SMALL + ["--epochs", "1", "--metrics", f"{tmp}/a{{rank}}.jsonl"], np=2)
+    run("06_full", common + ["--max_steps", "10"], np=2)
+    ck = f"{tmp}/ck/checkpoint.bin"
+    if not os.path.exists(ck):
+        raise Failure("--save_steps 6 --max_steps 10 (--save_interval 0): no snapshot was written inside the "
+                      "epoch\nlikely cause: run_epoch saves no snapshot every --save_steps steps (snapshot_due, "
+                      "then save_checkpoint)")
+    hdr, _ = read_checkpoint(ck)
+    if (hdr["epoch"], hdr["step"]) != (0, 6):
+        raise Failure(f"the snapshot taken after step 6 of epoch 0 records epoch {hdr['epoch']}, step {hdr['step']}")
+    if hdr["epoch_step"] != 6:
+        raise Failure(f"the snapshot taken after step 6 of epoch 0 records {hdr['epoch_step']} steps done in "
+                      "that epoch, not 6\nlikely cause: the snapshot does not record the position in the epoch: "
+                      "set t->epoch_step (the steps of this epoch done) before save_checkpoint")
+    out, _ = run("06_full", common + ["--resume", "auto", "--metrics", f"{tmp}/b{{rank}}.jsonl"], np=2)
+    steps, _, final = metrics(f"{tmp}/b0.jsonl")
+    logged = [s["step"] for s in steps]
+    if final["steps"] != per_epoch:
+        raise Failure(f"resumed from the snapshot at step 6, the run ended at step {final['steps']}, the "
+                      f"uninterrupted one at {per_epoch}: {final['steps'] - 6} steps after the snapshot, a whole "
+                      f"epoch\nlikely cause: resume started the epoch over: take the steps already done in the "
+                      f"saved epoch from the checkpoint (t->epoch_step = meta.epoch_step)")
+    if logged != list(range(7, per_epoch + 1)):
+        raise Failure(f"the resumed run logged steps {logged}, expected 7..{per_epoch}")
+    if digests(f"{tmp}/a", 2) != digests(f"{tmp}/b", 2):
+        raise Failure(f"resumed at step 6: {digests(f'{tmp}/b', 2)}, uninterrupted: {digests(f'{tmp}/a', 2)}")
+    print(f"the snapshot at step 6 recorded epoch 0, 6 steps in; the resume ran steps 7..{per_epoch} and ended "
+          "with the uninterrupted run's parameters")
+
+
 def process_tree(pid):
     """pid and every process below it (from /proc/PID/task/TID/children)."""
     out, todo = [], [pid]
@@ -1680,6 +1887,7 @@ SCENARIOS = {f.__name__: f for f in [step01_warnings, save_init, max_steps_resum
     replicas_identical("05_metrics_ckpt", 3), replicas_identical("05_metrics_ckpt", 4),
     matches_baseline("04_ddp_wrap", 2), matches_baseline("04_ddp_wrap", 4),
     matches_baseline("05_metrics_ckpt", 2), matches_baseline("05_metrics_ckpt", 4),
+    fault06_drill, fault06_one_writer, fault06_barrier, fault06_resume_mid_epoch,
     step07_replicas(2), step07_replicas(3), step07_replicas(4), step07_matches_step06(2),
     step07_matches_step06(3), step07_matches_step06(4), step07_one_rank_mpirun, step07_memory, step07_checkpoints,
     gloo_matches_mpi("06_full", 2), gloo_matches_mpi("06_full", 3), gloo_matches_mpi("07_zero", 2),
