@@ -627,7 +627,12 @@ def dist_bad_launch(tmp):
 
 # ---- step 06: the bucketed reducer -------------------------------------------------------------------
 
-CAPS = ["0.001", "1", "25"]  # MiB: one tensor per bucket, a few buckets, one bucket
+# PyTorch's first bucket fills to 1 MiB or more before it closes, so a model of under 1 MiB (SMALL) has
+# one bucket at every cap. The bucket tests use 784-16-9728-10 (275,226 parameters, 1.05 MiB):
+# bucket 0 is the last two layers (b2, W2, b1, W1: 1.002 MiB); after it, at 0.00005 MiB (52 bytes)
+# b0 (64 bytes) and W0 have a bucket each, 3 buckets; at 25 MiB they share the last one, 2 buckets.
+BUCKETED = small(hidden="16,9728")
+CAPS = ["0.00005", "25"]  # MiB: 3 and 2 buckets
 
 
 def bucket_replicas(tmp, step, np, args, batches, hint=""):
@@ -645,7 +650,7 @@ def bucket_replicas(tmp, step, np, args, batches, hint=""):
 
 def step06_replicas(np):
     def scenario(tmp):
-        bucket_replicas(tmp, "06_full", np, SMALL + ["--epochs", "2"], ("128", "32"))
+        bucket_replicas(tmp, "06_full", np, BUCKETED + ["--epochs", "2"], ("128", "32"))
     scenario.__name__ = f"step06_replicas_np{np}"
     scenario.__doc__ = (f"Step 06 at {np} ranks: bit-identical replicas for bucket caps {', '.join(CAPS)} "
                         "MiB and grad_accum 1 and 4.")
@@ -654,15 +659,15 @@ def step06_replicas(np):
 
 def step06_matches_step04(np):
     def scenario(tmp):
-        run("04_ddp_wrap", SMALL + ["--epochs", "2", "--metrics", f"{tmp}/a{{rank}}.jsonl"], np=np)
+        run("04_ddp_wrap", BUCKETED + ["--epochs", "2", "--metrics", f"{tmp}/a{{rank}}.jsonl"], np=np)
         la = global_losses(f"{tmp}/a", np, 4)
         da = metrics(f"{tmp}/a0.jsonl")[2]["param_digest"]
         if np == 2:  # step 05 logs the same global loss, all-reduced on the device as step 06 does
-            run("05_metrics_ckpt", SMALL + ["--epochs", "2", "--metrics", f"{tmp}/c{{rank}}.jsonl"], np=np)
+            run("05_metrics_ckpt", BUCKETED + ["--epochs", "2", "--metrics", f"{tmp}/c{{rank}}.jsonl"], np=np)
             lc = global_losses(f"{tmp}/c", np, 5)
         for cap in CAPS:
-            run("06_full", SMALL + ["--epochs", "2", "--bucket_cap_mb", cap,
-                                    "--metrics", f"{tmp}/b{{rank}}.jsonl"], np=np)
+            run("06_full", BUCKETED + ["--epochs", "2", "--bucket_cap_mb", cap,
+                                       "--metrics", f"{tmp}/b{{rank}}.jsonl"], np=np)
             lb = global_losses(f"{tmp}/b", np, 6)
             worst = max(abs(x - y) / max(abs(x), 1e-3) for x, y in zip(la, lb))
             if len(la) != len(lb) or worst > LOSS_TOL:
@@ -723,9 +728,9 @@ def step06_grad_accum(tmp):
 
 def step06_trace(tmp):
     """--trace writes valid Chrome trace JSON with a span for every bucket and layer of every step."""
-    for cap, buckets in (("0.001", 4), ("25", 1)):
+    for model, cap, buckets, layers in ((BUCKETED, "0.00005", 3, 3), (SMALL, "25", 1, 2)):
         path = f"{tmp}/trace_{cap}_{{rank}}.json"
-        out, _ = run("06_full", SMALL + ["--epochs", "2", "--bucket_cap_mb", cap, "--trace", path], np=2)
+        out, _ = run("06_full", model + ["--epochs", "2", "--bucket_cap_mb", cap, "--trace", path], np=2)
         if f"reducer: {buckets} buckets" not in out:
             raise Failure(f"cap {cap}: expected {buckets} buckets: {out}")
         steps = 2 * 2048 // (2 * 128)
@@ -737,7 +742,7 @@ def step06_trace(tmp):
                 mine = [e for e in spans if e["args"]["step"] == step]
                 ar = [e for e in mine if e["name"].startswith("all-reduce bucket")]
                 bw = [e for e in mine if e["name"].startswith("backward layer")]
-                if len(ar) != buckets or len(bw) != 2:
+                if len(ar) != buckets or len(bw) != layers:
                     raise Failure(f"rank {r} step {step}: {len(ar)} bucket spans, {len(bw)} layer spans")
                 if any(e["dur"] < 0 or e["pid"] != r for e in mine):
                     raise Failure(f"rank {r} step {step}: bad span {mine}")
@@ -1089,6 +1094,9 @@ def launcher_signal(tmp):
 
 # --hidden 63: 50,095 parameters, a multiple of none of 2, 3 and 4, so the last shard is padded.
 ZERO = small(hidden=63)
+# The bucket tests' model (see BUCKETED): 784-15-10112-10, 274,697 parameters, a multiple of none of
+# 2, 3 and 4 either; 3 buckets at 0.00005 MiB, 2 at 25 MiB.
+ZERO_BUCKETED = small(hidden="15,10112")
 
 
 def ckpt_params_momentum(path):
@@ -1116,12 +1124,12 @@ def listed(names):
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
-def diagnose_zero_step(tmp, np, cap):
+def diagnose_zero_step(tmp, np, cap, model=ZERO):
     """Why step 07 does not train like step 06: one optimizer step of each from the same start (np ranks,
     --bucket_cap_mb cap), compared with the start and with each other. After one step exactly the
     parameters whose update went wrong differ (every gradient is computed from the same parameters),
     so where they differ (which tensors, which ranks' shards) points at the mistake."""
-    one = ZERO + ["--batch_size", "64", "--epochs", "1", "--max_steps", "1", "--save_interval", "1",
+    one = model + ["--batch_size", "64", "--epochs", "1", "--max_steps", "1", "--save_interval", "1",
                   "--bucket_cap_mb", cap]
     try:
         run("06_full", one + ["--ckpt_dir", f"{tmp}/one06", "--save_init", f"{tmp}/init"], np=np)
@@ -1199,7 +1207,7 @@ def diagnose_momentum(m_ref, m_got, np):
 
 def step07_replicas(np):
     def scenario(tmp):
-        bucket_replicas(tmp, "07_zero", np, ZERO + ["--epochs", "1"], ("32", "8"),
+        bucket_replicas(tmp, "07_zero", np, ZERO_BUCKETED + ["--epochs", "1"], ("32", "8"),
                         " (is every updated shard all-gathered into every rank's parameters?)")
     scenario.__name__ = f"step07_replicas_np{np}"
     scenario.__doc__ = (f"Step 07 at {np} ranks: bit-identical replicas for bucket caps {', '.join(CAPS)} MiB "
@@ -1211,7 +1219,7 @@ def step07_matches_step06(np):
     def scenario(tmp):
         # batch 64 per rank: 2048 / (64 W) steps an epoch; enough epochs for at least 32 steps
         epochs = str(-(-32 * 64 * np // 2048))
-        common = ZERO + ["--batch_size", "64", "--epochs", epochs, "--save_interval", epochs]
+        common = ZERO_BUCKETED + ["--batch_size", "64", "--epochs", epochs, "--save_interval", epochs]
         run("06_full", common + ["--ckpt_dir", f"{tmp}/a", "--metrics", f"{tmp}/a{{rank}}.jsonl"], np=np)
         la = global_losses(f"{tmp}/a", np, 6)
         pa, ma = ckpt_params_momentum(f"{tmp}/a/checkpoint.bin")
@@ -1227,12 +1235,12 @@ def step07_matches_step06(np):
                 raise Failure(f"bucket cap {cap}: per-step loss differs from step 06 by {worst:.2e} (relative) > "
                               f"{LOSS_TOL}: is each rank's shard the mean of the ranks' gradients (the "
                               "reduce-scatter's counts and offsets), and is each rank updating its own shard?\n"
-                              + diagnose_zero_step(tmp, np, cap))
+                              + diagnose_zero_step(tmp, np, cap, ZERO_BUCKETED))
             pworst, mworst = rel_diff(pa, pb), rel_diff(ma, mb)
             if pworst > PARAM_TOL:
                 raise Failure(f"bucket cap {cap}: parameters differ from step 06's by {pworst:.2e}, momentum by "
                               f"{mworst:.2e} of their largest value (> {PARAM_TOL})\n"
-                              + diagnose_zero_step(tmp, np, cap))
+                              + diagnose_zero_step(tmp, np, cap, ZERO_BUCKETED))
             if mworst > PARAM_TOL:
                 raise Failure(f"bucket cap {cap}: parameters agree with step 06's ({pworst:.2e}), the saved "
                               f"momentum differs by {mworst:.2e} of its largest value (> {PARAM_TOL})"
