@@ -750,6 +750,64 @@ def step06_trace(tmp):
                     raise Failure(f"rank {r} step {step}: an all-reduce started before backward")
 
 
+def step06_overlap(tmp):
+    """Overlap, from the trace: on 784-512x7-10 (eight layers, the first seven of 1 MiB each) at a
+    0.001 MiB cap (13 buckets), buckets start in bucket order, bucket 0 before backward ends, and in
+    enough steps a bucket all-reduce is seen complete before its rank's backward ends while a later
+    layer's backward ran. The contrast, a cap above the model's size (100 MiB): PyTorch's rule still
+    closes the first bucket at 1 MiB (b7, W7, b6, W6), and the second holds all the rest, ready only
+    when backward ends: it is never seen complete before backward ends.
+
+    Why it cannot pass by chance: a bucket span ends when dist_test or dist_wait saw the request
+    complete, so an end before backward's end means the all-reduce was started in a hook and both
+    ranks finished it while backward still ran. The span must also cover the start of a later
+    layer's backward, which a reducer that waits inside the hook cannot produce (its spans end
+    before the next layer starts), nor one that starts the buckets after backward (its spans start
+    after every layer). The threshold, 6 of the 40 (rank, step) pairs, is far below what a loaded
+    2-core VM gave (29 of 40 with six other jobs running, 2026-12-01): a rank's hooks call dist_test
+    on every started bucket, and 12 of the 13 buckets are ready before the last layer."""
+    deep = small(hidden="512,512,512,512,512,512,512") + ["--batch_size", "32", "--dataset_size", "4096"]
+    pairs = good = 0
+    for cap, want_buckets in (("0.001", 13), ("100", 2)):
+        path = f"{tmp}/ov_{cap}_{{rank}}.json"
+        out, _ = run("06_full", deep + ["--epochs", "1", "--max_steps", "20", "--bucket_cap_mb", cap,
+                                        "--trace", path], np=2)
+        if f"reducer: {want_buckets} buckets" not in out:
+            raise Failure(f"cap {cap}: expected {want_buckets} buckets: {out}")
+        early_total = 0
+        for r in range(2):
+            with open(path.replace("{rank}", str(r))) as f:
+                spans = [e for e in json.load(f)["traceEvents"] if e["ph"] == "X"]
+            for step in sorted({e["args"]["step"] for e in spans}):
+                mine = [e for e in spans if e["args"]["step"] == step]
+                layers = [e for e in mine if e["name"].startswith("backward layer")]
+                bk = sorted((e for e in mine if e["name"].startswith("all-reduce bucket")),
+                            key=lambda e: int(e["name"].split()[2].rstrip(":")))
+                bw_end = max(e["ts"] + e["dur"] for e in layers)
+                if len(bk) != want_buckets:
+                    raise Failure(f"cap {cap}, rank {r} step {step}: {len(bk)} bucket spans")
+                if any(a["ts"] > b["ts"] for a, b in zip(bk, bk[1:])):
+                    raise Failure(f"cap {cap}, rank {r} step {step}: buckets did not start in bucket order: "
+                                  f"{[(e['name'], e['ts']) for e in bk]}")
+                early = [b for b in bk if b["ts"] + b["dur"] < bw_end]
+                early_total += sum(b is not bk[0] for b in early)
+                if cap == "0.001":
+                    if bk[0]["ts"] >= bw_end:
+                        raise Failure(f"rank {r} step {step}: bucket 0 (ready after layer 6) started only "
+                                      "after backward ended")
+                    pairs += 1
+                    good += any(any(l["ts"] >= b["ts"] and b["ts"] + b["dur"] > l["ts"] for l in layers)
+                                for b in early)
+        if cap == "100" and early_total:
+            raise Failure(f"cap 100 MiB: the last bucket was seen complete before backward ended in "
+                          f"{early_total} (rank, step) pairs, though it is ready only at its end")
+    print(f"{good} of {pairs} (rank, step) pairs saw a bucket all-reduce complete during backward")
+    if good < 6:
+        raise Failure(f"only {good} of {pairs} (rank, step) pairs saw a bucket all-reduce complete while "
+                      "backward still ran (at least 6 expected): are the buckets started in the hooks and "
+                      "tested (dist_test) there, without waiting?")
+
+
 def launchers(tmp):
     """Step 06 starts under each launcher: scripts/launch.sh and torchrun (environment variables) at
     one rank, srun-style SLURM_* variables, and mpirun; the MPI backend refuses an environment
@@ -1396,7 +1454,7 @@ SCENARIOS = {f.__name__: f for f in [step01_warnings, save_init, max_steps_resum
     mid_epoch_other_batch("01_single_gpu", 1), mid_epoch_other_batch("06_full", 2),
     mid_epoch_other_batch("07_zero", 2), max_steps_epoch_end("01_single_gpu", 1),
     max_steps_epoch_end("07_zero", 2),
-    launchers, launcher_signal, watchdog_deadlock, watchdog_startup, step06_grad_accum, step06_trace, step06_replicas(2), step06_replicas(3), step06_replicas(4),
+    launchers, launcher_signal, watchdog_deadlock, watchdog_startup, step06_grad_accum, step06_trace, step06_overlap, step06_replicas(2), step06_replicas(3), step06_replicas(4),
     step06_matches_step04(2), step06_matches_step04(3), step06_matches_step04(4),
     step01_learns, step01_deterministic, step01_resume, step01_bad_input, step01_fashion_mnist,
     step02_redundant, step03_drift, step04_broadcast, step05_resume, step05_eval_exact, step05_one_writer,
