@@ -10,11 +10,27 @@
  *   Reducer::mark_bucket_ready               mark_bucket_ready     (reducer.c)
  *   Reducer::finalize_backward               reducer_finalize_backward
  *
- * Buckets are contiguous slices of the model's flat gradient buffer. Parameter tensors are assigned
- * in reverse order (last layer's bias, its weight, the previous layer's bias, …: the order backward
- * produces them). A bucket is closed when it reaches its cap; a tensor that would overflow a bucket
- * starts the next one, so a tensor larger than the cap sits alone. The first bucket's cap is
- * min(1 MiB, cap), so that communication starts early, as PyTorch does.
+ * Buckets are contiguous slices of the model's flat gradient buffer, assigned by PyTorch's rule
+ * (compute_bucket_assignment_by_size, as DDP's bucket rebuild calls it). The parameter tensors are
+ * taken in the order backward produces them (last layer's bias, its weight, the previous layer's
+ * bias, …); each joins the open bucket, and the bucket closes once its size reaches its limit, so a
+ * bucket may overshoot its limit and a large tensor shares a bucket with the small ones before it
+ * (tensors are never split). The limits are 1 MiB (_DEFAULT_FIRST_BUCKET_BYTES) for the first bucket,
+ * whatever the cap, then the cap for every later one; what is left at the end is the last bucket.
+ * Sizes are bytes, 4 per float. PyTorch's reason for the small bucket, given where it assigns buckets
+ * in definition order: the parameters defined first get their gradients last, and in a small bucket
+ * of their own they do not spill into a large one that would add latency after backward has finished
+ * (1 MB was found reasonable by experiment). In the order used here, backward's, the small bucket is
+ * the one filled first, so the first all-reduce starts early.
+ *
+ * What PyTorch does before that: in the first iteration it does not know the order the gradients
+ * arrive in. With find_unused_parameters=False (the default; torch 1.13 and 2.x) it reduces the whole
+ * model as one bucket, records the order the gradients arrive in, and rebuilds the buckets in that
+ * order, with the limits above, for every later iteration; with find_unused_parameters=True it
+ * assigns the buckets over the parameters in definition order, reverses the list, and keeps it.
+ * (Newer 2.x releases use the cap as the first limit too when bucket_cap_mb is given.) The
+ * course's backward produces the tensors in one known order, so it starts from the rebuilt buckets
+ * of torch 1.13: the ones DDP uses for every step after the first.
  *
  * During backward the MLP calls the hook for each layer whose gradients are queued; a bucket all of
  * whose tensors are ready is all-reduced at once (asynchronously), and buckets are always started in
@@ -54,8 +70,16 @@ typedef struct Reducer {
   int next_bucket;                     // first bucket not yet started in this step
 } Reducer;
 
-// Assigns the model's parameter tensors to buckets (see above). Writes the buckets (offset, count,
-// n_tensors) and the tensor -> bucket map; returns the number of buckets.
+/**
+ * @brief Assigns the model's parameter tensors to buckets by PyTorch's rule (see above).
+ * @param[in]  m               the model (only its layer sizes and offsets are read)
+ * @param[in]  cap_bytes       the limit of every bucket after the first (0: one tensor per bucket)
+ * @param[in]  first_cap_bytes the first bucket's limit (REDUCER_FIRST_BUCKET_BYTES)
+ * @param[out] buckets         (REDUCER_MAX_TENSORS) offset, count and n_tensors of each bucket, in
+ *                             launch order (bucket 0 ends at the end of the flat buffer)
+ * @param[out] bucket_of       (2·n_layers) tensor -> bucket (tensor 2l: layer l's weight, 2l+1: its bias)
+ * @return the number of buckets
+ */
 int reducer_assign(const Mlp *m, size_t cap_bytes, size_t first_cap_bytes, Bucket *buckets, int *bucket_of);
 
 // Sets up the buckets for a cap of cap_mb MiB and their all-reduce handles.

@@ -20,21 +20,16 @@ static void close_bucket(Bucket *b, size_t *end, size_t offset, int *n_tensors, 
 int reducer_assign(const Mlp *m, size_t cap_bytes, size_t first_cap_bytes, Bucket *buckets, int *bucket_of) {
   int nb = 0, n_tensors = 0;
   size_t end = m->n_params, offset = end, bytes = 0;
-  size_t limit = first_cap_bytes < cap_bytes ? first_cap_bytes : cap_bytes;
+  size_t limit = first_cap_bytes;                   // PyTorch's first limit, whatever the cap
   for (int t = 2 * m->n_layers - 1; t >= 0; t--) {  // reverse order: bias L-1, weight L-1, bias L-2…
     int l = t / 2;
     bool bias = t % 2;
     size_t floats = bias ? (size_t)m->sizes[l + 1] : (size_t)m->sizes[l + 1] * m->sizes[l];
-    size_t tbytes = floats * sizeof(float);
-    if (n_tensors > 0 && bytes + tbytes > limit) {  // it would overflow: it starts the next bucket
-      close_bucket(&buckets[nb++], &end, offset, &n_tensors, &bytes);
-      limit = cap_bytes;
-    }
     offset = bias ? m->b_off[l] : m->w_off[l];
     bucket_of[t] = nb;
-    bytes += tbytes;
+    bytes += floats * sizeof(float);  // the tensor joins the open bucket, even if it overshoots
     n_tensors++;
-    if (bytes >= limit) {  // full
+    if (bytes >= limit) {  // the bucket reached its limit: it closes, and later ones get the cap
       close_bucket(&buckets[nb++], &end, offset, &n_tensors, &bytes);
       limit = cap_bytes;
     }
@@ -59,7 +54,7 @@ void reducer_init(Reducer *r, ProcessGroup *pg, Mlp *m, double cap_mb, size_t sh
   r->pg = pg;
   r->model = m;
   size_t cap = (size_t)(cap_mb * 1024.0 * 1024.0);
-  r->n_buckets = reducer_assign(m, cap ? cap : 1, REDUCER_FIRST_BUCKET_BYTES, r->buckets, r->bucket_of);
+  r->n_buckets = reducer_assign(m, cap, REDUCER_FIRST_BUCKET_BYTES, r->buckets, r->bucket_of);
   size_t padded = shard * (size_t)pg->world_size;
   if (padded < m->n_params || m->n_alloc != padded)
     die(1, "reducer: %d shards of %zu floats for a model of %zu parameters in buffers of %zu", pg->world_size,

@@ -707,7 +707,12 @@ def dist_bad_launch(tmp):
 
 # ---- step 06: the bucketed reducer -------------------------------------------------------------------
 
-CAPS = ["0.001", "1", "25"]  # MiB: one tensor per bucket, a few buckets, one bucket
+# PyTorch's first bucket fills to 1 MiB or more before it closes, so a model of under 1 MiB (SMALL) has
+# one bucket at every cap. The bucket tests use 784-16-9728-10 (275,226 parameters, 1.05 MiB):
+# bucket 0 is the last two layers (b2, W2, b1, W1: 1.002 MiB); after it, at 0.00005 MiB (52 bytes)
+# b0 (64 bytes) and W0 have a bucket each, 3 buckets; at 25 MiB they share the last one, 2 buckets.
+BUCKETED = small(hidden="16,9728")
+CAPS = ["0.00005", "25"]  # MiB: 3 and 2 buckets
 
 
 def bucket_replicas(tmp, step, np, args, batches, hint=""):
@@ -725,7 +730,7 @@ def bucket_replicas(tmp, step, np, args, batches, hint=""):
 
 def step06_replicas(np):
     def scenario(tmp):
-        bucket_replicas(tmp, "06_full", np, SMALL + ["--epochs", "2"], ("128", "32"))
+        bucket_replicas(tmp, "06_full", np, BUCKETED + ["--epochs", "2"], ("128", "32"))
     scenario.__name__ = f"step06_replicas_np{np}"
     scenario.__doc__ = (f"Step 06 at {np} ranks: bit-identical replicas for bucket caps {', '.join(CAPS)} "
                         "MiB and grad_accum 1 and 4.")
@@ -734,15 +739,15 @@ def step06_replicas(np):
 
 def step06_matches_step04(np):
     def scenario(tmp):
-        run("04_ddp_wrap", SMALL + ["--epochs", "2", "--metrics", f"{tmp}/a{{rank}}.jsonl"], np=np)
+        run("04_ddp_wrap", BUCKETED + ["--epochs", "2", "--metrics", f"{tmp}/a{{rank}}.jsonl"], np=np)
         la = global_losses(f"{tmp}/a", np, 4)
         da = metrics(f"{tmp}/a0.jsonl")[2]["param_digest"]
         if np == 2:  # step 05 logs the same global loss, all-reduced on the device as step 06 does
-            run("05_metrics_ckpt", SMALL + ["--epochs", "2", "--metrics", f"{tmp}/c{{rank}}.jsonl"], np=np)
+            run("05_metrics_ckpt", BUCKETED + ["--epochs", "2", "--metrics", f"{tmp}/c{{rank}}.jsonl"], np=np)
             lc = global_losses(f"{tmp}/c", np, 5)
         for cap in CAPS:
-            run("06_full", SMALL + ["--epochs", "2", "--bucket_cap_mb", cap,
-                                    "--metrics", f"{tmp}/b{{rank}}.jsonl"], np=np)
+            run("06_full", BUCKETED + ["--epochs", "2", "--bucket_cap_mb", cap,
+                                       "--metrics", f"{tmp}/b{{rank}}.jsonl"], np=np)
             lb = global_losses(f"{tmp}/b", np, 6)
             worst = max(abs(x - y) / max(abs(x), 1e-3) for x, y in zip(la, lb))
             if len(la) != len(lb) or worst > LOSS_TOL:
@@ -832,15 +837,15 @@ def step06_trace(tmp):
     and the buckets started in a hook are tested (dist_test: MPI progresses them) before backward
     starts the last ones (the order of the MPI calls, seen through LD_PRELOAD)."""
     lib = mpi_calls_library(tmp)
-    for cap, buckets in (("0.001", 4), ("25", 1)):
+    for model, cap, buckets, layers in ((BUCKETED, "0.00005", 3, 3), (SMALL, "25", 1, 2)):
         path = f"{tmp}/trace_{cap}_{{rank}}.json"
         calls = f"{tmp}/calls_{cap}"
         os.makedirs(calls)
         saved = {k: os.environ.get(k) for k in ("LD_PRELOAD", "DDP_MPI_CALLS")}
-        if lib and cap == "0.001":  # 4 buckets, started by 2 hooks
+        if lib and cap == "0.00005":  # 3 buckets, started by 3 hooks
             os.environ.update(LD_PRELOAD=" ".join(filter(None, [saved["LD_PRELOAD"], lib])), DDP_MPI_CALLS=calls)
         try:
-            out, _ = run("06_full", SMALL + ["--epochs", "2", "--bucket_cap_mb", cap, "--trace", path], np=2)
+            out, _ = run("06_full", model + ["--epochs", "2", "--bucket_cap_mb", cap, "--trace", path], np=2)
         finally:
             for k, v in saved.items():
                 if v is None:
@@ -852,7 +857,7 @@ def step06_trace(tmp):
             with open(os.path.join(calls, name)) as f:
                 records.append(f.read())
         records = [r for r in records if "I" in r]  # the ranks (not mpiexec)
-        if lib and cap == "0.001":
+        if lib and cap == "0.00005":
             if len(records) != 2:
                 print(f"note: the MPI calls of {len(records)} ranks were recorded, not 2: the dist_test "
                       "check was skipped")
@@ -875,12 +880,70 @@ def step06_trace(tmp):
                 mine = [e for e in spans if e["args"]["step"] == step]
                 ar = [e for e in mine if e["name"].startswith("all-reduce bucket")]
                 bw = [e for e in mine if e["name"].startswith("backward layer")]
-                if len(ar) != buckets or len(bw) != 2:
+                if len(ar) != buckets or len(bw) != layers:
                     raise Failure(f"rank {r} step {step}: {len(ar)} bucket spans, {len(bw)} layer spans")
                 if any(e["dur"] < 0 or e["pid"] != r for e in mine):
                     raise Failure(f"rank {r} step {step}: bad span {mine}")
                 if min(e["ts"] for e in ar) < min(e["ts"] for e in bw):
                     raise Failure(f"rank {r} step {step}: an all-reduce started before backward")
+
+
+def step06_overlap(tmp):
+    """Overlap, from the trace: on 784-512x7-10 (eight layers, the first seven of 1 MiB each) at a
+    0.001 MiB cap (13 buckets), buckets start in bucket order, bucket 0 before backward ends, and in
+    enough steps a bucket all-reduce is seen complete before its rank's backward ends while a later
+    layer's backward ran. The contrast, a cap above the model's size (100 MiB): PyTorch's rule still
+    closes the first bucket at 1 MiB (b7, W7, b6, W6), and the second holds all the rest, ready only
+    when backward ends: it is never seen complete before backward ends.
+
+    Why it cannot pass by chance: a bucket span ends when dist_test or dist_wait saw the request
+    complete, so an end before backward's end means the all-reduce was started in a hook and both
+    ranks finished it while backward still ran. The span must also cover the start of a later
+    layer's backward, which a reducer that waits inside the hook cannot produce (its spans end
+    before the next layer starts), nor one that starts the buckets after backward (its spans start
+    after every layer). The threshold, 6 of the 40 (rank, step) pairs, is far below what a loaded
+    2-core VM gave (29 of 40 with six other jobs running, 2026-12-01): a rank's hooks call dist_test
+    on every started bucket, and 12 of the 13 buckets are ready before the last layer."""
+    deep = small(hidden="512,512,512,512,512,512,512") + ["--batch_size", "32", "--dataset_size", "4096"]
+    pairs = good = 0
+    for cap, want_buckets in (("0.001", 13), ("100", 2)):
+        path = f"{tmp}/ov_{cap}_{{rank}}.json"
+        out, _ = run("06_full", deep + ["--epochs", "1", "--max_steps", "20", "--bucket_cap_mb", cap,
+                                        "--trace", path], np=2)
+        if f"reducer: {want_buckets} buckets" not in out:
+            raise Failure(f"cap {cap}: expected {want_buckets} buckets: {out}")
+        early_total = 0
+        for r in range(2):
+            with open(path.replace("{rank}", str(r))) as f:
+                spans = [e for e in json.load(f)["traceEvents"] if e["ph"] == "X"]
+            for step in sorted({e["args"]["step"] for e in spans}):
+                mine = [e for e in spans if e["args"]["step"] == step]
+                layers = [e for e in mine if e["name"].startswith("backward layer")]
+                bk = sorted((e for e in mine if e["name"].startswith("all-reduce bucket")),
+                            key=lambda e: int(e["name"].split()[2].rstrip(":")))
+                bw_end = max(e["ts"] + e["dur"] for e in layers)
+                if len(bk) != want_buckets:
+                    raise Failure(f"cap {cap}, rank {r} step {step}: {len(bk)} bucket spans")
+                if any(a["ts"] > b["ts"] for a, b in zip(bk, bk[1:])):
+                    raise Failure(f"cap {cap}, rank {r} step {step}: buckets did not start in bucket order: "
+                                  f"{[(e['name'], e['ts']) for e in bk]}")
+                early = [b for b in bk if b["ts"] + b["dur"] < bw_end]
+                early_total += sum(b is not bk[0] for b in early)
+                if cap == "0.001":
+                    if bk[0]["ts"] >= bw_end:
+                        raise Failure(f"rank {r} step {step}: bucket 0 (ready after layer 6) started only "
+                                      "after backward ended")
+                    pairs += 1
+                    good += any(any(l["ts"] >= b["ts"] and b["ts"] + b["dur"] > l["ts"] for l in layers)
+                                for b in early)
+        if cap == "100" and early_total:
+            raise Failure(f"cap 100 MiB: the last bucket was seen complete before backward ended in "
+                          f"{early_total} (rank, step) pairs, though it is ready only at its end")
+    print(f"{good} of {pairs} (rank, step) pairs saw a bucket all-reduce complete during backward")
+    if good < 6:
+        raise Failure(f"only {good} of {pairs} (rank, step) pairs saw a bucket all-reduce complete while "
+                      "backward still ran (at least 6 expected): are the buckets started in the hooks and "
+                      "tested (dist_test) there, without waiting?")
 
 
 def launchers(tmp):
@@ -1228,6 +1291,9 @@ def launcher_signal(tmp):
 
 # --hidden 63: 50,095 parameters, a multiple of none of 2, 3 and 4, so the last shard is padded.
 ZERO = small(hidden=63)
+# The bucket tests' model (see BUCKETED): 784-15-10112-10, 274,697 parameters, a multiple of none of
+# 2, 3 and 4 either; 3 buckets at 0.00005 MiB, 2 at 25 MiB.
+ZERO_BUCKETED = small(hidden="15,10112")
 
 
 def ckpt_params_momentum(path):
@@ -1255,12 +1321,12 @@ def listed(names):
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
-def diagnose_zero_step(tmp, np, cap):
+def diagnose_zero_step(tmp, np, cap, model=ZERO):
     """Why step 07 does not train like step 06: one optimizer step of each from the same start (np ranks,
     --bucket_cap_mb cap), compared with the start and with each other. After one step exactly the
     parameters whose update went wrong differ (every gradient is computed from the same parameters),
     so where they differ (which tensors, which ranks' shards) points at the mistake."""
-    one = ZERO + ["--batch_size", "64", "--epochs", "1", "--max_steps", "1", "--save_interval", "1",
+    one = model + ["--batch_size", "64", "--epochs", "1", "--max_steps", "1", "--save_interval", "1",
                   "--bucket_cap_mb", cap]
     try:
         run("06_full", one + ["--ckpt_dir", f"{tmp}/one06", "--save_init", f"{tmp}/init"], np=np)
@@ -1338,7 +1404,7 @@ def diagnose_momentum(m_ref, m_got, np):
 
 def step07_replicas(np):
     def scenario(tmp):
-        bucket_replicas(tmp, "07_zero", np, ZERO + ["--epochs", "1"], ("32", "8"),
+        bucket_replicas(tmp, "07_zero", np, ZERO_BUCKETED + ["--epochs", "1"], ("32", "8"),
                         " (is every updated shard all-gathered into every rank's parameters?)")
     scenario.__name__ = f"step07_replicas_np{np}"
     scenario.__doc__ = (f"Step 07 at {np} ranks: bit-identical replicas for bucket caps {', '.join(CAPS)} MiB "
@@ -1350,7 +1416,7 @@ def step07_matches_step06(np):
     def scenario(tmp):
         # batch 64 per rank: 2048 / (64 W) steps an epoch; enough epochs for at least 32 steps
         epochs = str(-(-32 * 64 * np // 2048))
-        common = ZERO + ["--batch_size", "64", "--epochs", epochs, "--save_interval", epochs]
+        common = ZERO_BUCKETED + ["--batch_size", "64", "--epochs", epochs, "--save_interval", epochs]
         run("06_full", common + ["--ckpt_dir", f"{tmp}/a", "--metrics", f"{tmp}/a{{rank}}.jsonl"], np=np)
         la = global_losses(f"{tmp}/a", np, 6)
         pa, ma = ckpt_params_momentum(f"{tmp}/a/checkpoint.bin")
@@ -1366,12 +1432,12 @@ def step07_matches_step06(np):
                 raise Failure(f"bucket cap {cap}: per-step loss differs from step 06 by {worst:.2e} (relative) > "
                               f"{LOSS_TOL}: is each rank's shard the mean of the ranks' gradients (the "
                               "reduce-scatter's counts and offsets), and is each rank updating its own shard?\n"
-                              + diagnose_zero_step(tmp, np, cap))
+                              + diagnose_zero_step(tmp, np, cap, ZERO_BUCKETED))
             pworst, mworst = rel_diff(pa, pb), rel_diff(ma, mb)
             if pworst > PARAM_TOL:
                 raise Failure(f"bucket cap {cap}: parameters differ from step 06's by {pworst:.2e}, momentum by "
                               f"{mworst:.2e} of their largest value (> {PARAM_TOL})\n"
-                              + diagnose_zero_step(tmp, np, cap))
+                              + diagnose_zero_step(tmp, np, cap, ZERO_BUCKETED))
             if mworst > PARAM_TOL:
                 raise Failure(f"bucket cap {cap}: parameters agree with step 06's ({pworst:.2e}), the saved "
                               f"momentum differs by {mworst:.2e} of its largest value (> {PARAM_TOL})"
@@ -1877,7 +1943,7 @@ SCENARIOS = {f.__name__: f for f in [step01_warnings, save_init, max_steps_resum
     mid_epoch_other_batch("01_single_gpu", 1), mid_epoch_other_batch("06_full", 2),
     mid_epoch_other_batch("07_zero", 2), max_steps_epoch_end("01_single_gpu", 1),
     max_steps_epoch_end("07_zero", 2),
-    launchers, launcher_signal, watchdog_deadlock, watchdog_startup, step06_grad_accum, step06_trace, step06_replicas(2), step06_replicas(3), step06_replicas(4),
+    launchers, launcher_signal, watchdog_deadlock, watchdog_startup, step06_grad_accum, step06_trace, step06_overlap, step06_replicas(2), step06_replicas(3), step06_replicas(4),
     step06_matches_step04(2), step06_matches_step04(3), step06_matches_step04(4),
     step01_learns, step01_deterministic, step01_resume, step01_bad_input, step01_fashion_mnist,
     step02_redundant, step03_drift, step04_broadcast, step05_resume, step05_eval_exact, step05_one_writer,

@@ -78,6 +78,7 @@ endforeach()
 
 ddp_integration(step06_grad_accum PROCESSORS 2)
 ddp_integration(step06_trace PROCESSORS 2)
+ddp_integration(step06_overlap PROCESSORS 2)
 foreach(np 2 3 4)
   ddp_integration(step06_replicas_np${np} PROCESSORS 2)
 endforeach()

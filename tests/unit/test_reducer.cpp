@@ -1,10 +1,14 @@
-// Step 06's reducer: the bucket assignment (reverse order, the small first bucket, caps, big tensors),
+// Step 06's reducer: the bucket assignment (PyTorch's: reverse order, the 1 MiB first limit, buckets
+// closing once they reach their limit; checked against a table of PyTorch's own assignments),
 // and the hooks that start the buckets' all-reduces during backward and wait for them after it.
 #include <gtest/gtest.h>
 
 #include <cctype>
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 extern "C" {
@@ -68,55 +72,57 @@ class ReducerAssign : public ::testing::Test {
 };
 }  // namespace
 
-TEST_F(ReducerAssign, DefaultCapSmallFirstBucketThenTheRest) {
+// The course model, 784-1024-1024-10, in backward order: b2 (10 floats), W2 (10,240), b1 (1,024),
+// W1 (1,048,576: 4 MiB), b0 (1,024: 4 KiB), W0 (802,816: 3.06 MiB).
+TEST_F(ReducerAssign, DefaultCapOvershootingFirstBucketThenTheRest) {
   Assignment a = assign(25 * MiB);
   expect_tiling(a);
   ASSERT_EQ(a.buckets.size(), 2u);
-  // Bucket 0 (first cap 1 MiB): bias 2, weight 2 (10x1024) and bias 1; weight 1 (4 MiB) would
-  // overflow it, so it opens bucket 1, which takes everything else (7.07 MiB < 25 MiB).
-  EXPECT_EQ(a.buckets[0].n_tensors, 3);
-  EXPECT_EQ(a.buckets[0].offset, m.b_off[1]);
-  EXPECT_EQ(a.buckets[1].n_tensors, 3);
-  EXPECT_EQ(a.buckets[1].offset, 0u);
-  EXPECT_EQ(a.bucket_of[2 * 1], 1);  // weight 1
-}
-
-TEST_F(ReducerAssign, CapClosesBuckets) {
-  Assignment a = assign(5 * MiB);
-  expect_tiling(a);
-  // {b2, W2, b1} | {W1 4 MiB, b0} | {W0 3.06 MiB}: W0 would overflow the 5 MiB bucket.
-  ASSERT_EQ(a.buckets.size(), 3u);
+  // Bucket 0 (limit 1 MiB) takes b2, W2 and b1 (44 KiB), then W1 joins it and closes it at 4.04 MiB:
+  // a tensor joins the open bucket even when it overshoots the limit. b0 and W0 (3.07 MiB < 25 MiB)
+  // are what is left: the last bucket.
+  EXPECT_EQ(a.buckets[0].n_tensors, 4);
+  EXPECT_EQ(a.buckets[0].count, (size_t)1059850);
+  EXPECT_EQ(a.buckets[0].offset, m.w_off[1]);
+  EXPECT_EQ(a.bucket_of[2 * 1], 0);  // weight 1 is in the first bucket
   EXPECT_EQ(a.buckets[1].n_tensors, 2);
-  EXPECT_EQ(a.buckets[2].n_tensors, 1);
-  EXPECT_EQ(a.buckets[2].offset, m.w_off[0]);
-  for (const Bucket &b : a.buckets) EXPECT_LE(b.count * sizeof(float), 5 * MiB);
+  EXPECT_EQ(a.buckets[1].count, (size_t)803840);
 }
 
-TEST_F(ReducerAssign, TensorLargerThanTheCapSitsAlone) {
-  Assignment a = assign(2 * MiB);
+TEST_F(ReducerAssign, FirstLimitIsOneMiBWhateverTheCap) {
+  // Not min(1 MiB, cap): with a 40 KiB cap the first bucket still fills to 1 MiB (and past it).
+  Assignment a = assign(40 * 1024);
   expect_tiling(a);
-  const Bucket &w1 = a.buckets[a.bucket_of[2 * 1]];
-  EXPECT_EQ(w1.n_tensors, 1);  // 4 MiB > 2 MiB: alone
-  EXPECT_EQ(w1.count, (size_t)1024 * 1024);
-  const Bucket &w0 = a.buckets[a.bucket_of[0]];
-  EXPECT_EQ(w0.n_tensors, 1);  // 3.06 MiB > 2 MiB: alone
-  for (const Bucket &b : a.buckets)
-    if (b.n_tensors > 1) {
-      EXPECT_LE(b.count * sizeof(float), 2 * MiB);
-    }
+  EXPECT_EQ(a.buckets[0].n_tensors, 4);
+  // Later buckets get the cap: b0 (4 KiB) stays open under it, W0 joins and closes it.
+  ASSERT_EQ(a.buckets.size(), 2u);
+  EXPECT_EQ(a.buckets[1].n_tensors, 2);
 }
 
-TEST_F(ReducerAssign, TinyCapOneTensorPerBucket) {
-  Assignment a = assign(1);
-  expect_tiling(a);
-  ASSERT_EQ(a.buckets.size(), 6u);
-  for (int t = 0; t < 6; t++) EXPECT_EQ(a.bucket_of[t], 5 - t);  // bias 2 first, weight 0 last
+TEST_F(ReducerAssign, ABucketClosesWhenItReachesTheCapOneFloatDecides) {
+  // b0 is 4,096 bytes. A cap of exactly that closes b0's bucket (size >= limit); one float more
+  // leaves it open, so W0 joins b0.
+  Assignment at = assign(4096), above = assign(4096 + sizeof(float)), below = assign(4096 - sizeof(float));
+  expect_tiling(at);
+  expect_tiling(above);
+  ASSERT_EQ(at.buckets.size(), 3u);
+  EXPECT_EQ(at.buckets[1].n_tensors, 1);
+  EXPECT_EQ(at.buckets[1].offset, m.b_off[0]);
+  EXPECT_EQ(below.buckets.size(), 3u);
+  ASSERT_EQ(above.buckets.size(), 2u);
+  EXPECT_EQ(above.buckets[1].n_tensors, 2);
 }
 
-TEST_F(ReducerAssign, FirstBucketNeverExceedsTheCap) {
-  Assignment a = assign(40 * 1024);  // 40 KiB < 1 MiB: the first bucket's cap is min(1 MiB, cap)
+TEST_F(ReducerAssign, ZeroCapOneTensorPerBucketAfterTheFirst) {
+  Assignment a = assign(0);  // every bucket after the first closes on its first tensor
   expect_tiling(a);
-  EXPECT_EQ(a.buckets[0].n_tensors, 1);  // bias 2 (40 B); weight 2 (40 KiB) would overflow it
+  ASSERT_EQ(a.buckets.size(), 3u);
+  EXPECT_EQ(a.bucket_of[1], 1);  // b0
+  EXPECT_EQ(a.bucket_of[0], 2);  // W0
+  Assignment b = assign(0, 0);   // and with a first limit of 0, the first one too
+  expect_tiling(b);
+  ASSERT_EQ(b.buckets.size(), 6u);
+  for (int t = 0; t < 6; t++) EXPECT_EQ(b.bucket_of[t], 5 - t);  // bias 2 first, weight 0 last
 }
 
 TEST_F(ReducerAssign, SameAssignmentEveryTime) {
@@ -129,6 +135,76 @@ TEST_F(ReducerAssign, SameAssignmentEveryTime) {
     EXPECT_EQ(a.buckets[i].count, b.buckets[i].count);
   }
   EXPECT_EQ(a.bucket_of, b.bucket_of);
+}
+
+// ---- PyTorch's own assignment: the table tests/unit/gen_bucket_table.py wrote from
+// torch.distributed._compute_bucket_assignment_by_size (its header says which torch) -------------
+namespace {
+// An Mlp with only what reducer_assign reads: sizes and the layer-major offsets of mlp_init.
+Mlp shape_only(const std::vector<int> &sizes) {
+  Mlp m{};
+  m.n_layers = (int)sizes.size() - 1;
+  for (size_t i = 0; i < sizes.size(); i++) m.sizes[i] = sizes[i];
+  for (int l = 0; l < m.n_layers; l++) {
+    m.w_off[l] = m.n_params;
+    m.b_off[l] = m.w_off[l] + (size_t)sizes[l + 1] * sizes[l];
+    m.n_params = m.b_off[l] + sizes[l + 1];
+  }
+  return m;
+}
+}  // namespace
+
+TEST_F(ReducerAssign,
+       ShapeOnlyModelHasMlpInitsLayout) {  // so that the table test below is about mlp's layout
+  Mlp s = shape_only({784, 1024, 1024, 10});
+  EXPECT_EQ(s.n_params, m.n_params);
+  for (int l = 0; l < 3; l++) {
+    EXPECT_EQ(s.w_off[l], m.w_off[l]);
+    EXPECT_EQ(s.b_off[l], m.b_off[l]);
+  }
+}
+
+TEST(ReducerAssignPyTorch, EveryCaseOfTheTableIsPyTorchsAssignment) {
+  std::ifstream in(DDP_BUCKET_TABLE);
+  ASSERT_TRUE(in.good()) << "cannot read " << DDP_BUCKET_TABLE;
+  std::string line;
+  int cases = 0, differ = 0, course = 0;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream ls(line);
+    std::string sizes_s, cell;
+    size_t cap;
+    ls >> sizes_s >> cap;
+    std::vector<int> sizes;
+    std::istringstream ss(sizes_s);
+    for (std::string v; std::getline(ss, v, ',');) sizes.push_back(std::stoi(v));
+    std::vector<std::pair<size_t, int>> want;  // (floats, tensors) per bucket
+    while (ls >> cell) {
+      size_t colon = cell.find(':');
+      want.emplace_back(std::stoull(cell.substr(0, colon)), std::stoi(cell.substr(colon + 1)));
+    }
+    ASSERT_GE(sizes.size(), 2u) << line;
+    ASSERT_FALSE(want.empty()) << line;
+    Mlp s = shape_only(sizes);
+    Bucket b[REDUCER_MAX_TENSORS];
+    int of[REDUCER_MAX_TENSORS];
+    int n = reducer_assign(&s, cap, REDUCER_FIRST_BUCKET_BYTES, b, of);
+    std::vector<std::pair<size_t, int>> got;
+    for (int i = 0; i < n; i++) got.emplace_back(b[i].count, b[i].n_tensors);
+    if (got != want) {
+      std::ostringstream g;
+      for (auto &p : got) g << " " << p.first << ":" << p.second;
+      ADD_FAILURE() << "model " << sizes_s << ", cap " << cap << " bytes: PyTorch's buckets (floats:tensors)"
+                    << line.substr(sizes_s.size() + 1 + std::to_string(cap).size()) << ", reducer_assign's"
+                    << g.str();
+      differ++;
+    }
+    cases++;
+    course += sizes_s == "784,1024,1024,10";
+  }
+  EXPECT_GE(cases, 300) << "the table is shorter than the one gen_bucket_table.py writes";
+  EXPECT_GT(course, 0) << "the table lacks the course's model";
+  EXPECT_EQ(differ, 0) << differ << " of " << cases << " cases differ from PyTorch";
 }
 
 // ---- the hooks: which buckets start, in which order, and when they are waited for ----------------
@@ -147,14 +223,16 @@ class ReducerHooks : public ::testing::Test {
   Reducer r;
   void SetUp() override {
     device_init(&c, DEVICE_CPU, 0);
-    const int sizes[] = {8, 6, 5, 4};  // 3 layers, 6 tensors: weight 2l, bias 2l + 1
+    // 3 layers, 6 tensors: weight 2l, bias 2l + 1. The last bias, backward's first tensor, is 1 MiB
+    // exactly, so it fills the first bucket (limit 1 MiB) alone.
+    const int sizes[] = {8, 6, 5, 262144};
     mlp_init(&m, &c, sizes, 3, 1, 1);
     dist_init(&pg, "mpi", DEVICE_CPU, 0);
     ASSERT_EQ(pg.world_size, 1);
     dist_connect(&pg, &c);
   }
   // cap_mb 0: one tensor per bucket, bucket 5 - t for tensor t (bias 2 is bucket 0, weight 0 bucket
-  // 5); a large cap: one bucket for the whole (small) model.
+  // 5); a large cap: bias 2 in bucket 0, all the other tensors in bucket 1.
   void make(double cap_mb) { reducer_init(&r, &pg, &m, cap_mb); }
   void TearDown() override {
     for (int i = 0; i < r.n_buckets; i++)  // a wrong reducer may leave one in flight
@@ -222,16 +300,17 @@ TEST_F(ReducerHooks, ALaterReadyBucketWaitsForTheEarlierOnes) {
 }
 
 TEST_F(ReducerHooks, ABucketStartsWhenAllItsTensorsAreReady) {
-  make(25);  // one bucket for the whole model
-  ASSERT_EQ(r.n_buckets, 1);
+  make(25);  // bucket 0: bias 2; bucket 1: the five other tensors, from weight 2 to weight 0
+  ASSERT_EQ(r.n_buckets, 2);
+  ASSERT_EQ(r.buckets[1].n_tensors, 5);
   reducer_prepare_for_backward(&r);
   reducer_autograd_hook(2, &r);
   reducer_autograd_hook(1, &r);
-  EXPECT_EQ(started(), std::vector<int>{})
+  EXPECT_EQ(started(), std::vector<int>{0})
       << "likely cause: a bucket started before all its tensors were ready (count each tensor down in "
          "its bucket, Bucket.pending, and start the bucket only at 0)";
   reducer_autograd_hook(0, &r);
-  EXPECT_EQ(started(), std::vector<int>{0});
+  EXPECT_EQ(started(), (std::vector<int>{0, 1}));
   reducer_finalize_backward(&r);
 }
 
