@@ -1292,8 +1292,17 @@ def launcher_signal(tmp):
 # --hidden 63: 50,095 parameters, a multiple of none of 2, 3 and 4, so the last shard is padded.
 ZERO = small(hidden=63)
 # The bucket tests' model (see BUCKETED): 784-15-10112-10, 274,697 parameters, a multiple of none of
-# 2, 3 and 4 either; 3 buckets at 0.00005 MiB, 2 at 25 MiB.
-ZERO_BUCKETED = small(hidden="15,10112")
+# 2, 3 and 4 either; 3 buckets at 0.00005 MiB, 2 at 25 MiB. At --lr 0.05 its training passes through a
+# phase (steps 18-24 of 33, the loss falling from 2.0 to 0.4) that magnifies rounding: step 06 over
+# MPI and over Gloo at 3 ranks, two orders of summing the same three terms, part by 2e-4 there, so
+# no tolerance could tell a wrong shard from rounding. At --lr 0.01 the loss still falls (2.31 to 1.24
+# over 33 steps) and MPI against Gloo stays at 3e-7, step 07 against step 06 too (measured 2026-12-01).
+ZERO_BUCKETED = small(hidden="15,10112", lr=0.01)
+# Its parameters and momentum after 33 steps at 3 ranks, step 06 over MPI against step 06 over Gloo
+# (both right, the three terms summed in two orders): 1.0e-5 and 2.4e-4 of their largest values
+# (measured 2026-12-01). The tolerances are ten times that; a wrong shard or offset moves values by
+# their own size. At 2 ranks step 07 must still equal step 06 bit for bit.
+ZERO_BUCKETED_PARAM_TOL, ZERO_BUCKETED_MOMENTUM_TOL = 1e-4, 2.5e-3
 
 
 def ckpt_params_momentum(path):
@@ -1434,13 +1443,13 @@ def step07_matches_step06(np):
                               "reduce-scatter's counts and offsets), and is each rank updating its own shard?\n"
                               + diagnose_zero_step(tmp, np, cap, ZERO_BUCKETED))
             pworst, mworst = rel_diff(pa, pb), rel_diff(ma, mb)
-            if pworst > PARAM_TOL:
+            if pworst > ZERO_BUCKETED_PARAM_TOL:
                 raise Failure(f"bucket cap {cap}: parameters differ from step 06's by {pworst:.2e}, momentum by "
-                              f"{mworst:.2e} of their largest value (> {PARAM_TOL})\n"
+                              f"{mworst:.2e} of their largest value (> {ZERO_BUCKETED_PARAM_TOL})\n"
                               + diagnose_zero_step(tmp, np, cap, ZERO_BUCKETED))
-            if mworst > PARAM_TOL:
+            if mworst > ZERO_BUCKETED_MOMENTUM_TOL:
                 raise Failure(f"bucket cap {cap}: parameters agree with step 06's ({pworst:.2e}), the saved "
-                              f"momentum differs by {mworst:.2e} of its largest value (> {PARAM_TOL})"
+                              f"momentum differs by {mworst:.2e} of its largest value (> {ZERO_BUCKETED_MOMENTUM_TOL})"
                               + (f"\n{diagnose_momentum(ma, mb, np)}" if np == 2 else
                                  ": are the momentum shards gathered in rank order before rank 0 writes them?"))
             # At 2 ranks each sum has two terms whatever the collective: 07 must be 06, bit for bit.
