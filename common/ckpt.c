@@ -489,9 +489,13 @@ static int parse_header(const char *path, const unsigned char *buf, size_t size,
   }
   const unsigned char *d = buf + CKPT_FIXED + 4 * (n_layers + 1);
   if (version >= 2)
-    meta->data = (DataId){get_u32(d),      get_u32(d + 4),  get_u32(d + 8),
-                          get_u32(d + 12), get_u32(d + 16), get_u32(d + 20),
-                          version >= 4 ? get_u32(d + CKPT_DATA_ID + CKPT_STEPS) : 0};  // 0: not recorded
+    meta->data = (DataId){.kind = get_u32(d),
+                          .n_train = get_u32(d + 4),
+                          .n_test = get_u32(d + 8),
+                          .dim = get_u32(d + 12),
+                          .n_classes = get_u32(d + 16),
+                          .labels_crc = get_u32(d + 20)};
+  if (version >= 4) meta->data.pixels_crc = get_u32(d + CKPT_DATA_ID + CKPT_STEPS);  // else 0: not recorded
   if (version >= 3) {
     meta->batch_size = get_u32(d + CKPT_DATA_ID);
     meta->grad_accum = get_u32(d + CKPT_DATA_ID + 4);
@@ -507,7 +511,8 @@ static void stored_id_str(char *buf, size_t len, const CkptMeta *meta) {
   dataset_id_str(buf, len, &meta->data);
   char *pixels = strstr(buf, ", pixels crc ");
   if (meta->version < 4 && pixels)
-    snprintf(pixels, len - (size_t)(pixels - buf), ", pixels not recorded (format version %u)", meta->version);
+    snprintf(pixels, len - (size_t)(pixels - buf), ", pixels not recorded (format version %u)",
+             meta->version);
 }
 
 // A checkpoint must come from the data this run loaded: from version 2 its sizes and labels, from
@@ -525,8 +530,8 @@ static int check_data(const char *path, const CkptMeta *expect, const CkptMeta *
   dataset_id_str(run, sizeof run, &expect->data);
   set_err(err, err_len,
           "checkpoint '%s' was trained on other data (%s); this run loaded %s; pass the same --data, "
-          "--data_dir and --dataset_size",
-          path, have, run);
+          "--data_dir and --dataset_size%s",
+          path, have, run, meta->data.kind == DATA_SYNTHETIC ? " (and, for synthetic data, --seed)" : "");
   return -1;
 }
 

@@ -123,8 +123,9 @@ typedef struct DataId {
   uint32_t dim;         ///< features per sample
   uint32_t n_classes;   ///< number of classes
   uint32_t labels_crc;  ///< CRC-32 of the train labels, then the test labels (one byte each)
-  uint32_t pixels_crc;  ///< CRC-32 of the train split's `crc` then the test split's (u32 each, little-endian):
-                        ///< the features; 0 in a checkpoint of format version 1 to 3 (not recorded)
+  uint32_t
+      pixels_crc;  ///< CRC-32 of the train split's `crc` then the test split's (u32 each, little-endian):
+                   ///< the features; 0 in a checkpoint of format version 1 to 3 (not recorded)
 } DataId;
 
 /**

@@ -503,7 +503,8 @@ TEST(Ckpt, VersionThreeStillLoadsWithoutThePixelCheck) {
   Fixture other_labels;
   other_labels.meta.data.labels_crc ^= 1;
   EXPECT_EQ(other_labels.load(path, &msg), -1);
-  EXPECT_NE(msg.find("labels crc abcdef01, pixels not recorded (format version 3))"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("labels crc abcdef01, pixels not recorded (format version 3))"), std::string::npos)
+      << msg;
   EXPECT_NE(msg.find("labels crc abcdef00, pixels crc 5eedf00d"), std::string::npos) << msg;
 }
 
@@ -546,8 +547,8 @@ TEST(Ckpt, OtherDataIsRefused) {
     const char *expect;
   } cases[] = {
       {{0, 256, 100, 5, 3, 0xabcdef01u, 0x5eedf00du}, "fashion-mnist: 256 train"},  // another kind
-      {{2, 255, 100, 5, 3, 0xabcdef01u, 0x5eedf00du}, "255 train"},  // another --dataset_size
-      {{2, 256, 100, 5, 3, 0xabcdef02u, 0x5eedf00du}, "labels crc abcdef02"},  // other labels
+      {{2, 255, 100, 5, 3, 0xabcdef01u, 0x5eedf00du}, "255 train"},                 // another --dataset_size
+      {{2, 256, 100, 5, 3, 0xabcdef02u, 0x5eedf00du}, "labels crc abcdef02"},       // other labels
       {{2, 256, 100, 5, 3, 0xabcdef01u, 0x5eedf00cu}, "pixels crc 5eedf00c"},  // other pixels, same labels
   };
   for (const Case &c : cases) {

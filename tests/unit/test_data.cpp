@@ -192,14 +192,18 @@ TEST(DataIdx, OnePixelChangesTheDataId) {
     write_file(changed, idx_images(kN, kRows, kCols, other), gz);
     Dataset a{}, again{}, b{};
     char err[256];
-    ASSERT_EQ(dataset_load_idx(&a, f.images.c_str(), f.labels.c_str(), 0, kMean, kStd, err, sizeof err), 0) << err;
-    ASSERT_EQ(dataset_load_idx(&again, f.images.c_str(), f.labels.c_str(), 0, kMean, kStd, err, sizeof err), 0)
+    ASSERT_EQ(dataset_load_idx(&a, f.images.c_str(), f.labels.c_str(), 0, kMean, kStd, err, sizeof err), 0)
         << err;
-    ASSERT_EQ(dataset_load_idx(&b, changed.c_str(), f.labels.c_str(), 0, kMean, kStd, err, sizeof err), 0) << err;
+    ASSERT_EQ(dataset_load_idx(&again, f.images.c_str(), f.labels.c_str(), 0, kMean, kStd, err, sizeof err),
+              0)
+        << err;
+    ASSERT_EQ(dataset_load_idx(&b, changed.c_str(), f.labels.c_str(), 0, kMean, kStd, err, sizeof err), 0)
+        << err;
     EXPECT_EQ(a.crc, want);
     EXPECT_EQ(again.crc, a.crc);
     EXPECT_NE(b.crc, a.crc);
-    DataId ia = dataset_id(DATA_FASHION_MNIST, &a, &a), iagain = dataset_id(DATA_FASHION_MNIST, &again, &again);
+    DataId ia = dataset_id(DATA_FASHION_MNIST, &a, &a),
+           iagain = dataset_id(DATA_FASHION_MNIST, &again, &again);
     DataId ib = dataset_id(DATA_FASHION_MNIST, &b, &a);  // the training images differ
     DataId ic = dataset_id(DATA_FASHION_MNIST, &a, &b);  // the test images differ
     EXPECT_EQ(ia.labels_crc, ib.labels_crc);
