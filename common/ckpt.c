@@ -26,6 +26,7 @@
 #define CKPT_FIXED 56         // header bytes before the layer sizes
 #define CKPT_DATA_ID 24       // version 2: the DataId's six u32 after the layer sizes
 #define CKPT_STEPS 16         // version 3: batch size, accumulation, drop_last, epoch samples (u32 each)
+#define CKPT_PIXELS 4         // version 4: the DataId's pixels CRC (u32), after the step fields
 #define CKPT_CHUNK 16384      // floats converted per fwrite when saving
 
 static void put_u32(unsigned char *p, uint32_t v) {
@@ -54,10 +55,10 @@ static void set_err(char *err, size_t err_len, const char *fmt, ...) {
 
 static size_t header_bytes(uint32_t version, int n_layers) {
   return CKPT_FIXED + 4 * ((size_t)n_layers + 1) + (version >= 2 ? CKPT_DATA_ID : 0) +
-         (version >= 3 ? CKPT_STEPS : 0);
+         (version >= 3 ? CKPT_STEPS : 0) + (version >= 4 ? CKPT_PIXELS : 0);
 }
 
-// The DataId's fields in file order.
+// The DataId's first six fields, in file order (version 2's; the pixels CRC came with version 4).
 static void data_id_fields(const DataId *id, uint32_t out[6]) {
   uint32_t v[6] = {id->kind, id->n_train, id->n_test, id->dim, id->n_classes, id->labels_crc};
   memcpy(out, v, sizeof v);
@@ -121,7 +122,7 @@ static int write_floats(FILE *f, const float *x, size_t n, uint32_t *crc, unsign
 
 // Writes header, arrays and CRC to an open stream; 0 or -1 (errno set by the failing call).
 static int write_body(FILE *f, const CkptMeta *meta, size_t n, const float *params, const float *opt_state) {
-  unsigned char hdr[CKPT_FIXED + 4 * (MLP_MAX_LAYERS + 1) + CKPT_DATA_ID + CKPT_STEPS] = {0};
+  unsigned char hdr[CKPT_FIXED + 4 * (MLP_MAX_LAYERS + 1) + CKPT_DATA_ID + CKPT_STEPS + CKPT_PIXELS] = {0};
   size_t hsize = header_bytes(CKPT_VERSION, meta->n_layers);
   memcpy(hdr, CKPT_MAGIC, 8);
   put_u32(hdr + 8, CKPT_VERSION);
@@ -141,6 +142,7 @@ static int write_body(FILE *f, const CkptMeta *meta, size_t n, const float *para
   for (int i = 0; i < 6; i++) put_u32(d + 4 * i, data[i]);
   uint32_t steps[4] = {meta->batch_size, meta->grad_accum, meta->drop_last, meta->epoch_samples};
   for (int i = 0; i < 4; i++) put_u32(d + CKPT_DATA_ID + 4 * i, steps[i]);
+  put_u32(d + CKPT_DATA_ID + CKPT_STEPS, meta->data.pixels_crc);
 
   unsigned char *chunk = malloc(4 * CKPT_CHUNK);
   if (!chunk) return -1;
@@ -450,7 +452,7 @@ static int parse_header(const char *path, const unsigned char *buf, size_t size,
   }
   uint32_t hsize = get_u32(buf + 12), n_layers = get_u32(buf + 52);
   uint64_t want = CKPT_FIXED + 4 * ((uint64_t)n_layers + 1) + (version >= 2 ? CKPT_DATA_ID : 0) +
-                  (version >= 3 ? CKPT_STEPS : 0);
+                  (version >= 3 ? CKPT_STEPS : 0) + (version >= 4 ? CKPT_PIXELS : 0);
   if (hsize != want) {
     set_err(err, err_len,
             "checkpoint '%s' is corrupt: header size %u does not match %u layers (expected %llu)", path,
@@ -487,8 +489,13 @@ static int parse_header(const char *path, const unsigned char *buf, size_t size,
   }
   const unsigned char *d = buf + CKPT_FIXED + 4 * (n_layers + 1);
   if (version >= 2)
-    meta->data = (DataId){get_u32(d),      get_u32(d + 4),  get_u32(d + 8),
-                          get_u32(d + 12), get_u32(d + 16), get_u32(d + 20)};
+    meta->data = (DataId){.kind = get_u32(d),
+                          .n_train = get_u32(d + 4),
+                          .n_test = get_u32(d + 8),
+                          .dim = get_u32(d + 12),
+                          .n_classes = get_u32(d + 16),
+                          .labels_crc = get_u32(d + 20)};
+  if (version >= 4) meta->data.pixels_crc = get_u32(d + CKPT_DATA_ID + CKPT_STEPS);  // else 0: not recorded
   if (version >= 3) {
     meta->batch_size = get_u32(d + CKPT_DATA_ID);
     meta->grad_accum = get_u32(d + CKPT_DATA_ID + 4);
@@ -498,20 +505,33 @@ static int parse_header(const char *path, const unsigned char *buf, size_t size,
   return 0;
 }
 
-// A version 2 checkpoint must come from the data this run loaded (a version 1 file does not say).
+// The stored DataId as dataset_id_str() words it; a file before version 4 did not record the pixels
+// CRC, so its phrase says that instead of showing the 0 it was read as.
+static void stored_id_str(char *buf, size_t len, const CkptMeta *meta) {
+  dataset_id_str(buf, len, &meta->data);
+  char *pixels = strstr(buf, ", pixels crc ");
+  if (meta->version < 4 && pixels)
+    snprintf(pixels, len - (size_t)(pixels - buf), ", pixels not recorded (format version %u)",
+             meta->version);
+}
+
+// A checkpoint must come from the data this run loaded: from version 2 its sizes and labels, from
+// version 4 also its pixels. A version 1 file does not say what it was trained on, and a version 2
+// or 3 file not its pixels: those parts are not compared (such a file resumes on other images).
 static int check_data(const char *path, const CkptMeta *expect, const CkptMeta *meta, char *err,
                       size_t err_len) {
   uint32_t a[6], b[6];
   data_id_fields(&meta->data, a);
   data_id_fields(&expect->data, b);
-  if (meta->data.n_train == 0 || memcmp(a, b, sizeof a) == 0) return 0;
-  char have[160], run[160];
-  dataset_id_str(have, sizeof have, &meta->data);
+  int pixels_differ = meta->version >= 4 && meta->data.pixels_crc != expect->data.pixels_crc;
+  if (meta->data.n_train == 0 || (memcmp(a, b, sizeof a) == 0 && !pixels_differ)) return 0;
+  char have[192], run[192];
+  stored_id_str(have, sizeof have, meta);
   dataset_id_str(run, sizeof run, &expect->data);
   set_err(err, err_len,
           "checkpoint '%s' was trained on other data (%s); this run loaded %s; pass the same --data, "
-          "--data_dir and --dataset_size",
-          path, have, run);
+          "--data_dir and --dataset_size%s",
+          path, have, run, meta->data.kind == DATA_SYNTHETIC ? " (and, for synthetic data, --seed)" : "");
   return -1;
 }
 

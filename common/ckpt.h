@@ -8,7 +8,7 @@
  * | --- | --- | --- |
  * | 0 | char[8] | magic `DDPCKPT` + NUL |
  * | 8 | u32 | format version (CKPT_VERSION) |
- * | 12 | u32 | header size (56 + 4 · (L + 1), + 24 from version 2, + 16 from version 3) |
+ * | 12 | u32 | header size (56 + 4 · (L + 1), + 24 from version 2, + 16 from version 3, + 4 from version 4) |
  * | 16 | u32 | epochs completed |
  * | 20 | u32 | optimizer steps into the current epoch (0: saved at an epoch boundary) |
  * | 24 | u64 | global optimizer step |
@@ -20,12 +20,14 @@
  * | 56 | u32[L+1] | layer sizes I, H…, O |
  * | 60 + 4L | u32[6] | version 2: DataId (kind, train and test samples, features, classes, labels CRC) |
  * | 84 + 4L | u32[4] | version 3: batch size, grad_accum, drop_last, epoch's samples consumed per rank |
+ * | 100 + 4L | u32 | version 4: DataId's pixels CRC (the train and test features) |
  * | header size | f32[n] | parameters: for each layer, weight [out][in] then bias [out] |
  * | … | f32[n] | optimizer state (momentum buffer), same layout |
  * | … | u32 | CRC-32 (standard, as zlib's) of every preceding byte |
  *
- * Version 1 and 2 files are still read (a version 1 file does not say its data set, versions 1 and
- * 2 do not say how the epoch was cut into steps); every file written is version 3.
+ * Version 1 to 3 files are still read (a version 1 file does not say its data set, versions 1 and
+ * 2 do not say how the epoch was cut into steps, versions 1 to 3 do not record the pixels, so their
+ * resume skips the pixel check); every file written is version 4.
  *
  * Saving writes `PATH.tmp.PID` (PID: the saving process's id), flushes, fsyncs, renames it to PATH and
  * fsyncs the directory, so a crash never leaves a half-written file under the real name.
@@ -44,7 +46,7 @@ extern "C" {
 #endif
 
 /** @brief Current checkpoint format version. */
-#define CKPT_VERSION 3
+#define CKPT_VERSION 4
 
 /** @brief Everything in a checkpoint besides the float arrays. */
 typedef struct CkptMeta {
@@ -58,7 +60,8 @@ typedef struct CkptMeta {
   uint32_t optim_steps;           ///< optimizer steps taken (momentum buffer valid when > 0)
   int n_layers;                   ///< L
   int sizes[MLP_MAX_LAYERS + 1];  ///< layer sizes I, H…, O
-  DataId data;                    ///< the data set trained on (all zero in a version 1 file)
+  DataId data;                    ///< the data set trained on (all zero in a version 1 file;
+                                  ///< pixels_crc 0 before version 4)
   uint32_t batch_size;            ///< --batch_size (0 in a version 1 or 2 file: not recorded)
   uint32_t grad_accum;            ///< --grad_accum: micro-batches per step (1 before step 06)
   uint32_t drop_last;             ///< --drop_last: 1 when the sampler drops the tail, else 0
@@ -106,7 +109,8 @@ int ckpt_dir_check(const char *dir, char *err, size_t err_len);
 
 /**
  * @brief Reads and verifies a checkpoint: magic, version, header size, file size, CRC, that its
- * layer sizes equal those of @p expect, and (version 2) that it was trained on the data of @p expect.
+ * layer sizes equal those of @p expect, and that it was trained on the data of @p expect (from
+ * version 2 its sizes and labels, from version 4 also its pixels).
  * Only a regular file is read (a FIFO or a device is refused
  * without blocking). Counters that cannot be right (an epoch or steps into an epoch above INT_MAX,
  * more steps into the epoch than global steps, a step above INT64_MAX; from version 3 a batch size

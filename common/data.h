@@ -37,6 +37,9 @@ typedef struct Dataset {
   float mean;       ///< with `pixels`: feature = (pixel / 255 - mean) / std
   float std;        ///< with `pixels`: see `mean`
   int *y;           ///< host, (n): labels
+  uint32_t crc;     ///< CRC-32 of the features as read: an IDX image file's whole (inflated) content,
+                    ///< header included, also the images `--dataset_size` leaves out; for synthetic
+                    ///< data, the bytes of the generated floats `x`
 } Dataset;
 
 /** @brief Which data `--data` selects. */
@@ -63,7 +66,9 @@ int data_parse(const char *name, DataKind *out);
  * says (truncated or longer: an error). Only regular files are read (a FIFO or a device is refused
  * without blocking). A gzip file may hold several members; libdeflate verifies each one's trailer
  * (CRC-32 and size), a header CRC is verified when present, and bytes after the last member are an
- * error.
+ * error. `crc` is set to the CRC-32 of the image file's (inflated) bytes: a gzip file of one member
+ * gives it for free (its trailer's, which libdeflate verified), a plain file or one of several
+ * members is hashed once, so a `.gz` file and its inflated copy have the same `crc`.
  * @param[out] ds        the dataset (freed by dataset_free()); untouched on error.
  * @param[in] images     path of the `*-images-idx3-ubyte[.gz]` file.
  * @param[in] labels     path of the `*-labels-idx1-ubyte[.gz]` file.
@@ -80,6 +85,9 @@ int dataset_load_idx(Dataset *ds, const char *images, const char *labels, int li
  * @brief Generates a learnable synthetic dataset: @p n_classes cluster centres drawn from
  * `rng_init(seed, RNG_STREAM_DATA)`, each sample a centre plus unit Gaussian noise; the label is the
  * cluster. Train and test splits share the centres and differ in their samples (@p split 0 or 1).
+ * `crc` is the CRC-32 of the generated floats' bytes (host order; little-endian on every supported
+ * host): what was generated, so a generator that changed between two builds, or a libm that rounds
+ * differently, gives other data and another `crc`.
  * @param[out] ds       the dataset.
  * @param[in] n         number of samples, > 0.
  * @param[in] dim       features per sample, > 0.
@@ -115,6 +123,9 @@ typedef struct DataId {
   uint32_t dim;         ///< features per sample
   uint32_t n_classes;   ///< number of classes
   uint32_t labels_crc;  ///< CRC-32 of the train labels, then the test labels (one byte each)
+  uint32_t
+      pixels_crc;  ///< CRC-32 of the train split's `crc` then the test split's (u32 each, little-endian):
+                   ///< the features; 0 in a checkpoint of format version 1 to 3 (not recorded)
 } DataId;
 
 /**
@@ -128,7 +139,8 @@ DataId dataset_id(DataKind kind, const Dataset *train, const Dataset *test);
 
 /**
  * @brief Writes a DataId as one readable phrase, e.g.
- * `fashion-mnist: 60000 train / 10000 test samples of 784 features, 10 classes, labels crc 1a2b3c4d`.
+ * `fashion-mnist: 60000 train / 10000 test samples of 784 features, 10 classes, labels crc 1a2b3c4d,
+ * pixels crc 5e6f7a8b` (one line).
  * @param[out] buf the text.
  * @param[in] len  size of @p buf.
  * @param[in] id   the identity.

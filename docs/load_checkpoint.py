@@ -30,8 +30,8 @@ def load_checkpoint(path):
         raise ValueError(f"{path}: CRC mismatch, the file is corrupt")
     names = "version header_size epoch epoch_step step seed world_size optim optim_steps n_layers"
     h = dict(zip(names.split(), struct.unpack_from("<4I2Q4I", data, 8)))
-    if h["version"] not in (1, 2, 3):
-        raise ValueError(f"{path}: format version {h['version']}, this loader reads versions 1 to 3")
+    if h["version"] not in (1, 2, 3, 4):
+        raise ValueError(f"{path}: format version {h['version']}, this loader reads versions 1 to 4")
     sizes = struct.unpack_from(f"<{h['n_layers'] + 1}I", data, 56)
     h["sizes"] = sizes
     if h["version"] >= 2:  # the data set trained on, after the layer sizes
@@ -40,6 +40,8 @@ def load_checkpoint(path):
     if h["version"] >= 3:  # how the epoch is cut into steps, after the data set
         fields = "batch_size grad_accum drop_last epoch_samples".split()
         h["steps"] = dict(zip(fields, struct.unpack_from("<4I", data, 56 + 4 * len(sizes) + 24)))
+    if h["version"] >= 4:  # the CRC of the pixels trained on, after the step fields
+        h["data"]["pixels_crc"] = struct.unpack_from("<I", data, 56 + 4 * len(sizes) + 40)[0]
     floats = torch.from_numpy(np.frombuffer(data, "<f4", offset=h["header_size"],
                                             count=(len(data) - 4 - h["header_size"]) // 4).copy())
     layers = []

@@ -198,6 +198,9 @@ CASES = [
     ("C20", "a mid-epoch checkpoint of format version 2 (which does not record the samples per step)",
      "05_metrics_ckpt", SMALL + ["--resume", "{d}/mid2.bin"], {}, 1, 1,
      ["{d}/mid2.bin", "format version 2", "samples per step", "epoch's end"]),
+    ("C21", "a checkpoint resumed on a copy of its images with one pixel changed (same labels)",
+     "05_metrics_ckpt", IDX + ["--data_dir", "{d}/pixels_b", "--resume", "{d}/pixels.bin"], {}, 1, 1,
+     ["{d}/pixels.bin", "trained on other data", "pixels crc"]),
     ("N3", "a run whose last step makes the parameters non-finite, saving nothing (it ended 'done', exit 0)",
      "05_metrics_ckpt", SMALL + ["--max_steps", "1", "--lr", "1e30", "--weight_decay", "1e30"], {}, 2, 1,
      ["not finite at the end of the run", "diverged"]),
@@ -268,6 +271,8 @@ DISAGREE = [
              ["--dataset_size"], base=SMALL[:4] + SMALL[6:]),
     disagree("A13", "ranks with the same flags but different data files", "05_metrics_ckpt", "--data_dir",
              "{d}/labels_a", "{d}/labels_b", ["the data", "labels crc"], base=IDX),
+    disagree("A20", "ranks with the same labels but image files that differ in one pixel", "05_metrics_ckpt",
+             "--data_dir", "{d}/pixels_a", "{d}/pixels_b", ["the data", "pixels crc"], base=IDX),
     differ("A14", "ranks with and without --drop_last", "03_sampler", SMALL, SMALL + ["--drop_last"],
            ["--drop_last"]),
     differ("A15", "ranks with and without TF32", "06_full", SMALL, SMALL + ["--tf32"], ["--tf32"]),
@@ -357,7 +362,7 @@ def checkpoint(d):
     shutil.rmtree(f"{d}/ckm")
     mid = open(f"{d}/mid.bin", "rb").read()
     steps_at = 56 + 4 * (struct.unpack_from("<I", mid, 52)[0] + 1) + 24  # version 3's step fields
-    v2 = bytearray(mid[:steps_at] + mid[steps_at + 16:-4])  # as version 2 wrote it
+    v2 = bytearray(mid[:steps_at] + mid[steps_at + 16 + 4:-4])  # as version 2 wrote it (no version 4 pixels CRC)
     v2[8:16] = struct.pack("<II", 2, steps_at)
     open(f"{d}/mid2.bin", "wb").write(bytes(v2) + struct.pack("<I", zlib.crc32(bytes(v2))))
     # Edits with a valid CRC: header offsets from common/ckpt.h's table (epoch 16, steps into the
@@ -375,6 +380,11 @@ def checkpoint(d):
     os.makedirs(f"{d}/keep")
     open(f"{d}/keep/checkpoint.bin", "wb").write(good)
     os.mkfifo(f"{d}/ck.fifo")
+    # Trained on {d}/pixels_a (prepare() makes it), for resuming on {d}/pixels_b: same labels, one pixel other.
+    subprocess.run([f"{BIN}/05_metrics_ckpt"] + IDX[:-2] + ["--save_interval", "1", "--data_dir", f"{d}/pixels_a",
+                    "--ckpt_dir", f"{d}/ckp"], check=True, capture_output=True, env=clean_env())
+    shutil.move(f"{d}/ckp/checkpoint.bin", f"{d}/pixels.bin")
+    shutil.rmtree(f"{d}/ckp")
 
 
 def prepare(d):
@@ -384,6 +394,8 @@ def prepare(d):
     idx_set(f"{d}/label", labels=(2049, [3], bytes([1, 12, 3])))
     idx_set(f"{d}/labels_a")
     idx_set(f"{d}/labels_b", labels=(2049, [3], bytes([3, 2, 1])))
+    idx_set(f"{d}/pixels_a")
+    idx_set(f"{d}/pixels_b", images=(2051, [3, 28, 28], bytes(784 + 400) + b"\x01" + bytes(2 * 784 - 401)))
     idx_set(f"{d}/dir")
     os.remove(f"{d}/dir/train-images-idx3-ubyte.gz")
     os.makedirs(f"{d}/dir/train-images-idx3-ubyte.gz")

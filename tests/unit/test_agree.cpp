@@ -7,6 +7,7 @@
 
 #include "agree.h"
 #include "data.h"
+#include "test_files.h"
 
 namespace {
 
@@ -31,7 +32,7 @@ Agreement list(const Args &args, int hidden = 64) {
   agree_args(&a, &args);
   int sizes[3] = {784, hidden, 10};
   agree_model(&a, sizes, 2);
-  DataId id{2, 2048, 2000, 784, 10, 0x1234u};
+  DataId id{2, 2048, 2000, 784, 10, 0x1234u, 0};
   agree_data(&a, &id);
   return a;
 }
@@ -104,7 +105,7 @@ TEST(Agree, ModelShapeIsCompared) {
   agree_args(&z, &a);
   int sizes[4] = {784, 11, 5, 10};
   agree_model(&z, sizes, 3);
-  DataId id{2, 2048, 2000, 784, 10, 0x1234u};
+  DataId id{2, 2048, 2000, 784, 10, 0x1234u, 0};
   agree_data(&z, &id);
   std::string msg = compare({x, y, z});
   EXPECT_NE(msg.find("the ranks disagree on the model (ranks 0, 1: 784-64-10; rank 2: 784-11-5-10)"),
@@ -119,11 +120,30 @@ TEST(Agree, DataIsCompared) {
   agree_args(&y, &a);
   int sizes[3] = {784, 64, 10};
   agree_model(&y, sizes, 2);
-  DataId other{2, 2048, 2000, 784, 10, 0x9999u};  // same sizes, other labels
+  DataId other{2, 2048, 2000, 784, 10, 0x9999u, 0};  // same sizes, other labels
   agree_data(&y, &other);
   std::string msg = compare({x, y});
   EXPECT_NE(msg.find("the ranks disagree on the data"), std::string::npos) << msg;
   EXPECT_NE(msg.find("labels crc 00009999"), std::string::npos) << msg;
+}
+
+// Same sizes and labels, other pixels (image files that differ only in their images): refused, and
+// the message shows both pixel CRCs.
+TEST(Agree, PixelsAreCompared) {
+  Args a = defaults();
+  Agreement x = list(a), y;
+  agree_init(&y);
+  agree_args(&y, &a);
+  int sizes[3] = {784, 64, 10};
+  agree_model(&y, sizes, 2);
+  DataId other{2, 2048, 2000, 784, 10, 0x1234u, 0x77u};
+  agree_data(&y, &other);
+  std::string msg = compare({x, y});
+  EXPECT_NE(msg.find("the ranks disagree on the data (rank 0: synthetic: 2048 train / 2000 test samples of "
+                     "784 features, 10 classes, labels crc 00001234, pixels crc 00000000; rank 1: "),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("pixels crc 00000077)"), std::string::npos) << msg;
 }
 
 // The message groups the ranks by value and lists the other settings that differ too.
@@ -190,4 +210,25 @@ TEST(Agree, DatasetIdFollowsTheLabels) {
       << text;
   dataset_free(&train);
   dataset_free(&test);
+}
+
+// Synthetic data: the pixels CRC is that of what was generated, so it follows the seed (the labels,
+// which cycle through the classes, do not).
+TEST(Agree, DatasetIdFollowsTheGeneratedFeatures) {
+  Dataset train{}, test{}, train2{}, test2{};
+  dataset_synthetic(&train, 100, 8, 3, 1, 0);
+  dataset_synthetic(&test, 20, 8, 3, 1, 1);
+  EXPECT_EQ(train.crc, crc32_reference((const unsigned char *)train.x, 100 * 8 * sizeof(float)));
+  EXPECT_EQ(test.crc, crc32_reference((const unsigned char *)test.x, 20 * 8 * sizeof(float)));
+  dataset_synthetic(&train2, 100, 8, 3, 2, 0);
+  dataset_synthetic(&test2, 20, 8, 3, 2, 1);
+  DataId a = dataset_id(DATA_SYNTHETIC, &train, &test), b = dataset_id(DATA_SYNTHETIC, &train2, &test2);
+  EXPECT_EQ(a.labels_crc, b.labels_crc);
+  EXPECT_NE(a.pixels_crc, b.pixels_crc);
+  DataId c = dataset_id(DATA_SYNTHETIC, &train, &test2);  // one split other: another id too
+  EXPECT_NE(a.pixels_crc, c.pixels_crc);
+  dataset_free(&train2);
+  dataset_synthetic(&train2, 100, 8, 3, 1, 0);  // the same again: the same id
+  EXPECT_EQ(dataset_id(DATA_SYNTHETIC, &train2, &test).pixels_crc, a.pixels_crc);
+  for (Dataset *d : {&train, &test, &train2, &test2}) dataset_free(d);
 }

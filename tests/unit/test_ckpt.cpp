@@ -50,7 +50,7 @@ struct Fixture {
     meta.sizes[0] = in;
     meta.sizes[1] = hid;
     meta.sizes[2] = out;
-    meta.data = DataId{2, 256, 100, (uint32_t)in, (uint32_t)out, 0xabcdef01u};
+    meta.data = DataId{2, 256, 100, (uint32_t)in, (uint32_t)out, 0xabcdef01u, 0x5eedf00du};
     meta.batch_size = 3;  // 17 steps of 3 x 2 samples into the epoch
     meta.grad_accum = 2;
     meta.drop_last = 1;
@@ -87,11 +87,11 @@ struct Fixture {
 };
 
 // Header size of the 2-layer fixture: 56 + 4 * 3, then the data set's identity (6 x u32), then how
-// the epoch is cut into steps (4 x u32, version 3).
-constexpr size_t kHeader = 108;
-// The CRC of the fixture's version 3 file (Python's zlib.crc32 of its bytes agrees): the format,
+// the epoch is cut into steps (4 x u32, version 3), then the pixels CRC (u32, version 4).
+constexpr size_t kHeader = 112;
+// The CRC of the fixture's version 4 file (Python's zlib.crc32 of its bytes agrees): the format,
 // CRC included, must not change without a new version.
-constexpr uint32_t kFixtureCrc = 0x49f9399fu;
+constexpr uint32_t kFixtureCrc = 0xff09d7a1u;
 
 }  // namespace
 
@@ -205,6 +205,7 @@ TEST(Ckpt, LayoutIsLittleEndianAsDocumented) {
   EXPECT_EQ(u32(96), 2u);
   EXPECT_EQ(u32(100), 1u);
   EXPECT_EQ(u32(104), 102u);
+  EXPECT_EQ(u32(108), 0x5eedf00du);  // version 4: the DataId's pixels CRC
   float second;
   uint32_t bits = u32(kHeader + 4);
   std::memcpy(&second, &bits, 4);
@@ -250,9 +251,10 @@ TEST(Ckpt, TruncationAtSeveralOffsets) {
   } cases[] = {
       {0, "too short for a header"},
       {30, "too short for a header"},                 // inside the fixed header
-      {60, "header needs 108 bytes, file has 60"},    // inside the layer sizes
-      {80, "header needs 108 bytes, file has 80"},    // inside the data set's identity
-      {100, "header needs 108 bytes, file has 100"},  // inside the step fields
+      {60, "header needs 112 bytes, file has 60"},    // inside the layer sizes
+      {80, "header needs 112 bytes, file has 80"},    // inside the data set's identity
+      {100, "header needs 112 bytes, file has 100"},  // inside the step fields
+      {110, "header needs 112 bytes, file has 110"},  // inside the pixels CRC
       {kHeader, "truncated: expected"},               // no arrays at all
       {kHeader + 4 * n / 2, "truncated: expected"},   // inside params
       {kHeader + 4 * n + 12, "truncated: expected"},  // inside the optimizer state
@@ -317,7 +319,7 @@ TEST(Ckpt, WrongVersion) {
   fix_crc(b);  // only the version is wrong
   write_bytes(path, b);
   EXPECT_EQ(fx.load(path, &msg), -1);
-  EXPECT_NE(msg.find("format version 7, this program reads versions 1 to 3"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("format version 7, this program reads versions 1 to 4"), std::string::npos) << msg;
   EXPECT_NE(msg.find(path), std::string::npos) << msg;
 }
 
@@ -351,7 +353,7 @@ TEST(Ckpt, LayerCountOutOfRange) {
   ASSERT_EQ(fx.save(path, &msg), 0) << msg;
   auto b = read_bytes(path);
   put_u32(b, 52, 0);
-  put_u32(b, 12, 56 + 4 + 24 + 16);  // consistent with 0 layers, so the range check is what fails
+  put_u32(b, 12, 56 + 4 + 24 + 16 + 4);  // consistent with 0 layers, so the range check is what fails
   fix_crc(b);
   write_bytes(path, b);
   EXPECT_EQ(fx.load(path, &msg), -1);
@@ -438,7 +440,7 @@ TEST(Ckpt, VersionOneStillLoads) {
   std::string path = tmp_path("ckpt_v1.bin"), msg;
   ASSERT_EQ(fx.save(path, &msg), 0) << msg;
   auto b = read_bytes(path);
-  b.erase(b.begin() + 68, b.begin() + 108);  // version 1 has neither the DataId nor the step fields
+  b.erase(b.begin() + 68, b.begin() + 112);  // version 1 has no DataId, step fields or pixels CRC
   put_u32(b, 8, 1);
   put_u32(b, 12, 68);
   fix_crc(b);
@@ -461,7 +463,7 @@ TEST(Ckpt, VersionTwoStillLoads) {
   std::string path = tmp_path("ckpt_v2.bin"), msg;
   ASSERT_EQ(fx.save(path, &msg), 0) << msg;
   auto b = read_bytes(path);
-  b.erase(b.begin() + 92, b.begin() + 108);
+  b.erase(b.begin() + 92, b.begin() + 112);
   put_u32(b, 8, 2);
   put_u32(b, 12, 92);
   fix_crc(b);
@@ -475,7 +477,35 @@ TEST(Ckpt, VersionTwoStillLoads) {
   EXPECT_EQ(m.batch_size, 0u);
   EXPECT_EQ(m.grad_accum, 0u);
   EXPECT_EQ(m.epoch_samples, 0u);
+  EXPECT_EQ(m.data.pixels_crc, 0u);
   EXPECT_EQ(std::memcmp(p.data(), fx.params.data(), 4 * p.size()), 0);
+}
+
+// A version 3 file (no pixels CRC) still loads, and resumes on other pixels: it cannot tell them
+// apart. Other labels are still refused, and the message says the file did not record its pixels.
+TEST(Ckpt, VersionThreeStillLoadsWithoutThePixelCheck) {
+  Fixture fx;
+  std::string path = tmp_path("ckpt_v3.bin"), msg;
+  ASSERT_EQ(fx.save(path, &msg), 0) << msg;
+  auto b = read_bytes(path);
+  b.erase(b.begin() + 108, b.begin() + 112);
+  put_u32(b, 8, 3);
+  put_u32(b, 12, 108);
+  fix_crc(b);
+  write_bytes(path, b);
+  Fixture other_pixels;
+  other_pixels.meta.data.pixels_crc ^= 1;
+  CkptMeta m{};
+  ASSERT_EQ(other_pixels.load(path, &msg, &m), 0) << msg;
+  EXPECT_EQ(m.version, 3u);
+  EXPECT_EQ(m.data.pixels_crc, 0u);
+  EXPECT_EQ(m.epoch_samples, 102u);
+  Fixture other_labels;
+  other_labels.meta.data.labels_crc ^= 1;
+  EXPECT_EQ(other_labels.load(path, &msg), -1);
+  EXPECT_NE(msg.find("labels crc abcdef01, pixels not recorded (format version 3))"), std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("labels crc abcdef00, pixels crc 5eedf00d"), std::string::npos) << msg;
 }
 
 // Version 3's step fields must be consistent: a batch or accumulation of 0, a drop_last other than
@@ -516,16 +546,17 @@ TEST(Ckpt, OtherDataIsRefused) {
     DataId data;
     const char *expect;
   } cases[] = {
-      {{0, 256, 100, 5, 3, 0xabcdef01u}, "fashion-mnist: 256 train"},  // another kind
-      {{2, 255, 100, 5, 3, 0xabcdef01u}, "255 train"},                 // another --dataset_size
-      {{2, 256, 100, 5, 3, 0xabcdef02u}, "labels crc abcdef02"},       // other labels
+      {{0, 256, 100, 5, 3, 0xabcdef01u, 0x5eedf00du}, "fashion-mnist: 256 train"},  // another kind
+      {{2, 255, 100, 5, 3, 0xabcdef01u, 0x5eedf00du}, "255 train"},                 // another --dataset_size
+      {{2, 256, 100, 5, 3, 0xabcdef02u, 0x5eedf00du}, "labels crc abcdef02"},       // other labels
+      {{2, 256, 100, 5, 3, 0xabcdef01u, 0x5eedf00cu}, "pixels crc 5eedf00c"},  // other pixels, same labels
   };
   for (const Case &c : cases) {
     Fixture run;
     run.meta.data = c.data;
     EXPECT_EQ(run.load(path, &msg), -1);
     EXPECT_NE(msg.find("was trained on other data (synthetic: 256 train / 100 test samples of 5 "
-                       "features, 3 classes, labels crc abcdef01)"),
+                       "features, 3 classes, labels crc abcdef01, pixels crc 5eedf00d)"),
               std::string::npos)
         << msg;
     EXPECT_NE(msg.find(c.expect), std::string::npos) << msg;

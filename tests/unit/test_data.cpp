@@ -178,6 +178,64 @@ TEST(DataIdx, GzipEqualsPlain) {
   dataset_free(&b);
 }
 
+// The data's identity covers the pixels: two image files with the same labels that differ in one
+// pixel give other DataIds, plain and gzip alike; the same file loaded twice gives the same one, and
+// the CRC is that of the image file's (inflated) bytes, so a .gz file and its plain copy agree.
+TEST(DataIdx, OnePixelChangesTheDataId) {
+  std::vector<unsigned char> other = pixels();
+  other[2 * kRows * kCols + 5] ^= 0x01;  // one bit of one pixel of the third image
+  uint32_t want = crc32_reference(idx_images(kN, kRows, kCols, pixels()).data(), 16 + pixels().size());
+  for (bool gz : {false, true}) {
+    SCOPED_TRACE(gz ? "gzip" : "plain");
+    Files f = write_good(gz);
+    std::string changed = tmp(gz ? "changed.gz" : "changed");
+    write_file(changed, idx_images(kN, kRows, kCols, other), gz);
+    Dataset a{}, again{}, b{};
+    char err[256];
+    ASSERT_EQ(dataset_load_idx(&a, f.images.c_str(), f.labels.c_str(), 0, kMean, kStd, err, sizeof err), 0)
+        << err;
+    ASSERT_EQ(dataset_load_idx(&again, f.images.c_str(), f.labels.c_str(), 0, kMean, kStd, err, sizeof err),
+              0)
+        << err;
+    ASSERT_EQ(dataset_load_idx(&b, changed.c_str(), f.labels.c_str(), 0, kMean, kStd, err, sizeof err), 0)
+        << err;
+    EXPECT_EQ(a.crc, want);
+    EXPECT_EQ(again.crc, a.crc);
+    EXPECT_NE(b.crc, a.crc);
+    DataId ia = dataset_id(DATA_FASHION_MNIST, &a, &a),
+           iagain = dataset_id(DATA_FASHION_MNIST, &again, &again);
+    DataId ib = dataset_id(DATA_FASHION_MNIST, &b, &a);  // the training images differ
+    DataId ic = dataset_id(DATA_FASHION_MNIST, &a, &b);  // the test images differ
+    EXPECT_EQ(ia.labels_crc, ib.labels_crc);
+    EXPECT_EQ(ia.pixels_crc, iagain.pixels_crc);
+    EXPECT_NE(ia.pixels_crc, ib.pixels_crc);
+    EXPECT_NE(ia.pixels_crc, ic.pixels_crc);
+    EXPECT_NE(ib.pixels_crc, ic.pixels_crc);  // which split holds which images counts
+    char ta[192], tb[192];
+    dataset_id_str(ta, sizeof ta, &ia);
+    dataset_id_str(tb, sizeof tb, &ib);
+    EXPECT_STRNE(ta, tb);
+    EXPECT_NE(std::string(tb).find(", pixels crc "), std::string::npos) << tb;
+    for (Dataset *d : {&a, &again, &b}) dataset_free(d);
+  }
+}
+
+// With --dataset_size the CRC is still the whole file's: it names the file, not the kept images.
+TEST(DataIdx, LimitKeepsTheFileCrc) {
+  for (bool gz : {false, true}) {
+    Files f = write_good(gz);
+    Dataset all{}, two{};
+    char err[256];
+    ASSERT_EQ(dataset_load_idx(&all, f.images.c_str(), f.labels.c_str(), 0, kMean, kStd, err, sizeof err), 0)
+        << err;
+    ASSERT_EQ(dataset_load_idx(&two, f.images.c_str(), f.labels.c_str(), 2, kMean, kStd, err, sizeof err), 0)
+        << err;
+    EXPECT_EQ(two.crc, all.crc);
+    dataset_free(&all);
+    dataset_free(&two);
+  }
+}
+
 // ---- gzip: several members, damaged headers and trailers, bytes after the last member ----
 
 namespace {
@@ -216,6 +274,7 @@ void expect_loads_as(const std::string &images, const std::string &labels, const
   ASSERT_EQ(x.dim, y.dim);
   EXPECT_EQ(std::memcmp(x.pixels, y.pixels, (size_t)x.n * x.dim), 0);
   EXPECT_EQ(std::memcmp(x.y, y.y, sizeof(int) * x.n), 0);
+  EXPECT_EQ(x.crc, y.crc) << "the CRC of a file of several members is that of the whole inflated file";
   dataset_free(&x);
   dataset_free(&y);
 }
