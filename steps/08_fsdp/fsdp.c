@@ -146,7 +146,8 @@ void fsdp_init(Fsdp *f, ProcessGroup *pg, const Ctx *c, Mlp *m, uint64_t seed) {
     f->shard[l] = (f->count[l] + (size_t)pg->world_size - 1) / (size_t)pg->world_size;  // ⌈n_l/W⌉
     f->offset[l] = f->n_shard;
     f->n_shard += f->shard[l];
-    if ((size_t)pg->world_size * f->shard[l] > f->max_full) f->max_full = (size_t)pg->world_size * f->shard[l];
+    size_t padded = (size_t)pg->world_size * f->shard[l];
+    if (padded > f->max_full[l % 2]) f->max_full[l % 2] = padded;
     if (f->count[l] > largest) largest = f->count[l];
     f->counts[l] = mallocCheck((size_t)pg->world_size * sizeof *f->counts[l]);
     for (int j = 0; j < pg->world_size; j++) f->counts[l][j] = f->shard[l];
@@ -155,12 +156,6 @@ void fsdp_init(Fsdp *f, ProcessGroup *pg, const Ctx *c, Mlp *m, uint64_t seed) {
   f->grads = dev_alloc(c, f->n_shard * sizeof(float));
   dev_zero(c, f->params, f->n_shard * sizeof(float));  // the padding stays zero
   dev_zero(c, f->grads, f->n_shard * sizeof(float));
-  for (int i = 0; i < 2; i++) {
-    f->full[i] = dev_alloc(c, f->max_full * sizeof(float));
-    f->full_grad[i] = dev_alloc(c, f->max_full * sizeof(float));
-    dev_zero(c, f->full[i], f->max_full * sizeof(float));
-    dev_zero(c, f->full_grad[i], f->max_full * sizeof(float));
-  }
   // mlp_init()'s parameters, drawn one layer at a time; each rank keeps its part of each layer
   float *host = mallocCheck(largest * sizeof(float));
   Rng r;
@@ -171,7 +166,13 @@ void fsdp_init(Fsdp *f, ProcessGroup *pg, const Ctx *c, Mlp *m, uint64_t seed) {
     dev_upload(c, f->params + f->offset[l], host + start, real * sizeof(float));
     dev_sync(c);  // the upload reads `host` asynchronously on CUDA
   }
-  free(host);
+  free(host);  // before the gathered buffers: a lower peak
+  for (int i = 0; i < 2; i++) {
+    f->full[i] = dev_alloc(c, f->max_full[i] * sizeof(float));
+    f->full_grad[i] = dev_alloc(c, f->max_full[i] * sizeof(float));
+    dev_zero(c, f->full[i], f->max_full[i] * sizeof(float));
+    dev_zero(c, f->full_grad[i], f->max_full[i] * sizeof(float));
+  }
   for (int l = 0; l < m->n_layers; l++) {
     for (int p = 0; p < 2; p++) dist_work_init(pg, &f->gather[p][l]);
     dist_work_init(pg, &f->reduce[l]);
@@ -201,10 +202,10 @@ void fsdp_free(Fsdp *f) {
 
 // ---- whole-model views: checkpoints and the digest ---------------------------------------------------
 
-// Gathers layer l of `shards` into full_grad[0] (free between steps): the layer's n_l floats, padded.
+// Gathers layer l of `shards` into full_grad[l % 2] (free between steps): its n_l floats, padded.
 static const float *gather_layer(Fsdp *f, const float *shards, int l) {
-  dist_all_gather(f->pg, shards + f->offset[l], f->full_grad[0], f->shard[l], DIST_FLOAT);
-  return f->full_grad[0];
+  dist_all_gather(f->pg, shards + f->offset[l], f->full_grad[l % 2], f->shard[l], DIST_FLOAT);
+  return f->full_grad[l % 2];
 }
 
 void fsdp_gather_full(Fsdp *f, const float *shards, float *full, int root) {

@@ -55,11 +55,11 @@ typedef struct Fsdp {
   size_t shard[MLP_MAX_LAYERS];         // s_l = ⌈n_l/W⌉: floats of layer l in each rank's shard
   size_t offset[MLP_MAX_LAYERS];        // where layer l's shard starts in params, grads, momentum
   size_t n_shard;                       // Σ s_l: floats of each of this rank's flat shard buffers
-  size_t max_full;                      // max W·s_l: floats of each gathered buffer
+  size_t max_full[2];                   // floats of gathered buffer i: max W·s_l over the layers l % 2 == i
   float *params;                        // device, (n_shard): this rank's shard of every layer's parameters
   float *grads;                         // device, (n_shard): ... of every layer's mean gradient
-  float *full[2];                       // device, (max_full): gathered parameters; layer l uses full[l % 2]
-  float *full_grad[2];                  // device, (max_full): full gradients; layer l uses full_grad[l % 2]
+  float *full[2];                       // device, (max_full[i]): gathered parameters; layer l uses full[l % 2]
+  float *full_grad[2];                  // device, (max_full[i]): full gradients; layer l uses full_grad[l % 2]
   FsdpState state[MLP_MAX_LAYERS];      // where each layer stands
   DistWork gather[2][MLP_MAX_LAYERS];   // gather[0][l]: layer l's all-gather in forward, [1]: in backward
   int gather_pass[MLP_MAX_LAYERS];      // which of the two a GATHERING layer waits for

@@ -164,9 +164,9 @@ static void build_model(Trainer *t) {
   log0("optimizer state: %zu floats per rank, %zu bytes (%zu parameters over %d ranks)\n", t->opt.n,
        t->opt.n * sizeof(float), t->model.n_params, t->world_size);
   // [fsdp] parameters, gradients and momentum: 3 shards; and the full layers in flight: 2 of each
-  log0("model state: 3 x %zu floats per rank (%zu bytes); gathered layers: 2 x 2 x %zu floats (%zu bytes)\n",
-       t->fsdp.n_shard, 3 * t->fsdp.n_shard * sizeof(float), t->fsdp.max_full,
-       4 * t->fsdp.max_full * sizeof(float));
+  size_t in_flight = t->fsdp.max_full[0] + t->fsdp.max_full[1];
+  log0("model state: 3 x %zu floats per rank (%zu bytes); layers in flight: 2 x %zu floats (%zu bytes)\n",
+       t->fsdp.n_shard, 3 * t->fsdp.n_shard * sizeof(float), in_flight, 2 * in_flight * sizeof(float));
   t->loss = dev_alloc(&t->ctx, sizeof(float));
   log0("model: %d layers, %zu parameters\n", n_layers, t->model.n_params);
 }
