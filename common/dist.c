@@ -436,7 +436,8 @@ void dist_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, D
   }
 }
 
-void dist_all_gather_async(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type, DistWork *w) {
+void dist_all_gather_async(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type,
+                           DistWork *w) {
   check_stop_if_ending();
   size_t bytes = n * dist_type_size(type);
   work_begin(w, "dist_all_gather_async", "all-gather", recv, n * (size_t)pg->world_size, type, DIST_SUM);

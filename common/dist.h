@@ -117,8 +117,8 @@ void dist_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, DistO
 
 /**
  * @brief An asynchronous collective in flight: from dist_all_reduce_async(),
- * dist_reduce_scatter_async() or dist_all_gather_async() to dist_wait(). It records what completion has to finish: the buffer
- * the collective writes on this rank (DIST_AVG on MPI divides it by the world size there).
+ * dist_reduce_scatter_async() or dist_all_gather_async() to dist_wait(). It records what completion has to
+ * finish: the buffer the collective writes on this rank (DIST_AVG on MPI divides it by the world size there).
  */
 typedef struct DistWork {
   const char *what;       ///< the collective: "all-reduce", "reduce-scatter" or "all-gather" (timelines)
@@ -259,7 +259,8 @@ void dist_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, D
  * @param[in] type  element type.
  * @param[in,out] w the handle (from dist_work_init(), not active).
  */
-void dist_all_gather_async(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type, DistWork *w);
+void dist_all_gather_async(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type,
+                           DistWork *w);
 
 /**
  * @brief Opens a group of collectives: on NCCL (`ncclGroupStart`), the collectives called until

@@ -75,7 +75,8 @@ void dist_nccl_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, i
 /** @brief NCCL all-gather on the context's stream; see dist_all_gather(). */
 void dist_nccl_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type);
 /** @brief NCCL all-gather queued on @p stream (a cudaStream_t); see dist_all_gather_async(). */
-void dist_nccl_all_gather_on(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type, void *stream);
+void dist_nccl_all_gather_on(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type,
+                             void *stream);
 /** @brief NCCL barrier: a one-element all-reduce, then waits for the stream. */
 void dist_nccl_barrier(ProcessGroup *pg);
 /** @brief Watchdog poll for NCCL: the communicator's asynchronous error, and whether the last

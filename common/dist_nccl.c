@@ -287,7 +287,8 @@ void dist_nccl_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t
   dist_nccl_all_gather_on(pg, send, recv, n, type, stream(pg));
 }
 
-void dist_nccl_all_gather_on(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type, void *stream) {
+void dist_nccl_all_gather_on(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type,
+                             void *stream) {
   if (g_group.depth > 0) die(1, "dist_all_gather_async: not allowed inside dist_group_start()");
   cudaStream_t on = (cudaStream_t)stream;
   ENQUEUE("ncclAllGather", ncclAllGather(send, recv, n, nccl_type(type), (ncclComm_t)pg->nccl, on));

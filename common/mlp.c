@@ -191,7 +191,8 @@ static void require_finite(const unsigned char *host, size_t n, size_t i0, size_
   }
 }
 
-uint64_t mlp_digest_update(uint64_t h, const Ctx *c, const float *x, size_t n, size_t first, size_t n_params) {
+uint64_t mlp_digest_update(uint64_t h, const Ctx *c, const float *x, size_t n, size_t first,
+                           size_t n_params) {
   enum { CHUNK = 1 << 20 };  // read back a MiB at a time (a multiple of 4): no copy of the whole model
   size_t bytes = n * sizeof(float);
   unsigned char *host = mallocCheck(bytes < CHUNK ? bytes + 1 : CHUNK);

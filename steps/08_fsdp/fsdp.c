@@ -96,8 +96,8 @@ static void post_forward(int l, void *user) {
 static void pre_backward(int l, void *user) {
   Fsdp *f = user;
   f->in_backward = true;
-  wait_for_unshard(f, l);               // gathered again (the last layer was kept from forward)
-  if (l > 0) unshard(f, l - 1);         // prefetch, in reverse order
+  wait_for_unshard(f, l);        // gathered again (the last layer was kept from forward)
+  if (l > 0) unshard(f, l - 1);  // prefetch, in reverse order
   if (l + 2 < L(f) && f->reduce[l + 2].active)
     fold_gradient(f, l + 2);  // full_grad[l % 2] held layer l+2's gradient: take our shard of it first
   float *g = f->full_grad[l % 2];

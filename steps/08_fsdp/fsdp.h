@@ -48,28 +48,28 @@
 typedef enum FsdpState { FSDP_SHARDED, FSDP_GATHERING, FSDP_UNSHARDED } FsdpState;
 
 typedef struct Fsdp {
-  ProcessGroup *pg;                     // who shares the model
-  const Ctx *ctx;                       // where the buffers live
-  Mlp *model;                           // the model's shape (mlp_init_layout()): its hooks are ours
-  size_t count[MLP_MAX_LAYERS];         // n_l = mlp_layer_size(l)
-  size_t shard[MLP_MAX_LAYERS];         // s_l = ⌈n_l/W⌉: floats of layer l in each rank's shard
-  size_t offset[MLP_MAX_LAYERS];        // where layer l's shard starts in params, grads, momentum
-  size_t n_shard;                       // Σ s_l: floats of each of this rank's flat shard buffers
-  size_t max_full[2];                   // floats of gathered buffer i: max W·s_l over the layers l % 2 == i
-  float *params;                        // device, (n_shard): this rank's shard of every layer's parameters
-  float *grads;                         // device, (n_shard): ... of every layer's mean gradient
-  float *full[2];                       // device, (max_full[i]): gathered parameters; layer l uses full[l % 2]
-  float *full_grad[2];                  // device, (max_full[i]): full gradients; layer l uses full_grad[l % 2]
-  FsdpState state[MLP_MAX_LAYERS];      // where each layer stands
-  DistWork gather[2][MLP_MAX_LAYERS];   // gather[0][l]: layer l's all-gather in forward, [1]: in backward
-  int gather_pass[MLP_MAX_LAYERS];      // which of the two a GATHERING layer waits for
-  bool in_backward;                     // the hooks run in backward (its gathers are gather[1])
-  DistWork reduce[MLP_MAX_LAYERS];      // layer l's reduce-scatter
-  size_t *counts[MLP_MAX_LAYERS];       // host, (W): its counts, s_l each (allocated once)
-  bool accumulate;                      // the shards already hold this step's earlier micro-batches
-  int unsharded, peak_unsharded;        // layers not SHARDED now, and the most seen at once
-  DevEvent fwd_start[MLP_MAX_LAYERS];   // layer l's forward began (after its gather was waited for)
-  DevEvent fwd_end[MLP_MAX_LAYERS];     // layer l's forward was queued
+  ProcessGroup *pg;                    // who shares the model
+  const Ctx *ctx;                      // where the buffers live
+  Mlp *model;                          // the model's shape (mlp_init_layout()): its hooks are ours
+  size_t count[MLP_MAX_LAYERS];        // n_l = mlp_layer_size(l)
+  size_t shard[MLP_MAX_LAYERS];        // s_l = ⌈n_l/W⌉: floats of layer l in each rank's shard
+  size_t offset[MLP_MAX_LAYERS];       // where layer l's shard starts in params, grads, momentum
+  size_t n_shard;                      // Σ s_l: floats of each of this rank's flat shard buffers
+  size_t max_full[2];                  // floats of gathered buffer i: max W·s_l over the layers l % 2 == i
+  float *params;                       // device, (n_shard): this rank's shard of every layer's parameters
+  float *grads;                        // device, (n_shard): ... of every layer's mean gradient
+  float *full[2];                      // device, (max_full[i]): gathered parameters; layer l uses full[l % 2]
+  float *full_grad[2];                 // device, (max_full[i]): full gradients; layer l uses full_grad[l % 2]
+  FsdpState state[MLP_MAX_LAYERS];     // where each layer stands
+  DistWork gather[2][MLP_MAX_LAYERS];  // gather[0][l]: layer l's all-gather in forward, [1]: in backward
+  int gather_pass[MLP_MAX_LAYERS];     // which of the two a GATHERING layer waits for
+  bool in_backward;                    // the hooks run in backward (its gathers are gather[1])
+  DistWork reduce[MLP_MAX_LAYERS];     // layer l's reduce-scatter
+  size_t *counts[MLP_MAX_LAYERS];      // host, (W): its counts, s_l each (allocated once)
+  bool accumulate;                     // the shards already hold this step's earlier micro-batches
+  int unsharded, peak_unsharded;       // layers not SHARDED now, and the most seen at once
+  DevEvent fwd_start[MLP_MAX_LAYERS];  // layer l's forward began (after its gather was waited for)
+  DevEvent fwd_end[MLP_MAX_LAYERS];    // layer l's forward was queued
 } Fsdp;
 
 // Shards the model: this rank's shards of the parameters mlp_init() would draw from `seed` (one

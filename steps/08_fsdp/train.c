@@ -26,18 +26,18 @@
 #include "devmem.h"      // devmem.h: dev_alloc, dev_upload, dev_download, dev_copy, dev_zero, dev_free
 #include "dist.h"        // dist.h: ProcessGroup, dist_init, dist_connect, dist_all_reduce, dist_barrier,
                          //         dist_destroy
-#include "fsdp.h"        // fsdp.h: Fsdp, fsdp_init, fsdp_autograd_hook, fsdp_finalize_backward, fsdp_gather_full
-#include "loader.h"      // loader.h: Loader, loader_init, loader_set_order, loader_batch
-#include "log.h"         // log.h: log0, log_clock
-#include "loss_log.h"    // loss_log.h: LossLog, loss_log_init, loss_log_push, loss_log_epoch
-#include "metrics.h"     // metrics.h: Metrics, metrics_open, metrics_step, metrics_epoch
-#include "mlp.h"         // mlp.h: Mlp, mlp_init_layout, mlp_forward, mlp_loss, mlp_backward
-#include "ops.h"         // ops.h: ops_axpy
-#include "optim.h"       // optim.h: Sgd, sgd_init, sgd_step
-#include "preempt.h"     // preempt.h: Preempt, preempt_init, preempt_agree, preempt_exit_status
-#include "sampler.h"     // sampler.h: Sampler, sampler_init, sampler_set_epoch, sampler_indices
-#include "snapshot.h"    // snapshot.h: snapshot_due, snapshot_resume_path
-#include "trace.h"       // trace.h: Trace, trace_open, trace_backward, trace_close
+#include "fsdp.h"    // fsdp.h: Fsdp, fsdp_init, fsdp_autograd_hook, fsdp_finalize_backward, fsdp_gather_full
+#include "loader.h"  // loader.h: Loader, loader_init, loader_set_order, loader_batch
+#include "log.h"     // log.h: log0, log_clock
+#include "loss_log.h"  // loss_log.h: LossLog, loss_log_init, loss_log_push, loss_log_epoch
+#include "metrics.h"   // metrics.h: Metrics, metrics_open, metrics_step, metrics_epoch
+#include "mlp.h"       // mlp.h: Mlp, mlp_init_layout, mlp_forward, mlp_loss, mlp_backward
+#include "ops.h"       // ops.h: ops_axpy
+#include "optim.h"     // optim.h: Sgd, sgd_init, sgd_step
+#include "preempt.h"   // preempt.h: Preempt, preempt_init, preempt_agree, preempt_exit_status
+#include "sampler.h"   // sampler.h: Sampler, sampler_init, sampler_set_epoch, sampler_indices
+#include "snapshot.h"  // snapshot.h: snapshot_due, snapshot_resume_path
+#include "trace.h"     // trace.h: Trace, trace_open, trace_backward, trace_close
 
 // ---------------------------------------------------------------------------------------------------
 // Configuration
@@ -160,7 +160,8 @@ static void build_model(Trainer *t) {
   log0("reducer: one reduce-scatter per layer, %d layers (FSDP's unit; --bucket_cap_mb does not apply)\n",
        n_layers);  // [fsdp]
   // [zero] momentum for this rank's shard only
-  sgd_init(&t->opt, &t->ctx, t->fsdp.n_shard, t->args.lr, t->args.momentum, 0.0f, t->args.weight_decay, false);
+  sgd_init(&t->opt, &t->ctx, t->fsdp.n_shard, t->args.lr, t->args.momentum, 0.0f, t->args.weight_decay,
+           false);
   log0("optimizer state: %zu floats per rank, %zu bytes (%zu parameters over %d ranks)\n", t->opt.n,
        t->opt.n * sizeof(float), t->model.n_params, t->world_size);
   // [fsdp] parameters, gradients and momentum: 3 shards; and the full layers in flight: 2 of each

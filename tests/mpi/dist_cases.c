@@ -209,7 +209,8 @@ static void all_gather_async_case(ProcessGroup *pg) {
     float a[MAX_W * 3];
     dev_download(pg->ctx, a, out, (size_t)W * 3 * sizeof *a);
     dev_download(pg->ctx, h, in, (size_t)W * 3 * sizeof *h);
-    for (int k = 0; k < 3 * W; k++) ok &= a[k] == (float)(10 * (k / 3) + k % 3) && h[k] == (float)(100 * (k / 3) + k % 3);
+    for (int k = 0; k < 3 * W; k++)
+      ok &= a[k] == (float)(10 * (k / 3) + k % 3) && h[k] == (float)(100 * (k / 3) + k % 3);
     dist_work_free(pg, &w[1]);
     dist_work_free(pg, &w[0]);
     dev_free(pg->ctx, send), dev_free(pg->ctx, out), dev_free(pg->ctx, in);

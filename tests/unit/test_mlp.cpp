@@ -265,12 +265,13 @@ TEST_F(MlpTest, HooksOnALayoutOnlyModelMatchTheFlatModelBitForBit) {
   dev_download(&c, g.data(), m.grads, g.size() * sizeof(float));
   for (int l = 0; l < 3; l++)
     for (size_t i = 0; i < log.g[l].size(); i++) ASSERT_EQ(log.g[l][i], g[m.w_off[l] + i]) << l << " " << i;
-  std::vector<std::string> want = {"pf0", "qf0", "pf1", "qf1", "pf2", "qf2", "pb2", "gr2", "qb2",
-                                   "pb1", "gr1", "qb1", "pb0", "gr0", "qb0"};
+  std::vector<std::string> want = {"pf0", "qf0", "pf1", "qf1", "pf2", "qf2", "pb2", "gr2",
+                                   "qb2", "pb1", "gr1", "qb1", "pb0", "gr0", "qb0"};
   EXPECT_EQ(log.calls, want);
   // the digest of the layers one after another is the flat buffer's
   uint64_t d = MLP_DIGEST_INIT;
-  for (int l = 0; l < 3; l++) d = mlp_digest_update(d, &c, log.p[l].data(), log.p[l].size(), m.w_off[l], m.n_params);
+  for (int l = 0; l < 3; l++)
+    d = mlp_digest_update(d, &c, log.p[l].data(), log.p[l].size(), m.w_off[l], m.n_params);
   EXPECT_EQ(d, mlp_param_digest(&m, &c));
   EXPECT_NE(mlp_digest_update(d, &c, log.p[0].data(), 1, 0, 1), d);
   mlp_register_hooks(&h, nullptr);
