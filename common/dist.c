@@ -510,6 +510,26 @@ void dist_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, D
   }
 }
 
+void dist_all_gather_async(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type,
+                           DistWork *w) {
+  check_stop_if_ending();
+  size_t bytes = n * dist_type_size(type);
+  work_begin(w, "dist_all_gather_async", "all-gather", recv, n * (size_t)pg->world_size, type, DIST_SUM);
+  bool in_place = send == (const char *)recv + (size_t)pg->rank * bytes;
+  if (!in_place && overlap(send, bytes, recv, bytes * (size_t)pg->world_size))
+    die(1, "dist_all_gather_async: send overlaps recv but is not recv + rank·n (the in-place form)");
+  if (n == 0 || solo(pg)) {
+    if (!in_place) dev_copy(pg->ctx, recv, send, bytes);
+    work_done_now(pg, w);
+  } else if (pg->backend == BACKEND_NCCL) {
+    comm_stream_begin(pg, w);
+    WITH_NCCL(dist_nccl_all_gather_on(pg, send, recv, n, type, pg->comm_stream));
+    dev_event_record(pg->ctx, &w->end, pg->comm_stream);
+  } else {
+    WITH_MPI(dist_mpi_all_gather_start(pg, send, w));
+  }
+}
+
 void dist_barrier(ProcessGroup *pg) {
   check_stop_if_ending();
   if (pg->backend == BACKEND_NCCL) {

@@ -128,12 +128,12 @@ void dist_connect(ProcessGroup *pg, const Ctx *c);
 void dist_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op);
 
 /**
- * @brief An asynchronous collective in flight: from dist_all_reduce_async() or
- * dist_reduce_scatter_async() to dist_wait(). It records what completion has to finish: the buffer
- * the collective writes on this rank (DIST_AVG on MPI divides it by the world size there).
+ * @brief An asynchronous collective in flight: from dist_all_reduce_async(),
+ * dist_reduce_scatter_async() or dist_all_gather_async() to dist_wait(). It records what completion has to
+ * finish: the buffer the collective writes on this rank (DIST_AVG on MPI divides it by the world size there).
  */
 typedef struct DistWork {
-  const char *what;       ///< the collective: "all-reduce" or "reduce-scatter" (for timelines)
+  const char *what;       ///< the collective: "all-reduce", "reduce-scatter" or "all-gather" (timelines)
   void *buf;              ///< device memory written: the buffer, or the reduce-scatter's received chunk
   size_t n;               ///< element count of @ref buf
   DistType type;          ///< element type
@@ -264,6 +264,23 @@ void dist_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, int ro
  * @param[in] type  element type.
  */
 void dist_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type);
+
+/**
+ * @brief dist_all_gather() started asynchronously (`MPI_Iallgather`; NCCL: `ncclAllGather` on the
+ * communication stream after the work queued so far on the compute stream, as
+ * dist_all_reduce_async() does), so that computation can go on meanwhile: FSDP's prefetch of the
+ * next layer's parameters. Complete it with dist_wait() (dist_test() lets MPI progress); neither
+ * buffer may be touched before. @p w's `what` is "all-gather", its `buf` @p recv and its `n` the
+ * gathered elements (world_size · @p n). MPI with a CUDA context: blocking, through the host.
+ * @param[in] pg    process group.
+ * @param[in] send  device, (n); `recv + rank·n` for the in-place form.
+ * @param[out] recv device, (world_size · n).
+ * @param[in] n     elements per rank.
+ * @param[in] type  element type.
+ * @param[in,out] w the handle (from dist_work_init(), not active).
+ */
+void dist_all_gather_async(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type,
+                           DistWork *w);
 
 /**
  * @brief Opens a group of collectives: on NCCL (`ncclGroupStart`), the collectives called until

@@ -41,6 +41,12 @@ void dist_mpi_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, in
 void dist_mpi_broadcast_bytes(void *buf, size_t bytes, int root);
 /** @brief MPI all-gather; see dist_all_gather(). */
 void dist_mpi_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type);
+/**
+ * @brief Starts an MPI_Iallgather for @p w (buf: the receive buffer, n: all ranks' elements), sending
+ * @p send (MPI_IN_PLACE when it is this rank's part of buf); blocking, through the host, for GPU
+ * buffers. See dist_all_gather_async().
+ */
+void dist_mpi_all_gather_start(ProcessGroup *pg, const void *send, DistWork *w);
 /** @brief MPI barrier. */
 void dist_mpi_barrier(void);
 /** @brief Finalises MPI. */
@@ -69,6 +75,9 @@ void dist_nccl_reduce_scatter_on(ProcessGroup *pg, const void *send, void *recv,
 void dist_nccl_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, int root);
 /** @brief NCCL all-gather on the context's stream; see dist_all_gather(). */
 void dist_nccl_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type);
+/** @brief NCCL all-gather queued on @p stream (a cudaStream_t); see dist_all_gather_async(). */
+void dist_nccl_all_gather_on(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type,
+                             void *stream);
 /** @brief NCCL barrier: a one-element all-reduce, then waits for the stream. */
 void dist_nccl_barrier(ProcessGroup *pg);
 /** @brief Watchdog poll for NCCL: the communicator's asynchronous error, and whether the last

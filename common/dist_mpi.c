@@ -351,6 +351,21 @@ void dist_mpi_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t 
   dev_upload(pg->ctx, recv, host + bytes, bytes * (size_t)pg->world_size);
 }
 
+void dist_mpi_all_gather_start(ProcessGroup *pg, const void *send, DistWork *w) {
+  dev_event_record(pg->ctx, &w->start, NULL);
+  size_t n = w->n / (size_t)pg->world_size, bytes = n * dist_type_size(w->type);
+  if (on_gpu(pg)) {  // staged through the host: nothing to overlap, gather now
+    dist_mpi_all_gather(pg, send, w->buf, n, w->type);
+    dev_event_record(pg->ctx, &w->end, NULL);
+    w->done = true;
+    return;
+  }
+  int count = whole_count(n, "MPI_Iallgather");
+  bool in_place = send == (const char *)w->buf + (size_t)pg->rank * bytes;  // MPI forbids aliasing
+  mpiCheck(MPI_Iallgather(in_place ? MPI_IN_PLACE : send, count, mpi_type(w->type), w->buf, count,
+                          mpi_type(w->type), MPI_COMM_WORLD, (MPI_Request *)w->req));
+}
+
 void dist_mpi_barrier(void) { WAITING("MPI_Barrier", MPI_Barrier(MPI_COMM_WORLD)); }
 
 void dist_mpi_finalize(void) { WAITING("MPI_Finalize", MPI_Finalize()); }  // waits for all ranks

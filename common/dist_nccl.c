@@ -284,8 +284,15 @@ void dist_nccl_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, i
 
 // In place when send == recv + rank·n: NCCL then sends from where the rank's part already lies.
 void dist_nccl_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type) {
-  ENQUEUE("ncclAllGather", ncclAllGather(send, recv, n, nccl_type(type), (ncclComm_t)pg->nccl, stream(pg)));
-  note_collective(stream(pg));
+  dist_nccl_all_gather_on(pg, send, recv, n, type, stream(pg));
+}
+
+void dist_nccl_all_gather_on(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type,
+                             void *stream) {
+  if (g_group.depth > 0) die(1, "dist_all_gather_async: not allowed inside dist_group_start()");
+  cudaStream_t on = (cudaStream_t)stream;
+  ENQUEUE("ncclAllGather", ncclAllGather(send, recv, n, nccl_type(type), (ncclComm_t)pg->nccl, on));
+  note_collective(on);
 }
 
 void dist_nccl_barrier(ProcessGroup *pg) {

@@ -14,24 +14,19 @@
 #define IN(m, l) ((m)->sizes[(l)])
 #define OUT(m, l) ((m)->sizes[(l) + 1])
 
+void mlp_init_layer_params(const Mlp *m, Rng *r, int l, float *host) {
+  // nn.Linear: kaiming_uniform(a=√5) on the weight and the bias rule both give U(±1/√fan_in).
+  float bound = 1.0f / sqrtf((float)IN(m, l));
+  for (size_t i = 0; i < mlp_layer_size(m, l); i++) host[i] = rng_uniform_range(r, -bound, bound);
+}
+
 static void init_params_host(const Mlp *m, float *p, uint64_t seed) {
   Rng r;
   rng_init(&r, seed, RNG_STREAM_INIT);
-  for (int l = 0; l < m->n_layers; l++) {
-    // nn.Linear: kaiming_uniform(a=√5) on the weight and the bias rule both give U(±1/√fan_in).
-    float bound = 1.0f / sqrtf((float)IN(m, l));
-    for (size_t i = 0; i < mlp_layer_size(m, l); i++)
-      p[m->w_off[l] + i] = rng_uniform_range(&r, -bound, bound);
-  }
+  for (int l = 0; l < m->n_layers; l++) mlp_init_layer_params(m, &r, l, p + m->w_off[l]);
 }
 
-void mlp_init(Mlp *m, const Ctx *c, const int *sizes, int n_layers, int max_batch, uint64_t seed) {
-  mlp_init_sharded(m, c, sizes, n_layers, max_batch, seed, 1);
-}
-
-void mlp_init_sharded(Mlp *m, const Ctx *c, const int *sizes, int n_layers, int max_batch, uint64_t seed,
-                      int shards) {
-  if (shards < 1) die(2, "mlp_init_sharded: %d shards", shards);
+void mlp_init_layout(Mlp *m, const Ctx *c, const int *sizes, int n_layers, int max_batch) {
   if (n_layers < 1 || n_layers > MLP_MAX_LAYERS)
     die(2, "an MLP has 1 to %d layers, not %d", MLP_MAX_LAYERS, n_layers);
   memset(m, 0, sizeof *m);
@@ -46,9 +41,6 @@ void mlp_init_sharded(Mlp *m, const Ctx *c, const int *sizes, int n_layers, int 
     m->b_off[l] = m->w_off[l] + (size_t)OUT(m, l) * IN(m, l);
     m->n_params = m->b_off[l] + OUT(m, l);
   }
-  m->n_alloc = (m->n_params + (size_t)shards - 1) / (size_t)shards * (size_t)shards;
-  m->params = dev_alloc(c, m->n_alloc * sizeof(float));
-  m->grads = dev_alloc(c, m->n_alloc * sizeof(float));
   for (int l = 0; l < n_layers; l++) {
     m->act[l] = dev_alloc(c, (size_t)max_batch * OUT(m, l) * sizeof(float));
     m->dact[l] = dev_alloc(c, (size_t)max_batch * OUT(m, l) * sizeof(float));
@@ -56,6 +48,31 @@ void mlp_init_sharded(Mlp *m, const Ctx *c, const int *sizes, int n_layers, int 
   m->row_loss = dev_alloc(c, (size_t)max_batch * sizeof(float));
   m->loss = dev_alloc(c, sizeof(float));
   m->grads_none = true;
+}
+
+void mlp_register_hooks(Mlp *m, const MlpHooks *hooks) {
+  if (hooks) {
+    m->hooks = *hooks;
+  } else {
+    memset(&m->hooks, 0, sizeof m->hooks);
+  }
+}
+
+void mlp_init(Mlp *m, const Ctx *c, const int *sizes, int n_layers, int max_batch, uint64_t seed) {
+  mlp_init_sharded(m, c, sizes, n_layers, max_batch, seed, 1);
+}
+
+void mlp_init_sharded(Mlp *m, const Ctx *c, const int *sizes, int n_layers, int max_batch, uint64_t seed,
+                      int shards) {
+  if (shards < 1) die(2, "mlp_init_sharded: %d shards", shards);
+  mlp_init_layout(m, c, sizes, n_layers, max_batch);
+  m->n_alloc = (m->n_params + (size_t)shards - 1) / (size_t)shards * (size_t)shards;
+  m->params = dev_alloc(c, m->n_alloc * sizeof(float));
+  m->grads = dev_alloc(c, m->n_alloc * sizeof(float));
+  for (int l = 0; l < n_layers; l++) {
+    m->layer[l] = m->params + m->w_off[l];
+    m->layer_grad[l] = m->grads + m->w_off[l];
+  }
 
   float *host = mallocCheck(m->n_params * sizeof(float));
   init_params_host(m, host, seed);
@@ -87,10 +104,12 @@ const float *mlp_forward(Mlp *m, const Ctx *c, const float *x, int B) {
   if (B < 1 || B > m->max_batch) die(1, "batch of %d rows for an MLP built for %d", B, m->max_batch);
   const float *in = x;  // (B, IN(l))
   for (int l = 0; l < m->n_layers; l++) {
-    const float *W = m->params + m->w_off[l];
+    if (m->hooks.pre_forward) m->hooks.pre_forward(l, m->hooks.user);
+    const float *W = m->layer[l], *bias = W + (size_t)OUT(m, l) * IN(m, l);
     // act[l] = in · W_lᵀ + b_l, ReLU on every layer but the last (whose outputs are the logits).
     ops_gemm(c, false, true, B, OUT(m, l), IN(m, l), 1.0f, in, W, 0.0f, m->act[l]);
-    ops_bias_act(c, m->act[l], m->params + m->b_off[l], B, OUT(m, l), l < m->n_layers - 1);
+    ops_bias_act(c, m->act[l], bias, B, OUT(m, l), l < m->n_layers - 1);
+    if (m->hooks.post_forward) m->hooks.post_forward(l, m->hooks.user);
     in = m->act[l];
   }
   return in;
@@ -111,17 +130,19 @@ void mlp_backward(Mlp *m, const Ctx *c, const float *x, int B, float scale, MlpG
   for (int l = L - 1; l >= 0; l--) {
     const float *in = l > 0 ? m->act[l - 1] : x;  // (B, IN(l))
     const float *dy = m->dact[l];                 // (B, OUT(l))
+    if (m->hooks.pre_backward) m->hooks.pre_backward(l, m->hooks.user);
+    float *dW = m->layer_grad[l], *db = dW + (size_t)OUT(m, l) * IN(m, l);
     // dW_l = dyᵀ · in, db_l = Σ_b dy: this layer's gradients are complete after these two ops.
-    ops_gemm(c, true, false, OUT(m, l), IN(m, l), B, 1.0f, dy, in, beta, m->grads + m->w_off[l]);
-    ops_bias_grad(c, dy, m->grads + m->b_off[l], B, OUT(m, l), beta);
+    ops_gemm(c, true, false, OUT(m, l), IN(m, l), B, 1.0f, dy, in, beta, dW);
+    ops_bias_grad(c, dy, db, B, OUT(m, l), beta);
     if (m->timed) dev_event_record(c, &m->layer_done[l], NULL);
     if (hook) hook(l, user);
     if (l > 0) {
       // d(in) = dy · W_l, then through the previous layer's ReLU.
-      ops_gemm(c, false, false, B, IN(m, l), OUT(m, l), 1.0f, dy, m->params + m->w_off[l], 0.0f,
-               m->dact[l - 1]);
+      ops_gemm(c, false, false, B, IN(m, l), OUT(m, l), 1.0f, dy, m->layer[l], 0.0f, m->dact[l - 1]);
       ops_relu_backward(c, m->dact[l - 1], m->act[l - 1], (size_t)B * IN(m, l));
     }
+    if (m->hooks.post_backward) m->hooks.post_backward(l, m->hooks.user);
   }
   m->grads_none = false;
 }
@@ -170,19 +191,23 @@ static void require_finite(const unsigned char *host, size_t n, size_t i0, size_
   }
 }
 
-uint64_t mlp_param_digest(const Mlp *m, const Ctx *c) {
+uint64_t mlp_digest_update(uint64_t h, const Ctx *c, const float *x, size_t n, size_t first,
+                           size_t n_params) {
   enum { CHUNK = 1 << 20 };  // read back a MiB at a time (a multiple of 4): no copy of the whole model
-  size_t bytes = m->n_params * sizeof(float);
+  size_t bytes = n * sizeof(float);
   unsigned char *host = mallocCheck(bytes < CHUNK ? bytes + 1 : CHUNK);
-  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a 64
   for (size_t done = 0; done < bytes; done += CHUNK) {
     size_t len = bytes - done < CHUNK ? bytes - done : CHUNK;
-    dev_download(c, host, (const unsigned char *)m->params + done, len);
-    require_finite(host, len / 4, done / 4, m->n_params);
-    for (size_t i = 0; i < len; i++) h = (h ^ host[i]) * 0x100000001b3ull;
+    dev_download(c, host, (const unsigned char *)x + done, len);
+    require_finite(host, len / 4, first + done / 4, n_params);
+    for (size_t i = 0; i < len; i++) h = (h ^ host[i]) * 0x100000001b3ull;  // FNV-1a 64
   }
   free(host);
   return h;
+}
+
+uint64_t mlp_param_digest(const Mlp *m, const Ctx *c) {
+  return mlp_digest_update(MLP_DIGEST_INIT, c, m->params, m->n_params, 0, m->n_params);
 }
 
 int mlp_parse_sizes(const char *hidden, int in, int out, int *sizes) {

@@ -11,6 +11,13 @@
  * weight and bias gradients have been queued: the analogue of the autograd hooks that PyTorch's DDP
  * reducer registers.
  *
+ * Module hooks (mlp_register_hooks(), the analogue of PyTorch's `register_forward_pre_hook`,
+ * `register_forward_hook`, `register_full_backward_pre_hook` and `register_full_backward_hook` on each
+ * Linear layer) run around each layer's forward and backward. Forward and backward read layer l's
+ * parameters at `m->layer[l]` and write its gradients at `m->layer_grad[l]`; mlp_init() points them
+ * into the flat buffers, and a pre-forward or pre-backward hook may point them at a copy of its own (a
+ * fully sharded model gathers each layer's parameters just before the layer runs).
+ *
  * Dimension letters: B batch, I inputs, H hidden, O outputs (classes), L layers (Linear modules).
  */
 #ifndef DDP_MLP_H
@@ -23,6 +30,7 @@
 #include "device.h"
 #include "devmem.h"
 #include "loader.h"
+#include "rng.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -40,6 +48,21 @@ extern "C" {
  * @param[in] user  the pointer given to mlp_backward().
  */
 typedef void (*MlpGradHook)(int layer, void *user);
+
+/**
+ * @brief Per-layer module hooks (each may be NULL), called with the layer's index and @ref user.
+ * Forward calls pre_forward(l) before it reads `layer[l]` and post_forward(l) once the layer's forward
+ * is queued; backward calls pre_backward(l) before it reads `layer[l]` or writes `layer_grad[l]`, and
+ * post_backward(l) once the layer's whole backward (its gradients and the gradient of its input) is
+ * queued, after the "gradients ready" hook of mlp_backward().
+ */
+typedef struct MlpHooks {
+  MlpGradHook pre_forward;    ///< before layer l's forward
+  MlpGradHook post_forward;   ///< after layer l's forward
+  MlpGradHook pre_backward;   ///< before layer l's backward
+  MlpGradHook post_backward;  ///< after layer l's backward, input gradient included
+  void *user;                 ///< passed to every hook
+} MlpHooks;
 
 /** @brief An MLP with its parameters, gradients and activation buffers on one device. */
 typedef struct Mlp {
@@ -60,6 +83,10 @@ typedef struct Mlp {
   bool timed;                     ///< backward records the events below (mlp_time_backward())
   DevEvent backward_start;        ///< recorded when the last backward began
   DevEvent layer_done[MLP_MAX_LAYERS];  ///< recorded when that backward had queued layer l's gradients
+  float *layer[MLP_MAX_LAYERS];         ///< device, (mlp_layer_size(l)): layer l's weight then bias, as
+                                        ///< forward and backward read them (params + w_off[l], or a hook's)
+  float *layer_grad[MLP_MAX_LAYERS];    ///< device, (mlp_layer_size(l)): where backward writes its gradients
+  MlpHooks hooks;                       ///< module hooks (mlp_register_hooks()); all NULL by default
 } Mlp;
 
 /**
@@ -90,6 +117,38 @@ void mlp_init(Mlp *m, const Ctx *c, const int *sizes, int n_layers, int max_batc
  */
 void mlp_init_sharded(Mlp *m, const Ctx *c, const int *sizes, int n_layers, int max_batch, uint64_t seed,
                       int shards);
+
+/**
+ * @brief The shape of an MLP without its parameters: sizes, offsets, n_params, activation buffers and
+ * loss, but no flat parameter or gradient buffers (params, grads, layer[] and layer_grad[] are NULL,
+ * n_alloc is 0), for a model whose parameters live elsewhere: its pre-forward and pre-backward hooks
+ * must point layer[l] and layer_grad[l] at the layer's buffers (mlp_register_hooks()).
+ * @param[out] m        the model.
+ * @param[in] c         context.
+ * @param[in] sizes     host, (n_layers + 1): I, hidden sizes…, O; each > 0.
+ * @param[in] n_layers  number of Linear layers, 1..MLP_MAX_LAYERS.
+ * @param[in] max_batch largest batch forward/backward will see.
+ */
+void mlp_init_layout(Mlp *m, const Ctx *c, const int *sizes, int n_layers, int max_batch);
+
+/**
+ * @brief Draws layer @p l's initial parameters (weight row by row, then bias; mlp_layer_size(l)
+ * floats) from @p r, as mlp_init() does: called for l = 0, 1, …, L-1 in turn with one
+ * `rng_init(seed, RNG_STREAM_INIT)` generator, it yields exactly mlp_init()'s parameters, one layer
+ * at a time (so a sharded model never holds them all).
+ * @param[in] m     the model (its sizes).
+ * @param[in,out] r the generator, advanced past the layer.
+ * @param[in] l     the layer.
+ * @param[out] host host, (mlp_layer_size(l)).
+ */
+void mlp_init_layer_params(const Mlp *m, Rng *r, int l, float *host);
+
+/**
+ * @brief Registers module hooks (copied; NULL or all-NULL hooks remove them). See MlpHooks.
+ * @param[in,out] m model.
+ * @param[in] hooks the hooks, or NULL.
+ */
+void mlp_register_hooks(Mlp *m, const MlpHooks *hooks);
 
 /** @brief Frees everything mlp_init() allocated. */
 void mlp_free(Mlp *m, const Ctx *c);
@@ -188,6 +247,23 @@ size_t mlp_layer_size(const Mlp *m, int l);
  * @return the digest (waits for the device).
  */
 uint64_t mlp_param_digest(const Mlp *m, const Ctx *c);
+
+/** @brief The FNV-1a 64 offset basis: the digest of no bytes, where mlp_digest_update() starts. */
+#define MLP_DIGEST_INIT 0xcbf29ce484222325ull
+
+/**
+ * @brief Continues a param_digest over @p n more floats on the device (FNV-1a over their bytes), with
+ * mlp_param_digest()'s check that they are finite. The digest of the whole flat buffer is this over the
+ * layers in order (weight then bias each), so a sharded model can hash its gathered layers one by one.
+ * @param[in] h     the digest so far (MLP_DIGEST_INIT to begin).
+ * @param[in] c     context.
+ * @param[in] x     device, (n).
+ * @param[in] n     floats.
+ * @param[in] first index of x[0] among all n_params parameters (for the message on a bad value).
+ * @param[in] n_params all parameters (for the message).
+ * @return the digest after these floats (waits for the device).
+ */
+uint64_t mlp_digest_update(uint64_t h, const Ctx *c, const float *x, size_t n, size_t first, size_t n_params);
 
 /**
  * @brief Parses a `--hidden` list such as "1024,1024" into layer sizes I, hidden…, O.

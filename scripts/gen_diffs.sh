@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Generates the step-to-step diffs that the docs show (CONTRIBUTING.md: docs show generated diffs, never
 # pasted code):
-#   docs/diffs/0N.diff   `git diff --no-index` of steps/0(N-1)_* -> steps/0N_*, for N = 2..7
+#   docs/diffs/0N.diff   `git diff --no-index` of steps/0(N-1)_* -> steps/0N_*, for N = 2..8
 #   docs/0N_*.md         the +added/−removed table between <!-- diffstat:begin --> and
 #                        <!-- diffstat:end --> in the step's chapter
 #   docs/*.md            between <!-- include:FILE --> and <!-- include:end -->, a fenced copy of FILE
@@ -116,7 +116,7 @@ trap 'rm -rf "$out"' EXIT
 mkdir -p "$out/docs/diffs"
 problems=()
 
-for n in 2 3 4 5 6 7; do
+for n in 2 3 4 5 6 7 8; do
   from=$(step_dir $((n - 1)))
   to=$(step_dir "$n")
   [ -n "$from" ] && [ -n "$to" ] || continue

@@ -1681,6 +1681,149 @@ def torchrun_matches_mpi(tmp):
         raise Failure(f"under torchrun the ranks end at {dt}, under mpirun at {dm}")
     print(f"torchrun, 2 ranks: param_digest {dt[0]}, the same as mpirun's")
 
+# ---- step 08: fully sharded data parallel ------------------------------------------------------------
+
+# --hidden 63,17: three layers (the gathered buffers alternate), none of whose sizes 2, 3 or 4 divide
+# (784·63 + 63 = 49,455; 63·17 + 17 = 1,088; 17·10 + 10 = 180 at 3 ranks: all padded).
+FSDP = small(hidden="63,17")
+
+
+def step08_replicas(np):
+    def scenario(tmp):
+        for accum, batch in (("1", "64"), ("4", "16")):
+            run("08_fsdp", FSDP + ["--epochs", "1", "--grad_accum", accum, "--batch_size", batch,
+                                   "--metrics", f"{tmp}/a{accum}_{{rank}}.jsonl"], np=np)
+            d = digests(f"{tmp}/a{accum}_", np)
+            if len(set(d)) != 1:
+                raise Failure(f"grad_accum {accum}, {np} ranks: the ranks' gathered parameters differ {d}: does "
+                              "every rank gather every layer's shards in rank order?")
+    scenario.__name__ = f"step08_replicas_np{np}"
+    scenario.__doc__ = (f"Step 08 at {np} ranks: every rank's gathered full parameters are identical (param_digest), "
+                        "for grad_accum 1 and 4.")
+    return scenario
+
+
+def step08_matches_step06(np):
+    def scenario(tmp):
+        epochs = str(-(-32 * 64 * np // 2048))
+        for accum, batch in (("1", "64"), ("4", "16")):
+            common = FSDP + ["--batch_size", batch, "--grad_accum", accum, "--epochs", epochs,
+                             "--save_interval", epochs]
+            for step, ck in (("06_full", "a"), ("08_fsdp", "b")):
+                run(step, common + ["--ckpt_dir", f"{tmp}/{ck}{accum}", "--metrics", f"{tmp}/{ck}{accum}_{{rank}}.jsonl"],
+                    np=np)
+            la, lb = global_losses(f"{tmp}/a{accum}_", np, 6), global_losses(f"{tmp}/b{accum}_", np, 8)
+            pa, ma = ckpt_params_momentum(f"{tmp}/a{accum}/checkpoint.bin")
+            pb, mb = ckpt_params_momentum(f"{tmp}/b{accum}/checkpoint.bin")
+            if len(la) < 32 or len(la) != len(lb):
+                raise Failure(f"grad_accum {accum}: {len(la)} steps of step 06, {len(lb)} of step 08")
+            worst = max(abs(x - y) / max(abs(x), 1e-3) for x, y in zip(la, lb))
+            pworst, mworst = rel_diff(pa, pb), rel_diff(ma, mb)
+            if worst > LOSS_TOL or pworst > PARAM_TOL or mworst > PARAM_TOL:
+                raise Failure(f"grad_accum {accum}, {np} ranks: step 08 differs from step 06: loss {worst:.2e}, "
+                              f"parameters {pworst:.2e}, momentum {mworst:.2e} (tolerances {LOSS_TOL}, {PARAM_TOL}): "
+                              "is each layer's gradient reduce-scattered as a sum of the 1/W-scaled gradients, and "
+                              "each rank's shard updated with its own shard of it?")
+            # 2 ranks, no accumulation: every sum has the same two terms as step 06's all-reduce
+            if np == 2 and accum == "1" and (pa != pb or ma != mb or la != lb or
+                                            digests(f"{tmp}/a1_", 2) != digests(f"{tmp}/b1_", 2)):
+                raise Failure("at 2 ranks step 08 should equal step 06 exactly")
+            print(f"{np} ranks, grad_accum {accum}, {len(lb)} steps: loss {worst:.1e}, parameters {pworst:.1e}, "
+                  f"momentum {mworst:.1e} from step 06")
+    scenario.__name__ = f"step08_matches_step06_np{np}"
+    scenario.__doc__ = (f"Step 08 at {np} ranks tracks step 06 over at least 32 steps (grad_accum 1 and 4): per-step "
+                        "loss, parameters and momentum" + (", bit for bit without accumulation." if np == 2 else "."))
+    return scenario
+
+
+def step08_checkpoints(tmp):
+    """Step 08's checkpoint is step 06's file (2 ranks: byte for byte); 08 resumes 06's and 07's files and 06
+    resumes 08's, each ending where two epochs straight end; 08 resumes a 2-rank file at 3 ranks as 06 does."""
+    common = FSDP + ["--batch_size", "64"]
+    run("06_full", common + ["--epochs", "2", "--metrics", f"{tmp}/s{{rank}}.jsonl"], np=2)
+    straight = digests(f"{tmp}/s", 2)
+    for step, ck in (("06_full", "c6"), ("07_zero", "c7"), ("08_fsdp", "c8")):
+        run(step, common + ["--epochs", "1", "--save_interval", "1", "--ckpt_dir", f"{tmp}/{ck}"], np=2)
+    with open(f"{tmp}/c6/checkpoint.bin", "rb") as f6, open(f"{tmp}/c8/checkpoint.bin", "rb") as f8:
+        if f6.read() != f8.read():
+            p6, m6 = ckpt_params_momentum(f"{tmp}/c6/checkpoint.bin")
+            p8, m8 = ckpt_params_momentum(f"{tmp}/c8/checkpoint.bin")
+            raise Failure(f"after one epoch at 2 ranks step 08's checkpoint is not step 06's: parameters "
+                          f"{rel_diff(p6, p8):.1e}, momentum {rel_diff(m6, m8):.1e}: are the shards gathered layer "
+                          "by layer, in rank order, without their padding?")
+    for step, ck in (("08_fsdp", "c6"), ("08_fsdp", "c7"), ("06_full", "c8")):
+        tag = f"r{step[:2]}{ck}_"
+        run(step, common + ["--epochs", "2", "--resume", f"{tmp}/{ck}/checkpoint.bin",
+                            "--metrics", f"{tmp}/{tag}{{rank}}.jsonl"], np=2)
+        if digests(f"{tmp}/{tag}", 2) != straight:
+            raise Failure(f"{step} resumed from {ck}'s checkpoint ends at {digests(f'{tmp}/{tag}', 2)}, two epochs "
+                          f"straight at {straight}")
+    for step in ("06_full", "08_fsdp"):
+        run(step, common + ["--epochs", "2", "--resume", f"{tmp}/c8/checkpoint.bin", "--save_interval", "1",
+                            "--ckpt_dir", f"{tmp}/w{step[:2]}", "--metrics", f"{tmp}/w{step[:2]}_{{rank}}.jsonl"],
+            np=3)
+    if len(set(digests(f"{tmp}/w08_", 3))) != 1:
+        raise Failure("step 08 resumed at 3 ranks from a 2-rank checkpoint: the ranks' gathered parameters differ")
+    l6, l8 = global_losses(f"{tmp}/w06_", 3, 6), global_losses(f"{tmp}/w08_", 3, 8)
+    pw6, mw6 = ckpt_params_momentum(f"{tmp}/w06/checkpoint.bin")
+    pw8, mw8 = ckpt_params_momentum(f"{tmp}/w08/checkpoint.bin")
+    if not close(l6, l8) or rel_diff(pw6, pw8) > PARAM_TOL or rel_diff(mw6, mw8) > PARAM_TOL:
+        raise Failure("resumed at 3 ranks from a 2-rank checkpoint, step 08 does not track step 06: parameters "
+                      f"{rel_diff(pw6, pw8):.1e}, momentum {rel_diff(mw6, mw8):.1e}")
+    print(f"2 ranks: 08's file is 06's byte for byte; 08 resumes 06's and 07's files and 06 resumes 08's exactly; "
+          f"3 ranks from a 2-rank file: 08 tracks 06 (parameters {rel_diff(pw6, pw8):.1e})")
+
+
+def step08_memory(tmp):
+    """Step 08 at 4 ranks on a model of 7 layers, 6.1M parameters: the model state is 3 x sum of ceil(n_l/4)
+    floats per rank, as printed, and every rank's peak memory is below every rank's of step 07. (FSDP saves
+    memory when the layers in flight are a small part of the model: on 784-4096-2048-10, whose middle layer
+    is 72% of it, the gathered layers and their gradients cost more than step 07's full copies at 4 ranks;
+    docs/performance.md has both.)"""
+    np = 4
+    hidden = [1024] * 6
+    common = SMALL + ["--hidden", ",".join(map(str, hidden)), "--dataset_size", "512", "--max_steps", "2",
+                      "--epochs", "1"]
+    peaks = {}
+    for step in ("07_zero", "08_fsdp"):
+        out, _ = run(step, common + ["--metrics", f"{tmp}/{step}_{{rank}}.jsonl"], np=np)
+        peaks[step] = [metrics(f"{tmp}/{step}_{r}.jsonl")[2]["peak_rss_kib"] for r in range(np)]
+    sizes = [784] + hidden + [10]
+    want = sum(-(-(sizes[l] * sizes[l + 1] + sizes[l + 1]) // np) for l in range(len(sizes) - 1))
+    got = logged_int(out, r"model state: 3 x (\d+) floats per rank")
+    if got != want:
+        raise Failure(f"the model state should be 3 x {want} floats per rank (each layer's ceil(n_l/{np})), "
+                      f"the program says 3 x {got}")
+    if max(peaks["08_fsdp"]) >= min(peaks["07_zero"]):
+        raise Failure(f"peak memory per rank (KiB): step 08 {peaks['08_fsdp']}, step 07 {peaks['07_zero']}: "
+                      "step 08 should need less")
+    print(f"model state 3 x {got} floats per rank; peak KiB per rank: 07 {peaks['07_zero']}, 08 {peaks['08_fsdp']}")
+
+
+def step08_trace(tmp):
+    """--trace: per step, a span per layer for forward and backward, the forward all-gather of each layer, the
+    backward all-gather of each but the last, one reduce-scatter per layer; each prefetched gather spans the
+    previous layer's forward (it was started before that layer computed and waited for after)."""
+    path = f"{tmp}/trace_{{rank}}.json"
+    run("08_fsdp", FSDP + ["--epochs", "1", "--trace", path], np=2)
+    L = 3
+    for r in range(2):
+        with open(path.replace("{rank}", str(r))) as f:
+            spans = [e for e in json.load(f)["traceEvents"] if e["ph"] == "X"]
+        for step in range(2048 // (2 * 128)):
+            mine = {e["name"].split(":")[0]: e for e in spans if e["args"]["step"] == step}
+            names = ([f"forward layer {l}" for l in range(L)] + [f"backward layer {l}" for l in range(L)]
+                     + [f"all-gather layer {l} (forward)" for l in range(L)]
+                     + [f"all-gather layer {l} (backward)" for l in range(L - 1)]
+                     + [f"reduce-scatter layer {l}" for l in range(L)])
+            missing = [n for n in names if n not in mine]
+            if missing:
+                raise Failure(f"rank {r} step {step}: no span {missing}; spans {sorted(mine)}")
+            for l in range(L - 1):
+                g, fw = mine[f"all-gather layer {l + 1} (forward)"], mine[f"forward layer {l}"]
+                if g["ts"] > fw["ts"] or g["ts"] + g["dur"] < fw["ts"] + fw["dur"]:
+                    raise Failure(f"rank {r} step {step}: layer {l + 1}'s gather does not span layer {l}'s "
+                                  f"forward (no prefetch?): gather {g['ts']}+{g['dur']}, forward {fw['ts']}+{fw['dur']}")
 
 
 # ---- the exercise checker ---------------------------------------------------------------------------
@@ -1966,7 +2109,9 @@ SCENARIOS = {f.__name__: f for f in [step01_warnings, save_init, max_steps_resum
     step07_replicas(2), step07_replicas(3), step07_replicas(4), step07_matches_step06(2),
     step07_matches_step06(3), step07_matches_step06(4), step07_one_rank_mpirun, step07_memory, step07_checkpoints,
     gloo_matches_mpi("06_full", 2), gloo_matches_mpi("06_full", 3), gloo_matches_mpi("07_zero", 2),
-    gloo_matches_mpi("07_zero", 3), gloo_peer_faults, gloo_ranks_agree, torchrun_matches_mpi] +
+    gloo_matches_mpi("07_zero", 3), gloo_peer_faults, gloo_ranks_agree, torchrun_matches_mpi,
+    step08_replicas(2), step08_replicas(3), step08_replicas(4), step08_matches_step06(2),
+    step08_matches_step06(3), step08_matches_step06(4), step08_memory, step08_checkpoints, step08_trace] +
     [own_binary(s) for s in ("02_init", "03_sampler", "04_ddp_wrap", "05_metrics_ckpt", "06_full", "07_zero")]}
 
 

@@ -98,6 +98,16 @@ if(DDP_HAVE_MPI)  # mpirun -np 1: MPI is up with one rank (the singleton never r
 endif()
 ddp_integration(step07_memory PROCESSORS 2)
 ddp_integration(step07_checkpoints PROCESSORS 2)
+# Step 08 (FSDP, ZeRO stage 3): every rank's gathered parameters identical at 2, 3 and 4 ranks, step 06's
+# training within the tolerances (bit for bit at 2 ranks without accumulation), peak memory below step
+# 07's, checkpoints interchangeable with 06's and 07's and across world sizes, the trace's prefetch.
+foreach(np 2 3 4)
+  ddp_integration(step08_replicas_np${np} PROCESSORS 2)
+  ddp_integration(step08_matches_step06_np${np} PROCESSORS 2)
+endforeach()
+ddp_integration(step08_memory PROCESSORS 2)
+ddp_integration(step08_checkpoints PROCESSORS 2)
+ddp_integration(step08_trace PROCESSORS 2)
 ddp_integration(launchers PROCESSORS 2)
 ddp_integration(launcher_signal PROCESSORS 2)
 ddp_integration(watchdog_deadlock PROCESSORS 2)

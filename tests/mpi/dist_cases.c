@@ -187,6 +187,37 @@ static void all_gather_in_place_case(ProcessGroup *pg) {
   expect(pg, ok, "all-gather in place (send = recv + rank·n)");
 }
 
+// The asynchronous all-gather (FSDP's prefetch): out of place from a shard of its own, and in place,
+// on two handles in flight together, completed in the order they were started.
+static void all_gather_async_case(ProcessGroup *pg) {
+  int W = pg->world_size, r = pg->rank;
+  float h[MAX_W * 3], mine[3] = {(float)(10 * r), (float)(10 * r + 1), (float)(10 * r + 2)};
+  bool ok = W <= MAX_W;
+  if (ok) {
+    for (int k = 0; k < 3 * W; k++) h[k] = k / 3 == r ? (float)(100 * r + k % 3) : SENTINEL;
+    float *in = upload(pg, h, (size_t)W * 3), *out = dev_alloc(pg->ctx, (size_t)W * 3 * sizeof *h);
+    float *send = upload(pg, mine, 3);
+    DistWork w[2];
+    dist_work_init(pg, &w[0]);
+    dist_work_init(pg, &w[1]);
+    dist_all_gather_async(pg, send, out, 3, DIST_FLOAT, &w[0]);
+    dist_all_gather_async(pg, in + 3 * r, in, 3, DIST_FLOAT, &w[1]);
+    ok &= w[0].n == (size_t)W * 3 && w[0].what && strcmp(w[0].what, "all-gather") == 0;
+    dist_test(pg, &w[1]);
+    dist_wait(pg, &w[0]);
+    dist_wait(pg, &w[1]);
+    float a[MAX_W * 3];
+    dev_download(pg->ctx, a, out, (size_t)W * 3 * sizeof *a);
+    dev_download(pg->ctx, h, in, (size_t)W * 3 * sizeof *h);
+    for (int k = 0; k < 3 * W; k++)
+      ok &= a[k] == (float)(10 * (k / 3) + k % 3) && h[k] == (float)(100 * (k / 3) + k % 3);
+    dist_work_free(pg, &w[1]);
+    dist_work_free(pg, &w[0]);
+    dev_free(pg->ctx, send), dev_free(pg->ctx, out), dev_free(pg->ctx, in);
+  }
+  expect(pg, ok, "asynchronous all-gather: out of place and in place, two in flight");
+}
+
 // One sharded optimizer step: the padded gradient of n = 4W + 1 floats (S = 5) is reduce-scattered
 // (average, equal counts), each rank steps its shard of the parameters (p -= g, on the host here),
 // and the shards are gathered in place into the full parameters.
@@ -233,5 +264,6 @@ void dist_cases_zero(ProcessGroup *pg) {
   in_place_case(pg, 2, 5 * W - 1, 5, DIST_SUM, "a bucket from inside shard 0 to inside the last");
   async_case(pg);
   all_gather_in_place_case(pg);
+  all_gather_async_case(pg);
   zero_step_case(pg);
 }

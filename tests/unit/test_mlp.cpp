@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "data.h"
@@ -10,6 +11,7 @@
 #include "devmem.h"
 #include "loader.h"
 #include "mlp.h"
+#include "rng.h"
 
 namespace {
 
@@ -202,6 +204,79 @@ TEST_F(MlpTest, BackwardAccumulatesUntilZeroGrad) {
     ASSERT_NEAR(g2[i], 2.0f * g1[i], 1e-6f * std::fabs(g1[i]) + 1e-9f) << i;
     ASSERT_EQ(g3[i], g1[i]) << i;  // zero_grad: written afresh, bit for bit the first result
   }
+}
+
+// The hooks of a fully sharded model: a layout-only MLP whose hooks point each layer at a copy of its
+// own computes what the flat-buffer MLP computes, bit for bit, and the hooks run in PyTorch's order.
+struct HookLog {
+  std::vector<std::string> calls;
+  std::vector<std::vector<float>> p, g;  // each layer's parameters (a copy) and its gradient buffer
+  Mlp *m = nullptr;
+};
+static void log_call(HookLog *h, const char *what, int l) { h->calls.push_back(what + std::to_string(l)); }
+static void hk_pre_forward(int l, void *u) {
+  auto *h = static_cast<HookLog *>(u);
+  log_call(h, "pf", l);
+  h->m->layer[l] = h->p[l].data();
+}
+static void hk_post_forward(int l, void *u) {
+  auto *h = static_cast<HookLog *>(u);
+  log_call(h, "qf", l);
+  h->m->layer[l] = nullptr;  // resharded: backward must come back through its pre-hook
+}
+static void hk_pre_backward(int l, void *u) {
+  auto *h = static_cast<HookLog *>(u);
+  log_call(h, "pb", l);
+  h->m->layer[l] = h->p[l].data();
+  h->m->layer_grad[l] = h->g[l].data();
+}
+static void hk_post_backward(int l, void *u) { log_call(static_cast<HookLog *>(u), "qb", l); }
+static void hk_ready(int l, void *u) { log_call(static_cast<HookLog *>(u), "gr", l); }
+
+TEST_F(MlpTest, HooksOnALayoutOnlyModelMatchTheFlatModelBitForBit) {
+  Mlp h;
+  mlp_init_layout(&h, &c, sizes, 3, 8);
+  EXPECT_EQ(h.n_params, m.n_params);
+  EXPECT_EQ(h.params, nullptr);
+  EXPECT_EQ(h.n_alloc, 0u);
+  for (int l = 0; l < 3; l++) EXPECT_EQ(h.w_off[l], m.w_off[l]);
+  HookLog log;
+  log.m = &h;
+  Rng r;
+  rng_init(&r, 123, RNG_STREAM_INIT);  // mlp_init()'s draws, one layer at a time
+  for (int l = 0; l < 3; l++) {
+    log.p.emplace_back(mlp_layer_size(&h, l));
+    log.g.emplace_back(mlp_layer_size(&h, l), -1.0f);
+    mlp_init_layer_params(&h, &r, l, log.p[l].data());
+  }
+  std::vector<float> p(m.n_params), g(m.n_params);
+  dev_download(&c, p.data(), m.params, p.size() * sizeof(float));
+  for (int l = 0; l < 3; l++)
+    for (size_t i = 0; i < log.p[l].size(); i++) ASSERT_EQ(log.p[l][i], p[m.w_off[l] + i]) << l << " " << i;
+  MlpHooks hooks = {hk_pre_forward, hk_post_forward, hk_pre_backward, hk_post_backward, &log};
+  mlp_register_hooks(&h, &hooks);
+  for (Mlp *mm : {&m, &h}) {
+    mlp_zero_grad(mm);
+    mlp_forward(mm, &c, x.data(), B);
+    mlp_loss(mm, &c, y.data(), B);
+    mlp_backward(mm, &c, x.data(), B, 0.5f, mm == &h ? hk_ready : nullptr, &log);
+  }
+  EXPECT_EQ(mlp_loss_value(&h, &c), mlp_loss_value(&m, &c));
+  dev_download(&c, g.data(), m.grads, g.size() * sizeof(float));
+  for (int l = 0; l < 3; l++)
+    for (size_t i = 0; i < log.g[l].size(); i++) ASSERT_EQ(log.g[l][i], g[m.w_off[l] + i]) << l << " " << i;
+  std::vector<std::string> want = {"pf0", "qf0", "pf1", "qf1", "pf2", "qf2", "pb2", "gr2",
+                                   "qb2", "pb1", "gr1", "qb1", "pb0", "gr0", "qb0"};
+  EXPECT_EQ(log.calls, want);
+  // the digest of the layers one after another is the flat buffer's
+  uint64_t d = MLP_DIGEST_INIT;
+  for (int l = 0; l < 3; l++)
+    d = mlp_digest_update(d, &c, log.p[l].data(), log.p[l].size(), m.w_off[l], m.n_params);
+  EXPECT_EQ(d, mlp_param_digest(&m, &c));
+  EXPECT_NE(mlp_digest_update(d, &c, log.p[0].data(), 1, 0, 1), d);
+  mlp_register_hooks(&h, nullptr);
+  EXPECT_EQ(h.hooks.pre_forward, nullptr);
+  mlp_free(&h, &c);
 }
 
 // Finite differences of the float64 reference agree with its analytic gradient: this pins the
