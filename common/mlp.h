@@ -50,7 +50,7 @@ extern "C" {
 typedef void (*MlpGradHook)(int layer, void *user);
 
 /**
- * @brief Per-layer module hooks (each may be NULL), called with the layer's index and @ref user.
+ * @brief Per-layer module hooks (each may be NULL), called with the layer's index and `user`.
  * Forward calls pre_forward(l) before it reads `layer[l]` and post_forward(l) once the layer's forward
  * is queued; backward calls pre_backward(l) before it reads `layer[l]` or writes `layer_grad[l]`, and
  * post_backward(l) once the layer's whole backward (its gradients and the gradient of its input) is
