@@ -6,8 +6,10 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 # What only the tests need: a real Slurm (label `slurm`: slurmctld, slurmd, srun and sbatch, Slurm's
 # pmix plugin mpi_pmix.so in slurm-wlm-basic-plugins, munge) and network namespaces (label
-# `multinode`: ip from iproute2). Where they cannot be installed, those tests skip, saying why.
-TEST_PACKAGES=(slurm-wlm slurm-wlm-basic-plugins munge iproute2)
+# `multinode`: ip from iproute2) and torchrun (python3-torch: the torchrun launches of the gloo and
+# fault tests, and the bucket table checked against PyTorch's own function; 54 s to install here).
+# Where they cannot be installed, those tests skip, saying why.
+TEST_PACKAGES=(slurm-wlm slurm-wlm-basic-plugins munge iproute2 python3-torch)
 missing=()
 for p in "${TEST_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
@@ -18,7 +20,7 @@ if ((${#missing[@]})); then
   if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
   { $SUDO apt-get update -qq &&
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"; } ||
-    echo "test: could not install ${missing[*]}: the slurm and multinode tests will skip"
+    echo "test: could not install ${missing[*]}: the slurm, multinode and torchrun tests will skip"
 fi
 BUILD_DIR=${BUILD_DIR:-build}
 source scripts/mpi_env.sh
