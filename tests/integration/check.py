@@ -72,9 +72,9 @@ def stop_if_terminated():
         raise Stopped()
 
 
-def small(**changes):
-    """SMALL with some values changed, e.g. small(lr=0.1)."""
-    out = list(SMALL)
+def small(base=None, **changes):
+    """SMALL (or base, a list of the same shape) with some values changed, e.g. small(lr=0.1)."""
+    out = list(SMALL if base is None else base)
     for k, v in changes.items():
         out[out.index(f"--{k}") + 1] = str(v)
     return out
@@ -417,7 +417,7 @@ def close(la, lb, tol=LOSS_TOL):
     return len(la) == len(lb) and max(abs(x - y) / max(abs(x), 1e-3) for x, y in zip(la, lb)) <= tol
 
 
-def diagnose_losses(tmp, la, lb, np, step, B, ref="01_single_gpu", ref_args=None):
+def diagnose_losses(tmp, la, lb, np, step, B, ref="01_single_gpu", ref_args=None, model=None):
     """The likely cause of a per-step loss lb at np ranks that differs from the reference la (`ref`
     with the global batch): a logged loss np times too large from the first step, or gradients np
     times the mean (then `ref` with np times the learning rate reproduces lb: SGD with momentum and
@@ -432,7 +432,7 @@ def diagnose_losses(tmp, la, lb, np, step, B, ref="01_single_gpu", ref_args=None
                 f"before any update: the logged loss is not the global batch's mean, or the replicas "
                 f"did not start from the same parameters")
     args = ref_args if ref_args is not None else ["--batch_size", "128"]
-    run(ref, small(lr=0.05 * np) + ["--epochs", "2", "--metrics", f"{tmp}/diag{{rank}}.jsonl"] + args,
+    run(ref, small(model, lr=0.05 * np) + ["--epochs", "2", "--metrics", f"{tmp}/diag{{rank}}.jsonl"] + args,
         np=1 if ref.startswith("01") else np)
     lw = global_losses(f"{tmp}/diag", 1 if ref.startswith("01") else np, int(ref[:2]))
     if close(lw, lb, 1e-4):
@@ -440,7 +440,7 @@ def diagnose_losses(tmp, la, lb, np, step, B, ref="01_single_gpu", ref_args=None
                 f"rate: the gradients are {np} times their mean over the ranks: did you sum them "
                 f"without dividing by the world size?")
     # Divided by W twice (averaged, and scaled by 1/W as well): the reference at lr / W.
-    run(ref, small(lr=0.05 / np) + ["--epochs", "2", "--metrics", f"{tmp}/diagw{{rank}}.jsonl"] + args,
+    run(ref, small(model, lr=0.05 / np) + ["--epochs", "2", "--metrics", f"{tmp}/diagw{{rank}}.jsonl"] + args,
         np=1 if ref.startswith("01") else np)
     lw = global_losses(f"{tmp}/diagw", 1 if ref.startswith("01") else np, int(ref[:2]))
     if close(lw, lb, 1e-4):
@@ -753,7 +753,7 @@ def step06_matches_step04(np):
             if len(la) != len(lb) or worst > LOSS_TOL:
                 raise Failure(f"bucket cap {cap}: per-step loss differs from step 04 by {worst:.2e}\n"
                               + diagnose_losses(tmp, la, lb, np, "06_full", 128, ref="04_ddp_wrap",
-                                                ref_args=[]).replace(
+                                                ref_args=[], model=BUCKETED).replace(
                                   "without dividing by the world size?",
                                   "without dividing by the world size? (the reducer sums: backward's "
                                   "scale must include 1/W)").replace(
