@@ -37,6 +37,18 @@
 #define WITH_GLOO(call) die(1, "this program was built without Gloo")
 #endif
 
+bool dist_on_gpu(const ProcessGroup *pg) { return pg->ctx && pg->ctx->dev == DEVICE_CUDA; }
+
+void *dist_staging(ProcessGroup *pg, size_t bytes) {
+  if (bytes > pg->stage_bytes) {
+    dev_sync(pg->ctx);  // an upload from the old buffer may still be queued
+    dev_host_free(pg->ctx, pg->stage);
+    pg->stage = dev_host_alloc(pg->ctx, bytes);
+    pg->stage_bytes = bytes;
+  }
+  return pg->stage;
+}
+
 const char *dist_backend_name(Backend b) {
   return b == BACKEND_NCCL ? "nccl" : b == BACKEND_GLOO ? "gloo" : "mpi";
 }

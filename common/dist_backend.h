@@ -14,6 +14,18 @@
 extern "C" {
 #endif
 
+/** @brief Whether the process group's buffers are on the GPU (the MPI and Gloo backends stage them). */
+bool dist_on_gpu(const ProcessGroup *pg);
+
+/**
+ * @brief Host memory for a collective on GPU buffers: the pinned staging buffer of @p pg, grown to the
+ * largest size seen (so only the first calls allocate), shared by the MPI and Gloo backends.
+ * @param[in,out] pg  the process group (owns the buffer; dist_destroy frees it).
+ * @param[in] bytes   the size needed.
+ * @return the buffer, at least @p bytes long (pinned host memory).
+ */
+void *dist_staging(ProcessGroup *pg, size_t bytes);
+
 /** @brief Initialises MPI and fills rank, world size, local rank and local size from it. */
 void dist_mpi_init(ProcessGroup *pg);
 /** @brief Registers MPI_Abort as the job-wide abort hook. */

@@ -274,19 +274,6 @@ void run_blocking(Gloo &g, Job &j) {
 
 // ---- device buffers ---------------------------------------------------------------------------------
 
-bool on_gpu(const ProcessGroup *pg) { return pg->ctx && pg->ctx->dev == DEVICE_CUDA; }
-
-// The pinned staging buffer, grown to the largest size seen (as dist_mpi.c's).
-void *staging(ProcessGroup *pg, size_t bytes) {
-  if (bytes > pg->stage_bytes) {
-    dev_sync(pg->ctx);  // an upload from the old buffer may still be queued
-    dev_host_free(pg->ctx, pg->stage);
-    pg->stage = dev_host_alloc(pg->ctx, bytes);
-    pg->stage_bytes = bytes;
-  }
-  return pg->stage;
-}
-
 // A blocking all-reduce of @p n elements at @p buf (host, or device staged through the host).
 void all_reduce_blocking(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op) {
   Job j;
@@ -296,10 +283,10 @@ void all_reduce_blocking(ProcessGroup *pg, void *buf, size_t n, DistType type, D
   j.type = type;
   j.op = op;
   size_t bytes = n * dist_type_size(type);
-  j.buf = on_gpu(pg) ? staging(pg, bytes) : buf;
-  if (on_gpu(pg)) dev_download(pg->ctx, j.buf, buf, bytes);
+  j.buf = dist_on_gpu(pg) ? dist_staging(pg, bytes) : buf;
+  if (dist_on_gpu(pg)) dev_download(pg->ctx, j.buf, buf, bytes);
   run_blocking(*state(pg), j);
-  if (on_gpu(pg)) dev_upload(pg->ctx, buf, j.buf, bytes);
+  if (dist_on_gpu(pg)) dev_upload(pg->ctx, buf, j.buf, bytes);
 }
 
 // ---- start-up -----------------------------------------------------------------------------------------
@@ -375,7 +362,7 @@ void dist_gloo_work_free(DistWork *w) {
 
 void dist_gloo_all_reduce_start(ProcessGroup *pg, DistWork *w) {
   dev_event_record(pg->ctx, &w->start, NULL);
-  if (on_gpu(pg)) {  // staged through the host: nothing to overlap, reduce now
+  if (dist_on_gpu(pg)) {  // staged through the host: nothing to overlap, reduce now
     all_reduce_blocking(pg, w->buf, w->n, w->type, w->op);
     dev_event_record(pg->ctx, &w->end, NULL);
     w->done = true;
@@ -395,8 +382,8 @@ void dist_gloo_reduce_scatter_start(ProcessGroup *pg, void *send, const size_t *
   dev_event_record(pg->ctx, &w->start, NULL);
   size_t size = dist_type_size(w->type), total = dist_chunk_offset(counts, pg->world_size);
   size_t offset = dist_chunk_offset(counts, pg->rank);
-  if (on_gpu(pg)) {  // [send] through the host, reduced now; this rank's chunk goes back up
-    char *host = static_cast<char *>(staging(pg, total * size));
+  if (dist_on_gpu(pg)) {  // [send] through the host, reduced now; this rank's chunk goes back up
+    char *host = static_cast<char *>(dist_staging(pg, total * size));
     dev_download(pg->ctx, host, send, total * size);
     all_reduce_blocking(pg, host, total, w->type, DIST_SUM);
     if (w->op == DIST_AVG) scale_avg(reinterpret_cast<float *>(host + offset * size), w->n, pg->world_size);
@@ -441,13 +428,13 @@ void dist_gloo_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, i
   j.n = n;
   j.type = type;
   j.root = root;
-  j.buf = on_gpu(pg) ? staging(pg, bytes) : buf;
-  if (on_gpu(pg)) {
+  j.buf = dist_on_gpu(pg) ? dist_staging(pg, bytes) : buf;
+  if (dist_on_gpu(pg)) {
     dev_sync(pg->ctx);  // Gloo writes the staging buffer: no queued upload may still read it
     if (pg->rank == root) dev_download(pg->ctx, j.buf, buf, bytes);
   }
   run_blocking(*state(pg), j);
-  if (on_gpu(pg)) dev_upload(pg->ctx, buf, j.buf, bytes);
+  if (dist_on_gpu(pg)) dev_upload(pg->ctx, buf, j.buf, bytes);
 }
 
 void dist_gloo_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type) {
@@ -457,8 +444,8 @@ void dist_gloo_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t
   j.what = "gloo::allgather";
   j.n = n;
   j.type = type;
-  if (on_gpu(pg)) {  // [everyone's] on the host; this rank's part downloaded into its place
-    char *host = static_cast<char *>(staging(pg, bytes * W));
+  if (dist_on_gpu(pg)) {  // [everyone's] on the host; this rank's part downloaded into its place
+    char *host = static_cast<char *>(dist_staging(pg, bytes * W));
     dev_download(pg->ctx, host + (size_t)pg->rank * bytes, send, bytes);
     j.buf = host;
     j.send = host + (size_t)pg->rank * bytes;
@@ -467,7 +454,7 @@ void dist_gloo_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t
     j.send = send;
   }
   run_blocking(*state(pg), j);
-  if (on_gpu(pg)) dev_upload(pg->ctx, recv, j.buf, bytes * W);
+  if (dist_on_gpu(pg)) dev_upload(pg->ctx, recv, j.buf, bytes * W);
 }
 
 void dist_gloo_barrier(ProcessGroup *pg) {

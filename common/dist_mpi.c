@@ -87,25 +87,11 @@ static void scale_avg(const ProcessGroup *pg, float *f, size_t n) {
   for (size_t i = 0; i < n; i++) f[i] *= inv;
 }
 
-static bool on_gpu(const ProcessGroup *pg) { return pg->ctx && pg->ctx->dev == DEVICE_CUDA; }
-
-// Host memory to run an MPI collective on: the buffer itself on the CPU, the pinned staging buffer
-// (grown to the largest size seen, so only the first calls allocate) for GPU buffers.
-static void *staging(ProcessGroup *pg, size_t bytes) {
-  if (bytes > pg->stage_bytes) {
-    dev_sync(pg->ctx);  // an upload from the old buffer may still be queued
-    dev_host_free(pg->ctx, pg->stage);
-    pg->stage = dev_host_alloc(pg->ctx, bytes);
-    pg->stage_bytes = bytes;
-  }
-  return pg->stage;
-}
-
 void dist_mpi_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op) {
   size_t bytes = n * dist_type_size(type);
   void *host = buf;
-  if (on_gpu(pg)) {
-    host = staging(pg, bytes);
+  if (dist_on_gpu(pg)) {
+    host = dist_staging(pg, bytes);
     dev_download(pg->ctx, host, buf, bytes);
   }
   size_t size = dist_type_size(type);
@@ -113,14 +99,14 @@ void dist_mpi_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, D
     WAITING("MPI_Allreduce", MPI_Allreduce(MPI_IN_PLACE, (char *)host + i * size, chunk(n, i), mpi_type(type),
                                            MPI_SUM, MPI_COMM_WORLD));
   if (op == DIST_AVG) scale_avg(pg, host, n);
-  if (on_gpu(pg)) dev_upload(pg->ctx, buf, host, bytes);
+  if (dist_on_gpu(pg)) dev_upload(pg->ctx, buf, host, bytes);
 }
 
 _Static_assert(sizeof(MPI_Request) <= sizeof(((DistWork *)0)->req), "DistWork.req too small");
 
 void dist_mpi_all_reduce_start(ProcessGroup *pg, DistWork *w) {
   dev_event_record(pg->ctx, &w->start, NULL);
-  if (on_gpu(pg)) {  // staged through the host: nothing to overlap, reduce now
+  if (dist_on_gpu(pg)) {  // staged through the host: nothing to overlap, reduce now
     dist_mpi_all_reduce(pg, w->buf, w->n, w->type, w->op);
     dev_event_record(pg->ctx, &w->end, NULL);
     w->done = true;
@@ -141,7 +127,7 @@ static bool recv_counts(const ProcessGroup *pg, const size_t *counts, DistWork *
 // pinned staging buffer ([send | received chunk]), with a blocking reduce-scatter.
 static void reduce_scatter_staged(ProcessGroup *pg, const void *send, const size_t *counts, DistWork *w) {
   size_t size = dist_type_size(w->type), total = dist_chunk_offset(counts, pg->world_size);
-  char *host = staging(pg, (total + w->n) * size), *mine = host + total * size;
+  char *host = dist_staging(pg, (total + w->n) * size), *mine = host + total * size;
   dev_download(pg->ctx, host, send, total * size);
   MPI_Datatype t = mpi_type(w->type);
   if (recv_counts(pg, counts, w, "MPI_Reduce_scatter")) {
@@ -260,7 +246,7 @@ static void finish(ProcessGroup *pg, DistWork *w);
 
 void dist_mpi_reduce_scatter_start(ProcessGroup *pg, void *send, const size_t *counts, DistWork *w) {
   dev_event_record(pg->ctx, &w->start, NULL);
-  if (on_gpu(pg)) {  // staged through the host: nothing to overlap, reduce now
+  if (dist_on_gpu(pg)) {  // staged through the host: nothing to overlap, reduce now
     reduce_scatter_staged(pg, send, counts, w);
     dev_event_record(pg->ctx, &w->end, NULL);
     w->done = true;
@@ -317,8 +303,8 @@ void dist_mpi_wait(ProcessGroup *pg, DistWork *w) {
 void dist_mpi_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, int root) {
   size_t bytes = n * dist_type_size(type);
   void *host = buf;
-  if (on_gpu(pg)) {
-    host = staging(pg, bytes);
+  if (dist_on_gpu(pg)) {
+    host = dist_staging(pg, bytes);
     dev_sync(pg->ctx);  // MPI writes the staging buffer: no queued upload may still read it
     if (pg->rank == root) dev_download(pg->ctx, host, buf, bytes);
   }
@@ -326,7 +312,7 @@ void dist_mpi_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, in
   for (size_t i = 0; i < n; i += (size_t)chunk(n, i))
     WAITING("MPI_Bcast",
             MPI_Bcast((char *)host + i * size, chunk(n, i), mpi_type(type), root, MPI_COMM_WORLD));
-  if (on_gpu(pg)) dev_upload(pg->ctx, buf, host, bytes);
+  if (dist_on_gpu(pg)) dev_upload(pg->ctx, buf, host, bytes);
 }
 
 void dist_mpi_broadcast_bytes(void *buf, size_t bytes, int root) {
@@ -337,14 +323,14 @@ void dist_mpi_broadcast_bytes(void *buf, size_t bytes, int root) {
 void dist_mpi_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type) {
   size_t bytes = n * dist_type_size(type);
   int count = whole_count(n, "MPI_Allgather");
-  if (!on_gpu(pg)) {
+  if (!dist_on_gpu(pg)) {
     bool in_place = send == (const char *)recv + (size_t)pg->rank * bytes;  // MPI forbids aliasing
     WAITING("MPI_Allgather", MPI_Allgather(in_place ? MPI_IN_PLACE : send, count, mpi_type(type), recv, count,
                                            mpi_type(type), MPI_COMM_WORLD));
     return;
   }
   // [mine | everyone's]: mine is downloaded before anything is uploaded, so in place works too
-  char *host = staging(pg, bytes * (size_t)(pg->world_size + 1));
+  char *host = dist_staging(pg, bytes * (size_t)(pg->world_size + 1));
   dev_download(pg->ctx, host, send, bytes);
   WAITING("MPI_Allgather",
           MPI_Allgather(host, count, mpi_type(type), host + bytes, count, mpi_type(type), MPI_COMM_WORLD));
@@ -354,7 +340,7 @@ void dist_mpi_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t 
 void dist_mpi_all_gather_start(ProcessGroup *pg, const void *send, DistWork *w) {
   dev_event_record(pg->ctx, &w->start, NULL);
   size_t n = w->n / (size_t)pg->world_size, bytes = n * dist_type_size(w->type);
-  if (on_gpu(pg)) {  // staged through the host: nothing to overlap, gather now
+  if (dist_on_gpu(pg)) {  // staged through the host: nothing to overlap, gather now
     dist_mpi_all_gather(pg, send, w->buf, n, w->type);
     dev_event_record(pg->ctx, &w->end, NULL);
     w->done = true;
