@@ -245,9 +245,9 @@ WRONG = {
         Wrong("recv_without_shard_offset", R07,
               [("    float *mine = r->model->grads + (size_t)r->pg->rank * r->shard + b->shard_offset;",
                 "    float *mine = r->model->grads + (size_t)r->pg->rank * r->shard;")],
-              "step07_matches_step06_np2", ["in the shard of rank 1", "+ j·S + b->shard_offset"],
-              "received at the start of this rank's shard, not where the bucket meets it: a bucket that "
-              "starts inside the shard lands on other gradients"),
+              "step07_matches_step06_np2", ["recv overlaps send but is not this rank's chunk of it"],
+              "received at the start of this rank's shard, not where the bucket meets it: on the claims' "
+              "model a later bucket overlaps that place, so dist.c refuses the receive pointer"),
         Wrong("divided_twice", R07,
               [("mine, b->counts, DIST_FLOAT, DIST_SUM,", "mine, b->counts, DIST_FLOAT, DIST_AVG,")],
               "step07_matches_step06_np2", ["moved 1/2 as far as step 06's", "must sum (DIST_SUM)"],
