@@ -175,19 +175,21 @@ void mlp_count_correct_loader(Mlp *m, const Ctx *c, Loader *ld, int batch, int *
 
 size_t mlp_layer_size(const Mlp *m, int l) { return (size_t)OUT(m, l) * IN(m, l) + OUT(m, l); }
 
-// Ends the job when one of the n floats at host (parameters first + i0 on) is a NaN or an infinity.
-static void require_finite(const unsigned char *host, size_t n, size_t i0, size_t n_params) {
+// Ends the job when one of the n floats at host (parameters first + i0 on) is a NaN or an infinity;
+// host is freed first (it is the caller's, and die() does not return).
+static void require_finite(unsigned char *host, size_t n, size_t i0, size_t n_params) {
   for (size_t i = 0; i < n; i++) {
     float x;
     memcpy(&x, host + 4 * i, 4);
-    if (!isfinite(x))
-      die(1,
-          "the parameters are not finite at the end of the run: parameter %zu of %zu is %s: training "
-          "diverged (try a smaller --lr or --weight_decay)",
-          i0 + i, n_params,
-          isnan(x) ? "nan"
-          : x > 0  ? "inf"
-                   : "-inf");
+    if (isfinite(x)) continue;
+    free(host);
+    die(1,
+        "the parameters are not finite at the end of the run: parameter %zu of %zu is %s: training "
+        "diverged (try a smaller --lr or --weight_decay)",
+        i0 + i, n_params,
+        isnan(x) ? "nan"
+        : x > 0  ? "inf"
+                 : "-inf");
   }
 }
 

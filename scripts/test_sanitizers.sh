@@ -28,5 +28,17 @@ mpirun -np 3 build-asan/bin/07_zero --device cpu --data synthetic --dataset_size
   --epochs 3 --grad_accum 2 --batch_size 32 --bucket_cap_mb 0.01 --save_interval 1 \
   --resume "$tmp/ck/checkpoint.bin" --ckpt_dir "$tmp/ck7" --trace "$tmp/trace7_{rank}.json" > "$tmp/run7.log"
 echo "sanitizers: 3-rank step 07 run (resume from step 06, train, checkpoint, trace) clean"
+# step 08 at 3 ranks (every layer's shard padded), resuming the step 06 checkpoint, with a snapshot
+# every 5 steps (--save_steps)
+mpirun -np 3 build-asan/bin/08_fsdp --device cpu --data synthetic --dataset_size 1024 --hidden 32 \
+  --epochs 3 --grad_accum 2 --batch_size 32 --save_interval 1 --save_steps 5 \
+  --resume "$tmp/ck/checkpoint.bin" --ckpt_dir "$tmp/ck8" --trace "$tmp/trace8_{rank}.json" > "$tmp/run8.log"
+echo "sanitizers: 3-rank step 08 run (resume from step 06, train, snapshots, trace) clean"
+# the Gloo backend (its worker thread, the rendezvous store) at 2 ranks, started by launch.sh
+if ldd build-asan/bin/06_full | grep -q libgloo; then
+  scripts/launch.sh -n 2 build-asan/bin/06_full --device cpu --data synthetic --dataset_size 1024 \
+    --hidden 32 --epochs 1 --bucket_cap_mb 0.01 --save_interval 0 > "$tmp/gloo.log"
+  echo "sanitizers: 2-rank step 06 run on Gloo (launch.sh) clean"
+fi
 ctest --preset asan -L unit -j "$(nproc)"
 ctest --preset asan -R '^dist_collectives' -j "$(nproc)"
