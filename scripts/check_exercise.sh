@@ -9,7 +9,7 @@
 #
 # N is the step (02 .. 08), or 06_fault: the extra exercise on step 06's snapshots and resume (its
 # file is step 06's train.c, its claims the fault drill's; no unit tests). Each FILE replaces the step's file of the same name (train.c, sampler.c,
-# reducer.c); the step's other files are used as they are. The program is compiled and linked exactly
+# reducer.c, fsdp.c); the step's other files are used as they are. The program is compiled and linked exactly
 # as the main build compiles the step (the commands come from `ninja -t commands`, so the flags and
 # the ddp_common library are the build's own), into a temporary folder, under the step's name, next
 # to links to the main build's other step programs. Then tests/integration/check.py runs the step's
@@ -21,8 +21,8 @@
 # learner's sampler.c or reducer.c in place of the step's, that file compiled with AddressSanitizer
 # and UBSan when the compiler has them (a read past the end of an array then fails the test even when
 # the value read happens to be right), and its Sampler* or Reducer* tests run. Steps 02, 04 and 05
-# teach code that lives in train.c, and step 07's reducer has no unit tests of its own (the Reducer*
-# tests are step 06's): their integration claims are their tests.
+# teach code that lives in train.c, step 07's reducer has no unit tests of its own (the Reducer*
+# tests are step 06's), nor has step 08's fsdp.c: their integration claims are their tests.
 #
 # The first claim, stepNN_own_binary, checks that the program which runs is the one built here (/proc
 # shows each process's executable after any exec), not the main build's. The learner's code runs
