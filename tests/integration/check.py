@@ -2166,7 +2166,8 @@ SCENARIOS = {f.__name__: f for f in [step01_warnings, save_init, max_steps_resum
     gloo_matches_mpi("07_zero", 3), gloo_peer_faults, gloo_ranks_agree, torchrun_matches_mpi,
     step08_replicas(2), step08_replicas(3), step08_replicas(4), step08_matches_step06(2),
     step08_matches_step06(3), step08_matches_step06(4), step08_memory, step08_checkpoints, step08_trace] +
-    [own_binary(s) for s in ("02_init", "03_sampler", "04_ddp_wrap", "05_metrics_ckpt", "06_full", "07_zero")]}
+    [own_binary(s) for s in ("02_init", "03_sampler", "04_ddp_wrap", "05_metrics_ckpt", "06_full", "07_zero",
+                                   "08_fsdp")]}
 
 
 def main():
