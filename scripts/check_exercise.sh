@@ -7,9 +7,9 @@
 #                             program at work/build/bin/<step> (DDP_BUILD_OUT: instead of work/build),
 #                             to run it by hand (--trace, Fashion-MNIST, strace) as build/bin/<step>
 #
-# N is the step (02 .. 07), or 06_fault: the extra exercise on step 06's snapshots and resume (its
+# N is the step (02 .. 08), or 06_fault: the extra exercise on step 06's snapshots and resume (its
 # file is step 06's train.c, its claims the fault drill's; no unit tests). Each FILE replaces the step's file of the same name (train.c, sampler.c,
-# reducer.c); the step's other files are used as they are. The program is compiled and linked exactly
+# reducer.c, fsdp.c); the step's other files are used as they are. The program is compiled and linked exactly
 # as the main build compiles the step (the commands come from `ninja -t commands`, so the flags and
 # the ddp_common library are the build's own), into a temporary folder, under the step's name, next
 # to links to the main build's other step programs. Then tests/integration/check.py runs the step's
@@ -21,8 +21,8 @@
 # learner's sampler.c or reducer.c in place of the step's, that file compiled with AddressSanitizer
 # and UBSan when the compiler has them (a read past the end of an array then fails the test even when
 # the value read happens to be right), and its Sampler* or Reducer* tests run. Steps 02, 04 and 05
-# teach code that lives in train.c, and step 07's reducer has no unit tests of its own (the Reducer*
-# tests are step 06's): their integration claims are their tests.
+# teach code that lives in train.c, step 07's reducer has no unit tests of its own (the Reducer*
+# tests are step 06's), nor has step 08's fsdp.c: their integration claims are their tests.
 #
 # The first claim, stepNN_own_binary, checks that the program which runs is the one built here (/proc
 # shows each process's executable after any exec), not the main build's. The learner's code runs
@@ -48,7 +48,7 @@
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
-usage() { echo "usage: $0 N FILE [FILE...]   (N = 02..07 or 06_fault; e.g. $0 03 exercises/03_sampler/sampler.c)" >&2; exit 2; }
+usage() { echo "usage: $0 N FILE [FILE...]   (N = 02..08 or 06_fault; e.g. $0 03 exercises/03_sampler/sampler.c)" >&2; exit 2; }
 # The build's commands for a target, rebuilt to compile some of its sources from elsewhere:
 #   commands TARGET OUTPUT NEW_OUTPUT OBJDIR FLAGS SRC=NEW...
 # prints `compile CMD` for each source SRC of TARGET (the file NEW instead, its object in OBJDIR),
@@ -190,7 +190,7 @@ build_only=0
 [ $# -ge 2 ] || usage
 n=$1
 shift
-case $n in 2 | 3 | 4 | 5 | 6 | 7) n=0$n ;; 02 | 03 | 04 | 05 | 06 | 07 | 06_fault) ;; *) usage ;; esac
+case $n in 2 | 3 | 4 | 5 | 6 | 7 | 8) n=0$n ;; 02 | 03 | 04 | 05 | 06 | 07 | 08 | 06_fault) ;; *) usage ;; esac
 exercise=$n  # the exercise's name; n: its step's number
 n=${n:0:2}
 what="step $n"
@@ -204,6 +204,8 @@ case $n in
   06) claims="step06_replicas_np2 step06_matches_step04_np2 step06_grad_accum step06_trace" ;;
   07) claims="step07_replicas_np2 step07_replicas_np3 step07_matches_step06_np2 step07_matches_step06_np3
               step07_memory step07_checkpoints" ;;
+  08) claims="step08_replicas_np2 step08_replicas_np3 step08_matches_step06_np2 step08_matches_step06_np3
+              step08_checkpoints step08_trace" ;;
 esac
 [ "$exercise" = 06_fault ] && claims="fault06_drill fault06_one_writer fault06_barrier fault06_resume_mid_epoch"
 # First of all: the program that runs is the one built here from the learner's files.

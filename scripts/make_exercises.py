@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """Generates the workshop exercises in exercises/ from the steps, so they can never drift from them.
 
-    scripts/make_exercises.py           write exercises/0N_<step>/<file> for N = 02..07, and the
+    scripts/make_exercises.py           write exercises/0N_<step>/<file> for N = 02..08, and the
                                         extra exercise 06_fault (step 06's snapshots and resume)
     scripts/make_exercises.py --check   exit 1, naming each problem, when a removal below no longer
                                         matches its step file or a committed exercise file differs
                                         from what would be generated (CTest `exercises_fresh`)
 
-An exercise is named by its step's number (02, ..., 07; its folder is the step's own name), or, for
+An exercise is named by its step's number (02, ..., 08; its folder is the step's own name), or, for
 an extra exercise on a step, by its folder (06_fault: a folder of its own, from steps/06_full); the
 name is what scripts/check_exercise.sh takes, and what the stubs' TODO(...) says.
 
@@ -32,7 +32,7 @@ def header(n, src):
 
 
 def exercise_name(folder, src):
-    """02 .. 07 for the exercise of a step (its folder is the step's name); the folder otherwise."""
+    """02 .. 08 for the exercise of a step (its folder is the step's name); the folder otherwise."""
     return folder[:2] if folder == src.split("/")[1] else folder
 
 
@@ -188,6 +188,51 @@ EXERCISES = [
          "  // steps), then all-gather the shards in place, so that rank 0 writes every rank's. Until then\n"
          "  // the file's momentum is whatever the gradient buffer holds.\n"
          "  Sgd full = full_optimizer(t);\n"),
+    ]),
+    ("08_fsdp", "steps/08_fsdp/fsdp.c", [
+        ("  dist_all_gather_async(f->pg, f->params + f->offset[l], f->full[l % 2], f->shard[l], DIST_FLOAT,",
+         "                        &f->gather[pass][l]);",
+         "  // TODO(08): start the all-gather of layer l (dist_all_gather_async, into its handle\n"
+         "  // &f->gather[pass][l]): this rank sends its shard of the layer, f->shard[l] floats at f->params +\n"
+         "  // f->offset[l], and every rank receives all W shards, in rank order, into the layer's gathered\n"
+         "  // buffer f->full[l % 2] (W·s_l floats: the layer's n_l, then the padding). Until then nothing is\n"
+         "  // gathered: every layer runs on the zeros the buffer was allocated with, and nothing learns.\n"),
+        ("  if (f->state[l] == FSDP_GATHERING) dist_wait(f->pg, &f->gather[f->gather_pass[l]][l]);",
+         "  if (f->state[l] == FSDP_GATHERING) dist_wait(f->pg, &f->gather[f->gather_pass[l]][l]);",
+         "  // TODO(08): a GATHERING layer's all-gather must be finished before the layer reads its buffer:\n"
+         "  // wait for it (dist_wait on the handle unshard() started it into: f->gather[f->gather_pass[l]][l]).\n"),
+        ("  if (l + 1 < L(f)) unshard(f, l + 1);  // prefetch: the next layer's gather runs while this one computes",
+         "  if (l + 1 < L(f)) unshard(f, l + 1);  // prefetch: the next layer's gather runs while this one computes",
+         "  // TODO(08): prefetch: start the next layer's all-gather (unshard), if there is a next layer, so\n"
+         "  // that it runs while this layer computes. Until then each layer is gathered only when it is\n"
+         "  // about to run (wait_for_unshard above does that), and the gathers never overlap compute.\n"),
+        ("  if (l < L(f) - 1) reshard(f, l);  // the last layer stays: backward needs it first",
+         "  if (l < L(f) - 1) reshard(f, l);  // the last layer stays: backward needs it first",
+         "  // TODO(08): the layer's gathered copy is not needed any more: reshard it, except the last\n"
+         "  // layer's, which backward needs first (PyTorch keeps the root module's for the same reason).\n"
+         "  // Until then every layer is resharded, and backward gathers the last one again.\n"
+         "  reshard(f, l);\n"),
+        ("  if (l > 0) unshard(f, l - 1);  // prefetch, in reverse order",
+         "  if (l > 0) unshard(f, l - 1);  // prefetch, in reverse order",
+         "  // TODO(08): prefetch in backward: start the all-gather of the layer whose backward comes next,\n"
+         "  // if there is one. Until then each layer is gathered again only when its backward starts.\n"),
+        ("  // in place: rank r's sum of its s_l floats lands at r·s_l of the full gradient",
+         "                            DIST_SUM, &f->reduce[l]);",
+         "  // TODO(08): layer l's full gradient g (W·s_l floats, the padding zeroed) is ready: start its\n"
+         "  // reduce-scatter (dist_reduce_scatter_async, equal counts f->counts[l], into its handle\n"
+         "  // &f->reduce[l]), in place: this rank receives the sum over the ranks of its own s_l floats\n"
+         "  // where they already lie, at its rank times f->shard[l] floats into g (fold_gradient takes its\n"
+         "  // shard from there). A sum: backward ran on the loss times 1/W. Until then no gradient reaches\n"
+         "  // the shards: f->grads stays zero.\n"
+         "  (void)g;\n"),
+    ]),
+    ("08_fsdp", "steps/08_fsdp/train.c", [
+        ("  sgd_step(&t->opt, &t->ctx, t->fsdp.params, t->fsdp.grads);",
+         "  sgd_step(&t->opt, &t->ctx, t->fsdp.params, t->fsdp.grads);",
+         "  // TODO(08): the optimizer step, on this rank's shards only: its parameter shards\n"
+         "  // (t->fsdp.params, t->fsdp.n_shard floats) with its shards of the mean gradient (t->fsdp.grads)\n"
+         "  // and its momentum shard (t->opt). Nothing is gathered afterwards: the next forward gathers\n"
+         "  // each layer when it runs. Until then the parameters never change.\n"),
     ]),
 ]
 

@@ -3,7 +3,7 @@
 the checker passes each one: a checker must accept any correct solution, not only the step's words.
 
     tests/exercises/right_solutions.py [N]          run scripts/check_exercise.sh on every right
-                                                    solution (of exercise N: 02..07): each must pass
+                                                    solution (of exercise N: 02..08): each must pass
                                                     (exit 0)
     tests/exercises/right_solutions.py N --only NAME   just that one
     tests/exercises/right_solutions.py --write DIR     write every file to DIR/0N_<name>/<file>
@@ -21,7 +21,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from wrong_solutions import ROOT, S03, S05, R06, write  # noqa: E402
+from wrong_solutions import ROOT, S03, S05, R06, F08, write  # noqa: E402
 
 
 class Right:
@@ -65,6 +65,21 @@ RIGHT = {
                 "  for (int i = 0; i < r->n_buckets; i++)\n"
                 "    if (r->work[i].active) dist_test(r->pg, &r->work[i]);  // every bucket in flight")],
               "step06_replicas_np2 step06_trace", "the hook tests every bucket in flight, not a prefix"),
+    ],
+    "08": [
+        Right("other_words", F08,
+              [("  if (l + 1 < L(f)) unshard(f, l + 1);  // prefetch: the next layer's gather runs while this one computes",
+                "  int next = l + 1;\n  if (next != L(f)) unshard(f, next);  // the next layer, early"),
+               ("  if (l < L(f) - 1) reshard(f, l);  // the last layer stays: backward needs it first",
+                "  if (l != L(f) - 1) reshard(f, l);"),
+               ("  if (l > 0) unshard(f, l - 1);  // prefetch, in reverse order",
+                "  if (l >= 1) unshard(f, l - 1);"),
+               ("  dist_reduce_scatter_async(f->pg, g, g + (size_t)f->pg->rank * f->shard[l], f->counts[l], DIST_FLOAT,\n"
+                "                            DIST_SUM, &f->reduce[l]);",
+                "  float *mine = &g[f->pg->rank * f->shard[l]];\n"
+                "  dist_reduce_scatter_async(f->pg, g, mine, f->counts[l], DIST_FLOAT, DIST_SUM, &f->reduce[l]);")],
+              "step08_matches_step06_np2 step08_trace",
+              "another wording: the prefetch through a variable, != instead of <, the receive through a pointer"),
     ],
 }
 

@@ -2,7 +2,7 @@
 """Typical wrong solutions of the workshop exercises, and the proof that the checker rejects each one.
 
     tests/exercises/wrong_solutions.py N          run scripts/check_exercise.sh on every wrong solution of
-                                                  exercise N (02..07, 06_fault): each must fail (exit 1), and its
+                                                  exercise N (02..08, 06_fault): each must fail (exit 1), and its
                                                   output must contain the expected diagnosis
     tests/exercises/wrong_solutions.py N --only NAME   just that one
     tests/exercises/wrong_solutions.py --write DIR     write every wrong file to DIR/0N_<name>/<file>
@@ -37,6 +37,7 @@ class Wrong:
 S03, S04, S05 = "steps/03_sampler/sampler.c", "steps/04_ddp_wrap/train.c", "steps/05_metrics_ckpt/train.c"
 S02, R06, T06 = "steps/02_init/train.c", "steps/06_full/reducer.c", "steps/06_full/train.c"
 R07, T07 = "steps/07_zero/reducer.c", "steps/07_zero/train.c"
+F08, T08 = "steps/08_fsdp/fsdp.c", "steps/08_fsdp/train.c"
 
 WRONG = {
     "02": [
@@ -277,6 +278,47 @@ WRONG = {
               "step07_checkpoints", ["no part of the saved momentum is a rank's momentum shard", "t->opt.buf"],
               "the momentum is all-gathered, but no rank copied its shard into the buffer first"),
     ],
+    "08": [
+        Wrong("gather_not_waited", F08,
+              [("  if (f->state[l] == FSDP_GATHERING) dist_wait(f->pg, &f->gather[f->gather_pass[l]][l]);\n", "")],
+              "step08_matches_step06_np2", ["never waited for", "must dist_wait a GATHERING layer's gather"],
+              "the layer runs without waiting for its all-gather (no dist_wait in wait_for_unshard)"),
+        Wrong("no_prefetch", F08,
+              [("  if (l + 1 < L(f)) unshard(f, l + 1);  // prefetch: the next layer's gather runs while this one computes\n", ""),
+               ("  if (l > 0) unshard(f, l - 1);  // prefetch, in reverse order\n", "")],
+              "step08_trace", ["no prefetch", "unshard(f, l + 1)"],
+              "no prefetch: each layer is gathered just when it runs (right numbers, no overlap)"),
+        Wrong("prefetch_wrong_way_in_backward", F08,
+              [("  if (l > 0) unshard(f, l - 1);  // prefetch, in reverse order",
+                "  if (l + 1 < L(f)) unshard(f, l + 1);  // prefetch")],
+              "step08_matches_step06_np2", ["the other layer of its buffer", "l - 1 in backward"],
+              "backward prefetches layer l + 1 (forward's order) instead of l - 1"),
+        Wrong("grad_averaged", F08,
+              [("g + (size_t)f->pg->rank * f->shard[l], f->counts[l], DIST_FLOAT,\n                            DIST_SUM,",
+                "g + (size_t)f->pg->rank * f->shard[l], f->counts[l], DIST_FLOAT,\n                            DIST_AVG,")],
+              "step08_matches_step06_np2", ["1/2 as far as step 06's", "divided by the world size twice"],
+              "DIST_AVG in the reduce-scatter: the gradient is divided by W twice"),
+        Wrong("grad_not_scaled", T08,
+              [("    float scale = (float)b / B / t->world_size;", "    float scale = (float)b / B;")],
+              "step08_matches_step06_np2", ["2 times as far as step 06's", "not divided by the world size"],
+              "backward without the 1/W: the reduce-scatter's sum is never divided by W"),
+        Wrong("recv_other_rank_chunk", F08,
+              [("g + (size_t)f->pg->rank * f->shard[l], f->counts[l],",
+                "g + (size_t)((f->pg->rank + 1) % W(f)) * f->shard[l], f->counts[l],")],
+              "step08_matches_step06_np2", ["outside this rank's own chunk", "not another rank's chunk"],
+              "the reduce-scatter receives at the next rank's chunk of the gradient"),
+        Wrong("update_gathered_copy", T08,
+              [("  sgd_step(&t->opt, &t->ctx, t->fsdp.params, t->fsdp.grads);",
+                "  sgd_step(&t->opt, &t->ctx, t->fsdp.full[0], t->fsdp.full_grad[0]);")],
+              "step08_matches_step06_np2", ["no parameter has moved", "t->fsdp.params"],
+              "the optimizer updates a gathered buffer (overwritten by the next gather), not the shards"),
+        Wrong("gather_left_pending", F08,
+              [("static void post_backward(int l, void *user) { reshard(user, l); }",
+                "static void post_backward(int l, void *user) {\n  reshard(user, l);\n"
+                "  if (l == 0) unshard(user, 0);  // the next step's first layer, early\n}")],
+              "step08_matches_step06_np2", ["a prefetch never waited for", "no gather may be pending"],
+              "the next step's layer 0 is prefetched at the end of backward: a gather left pending"),
+    ],
 }
 
 
@@ -302,7 +344,7 @@ def write(w, folder):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("exercise", nargs="?", help="02 .. 07, 06_fault")
+    ap.add_argument("exercise", nargs="?", help="02 .. 08, 06_fault")
     ap.add_argument("--only", help="run only this wrong solution")
     ap.add_argument("--check", action="store_true", help="only check that the substitutions apply")
     ap.add_argument("--write", metavar="DIR", help="write the wrong files into DIR")

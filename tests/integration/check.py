@@ -88,6 +88,21 @@ HINTS = [
                   "some ranks), or that the ranks reach in a different order or number of times"),
     ('without calling "finalize"', "a rank ended without leaving the process group: call "
                                   "dist_destroy before the program ends (in cleanup)"),
+    # step 08 (fsdp.c): the state machine's and dist.c's refusals, named after the FSDP mistake
+    ("dist_all_gather_async: this handle is still in flight",
+     "a layer's all-gather was started again while its previous one was never waited for: "
+     "wait_for_unshard must dist_wait a GATHERING layer's gather (f->gather[f->gather_pass[l]][l]) before "
+     "the layer runs on its buffer"),
+    ("gathered buffer still holds", "a layer was gathered while the other layer of its buffer (l ± 2) was "
+                                    "still gathered: prefetch only the layer that runs next (l + 1 in "
+                                    "forward, l - 1 in backward), and reshard each layer when it is done"),
+    ("a prefetch never waited for", "an all-gather was still pending when backward ended (a prefetch "
+                                    "never waited for): no gather may be pending after backward: prefetch "
+                                    "only a layer that runs next in the same pass (none after layer 0's "
+                                    "backward); the next step's forward gathers layer 0 itself"),
+    ("recv overlaps send but is not this rank's chunk", "the reduce-scatter receives, in place, outside "
+     "this rank's own chunk of the send buffer: in fsdp.c rank r receives at g + r·f->shard[l] "
+     "(f->pg->rank, not another rank's chunk); in step 07's reducer at grads + rank·S + b->shard_offset"),
     ("this handle is still in flight", "an all-reduce was started on a bucket whose previous "
                                        "all-reduce was never waited for: reducer_finalize_backward must "
                                        "dist_wait every bucket, and each bucket is started once per step"),
@@ -1703,6 +1718,41 @@ def step08_replicas(np):
     return scenario
 
 
+def diagnose_fsdp_step(tmp, np, accum, batch):
+    """Why step 08 does not train like step 06: one optimizer step of each from the same start, the
+    parameters' moves compared (every gradient is computed from the same parameters)."""
+    one = FSDP + ["--batch_size", batch, "--grad_accum", accum, "--epochs", "1", "--max_steps", "1",
+                  "--save_interval", "1"]
+    try:
+        run("06_full", one + ["--ckpt_dir", f"{tmp}/one06", "--save_init", f"{tmp}/init"], np=np)
+        run("08_fsdp", one + ["--ckpt_dir", f"{tmp}/one08"], np=np)
+    except Failure as e:
+        return f"(a one-step run to find where the parameters differ failed: {str(e).splitlines()[0][:300]})"
+    _, p0 = read_checkpoint(f"{tmp}/init/checkpoint.bin")
+    p6, _ = ckpt_params_momentum(f"{tmp}/one06/checkpoint.bin")
+    p8, m8 = ckpt_params_momentum(f"{tmp}/one08/checkpoint.bin")
+    tol = PARAM_TOL * max(abs(x) for x in p6)
+    if not any(abs(a - b) > tol for a, b in zip(p6, p8)):
+        return "(after one step step 08 still agrees with step 06: they part later)"
+    if all(abs(a - b) <= tol for a, b in zip(p8, p0)):
+        return ("likely cause: after one step no parameter has moved" + (" and the momentum is zero" if not any(m8)
+                else "") + ": the update never reached this rank's shards: sgd_step must update the parameter "
+                "shards t->fsdp.params with the gradient shards t->fsdp.grads (a gathered buffer is overwritten "
+                "by the next gather), and each layer's gradient must be reduce-scattered into them")
+    d6, d8 = [a - b for a, b in zip(p6, p0)], [a - b for a, b in zip(p8, p0)]
+    ratio = sum(a * b for a, b in zip(d6, d8)) / max(sum(a * a for a in d6), 1e-30)
+    for k, why in ((1 / np, f"1/{np} as far as step 06's: the mean gradient is divided by the world size "
+                            "twice: backward already scales the loss by 1/W, so the reduce-scatter must sum "
+                            "(DIST_SUM), not average"),
+                   (np, f"{np} times as far as step 06's: the gradient is summed over the ranks but not divided "
+                        "by the world size: backward must run on the loss times 1/W (scale = b / B / W), the "
+                        "reduce-scatter then sums")):
+        if abs(ratio - k) < 1e-3 * k and all(abs(b - a * k) <= tol * max(k, 1) for a, b in zip(d6, d8)):
+            return f"likely cause: after one step every parameter has moved {why}"
+    return ("(after one step the parameters differ from step 06's: does each rank take its own shard of each "
+            "layer's sum, at g + rank·f->shard[l], and update its own shards?)")
+
+
 def step08_matches_step06(np):
     def scenario(tmp):
         epochs = str(-(-32 * 64 * np // 2048))
@@ -1723,7 +1773,8 @@ def step08_matches_step06(np):
                 raise Failure(f"grad_accum {accum}, {np} ranks: step 08 differs from step 06: loss {worst:.2e}, "
                               f"parameters {pworst:.2e}, momentum {mworst:.2e} (tolerances {LOSS_TOL}, {PARAM_TOL}): "
                               "is each layer's gradient reduce-scattered as a sum of the 1/W-scaled gradients, and "
-                              "each rank's shard updated with its own shard of it?")
+                              "each rank's shard updated with its own shard of it?\n"
+                              + diagnose_fsdp_step(tmp, np, accum, batch))
             # 2 ranks, no accumulation: every sum has the same two terms as step 06's all-reduce
             if np == 2 and accum == "1" and (pa != pb or ma != mb or la != lb or
                                             digests(f"{tmp}/a1_", 2) != digests(f"{tmp}/b1_", 2)):
@@ -1823,7 +1874,10 @@ def step08_trace(tmp):
                 g, fw = mine[f"all-gather layer {l + 1} (forward)"], mine[f"forward layer {l}"]
                 if g["ts"] > fw["ts"] or g["ts"] + g["dur"] < fw["ts"] + fw["dur"]:
                     raise Failure(f"rank {r} step {step}: layer {l + 1}'s gather does not span layer {l}'s "
-                                  f"forward (no prefetch?): gather {g['ts']}+{g['dur']}, forward {fw['ts']}+{fw['dur']}")
+                                  f"forward (no prefetch?): gather {g['ts']}+{g['dur']}, forward {fw['ts']}+{fw['dur']}\n"
+                                  "likely cause: the next layer's all-gather is not started before this layer "
+                                  "computes: pre_forward must prefetch it (unshard(f, l + 1), after waiting for "
+                                  "layer l's own), and pre_backward layer l - 1's")
 
 
 # ---- the exercise checker ---------------------------------------------------------------------------
@@ -2112,7 +2166,8 @@ SCENARIOS = {f.__name__: f for f in [step01_warnings, save_init, max_steps_resum
     gloo_matches_mpi("07_zero", 3), gloo_peer_faults, gloo_ranks_agree, torchrun_matches_mpi,
     step08_replicas(2), step08_replicas(3), step08_replicas(4), step08_matches_step06(2),
     step08_matches_step06(3), step08_matches_step06(4), step08_memory, step08_checkpoints, step08_trace] +
-    [own_binary(s) for s in ("02_init", "03_sampler", "04_ddp_wrap", "05_metrics_ckpt", "06_full", "07_zero")]}
+    [own_binary(s) for s in ("02_init", "03_sampler", "04_ddp_wrap", "05_metrics_ckpt", "06_full", "07_zero",
+                                   "08_fsdp")]}
 
 
 def main():

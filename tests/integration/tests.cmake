@@ -179,9 +179,10 @@ if(CMAKE_GENERATOR MATCHES "Ninja" AND DDP_HAVE_MPI)
   set(untouched_05 step05_matches_baseline_np2 step05_one_writer)
   set(untouched_06 step06_replicas_np2 step06_matches_step04_np2 step06_grad_accum step06_trace)
   set(untouched_07 step07_matches_step06_np2 step07_matches_step06_np3 step07_checkpoints)
+  set(untouched_08 step08_matches_step06_np2 step08_matches_step06_np3 step08_checkpoints step08_trace)
   # 06_fault: the extra exercise on step 06's snapshots and resume (the fault drill; about 2 minutes)
   set(untouched_06_fault fault06_drill fault06_one_writer fault06_barrier fault06_resume_mid_epoch)
-  foreach(n 02 03 04 05 06 07 06_fault)
+  foreach(n 02 03 04 05 06 07 08 06_fault)
     add_test(NAME exercise_checker_${n}
              COMMAND ${PROJECT_SOURCE_DIR}/exercises/selftest.sh ${n} ${untouched_${n}})
     set_tests_properties(exercise_checker_${n} PROPERTIES
