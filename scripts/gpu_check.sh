@@ -11,10 +11,10 @@
 #      reduce-scatter and in-place all-gather on GPU buffers (NCCL; MPI through the host);
 #   3. step 01 on the GPU against the CPU, same seed and data order;
 #   4. the process group over NCCL at world size 1: step 05's exact resume; step 06 = step 05;
-#      step 07 = step 06; two ranks on one GPU without NCCL_MULTI_RANK_GPU_ENABLE end with a clear
+#      step 07 = step 06; step 08 = step 06; two ranks on one GPU without NCCL_MULTI_RANK_GPU_ENABLE end with a clear
 #      message (any NCCL refuses them);
-#   5. with NCCL >= 2.30 loaded: steps 04-07 at 2 ranks on one GPU (NCCL_MULTI_RANK_GPU_ENABLE=1,
-#      scripts/launch.sh): replicas identical, step 06 = step 05, step 07 = step 06, the GPU tracks
+#   5. with NCCL >= 2.30 loaded: steps 04-08 at 2 ranks on one GPU (NCCL_MULTI_RANK_GPU_ENABLE=1,
+#      scripts/launch.sh): replicas identical, step 06 = step 05, steps 07 and 08 = step 06, the GPU tracks
 #      the CPU; the ncclAvg fallback; an IPv6 bootstrap address (SKIPPED where ::1 cannot be bound);
 #      then the same at 4 ranks.
 # Every multi-rank run is bounded three ways: `timeout` around it (RUN_LIMIT seconds, default 300),
@@ -136,7 +136,7 @@ if ! grep -q '\[✓\] CUDA' "$LOG/configure.log" || ! grep -q '\[✓\] NCCL' "$L
   finish
 fi
 # only what this script runs: the steps, gpu_count, the gpu tests' programs (and the benchmark's)
-targets=(01_single_gpu 04_ddp_wrap 05_metrics_ckpt 06_full 07_zero gpu_count test_order_nccl test_dist_gpu)
+targets=(01_single_gpu 04_ddp_wrap 05_metrics_ckpt 06_full 07_zero 08_fsdp gpu_count test_order_nccl test_dist_gpu)
 grep -q '\[✓\] GoogleTest' "$LOG/configure.log" && targets+=(gpu_tests)
 if ! cmake --build "$BUILD_DIR" -j "$(nproc)" --target "${targets[@]}" > "$LOG/build.log" 2>&1; then
   fail "configure + build" "build failed: $(grep -m1 -E 'error' "$LOG/build.log")"
@@ -282,6 +282,10 @@ compare "step 06 = step 05, 1 rank" same "$LOG/s05b_0.jsonl" "$LOG/s06_0.jsonl" 
 run "step07_1rank" launch 1 "$BIN/07_zero" "${small[@]}" --epochs 1 --bucket_cap_mb 1 --save_interval 0 \
   --metrics "$LOG/s07_{rank}.jsonl" || fail "step 07, 1 rank" "$(last_error)"
 compare "step 07 = step 06, 1 rank" same "$LOG/s06_0.jsonl" "$LOG/s07_0.jsonl" 0
+# step 08 (FSDP) at world size 1: every layer's all-gather and reduce-scatter of one rank, prefetched
+run "step08_1rank" launch 1 "$BIN/08_fsdp" "${small[@]}" --epochs 1 --save_interval 0 \
+  --metrics "$LOG/s08_{rank}.jsonl" || fail "step 08, 1 rank" "$(last_error)"
+compare "step 08 = step 06, 1 rank" same "$LOG/s06_0.jsonl" "$LOG/s08_0.jsonl" 0
 run "step06_trace" launch 1 "$BIN/06_full" "${small[@]}" --epochs 1 --bucket_cap_mb 1 --save_interval 0 \
   --max_steps 30 --trace "$LOG/trace06_{rank}.json" || fail "step 06, 1 rank, --trace" "$(last_error)"
 compare "step 06 --trace: backward and all-reduce spans" trace "$LOG/trace06_0.json"
@@ -312,7 +316,7 @@ verdict "2 ranks on one GPU without NCCL_MULTI_RANK_GPU_ENABLE" \
 # ---- 5. several ranks on one GPU (NCCL >= 2.30) -------------------------------------------------------
 multi="several ranks on one GPU"
 if [ "$nccl_code" -lt 23000 ]; then
-  skip "$multi (steps 04-07, 2 and 4 ranks)" "needs NCCL >= 2.30 loaded (loaded ${loaded:-unknown}); set NCCL_ROOT to one"
+  skip "$multi (steps 04-08, 2 and 4 ranks)" "needs NCCL >= 2.30 loaded (loaded ${loaded:-unknown}); set NCCL_ROOT to one"
 else
   export NCCL_MULTI_RANK_GPU_ENABLE=1
   # 1 epoch of 8192 synthetic samples, batch 64 per rank, hidden 256,256: 64 steps at 2 ranks, 32 at
@@ -326,7 +330,7 @@ else
   for np in 2 4; do  # every 2-rank run before the first 4-rank one
     run "cpu_ref_np$np" "$BIN/01_single_gpu" --device cpu "${mr[@]}" --batch_size $((64 * np)) \
       --metrics "$LOG/ref$np.jsonl" || fail "CPU reference for $np ranks (step 01, batch $((64 * np)))" "$(last_error)"
-    for s in 04_ddp_wrap 05_metrics_ckpt 06_full 07_zero; do
+    for s in 04_ddp_wrap 05_metrics_ckpt 06_full 07_zero 08_fsdp; do
       n=${s%%_*}
       if ! run "step${n}_np$np" launch $np "$BIN/$s" "${nccl[@]}" "${mr[@]}" \
              --metrics "$LOG/m${n}_np${np}_{rank}.jsonl"; then
@@ -341,6 +345,8 @@ else
     compare "step 06 = step 05, $np ranks" same "$LOG/m05_np${np}_0.jsonl" "$LOG/m06_np${np}_0.jsonl" $tol
     # step 07 (ZeRO-1: reduce-scatter, shard update, all-gather; 269,322 parameters, padded at 4 ranks)
     compare "step 07 = step 06, $np ranks" same "$LOG/m06_np${np}_0.jsonl" "$LOG/m07_np${np}_0.jsonl" $tol
+    # step 08 (FSDP: each layer gathered, its gradient reduce-scattered; a sum of two is order-free)
+    compare "step 08 = step 06, $np ranks" same "$LOG/m06_np${np}_0.jsonl" "$LOG/m08_np${np}_0.jsonl" $tol
     for n in 05 06; do  # the global loss (all-reduced) is logged from step 05 on
       compare "step $n, $np ranks: GPU tracks CPU (step 01, batch $((64 * np)))" gpu_cpu \
         "$LOG/m${n}_np${np}_0.jsonl" "$LOG/ref$np.jsonl" 10 1e-4 0.02
