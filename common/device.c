@@ -44,7 +44,7 @@ void device_init(Ctx *c, Device dev, int gpu) {
 void device_set_tf32(const Ctx *c, bool on) {
   if (c->dev == DEVICE_CUDA) WITH_CUDA(device_set_tf32_cuda(c, on));
   if (c->dev == DEVICE_CUDA) flops_set_tf32(on);  // the MFU's peak: the TF32 rate
-  (void)on;  // (unused in a build without CUDA; the CPU has no TF32)
+  (void)on;                                       // (unused in a build without CUDA; the CPU has no TF32)
 }
 
 void device_free(Ctx *c) {

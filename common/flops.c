@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static double g_total;                 // FLOPs counted by this process
-static char g_name[128] = "cpu";       // the device flops_set_device() was told of
-static double g_peak;                  // its peak, FLOP/s (0: unknown)
+static double g_total;            // FLOPs counted by this process
+static char g_name[128] = "cpu";  // the device flops_set_device() was told of
+static double g_peak;             // its peak, FLOP/s (0: unknown)
 
 double flops_linear(long long rows, int in, int out) { return 2.0 * (double)rows * in * out; }
 
@@ -29,9 +29,9 @@ static const struct {
   const char *key;
   double fp32, tf32;
 } PEAKS[] = {
-    {"H200", 67.0, 494.5},     {"GH200", 67.0, 494.5},   {"H100 NVL", 60.0, 417.5},
-    {"H100 PCIe", 51.0, 378.0}, {"H100", 67.0, 494.5},    {"A100", 19.5, 156.0},
-    {"L40S", 91.6, 183.0},     {"L40", 90.5, 90.5},      {"L4", 30.3, 60.0},       {"A10", 31.2, 62.5},
+    {"H200", 67.0, 494.5}, {"GH200", 67.0, 494.5}, {"H100 NVL", 60.0, 417.5}, {"H100 PCIe", 51.0, 378.0},
+    {"H100", 67.0, 494.5}, {"A100", 19.5, 156.0},  {"L40S", 91.6, 183.0},     {"L40", 90.5, 90.5},
+    {"L4", 30.3, 60.0},    {"A10", 31.2, 62.5},
 };
 
 double flops_gpu_peak(const char *name, bool tf32) {

@@ -26,8 +26,8 @@ extern "C" {
 
 /** @brief An open metrics file (or a disabled one). */
 typedef struct Metrics {
-  FILE *f;    ///< output stream, NULL when disabled
-  double t0;  ///< monotonic time of metrics_open(), seconds
+  FILE *f;             ///< output stream, NULL when disabled
+  double t0;           ///< monotonic time of metrics_open(), seconds
   double t_epoch;      ///< time of the last epoch object (t0 before the first)
   double flops_epoch;  ///< flops_total() at that time
 } Metrics;

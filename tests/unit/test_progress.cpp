@@ -85,7 +85,8 @@ TEST(Progress, GflopsAndMfuSinceThePreviousLine) {
   flops_set_device("cpu", false);
   flops_count(4e12);  // 40 GFLOP/s of 80: 50 %
   l = print_after(&p, 100.0, 1, 20, 1.0f);
-  ASSERT_TRUE(std::regex_search(l.text, m, std::regex("([0-9]+\\.[0-9]+) GFLOP/s  MFU ([0-9.]+)%\n"))) << l.text;
+  ASSERT_TRUE(std::regex_search(l.text, m, std::regex("([0-9]+\\.[0-9]+) GFLOP/s  MFU ([0-9.]+)%\n")))
+      << l.text;
   EXPECT_NEAR(std::stod(m[1]), 40.0, 0.4) << l.text;
   EXPECT_NEAR(std::stod(m[2]), 50.0, 0.5) << l.text;
   l = print_after(&p, 100.0, 1, 30, 1.0f);  // nothing counted since: no rate
