@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "device_backend.h"
+#include "flops.h"
 
 int device_cuda_count(void) {
 #if HAVE_CUDA
@@ -35,13 +36,15 @@ void device_init(Ctx *c, Device dev, int gpu) {
   memset(c, 0, sizeof *c);
   c->dev = dev;
   c->gpu = -1;
+  if (dev == DEVICE_CPU) flops_set_device("cpu", false);  // the MFU's peak: DDP_CPU_PEAK_GFLOPS, if set
   if (dev == DEVICE_CUDA) WITH_CUDA(device_init_cuda(c, gpu));
   (void)gpu;  // (unused in a build without CUDA)
 }
 
 void device_set_tf32(const Ctx *c, bool on) {
   if (c->dev == DEVICE_CUDA) WITH_CUDA(device_set_tf32_cuda(c, on));
-  (void)on;  // (unused in a build without CUDA; the CPU has no TF32)
+  if (c->dev == DEVICE_CUDA) flops_set_tf32(on);  // the MFU's peak: the TF32 rate
+  (void)on;                                       // (unused in a build without CUDA; the CPU has no TF32)
 }
 
 void device_free(Ctx *c) {

@@ -5,6 +5,7 @@
 
 #include "check.h"
 #include "device_backend.h"
+#include "flops.h"
 
 // ---------------------------------------------------------------------------------------------------
 // error checks
@@ -53,6 +54,9 @@ void device_init_cuda(Ctx *c, int gpu) {
   cudaStream_t stream = NULL;
   cublasHandle_t blas = NULL;
   cudaCheck(cudaSetDevice(gpu));
+  struct cudaDeviceProp prop;
+  cudaCheck(cudaGetDeviceProperties(&prop, gpu));
+  flops_set_device(prop.name, false);  // the peak the progress line's MFU is computed against
   // Non-blocking: our stream never waits on the legacy default stream that libraries may use.
   cudaCheck(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cublasCheck(cublasCreate(&blas));

@@ -9,6 +9,7 @@
 #include <sys/resource.h>
 
 #include "check.h"
+#include "flops.h"
 #include "log.h"
 #include "rankfile.h"
 
@@ -17,6 +18,8 @@ void metrics_open(Metrics *m, const char *path_template, int rank, int world_siz
   if (!path_template) return;
   m->f = rankfile_open("--metrics", path_template, rank, world_size);
   m->t0 = log_clock();
+  m->t_epoch = m->t0;
+  m->flops_epoch = flops_total();
 }
 
 // A float as JSON: 9 significant digits round-trip any float32; NaN and infinities have no JSON
@@ -53,6 +56,17 @@ void metrics_epoch(Metrics *m, int epoch, float train_loss, double test_acc, dou
   }
   fputs(",\"samples_per_s\":", m->f);
   put_float(m->f, samples_per_s);
+  double now = log_clock(), flops = flops_total() - m->flops_epoch, dt = now - m->t_epoch;
+  if (flops > 0 && dt > 0) {  // the GEMM rate since the previous epoch object
+    fputs(",\"gflops\":", m->f);
+    put_float(m->f, flops / dt / 1e9);
+    if (flops_peak() > 0) {
+      fputs(",\"mfu\":", m->f);
+      put_float(m->f, flops / dt / flops_peak());
+    }
+  }
+  m->t_epoch = now;
+  m->flops_epoch = flops_total();
   if (partial) fputs(",\"partial\":true", m->f);
   end_line(m);
 }

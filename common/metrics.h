@@ -5,8 +5,10 @@
  * Each rank writes its own file, PATH with `{rank}` replaced by its rank. Objects, one per line:
  * - per optimizer step: `{"type":"step","step":S,"epoch":E,"loss":L,"time":T}`, T the seconds since
  *   metrics_open() (for benchmarks: steady-state step times without a timer in the trainer);
- * - per epoch: `{"type":"epoch","epoch":E,"train_loss":L,"test_acc":A,"samples_per_s":R}` (test_acc
- *   omitted when not evaluated);
+ * - per epoch: `{"type":"epoch","epoch":E,"train_loss":L,"test_acc":A,"samples_per_s":R,"gflops":G,
+ *   "mfu":U}` (test_acc omitted when not evaluated; G: this process's GEMM GFLOP/s since the previous
+ *   epoch object or metrics_open(), flops.h, omitted when none were counted; U: G over the device's
+ *   peak, flops_peak(), in [0, 1], omitted when the peak is unknown);
  * - last: `{"type":"final","world_size":W,"steps":S,"param_digest":"<16 hex digits>","peak_rss_kib":K}`
  *   (K: the process's peak resident memory so far, in KiB, from getrusage; -1 if unknown).
  * Floats are printed with 9 significant digits, enough to round-trip a float32 exactly.
@@ -24,8 +26,10 @@ extern "C" {
 
 /** @brief An open metrics file (or a disabled one). */
 typedef struct Metrics {
-  FILE *f;    ///< output stream, NULL when disabled
-  double t0;  ///< monotonic time of metrics_open(), seconds
+  FILE *f;             ///< output stream, NULL when disabled
+  double t0;           ///< monotonic time of metrics_open(), seconds
+  double t_epoch;      ///< time of the last epoch object (t0 before the first)
+  double flops_epoch;  ///< flops_total() at that time
 } Metrics;
 
 /**

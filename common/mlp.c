@@ -7,6 +7,7 @@
 
 #include "check.h"
 #include "devmem.h"
+#include "flops.h"
 #include "ops.h"
 #include "rng.h"
 
@@ -108,6 +109,7 @@ const float *mlp_forward(Mlp *m, const Ctx *c, const float *x, int B) {
     const float *W = m->layer[l], *bias = W + (size_t)OUT(m, l) * IN(m, l);
     // act[l] = in · W_lᵀ + b_l, ReLU on every layer but the last (whose outputs are the logits).
     ops_gemm(c, false, true, B, OUT(m, l), IN(m, l), 1.0f, in, W, 0.0f, m->act[l]);
+    flops_count(flops_linear(B, IN(m, l), OUT(m, l)));  // for the progress line's GFLOP/s
     ops_bias_act(c, m->act[l], bias, B, OUT(m, l), l < m->n_layers - 1);
     if (m->hooks.post_forward) m->hooks.post_forward(l, m->hooks.user);
     in = m->act[l];
@@ -134,6 +136,7 @@ void mlp_backward(Mlp *m, const Ctx *c, const float *x, int B, float scale, MlpG
     float *dW = m->layer_grad[l], *db = dW + (size_t)OUT(m, l) * IN(m, l);
     // dW_l = dyᵀ · in, db_l = Σ_b dy: this layer's gradients are complete after these two ops.
     ops_gemm(c, true, false, OUT(m, l), IN(m, l), B, 1.0f, dy, in, beta, dW);
+    flops_count(2 * flops_linear(B, IN(m, l), OUT(m, l)));  // dW and d(in), by convention (flops.h)
     ops_bias_grad(c, dy, db, B, OUT(m, l), beta);
     if (m->timed) dev_event_record(c, &m->layer_done[l], NULL);
     if (hook) hook(l, user);

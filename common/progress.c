@@ -3,6 +3,7 @@
 
 #include <stdio.h>
 
+#include "flops.h"
 #include "log.h"
 
 void progress_start(Progress *p, long long total, long long done) {
@@ -12,6 +13,7 @@ void progress_start(Progress *p, long long total, long long done) {
   p->done_at_start = done;
   p->last_step = done;
   p->samples = 0;
+  p->flops_last = flops_total();
 }
 
 void progress_add(Progress *p, long long n) { p->samples += n; }
@@ -43,9 +45,17 @@ double progress_print(Progress *p, int epoch, int epochs, long long step, float 
   double eta = done > 0 && elapsed > 0 ? (double)left * elapsed / (double)done : -1.0;
   char eta_s[32];
   format_eta(eta_s, sizeof eta_s, eta);
-  log0("epoch %d/%d  step %lld/%lld  loss %.4f  %.0f samples/s  %.1f ms/step  ETA %s\n", epoch, epochs, step,
-       p->total, (double)loss, rate, ms_per_step, eta_s);
+  // The GEMM rate since the previous line, and its fraction of the peak where that is known.
+  double flops = flops_total() - p->flops_last, peak = flops_peak();
+  char rate_s[64] = "";
+  if (flops > 0 && dt > 0) {
+    int n = snprintf(rate_s, sizeof rate_s, "  %.2f GFLOP/s", flops / dt / 1e9);
+    if (peak > 0) snprintf(rate_s + n, sizeof rate_s - (size_t)n, "  MFU %.1f%%", 100.0 * flops / dt / peak);
+  }
+  log0("epoch %d/%d  step %lld/%lld  loss %.4f  %.0f samples/s  %.1f ms/step  ETA %s%s\n", epoch, epochs,
+       step, p->total, (double)loss, rate, ms_per_step, eta_s, rate_s);
   p->t_last = now;
+  p->flops_last = flops_total();
   p->last_step = step;
   p->samples = 0;
   return rate;

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "flops.h"
 #include "metrics.h"
 
 namespace {
@@ -234,4 +235,35 @@ TEST(Metrics, SharedPathAtSeveralRanksIsRefused) {
   metrics_open(&m, plain.c_str(), 0, 1);
   EXPECT_NE(m.f, nullptr);
   metrics_close(&m);
+}
+
+TEST(Metrics, EpochCarriesGflopsOnceFlopsAreCounted) {
+  unsetenv("DDP_CPU_PEAK_GFLOPS");
+  flops_set_device("cpu", false);
+  Metrics m;
+  metrics_open(&m, tmp_path("metrics_gflops_{rank}.jsonl").c_str(), 0, 1);
+  ASSERT_NE(m.f, nullptr);
+  m.t_epoch -= 100.0;  // as if the epoch took 100 s (the test reads no clock of its own)
+  flops_count(5e12);   // 50 GFLOP/s
+  metrics_epoch(&m, 0, 0.5f, 0.9, 1000.0, false);
+  setenv("DDP_CPU_PEAK_GFLOPS", "100", 1);
+  flops_set_device("cpu", false);
+  m.t_epoch -= 100.0;
+  flops_count(2e12);  // 20 GFLOP/s of 100: MFU 0.2
+  metrics_epoch(&m, 1, 0.5f, 0.9, 1000.0, false);
+  metrics_epoch(&m, 2, 0.5f, 0.9, 1000.0, false);  // nothing counted since: neither field
+  metrics_close(&m);
+  unsetenv("DDP_CPU_PEAK_GFLOPS");
+  flops_set_device("cpu", false);
+
+  auto lines = read_lines(tmp_path("metrics_gflops_0.jsonl"));
+  ASSERT_EQ(lines.size(), 3u);
+  std::vector<Object> objs(3);
+  for (size_t i = 0; i < 3; i++) ASSERT_TRUE(parse_flat(lines[i], &objs[i])) << lines[i];
+  using K = std::vector<std::string>;
+  EXPECT_EQ(keys(objs[0]), (K{"type", "epoch", "train_loss", "test_acc", "samples_per_s", "gflops"}));
+  EXPECT_NEAR(std::strtod(value(objs[0], "gflops").c_str(), nullptr), 50.0, 0.5);
+  EXPECT_EQ(keys(objs[1]), (K{"type", "epoch", "train_loss", "test_acc", "samples_per_s", "gflops", "mfu"}));
+  EXPECT_NEAR(std::strtod(value(objs[1], "mfu").c_str(), nullptr), 0.2, 0.002);
+  EXPECT_EQ(keys(objs[2]), (K{"type", "epoch", "train_loss", "test_acc", "samples_per_s"}));
 }

@@ -6,6 +6,7 @@
 #include <regex>
 #include <string>
 
+#include "flops.h"
 #include "progress.h"
 
 namespace {
@@ -67,4 +68,29 @@ TEST(Progress, ResumedRunCountsFromItsFirstStep) {
   Line l = print_after(&p, 100.0, 2, 50, 1.0f);
   EXPECT_NEAR(l.ms_per_step, 10000, 100) << l.text;  // 10 steps in 100 s, not 50
   EXPECT_NE(l.text.find("step 50/100"), std::string::npos) << l.text;
+}
+
+TEST(Progress, GflopsAndMfuSinceThePreviousLine) {
+  unsetenv("DDP_CPU_PEAK_GFLOPS");
+  flops_set_device("cpu", false);  // no peak: GFLOP/s without MFU
+  Progress p;
+  progress_start(&p, 100, 0);
+  progress_add(&p, 6400);
+  flops_count(2e12);  // 2 TFLOP in 100 s: 20 GFLOP/s
+  Line l = print_after(&p, 100.0, 1, 10, 1.0f);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(l.text, m, std::regex("ETA [0-9:]+  ([0-9]+\\.[0-9]+) GFLOP/s\n"))) << l.text;
+  EXPECT_NEAR(std::stod(m[1]), 20.0, 0.2) << l.text;
+  setenv("DDP_CPU_PEAK_GFLOPS", "80", 1);
+  flops_set_device("cpu", false);
+  flops_count(4e12);  // 40 GFLOP/s of 80: 50 %
+  l = print_after(&p, 100.0, 1, 20, 1.0f);
+  ASSERT_TRUE(std::regex_search(l.text, m, std::regex("([0-9]+\\.[0-9]+) GFLOP/s  MFU ([0-9.]+)%\n")))
+      << l.text;
+  EXPECT_NEAR(std::stod(m[1]), 40.0, 0.4) << l.text;
+  EXPECT_NEAR(std::stod(m[2]), 50.0, 0.5) << l.text;
+  l = print_after(&p, 100.0, 1, 30, 1.0f);  // nothing counted since: no rate
+  EXPECT_EQ(l.text.find("GFLOP/s"), std::string::npos) << l.text;
+  unsetenv("DDP_CPU_PEAK_GFLOPS");
+  flops_set_device("cpu", false);
 }
