@@ -13,6 +13,7 @@
 #include "check.h"
 #include "devmem.h"
 #include "dist_backend.h"
+#include "placement.h"
 #include "watchdog.h"
 
 // WITH_MPI(call), WITH_NCCL(call): a call into a back end, compiled only in a build that has it
@@ -329,13 +330,15 @@ void dist_connect(ProcessGroup *pg, const Ctx *c) {
     WITH_GLOO(dist_gloo_connect(pg, host, bootstrap_port()));
   }
 #if HAVE_NCCL
-  if (pg->backend != BACKEND_NCCL) return;
-  dist_nccl_connect(pg, pg->launcher == LAUNCH_MPI ? share_from_rank0 : NULL);
-  // The watchdog (running since dist_init) now also polls the communicator; its thread selects this
-  // rank's GPU before its first CUDA call, so that it makes no CUDA context on GPU 0.
-  if (pg->launcher != LAUNCH_NONE)
-    watchdog_start(pg->timeout, dist_nccl_poll, dist_nccl_bind, dist_nccl_abort, pg);
+  if (pg->backend == BACKEND_NCCL) {
+    dist_nccl_connect(pg, pg->launcher == LAUNCH_MPI ? share_from_rank0 : NULL);
+    // The watchdog (running since dist_init) now also polls the communicator; its thread selects this
+    // rank's GPU before its first CUDA call, so that it makes no CUDA context on GPU 0.
+    if (pg->launcher != LAUNCH_NONE)
+      watchdog_start(pg->timeout, dist_nccl_poll, dist_nccl_bind, dist_nccl_abort, pg);
+  }
 #endif
+  placement_log(pg);  // rank 0 prints every rank's node: `ranks: nodea 0-1 (local 0-1), ...`
 }
 
 // A group of one process (the MPI backend without an MPI launcher, Gloo without a context): every

@@ -110,7 +110,9 @@ void dist_init(ProcessGroup *pg, const char *backend, Device dev, double timeout
 
 /**
  * @brief Creates the communicator for the device of @p c (NCCL: ncclCommInitRank on the current GPU)
- * and registers the job-wide abort hook.
+ * and registers the job-wide abort hook. With several ranks it ends with one all-gather of every
+ * rank's host name and local rank, which rank 0 prints as one line (placement.h), e.g.
+ * `ranks: nodea 0-1 (local 0-1), nodeb 2-3 (local 0-1)`.
  * @param[in,out] pg process group from dist_init().
  * @param[in] c      this process's device context (kept; must outlive @p pg).
  * @pre device_init() selected the GPU given by the local rank.

@@ -6,7 +6,9 @@
 # is a script that enters the namespaces of the host it is given, as ssh would log in to it.
 #   tests/multinode/two_nodes.sh BIN_DIR
 # Checks, with 2 nodes x 2 ranks of step 06 on CPUs (MPI over TCP between the namespaces):
-#   - ranks 0,1 run on nodea and 2,3 on nodeb, with local ranks 0 and 1 on each node;
+#   - ranks 0,1 run on nodea and 2,3 on nodeb, with local ranks 0 and 1 on each node, as the
+#     trainer's start-up line `ranks: nodea 0-1 (local 0-1), nodeb 2-3 (local 0-1)` shows (and the
+#     other way round when the hostfile lists nodeb first);
 #   - the replicas end identical, and equal to the single-node 4-rank run;
 #   - a resume from node-local disks, where only nodea's disk holds the checkpoint: every rank reads
 #     the file itself, so the ranks of nodeb stop the job, naming the file (what happens today; see
@@ -62,13 +64,6 @@ exec ip netns exec "\$ns" unshare --uts --mount --propagation private \\
   sh -c "hostname \$node && mount --bind $tmp/disk-\$node $tmp/ckpt && exec sh -c \\"\\\$0\\"" "\$*"
 EOF
 chmod +x "$tmp/enter"
-# rank: what each rank's launcher gave it, then the trainer (Open MPI's own variables).
-cat >"$tmp/rank" <<EOF
-#!/bin/bash
-echo "\$OMPI_COMM_WORLD_RANK \$OMPI_COMM_WORLD_LOCAL_RANK \$(hostname)" >"$tmp/where.\$OMPI_COMM_WORLD_RANK"
-exec "\$@"
-EOF
-chmod +x "$tmp/rank"
 printf '%s slots=2\n%s slots=2\n' "$net.1" "$net.2" >"$tmp/hosts"
 printf '%s slots=2\n%s slots=2\n' "$net.2" "$net.1" >"$tmp/hosts_ba"
 
@@ -81,19 +76,20 @@ on_nodes() {
   first=$(head -n 1 "$hosts" | cut -d' ' -f1)
   "$tmp/enter" "$first" env OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_tcp_if_include="$net.0/24" \
     OMPI_MCA_oob_tcp_if_include="$net.0/24" OMPI_MCA_plm_rsh_agent="$tmp/enter" \
-    timeout 120 "$MPIEXEC" -np 4 --hostfile "$hosts" "$tmp/rank" "$BIN/06_full" "$@"
+    timeout 120 "$MPIEXEC" -np 4 --hostfile "$hosts" "$BIN/06_full" "$@"
 }
 
 fail() { echo "FAILED multinode: $*" >&2; exit 1; }
 t0=$(date +%s.%N)
 out=$(on_nodes "$tmp/hosts" "${FLAGS[@]}" --ckpt_dir "$tmp/ckpt" --save_interval 1 \
       --metrics "$tmp/m{rank}.jsonl" 2>&1) || fail "2 nodes x 2 ranks exited non-zero:"$'\n'"$out"
-for r in 0 1 2 3; do
-  read -r rank local host <"$tmp/where.$r"
-  want_host=nodea; [ "$r" -ge 2 ] && want_host=nodeb
-  [ "$rank" = "$r" ] && [ "$local" = $((r % 2)) ] && [ "$host" = "$want_host" ] ||
-    fail "rank $r: launcher says rank $rank local rank $local on $host, expected local $((r % 2)) on $want_host"
-done
+# placed OUT FIRST SECOND: the start-up shows ranks 0,1 on node FIRST and 2,3 on SECOND, local ranks
+# 0 and 1 on each (the trainer's own line, from its process group: rank 0 prints every rank's node).
+placed() {
+  local want="ranks: $2 0-1 (local 0-1), $3 2-3 (local 0-1)"
+  grep -qxF "$want" <<<"$1" || fail "no start-up line '$want':"$'\n'"$1"
+}
+placed "$out" nodea nodeb
 grep -q "rank 0 of 4 (local rank 0)" <<<"$out" || fail "no start-up line 'rank 0 of 4 (local rank 0)':"$'\n'"$out"
 digest() { python3 -c 'import json,sys; print([json.loads(l) for l in open(sys.argv[1])][-1]["param_digest"])' "$1"; }
 d=$(for r in 0 1 2 3; do digest "$tmp/m$r.jsonl"; done | sort -u)
@@ -111,6 +107,7 @@ echo "multinode: 2 nodes x 2 ranks: local ranks 0,1 on each node, replicas ident
 for hosts in hosts hosts_ba; do
   out=$(on_nodes "$tmp/$hosts" "${FLAGS[@]}" --ckpt_dir "$tmp/ckpt" --resume "$tmp/ckpt/checkpoint.bin" 2>&1) &&
     fail "a resume with the checkpoint on nodea's disk only succeeded ($hosts):"$'\n'"$out"
+  if [ "$hosts" = hosts ]; then placed "$out" nodea nodeb; else placed "$out" nodeb nodea; fi
   grep -q "$tmp/ckpt/checkpoint.bin" <<<"$out" || fail "the failed resume does not name the file:"$'\n'"$out"
   grep -q "done:" <<<"$out" && fail "a rank finished training although nodeb has no checkpoint:"$'\n'"$out"
   echo "multinode: resume, rank 0 on $(head -c 20 "$tmp/$hosts" | cut -d' ' -f1), checkpoint on nodea only: stops, $(grep -m1 -i "error" <<<"$out")"
