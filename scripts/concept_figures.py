@@ -30,6 +30,14 @@
       mpirun -np 2 build/bin/06_full --device cpu --data synthetic --hidden 128,128 --epochs 1 \
         --max_steps 4 --save_interval 0 --batch_size 32 --bucket_cap_mb 100 --trace 'out/one_{rank}.json'
 
+  scripts/concept_figures.py hang LOG.txt docs/img/step05_barrier_hang.png
+      chapter 05: the two-rank sequence of the barrier hang, every label a line of LOG.txt: the last
+      epoch record both ranks reached, rank 0's "saved" line, and each rank's watchdog line, which
+      names the collective it waited in. LOG.txt is a run of step 05 with the barrier moved inside
+      save_checkpoint's rank test (built with scripts/check_exercise.sh --build-only 05 FILE):
+      mpirun -np 2 work/build/bin/05_metrics_ckpt --device cpu --data synthetic --dataset_size 2048 \
+        --hidden 64 --epochs 3 --ckpt_dir out/ck --timeout 5 > out/hang.log 2>&1
+
 Needs matplotlib for the system Python (apt-get install python3-matplotlib).
 """
 import re
@@ -302,6 +310,55 @@ def ddpstep(pattern, png, step="2"):
     print(f"wrote {png}")
 
 
+def hang(log, png):
+    import textwrap
+    plt = plt_or_exit()
+    text = open(log).read()
+    epoch = re.findall(r"^(epoch \d+/\d+  train loss .*)$", text, re.M)
+    saved = re.search(r"^(saved .*)$", text, re.M)
+    dogs = {int(m[1]): (m[2], m[0]) for m in
+            re.finditer(r"^error: \[rank (\d+)\] watchdog: (\w+) has waited more than ([\d.]+) s.*$", text, re.M)}
+    if not (epoch and saved and 0 in dogs and 1 in dogs):
+        sys.exit(f"{log}: expected an epoch line, a 'saved' line and both ranks' watchdog lines")
+    fig, ax = plt.subplots(figsize=(10, 5.6))
+    xs = {0: 2.5, 1: 7.5}
+    for r, x in xs.items():
+        ax.plot([x, x], [0.3, 9.3], color="0.5", linewidth=1, linestyle=":")
+        ax.text(x, 9.55, f"rank {r}", ha="center", fontsize=11, weight="bold")
+
+    def box(x, y, msg, color, width=40, h=0.7):
+        ax.text(x, y, "\n".join(textwrap.wrap(msg, width)), ha="center", va="center", fontsize=8.5, family="monospace",
+                bbox=dict(boxstyle="round,pad=0.35", facecolor=color, edgecolor="0.3"))
+
+    # 1. the last collective both reached: epoch 1's evaluate all-reduce (the epoch line follows it)
+    ax.annotate("", xy=(xs[1], 8.6), xytext=(xs[0], 8.6), arrowprops=dict(arrowstyle="<->", lw=1.4, color="green"))
+    ax.text(5, 8.8, "both ranks arrive: evaluate's all-reduce, then rank 0 logs", ha="center", fontsize=8.5, color="green")
+    box(5, 8.1, epoch[-1].strip(), "#e8f5e9", width=90)
+    # 2. rank 0 saves; rank 1 skips the if
+    box(xs[0], 7.0, saved[1].strip(), "#fff3e0", width=34)
+    box(xs[1], 7.0, "(rank != 0: skips the if, and its barrier)", "white", width=34)
+    # 3. each waits in a different collective
+    box(xs[0], 5.6, f"waits in {dogs[0][0]} (inside the if)", "#ffebee", width=34)
+    box(xs[1], 5.6, f"waits in {dogs[1][0]} (epoch 2, step 1: the first gradient)", "#ffebee", width=34)
+    ax.annotate("", xy=(xs[1] - 1.9, 5.35), xytext=(xs[0] + 1.9, 5.35),
+                arrowprops=dict(arrowstyle="-", lw=1.2, color="crimson", linestyle="--"))
+    ax.text(5, 5.0, "different collectives: neither ever completes", ha="center", fontsize=8.5, color="crimson")
+    # 4. the watchdog lines, verbatim, in the order the log has them
+    order = sorted(dogs, key=lambda r: text.index(dogs[r][1]))
+    for i, r in enumerate(order):
+        box(xs[r], 3.4 - 1.6 * i, dogs[r][1], "#eeeeee", width=42, h=1.4)
+    ax.text(5, 0.25, f"after --timeout, each rank's watchdog ends it (lines from {log}, in the log's order)",
+            ha="center", fontsize=8, color="0.3")
+    ax.set_xlim(0, 10)
+    ax.set_ylim(0, 10)
+    ax.axis("off")
+    ax.set_title("step 05 with dist_barrier inside save_checkpoint's `if (t->rank == 0)`: the hang at 2 ranks",
+                 fontsize=10, loc="left")
+    fig.tight_layout()
+    fig.savefig(png, dpi=80)
+    print(f"wrote {png}")
+
+
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "sampler":
         sampler(sys.argv[2], sys.argv[3])
@@ -311,5 +368,7 @@ if __name__ == "__main__":
         accum(*sys.argv[2:])
     elif len(sys.argv) in (4, 5) and sys.argv[1] == "ddpstep":
         ddpstep(*sys.argv[2:])
+    elif len(sys.argv) == 4 and sys.argv[1] == "hang":
+        hang(*sys.argv[2:])
     else:
         sys.exit(__doc__)
