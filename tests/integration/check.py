@@ -1530,6 +1530,26 @@ def step07_memory(tmp):
           f"06 {peaks['06_full']}, 07 {peaks['07_zero']}")
 
 
+def tracks_06_at_3_ranks(tmp, common, step, ckpt, differ):
+    """Resumes `step` and step 06 at 3 ranks from a 2-rank checkpoint for 2 epochs: the ranks of `step`
+    must agree (else `differ`) and track step 06 (loss, parameters, momentum within the tolerances).
+    Returns (parameter, momentum) differences."""
+    n = step[:2]
+    for s in ("06_full", step):
+        run(s, common + ["--epochs", "2", "--resume", ckpt, "--save_interval", "1",
+                         "--ckpt_dir", f"{tmp}/w{s[:2]}", "--metrics", f"{tmp}/w{s[:2]}_{{rank}}.jsonl"], np=3)
+    if len(set(digests(f"{tmp}/w{n}_", 3))) != 1:
+        raise Failure(f"step {n} resumed at 3 ranks from a 2-rank checkpoint: {differ}")
+    l6, ln = global_losses(f"{tmp}/w06_", 3, 6), global_losses(f"{tmp}/w{n}_", 3, int(n))
+    p6, m6 = ckpt_params_momentum(f"{tmp}/w06/checkpoint.bin")
+    pn, mn = ckpt_params_momentum(f"{tmp}/w{n}/checkpoint.bin")
+    pd, md = rel_diff(p6, pn), rel_diff(m6, mn)
+    if not close(l6, ln) or pd > PARAM_TOL or md > PARAM_TOL:
+        raise Failure(f"resumed at 3 ranks from a 2-rank checkpoint, step {n} does not track step 06: parameters "
+                      f"{pd:.1e}, momentum {md:.1e}")
+    return pd, md
+
+
 def step07_checkpoints(tmp):
     """Step 06 and step 07 checkpoints are interchangeable (2 ranks: bit for bit), and step 07 resumes at
     another world size at an epoch boundary."""
@@ -1558,20 +1578,9 @@ def step07_checkpoints(tmp):
             raise Failure(f"{step} resumed from the other step's checkpoint ends at {digests(f'{tmp}/{tag}', 2)}, "
                           f"two epochs straight at {straight}")
     # another world size: 07 at 3 ranks from the 2-rank file, against 06 doing the same
-    for step in ("06_full", "07_zero"):
-        run(step, common + ["--epochs", "2", "--resume", f"{tmp}/c7/checkpoint.bin", "--save_interval", "1",
-                            "--ckpt_dir", f"{tmp}/w{step[:2]}", "--metrics", f"{tmp}/w{step[:2]}_{{rank}}.jsonl"],
-            np=3)
-    if len(set(digests(f"{tmp}/w07_", 3))) != 1:
-        raise Failure("step 07 resumed at 3 ranks from a 2-rank checkpoint: the replicas differ")
-    l6, l7 = global_losses(f"{tmp}/w06_", 3, 6), global_losses(f"{tmp}/w07_", 3, 7)
-    pw6, mw6 = ckpt_params_momentum(f"{tmp}/w06/checkpoint.bin")
-    pw7, mw7 = ckpt_params_momentum(f"{tmp}/w07/checkpoint.bin")
-    if not close(l6, l7) or rel_diff(pw6, pw7) > PARAM_TOL or rel_diff(mw6, mw7) > PARAM_TOL:
-        raise Failure("resumed at 3 ranks from a 2-rank checkpoint, step 07 does not track step 06: parameters "
-                      f"{rel_diff(pw6, pw7):.1e}, momentum {rel_diff(mw6, mw7):.1e}")
+    pd, md = tracks_06_at_3_ranks(tmp, common, "07_zero", f"{tmp}/c7/checkpoint.bin", "the replicas differ")
     print(f"2 ranks: 06 and 07 files identical, each resumes the other's exactly; 3 ranks from a 2-rank file: "
-          f"07 tracks 06 (parameters {rel_diff(pw6, pw7):.1e}, momentum {rel_diff(mw6, mw7):.1e})")
+          f"07 tracks 06 (parameters {pd:.1e}, momentum {md:.1e})")
 
 
 # ---- the Gloo backend: against MPI, and its peers' faults ---------------------------------------------
@@ -1809,20 +1818,10 @@ def step08_checkpoints(tmp):
         if digests(f"{tmp}/{tag}", 2) != straight:
             raise Failure(f"{step} resumed from {ck}'s checkpoint ends at {digests(f'{tmp}/{tag}', 2)}, two epochs "
                           f"straight at {straight}")
-    for step in ("06_full", "08_fsdp"):
-        run(step, common + ["--epochs", "2", "--resume", f"{tmp}/c8/checkpoint.bin", "--save_interval", "1",
-                            "--ckpt_dir", f"{tmp}/w{step[:2]}", "--metrics", f"{tmp}/w{step[:2]}_{{rank}}.jsonl"],
-            np=3)
-    if len(set(digests(f"{tmp}/w08_", 3))) != 1:
-        raise Failure("step 08 resumed at 3 ranks from a 2-rank checkpoint: the ranks' gathered parameters differ")
-    l6, l8 = global_losses(f"{tmp}/w06_", 3, 6), global_losses(f"{tmp}/w08_", 3, 8)
-    pw6, mw6 = ckpt_params_momentum(f"{tmp}/w06/checkpoint.bin")
-    pw8, mw8 = ckpt_params_momentum(f"{tmp}/w08/checkpoint.bin")
-    if not close(l6, l8) or rel_diff(pw6, pw8) > PARAM_TOL or rel_diff(mw6, mw8) > PARAM_TOL:
-        raise Failure("resumed at 3 ranks from a 2-rank checkpoint, step 08 does not track step 06: parameters "
-                      f"{rel_diff(pw6, pw8):.1e}, momentum {rel_diff(mw6, mw8):.1e}")
+    pd, _ = tracks_06_at_3_ranks(tmp, common, "08_fsdp", f"{tmp}/c8/checkpoint.bin",
+                                 "the ranks' gathered parameters differ")
     print(f"2 ranks: 08's file is 06's byte for byte; 08 resumes 06's and 07's files and 06 resumes 08's exactly; "
-          f"3 ranks from a 2-rank file: 08 tracks 06 (parameters {rel_diff(pw6, pw8):.1e})")
+          f"3 ranks from a 2-rank file: 08 tracks 06 (parameters {pd:.1e})")
 
 
 def step08_memory(tmp):
