@@ -461,7 +461,10 @@ PARITY_K = 16
 
 
 class Mismatch(Failure):
-    """Two runs differ beyond the error model (not a run that failed)."""
+    """Two runs differ beyond the error model (not a run that failed); `side` is the one that differs."""
+    def __init__(self, text, side=None):
+        super().__init__(text)
+        self.side = side
 
 
 def epoch_steps(np, batch, samples=2048):
@@ -511,19 +514,21 @@ def side_name(side):
         f" under {launcher}" if launcher else "")
 
 
-def one_step_from(tmp, tag, ref, got, common, start, step, n_terms):
-    """Both sides resume checkpoint `start` (saved after `step` steps), take one step and save; their
-    states and the step's loss must agree within the error model above. Returns the largest ratio of a
-    difference to its bound. `start` None: ref's initial state (--save_init), step 0."""
+def one_step_from(tmp, tag, ref, gots, common, start, step, n_terms):
+    """ref and each side of `gots` resume checkpoint `start` (saved after `step` steps), take one step
+    and save; each one's state and step loss must agree with ref's within the error model above.
+    `start` None: ref's initial state (--save_init), step 0. Returns the largest ratios of a difference
+    to its bound (loss, parameters, momentum)."""
     common = with_flag(with_flag(common, "save_interval", 1000), "max_steps", step + 1)
-    out = {}
-    for name, side in (("ref", ref), ("got", got)):
-        extra = ["--ckpt_dir", f"{tmp}/{tag}{name}"]
-        if start is None and name == "ref":  # from scratch: its initial state is the other's start
+    out = []
+    for i, side in enumerate([ref] + list(gots)):
+        name = f"{tag}{i}"
+        extra = ["--ckpt_dir", f"{tmp}/{name}"]
+        if start is None and i == 0:  # from scratch: its initial state is the others' start
             extra += ["--save_init", f"{tmp}/{tag}init"]
         else:
             extra += ["--resume", start if start else f"{tmp}/{tag}init/checkpoint.bin"]
-        prefix = side_run(tmp, side, common, extra, f"{tag}{name}_")
+        prefix = side_run(tmp, side, common, extra, f"{name}_")
         np = side[1]
         if np > 1 and len(set(digests(prefix, np))) != 1:
             raise Failure(f"{side_name(side)}: the replicas differ after step {step + 1}: "
@@ -532,36 +537,41 @@ def one_step_from(tmp, tag, ref, got, common, start, step, n_terms):
         if not steps or steps[-1]["step"] != step + 1:
             raise Failure(f"{side_name(side)} resumed at step {step} did not log step {step + 1}")
         loss = global_losses(prefix, np, int(side[0][:2]))[-1]
-        out[name] = (loss,) + ckpt_params_momentum(f"{tmp}/{tag}{name}/checkpoint.bin")
+        out.append((loss,) + ckpt_params_momentum(f"{tmp}/{name}/checkpoint.bin"))
     p0, m0 = ckpt_params_momentum(start or f"{tmp}/{tag}init/checkpoint.bin")
-    (la, pa, ma), (lb, pb, mb) = out["ref"], out["got"]
+    la, pa, ma = out[0]
     lr, mu = float(flag(common, "lr")), float(flag(common, "momentum"))
     G = max(abs(a - mu * b) for a, b in zip(ma, m0))
     dg = 2 * gamma(n_terms) * KAPPA * G
-    ratios = {"loss": abs(la - lb) / (2 * gamma(n_terms) * KAPPA * abs(la))}
-    worst_m = max(range(len(ma)), key=lambda i: abs(ma[i] - mb[i]) / (dg + f32_ulp(ma[i])))
-    ratios["momentum"] = abs(ma[worst_m] - mb[worst_m]) / (dg + f32_ulp(ma[worst_m]))
-    pbound = [lr * (dg + f32_ulp(m)) * (1 + U) + f32_ulp(p) for p, m in zip(pa, ma)]
-    worst_p = max(range(len(pa)), key=lambda i: abs(pa[i] - pb[i]) / pbound[i])
-    ratios["parameters"] = abs(pa[worst_p] - pb[worst_p]) / pbound[worst_p]
-    if max(ratios.values()) > 1:
-        sizes = read_checkpoint(f"{tmp}/{tag}ref/checkpoint.bin")[0]["sizes"]
-        where = lambda i: next(name for name, a, b in tensor_slices(sizes) if a <= i < b)
-        raise Mismatch(
-            f"one step from the same state (step {step} -> {step + 1}, seed {flag(common, 'seed')}): "
-            f"{side_name(got)} differs from {side_name(ref)} beyond rounding: loss {la:.8g} vs {lb:.8g}; "
-            f"parameters at {where(worst_p)} {pa[worst_p]:.8g} vs {pb[worst_p]:.8g} (bound "
-            f"{pbound[worst_p]:.2g}); momentum {ma[worst_m]:.8g} vs {mb[worst_m]:.8g} (bound "
-            f"{dg + f32_ulp(ma[worst_m]):.2g}); largest difference/bound {max(ratios.values()):.3g} "
-            f"(the error model is in tests/integration/check.py)")
-    return ratios
+    mbound = [dg + f32_ulp(m) for m in ma]
+    pbound = [lr * mb * (1 + U) + f32_ulp(p) for p, mb in zip(pa, mbound)]
+    worst = {"loss": 0.0, "parameters": 0.0, "momentum": 0.0}
+    for side, (lb, pb, mb) in zip(gots, out[1:]):
+        ratios = {"loss": abs(la - lb) / (2 * gamma(n_terms) * KAPPA * abs(la))}
+        wm = max(range(len(ma)), key=lambda i: abs(ma[i] - mb[i]) / mbound[i])
+        wp = max(range(len(pa)), key=lambda i: abs(pa[i] - pb[i]) / pbound[i])
+        ratios["momentum"] = abs(ma[wm] - mb[wm]) / mbound[wm]
+        ratios["parameters"] = abs(pa[wp] - pb[wp]) / pbound[wp]
+        if max(ratios.values()) > 1:
+            sizes = read_checkpoint(f"{tmp}/{tag}0/checkpoint.bin")[0]["sizes"]
+            where = next(name for name, a, b in tensor_slices(sizes) if a <= wp < b)
+            raise Mismatch(
+                f"one step from the same state (step {step} -> {step + 1}, seed {flag(common, 'seed')}): "
+                f"{side_name(side)} differs from {side_name(ref)} beyond rounding: loss {la:.8g} vs {lb:.8g}; "
+                f"parameters at {where} {pa[wp]:.8g} vs {pb[wp]:.8g} (bound {pbound[wp]:.2g}); momentum "
+                f"{ma[wm]:.8g} vs {mb[wm]:.8g} (bound {mbound[wm]:.2g}); largest difference/bound "
+                f"{max(ratios.values()):.3g} (the error model is in tests/integration/check.py)", side)
+        worst = {k: max(v, ratios[k]) for k, v in worst.items()}
+    return worst
 
 
-def one_step_parity(tmp, tag, ref, got, common, n_terms, steps=(0, PARITY_K), diagnose=None):
-    """The comparison of two programs that compute the same training in two summation orders: from
-    ref's state after each of `steps` steps, one step of each must agree within the error model above.
-    On a failure, diagnose() (when given) adds the likely cause. Prints the worst ratios."""
-    worst = {}
+def one_step_parity(tmp, tag, ref, gots, common, n_terms, steps=(0, PARITY_K), diagnose=None):
+    """The comparison of programs that compute the same training in other summation orders: from
+    ref's state after each of `steps` steps, one step of each side of `gots` (one side, or a list) must
+    agree with ref's within the error model above. On a failure, diagnose(side) (when given) adds the
+    likely cause. Prints the worst ratios."""
+    gots = [gots] if isinstance(gots, tuple) else list(gots)
+    worst = {"loss": 0.0, "parameters": 0.0, "momentum": 0.0}
     for k in steps:
         start = None
         if k:
@@ -569,14 +579,13 @@ def one_step_parity(tmp, tag, ref, got, common, n_terms, steps=(0, PARITY_K), di
                      ["--ckpt_dir", f"{tmp}/{tag}s{k}"], f"{tag}s{k}_")
             start = f"{tmp}/{tag}s{k}/checkpoint.bin"
         try:
-            r = one_step_from(tmp, f"{tag}k{k}_", ref, got, common, start, k, n_terms)
+            r = one_step_from(tmp, f"{tag}k{k}_", ref, gots, common, start, k, n_terms)
         except Mismatch as f:
-            raise Mismatch(f"{f}\n{diagnose()}" if diagnose else str(f)) from None
-        for key, v in r.items():
-            worst[key] = max(worst.get(key, 0.0), v)
-    print(f"{side_name(got)} vs {side_name(ref)}, one step from steps {', '.join(map(str, steps))}: "
-          f"difference/bound at most loss {worst['loss']:.2g}, parameters {worst['parameters']:.2g}, "
-          f"momentum {worst['momentum']:.2g}")
+            raise Mismatch(f"{f}\n{diagnose(f.side)}" if diagnose else str(f), f.side) from None
+        worst = {key: max(v, r[key]) for key, v in worst.items()}
+    print(f"{' and '.join(map(side_name, gots))} vs {side_name(ref)}, one step from steps "
+          f"{', '.join(map(str, steps))}: difference/bound at most loss {worst['loss']:.2g}, parameters "
+          f"{worst['parameters']:.2g}, momentum {worst['momentum']:.2g}")
     return worst
 
 
@@ -640,7 +649,7 @@ def matches_baseline(step, np):
         # stride split of the baseline's permutation), summed in another order: the error model above.
         one_step_parity(tmp, "p", ("01_single_gpu", 1, ["--batch_size", "128"], None),
                         (step, np, ["--batch_size", str(B)], None), SMALL + ["--epochs", "2"], 128 + np,
-                        diagnose=diagnose)
+                        diagnose=lambda side: diagnose())
     scenario.__name__ = f"step{step[:2]}_matches_baseline_np{np}"
     scenario.__doc__ = (f"{step} at {np} ranks x batch {128 // np} takes step 01's steps at batch 128: one step "
                         "from the same state, at the start and after an epoch, agrees within float32 rounding.")
@@ -921,15 +930,15 @@ def step06_matches_step04(np):
             # 3 or more terms: step 04's one all-reduce and step 06's buckets may add them in other
             # orders (the collective's algorithm depends on the message size), and step 06 divides by W
             # before the sum, step 04 after: rounding, bounded by the error model, one step at a time.
-            for cap in CAPS:
-                def trajectories():
-                    run("04_ddp_wrap", BUCKETED + ["--epochs", "2", "--metrics", f"{tmp}/a{{rank}}.jsonl"], np=np)
-                    run("06_full", BUCKETED + ["--epochs", "2", "--bucket_cap_mb", cap,
-                                               "--metrics", f"{tmp}/b{{rank}}.jsonl"], np=np)
-                    return diagnose(global_losses(f"{tmp}/a", np, 4), global_losses(f"{tmp}/b", np, 6))
-                one_step_parity(tmp, f"c{cap}_", ("04_ddp_wrap", np, [], None),
-                                ("06_full", np, ["--bucket_cap_mb", cap], None), BUCKETED + ["--epochs", "2"],
-                                128 * np + np, steps=(0, epoch_steps(np, 128)), diagnose=trajectories)
+            def trajectories(side):
+                run("04_ddp_wrap", BUCKETED + ["--epochs", "2", "--metrics", f"{tmp}/a{{rank}}.jsonl"], np=np)
+                run("06_full", BUCKETED + ["--epochs", "2"] + side[2] + ["--metrics", f"{tmp}/b{{rank}}.jsonl"],
+                    np=np)
+                return diagnose(global_losses(f"{tmp}/a", np, 4), global_losses(f"{tmp}/b", np, 6))
+            one_step_parity(tmp, "p", ("04_ddp_wrap", np, [], None),
+                            [("06_full", np, ["--bucket_cap_mb", cap], None) for cap in CAPS],
+                            BUCKETED + ["--epochs", "2"], 128 * np + np, steps=(0, epoch_steps(np, 128)),
+                            diagnose=trajectories)
             return
         run("04_ddp_wrap", BUCKETED + ["--epochs", "2", "--metrics", f"{tmp}/a{{rank}}.jsonl"], np=np)
         la = global_losses(f"{tmp}/a", np, 4)
@@ -985,7 +994,7 @@ def step06_grad_accum(tmp):
     # partial sums among its terms.
     one_step_parity(tmp, "p", ("06_full", 2, ["--batch_size", "64"], None),
                     ("06_full", 2, ["--batch_size", "16", "--grad_accum", "4"], None), common, 128 + 2 + 4,
-                    diagnose=diagnose)
+                    diagnose=lambda side: diagnose())
 
 
 def mpi_calls_library(tmp):
@@ -1598,12 +1607,11 @@ def step07_matches_step06(np):
         if np > 2:
             # 3 or more terms: step 06's all-reduce and step 07's reduce-scatter add them in other
             # orders: rounding, bounded by the error model, one step at a time.
-            for cap in CAPS:
-                one_step_parity(tmp, f"c{cap}_", ("06_full", np, [], None),
-                                ("07_zero", np, ["--bucket_cap_mb", cap], None),
-                                ZERO_BUCKETED + ["--batch_size", "64", "--epochs", "2"], 64 * np + np,
-                                steps=(0, epoch_steps(np, 64)),
-                                diagnose=lambda: diagnose_zero_step(tmp, np, cap, ZERO_BUCKETED))
+            one_step_parity(tmp, "p", ("06_full", np, [], None),
+                            [("07_zero", np, ["--bucket_cap_mb", cap], None) for cap in CAPS],
+                            ZERO_BUCKETED + ["--batch_size", "64", "--epochs", "2"], 64 * np + np,
+                            steps=(0, epoch_steps(np, 64)),
+                            diagnose=lambda side: diagnose_zero_step(tmp, np, side[2][1], ZERO_BUCKETED))
             return
         common = ZERO_BUCKETED + ["--batch_size", "64", "--epochs", "2", "--save_interval", "2"]
         run("06_full", common + ["--ckpt_dir", f"{tmp}/a", "--metrics", f"{tmp}/a{{rank}}.jsonl"], np=np)
@@ -1691,7 +1699,7 @@ def tracks_06_at_3_ranks(tmp, common, step, ckpt, differ):
     n = step[:2]
     start = read_checkpoint(ckpt)[0]["step"]
     try:
-        return one_step_from(tmp, f"w{n}_", ("06_full", 3, [], None), (step, 3, [], None),
+        return one_step_from(tmp, f"w{n}_", ("06_full", 3, [], None), [(step, 3, [], None)],
                              common + ["--epochs", "2"], ckpt, start, 64 * 3 + 3)
     except Mismatch as f:
         raise Failure(f"resumed at 3 ranks from a 2-rank checkpoint, step {n} does not track step 06: {f}") from None
@@ -1927,7 +1935,7 @@ def step08_matches_step06(np):
                 # bounded by the error model, one step at a time.
                 one_step_parity(tmp, f"a{accum}_", ("06_full", np, [], None), ("08_fsdp", np, [], None), common,
                                 64 * np + np + int(accum), steps=(0, epoch_steps(np, 64)),
-                                diagnose=lambda: cause + diagnose_fsdp_step(tmp, np, accum, batch))
+                                diagnose=lambda side: cause + diagnose_fsdp_step(tmp, np, accum, batch))
                 continue
             # 2 ranks, no accumulation: every sum has the same two terms as step 06's all-reduce, and the
             # update is the same elementwise arithmetic on a shard: bit for bit.
