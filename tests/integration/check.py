@@ -1626,7 +1626,7 @@ def step07_matches_step06(np):
             # all-reduce's element): the same arithmetic, so 07 must be 06 bit for bit.
             if la != lb or pa != pb:
                 raise Failure(f"bucket cap {cap}: at 2 ranks step 07 should equal step 06 bit for bit; per-step "
-                              f"loss differs by {max(abs(x - y) for x, y in zip(la, lb)) if len(la) == len(lb) else 'count'}"
+                              f"loss differs by {max(abs(x - y) / max(abs(x), 1e-3) for x, y in zip(la, lb)):.2e} (relative)"
                               f", parameters by {rel_diff(pa, pb):.2e} of their largest value: is each rank's shard "
                               "the mean of the ranks' gradients (the reduce-scatter's counts and offsets), and is "
                               "each rank updating its own shard?\n" + diagnose_zero_step(tmp, np, cap, ZERO_BUCKETED))
