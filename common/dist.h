@@ -73,6 +73,8 @@ typedef enum Launcher {
   LAUNCH_SLURM = 3  ///< srun (SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID)
 } Launcher;
 
+struct DistBackendOps;
+
 /** @brief A process group: this process's place in the job, and the communicator. */
 typedef struct ProcessGroup {
   int rank;            ///< global rank, 0 .. world_size-1
@@ -91,6 +93,8 @@ typedef struct ProcessGroup {
   void *gloo;          ///< the Gloo context and its worker thread (BACKEND_GLOO with several ranks)
   void *stage;         ///< pinned host staging buffer (BACKEND_MPI, BACKEND_GLOO with device buffers)
   size_t stage_bytes;  ///< size of @ref stage
+  /** @brief The backend's table of operations (dist_backend.h), set by dist_init(). */
+  const struct DistBackendOps *ops;
 } ProcessGroup;
 
 /**
