@@ -275,9 +275,10 @@ void dist_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, D
  * @brief dist_all_gather() started asynchronously (`MPI_Iallgather`; NCCL: `ncclAllGather` on the
  * communication stream after the work queued so far on the compute stream, as
  * dist_all_reduce_async() does), so that computation can go on meanwhile: FSDP's prefetch of the
- * next layer's parameters. Complete it with dist_wait() (dist_test() lets MPI progress); neither
- * buffer may be touched before. @p w's `what` is "all-gather", its `buf` @p recv and its `n` the
- * gathered elements (world_size · @p n). MPI with a CUDA context: blocking, through the host.
+ * next layer's parameters. Gloo: queued on the worker thread, as dist_all_reduce_async() is. Complete
+ * it with dist_wait() (dist_test() lets MPI progress); neither buffer may be touched before. @p w's
+ * `what` is "all-gather", its `buf` @p recv and its `n` the gathered elements (world_size · @p n). MPI
+ * and Gloo with a CUDA context: blocking, through the host.
  * @param[in] pg    process group.
  * @param[in] send  device, (n); `recv + rank·n` for the in-place form.
  * @param[out] recv device, (world_size · n).
