@@ -9,7 +9,8 @@
 # Each attempt sees TORCHELASTIC_RESTART_COUNT (0 for the first, then 1, 2, ...) and
 # TORCHELASTIC_MAX_RESTARTS=K, as torchrun's workers do. Every restart is logged with the failure it
 # follows. Status 75 from an attempt is the trainers' preemption exit (SIGTERM: the step finished, the
-# checkpoint written); it is restarted like any failure, and said so.
+# checkpoint written); it is restarted like any failure, and said so. A trainer preempted with saving
+# off (--save_interval 0, no --save_steps) writes nothing and exits 143, as SIGTERM's death reads.
 #
 # Exit status: 0 as soon as an attempt succeeds; otherwise the last attempt's status, after a line
 # saying that the limit was reached. SIGTERM, SIGINT or SIGHUP to restart.sh ends the attempt in
@@ -29,7 +30,8 @@
 # says so at start and runs without it.
 set -uo pipefail
 me=${0##*/}
-PREEMPTED=75  # common/preempt.h: PREEMPT_EXIT_STATUS
+PREEMPTED=75           # common/preempt.h: PREEMPT_EXIT_STATUS
+PREEMPTED_UNSAVED=143  # common/preempt.h: PREEMPT_UNSAVED_EXIT_STATUS (128 + SIGTERM)
 usage() {
   echo "usage: $me --max_restarts K -- COMMAND [ARGS...]" >&2
   exit 2
@@ -109,6 +111,8 @@ trap 'on_signal HUP 1' HUP
 describe() {
   if [ "$1" -eq $PREEMPTED ]; then
     echo "status $1 (preempted: checkpoint written)"
+  elif [ "$1" -eq $PREEMPTED_UNSAVED ]; then
+    echo "status $1 (killed by SIGTERM, or preempted with saving off: no checkpoint written)"
   elif [ "$1" -gt 128 ] && name=$(kill -l $(($1 - 128)) 2>/dev/null); then
     echo "status $1 (killed by SIG$name)"
   else
