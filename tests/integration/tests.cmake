@@ -299,3 +299,14 @@ foreach(case launch_args grace_values grace_launch grace_restart orphan orphan_m
     LABELS "integration;fault" PROCESSORS 2 TIMEOUT 120 SKIP_RETURN_CODE 77
     ENVIRONMENT "${DDP_MPI_ENV}")
 endforeach()
+
+# Restarts and preemptions keep what they should (tests/fault/restart_drill.py, label fault): under
+# restart.sh each rank's metrics file keeps every attempt (an attempt record between them, the final
+# record naming the attempt and its start step) and each attempt's trace is kept (a restart truncated
+# both); a preemption with saving off writes no checkpoint (another run's file stays) and exits 143,
+# with --save_interval 5 it saves and exits 75; --resume auto with other --lr, --momentum,
+# --weight_decay and --epochs resumes and says that they are not compared, another --seed is refused.
+ddp_fault(metrics_across_restarts metrics --step 06_full --np 2 --seeds 3)
+ddp_fault(preempt_saving_off_06 unsaved --step 06_full --np 2 --seeds 4)
+ddp_fault(preempt_saving_off_08 unsaved --step 08_fsdp --np 2 --seeds 5)
+ddp_fault(resume_auto_settings settings --step 07_zero --np 2)
