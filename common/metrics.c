@@ -13,13 +13,22 @@
 #include "log.h"
 #include "rankfile.h"
 
+static void end_line(Metrics *m);
+
 void metrics_open(Metrics *m, const char *path_template, int rank, int world_size) {
   m->f = NULL;
   if (!path_template) return;
-  m->f = rankfile_open("--metrics", path_template, rank, world_size);
+  // A restarted attempt runs the same command line: truncating would wipe the earlier attempts' lines.
+  m->attempt = rankfile_attempt();
+  m->f = rankfile_open_mode("--metrics", path_template, rank, world_size, m->attempt > 0 ? "a" : "w");
   m->t0 = log_clock();
   m->t_epoch = m->t0;
   m->flops_epoch = flops_total();
+  m->start = -1;
+  if (m->attempt > 0) {
+    fprintf(m->f, "{\"type\":\"attempt\",\"attempt\":%d", m->attempt);
+    end_line(m);
+  }
 }
 
 // A float as JSON: 9 significant digits round-trip any float32; NaN and infinities have no JSON
@@ -39,6 +48,7 @@ static void end_line(Metrics *m) {
 
 void metrics_step(Metrics *m, long long step, int epoch, float loss) {
   if (!m->f) return;
+  if (m->start < 0) m->start = step - 1;  // steps come in order, from the one after the start
   fprintf(m->f, "{\"type\":\"step\",\"step\":%lld,\"epoch\":%d,\"loss\":", step, epoch);
   put_float(m->f, (double)loss);
   fprintf(m->f, ",\"time\":%.6f", log_clock() - m->t0);
@@ -77,8 +87,8 @@ void metrics_final(Metrics *m, int world_size, long long steps, uint64_t param_d
   long peak_kib = getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_maxrss : -1;  // Linux: KiB
   fprintf(m->f,
           "{\"type\":\"final\",\"world_size\":%d,\"steps\":%lld,\"param_digest\":\"%016" PRIx64
-          "\",\"peak_rss_kib\":%ld",
-          world_size, steps, param_digest, peak_kib);
+          "\",\"peak_rss_kib\":%ld,\"attempt\":%d,\"start_step\":%lld",
+          world_size, steps, param_digest, peak_kib, m->attempt, m->start < 0 ? steps : m->start);
   end_line(m);
   metrics_close(m);
 }

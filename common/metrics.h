@@ -9,9 +9,19 @@
  *   "mfu":U}` (test_acc omitted when not evaluated; G: this process's GEMM GFLOP/s since the previous
  *   epoch object or metrics_open(), flops.h, omitted when none were counted; U: G over the device's
  *   peak, flops_peak(), in [0, 1], omitted when the peak is unknown);
- * - last: `{"type":"final","world_size":W,"steps":S,"param_digest":"<16 hex digits>","peak_rss_kib":K}`
- *   (K: the process's peak resident memory so far, in KiB, from getrusage; -1 if unknown).
+ * - last: `{"type":"final","world_size":W,"steps":S,"param_digest":"<16 hex digits>","peak_rss_kib":K,
+ *   "attempt":A,"start_step":S0}` (K: the process's peak resident memory so far, in KiB, from getrusage;
+ *   -1 if unknown; A: the attempt, rankfile_attempt(); S0: the step this process started from, 0 for a
+ *   fresh run, the checkpoint's step after a resume: this process trained steps S0 + 1 to S).
  * Floats are printed with 9 significant digits, enough to round-trip a float32 exactly.
+ *
+ * Restarts: a restarted attempt (rankfile_attempt() > 0: scripts/restart.sh, torchrun `--max-restarts`)
+ * runs the same command line, so it appends to the file instead of truncating it, and first writes
+ * `{"type":"attempt","attempt":A}`. The file then holds every attempt in turn: the steps an attempt
+ * trained after its last snapshot appear again, trained anew, after the next attempt's record (keep
+ * the last record of each step for one per step), and `time` starts again from 0 at each attempt. The
+ * first attempt (0, or no restart count) creates the file anew, as a run started by hand does, with
+ * `--resume` too: give a resumed run by hand a path of its own to keep the earlier file.
  */
 #ifndef DDP_METRICS_H
 #define DDP_METRICS_H
@@ -30,10 +40,13 @@ typedef struct Metrics {
   double t0;           ///< monotonic time of metrics_open(), seconds
   double t_epoch;      ///< time of the last epoch object (t0 before the first)
   double flops_epoch;  ///< flops_total() at that time
+  int attempt;         ///< rankfile_attempt() at metrics_open()
+  long long start;     ///< the step before the first step object (-1 before it): the final's start_step
 } Metrics;
 
 /**
- * @brief Opens the metrics file for @p rank; disabled when @p path_template is NULL. Ends the job when
+ * @brief Opens the metrics file for @p rank; disabled when @p path_template is NULL. A restarted attempt
+ * appends (and writes its attempt object), the first one creates or truncates. Ends the job when
  * the file cannot be created, or when @p world_size > 1 and the template has no `{rank}` (see
  * rankfile_open()).
  * @param[out] m            the metrics file.
@@ -61,8 +74,9 @@ void metrics_epoch(Metrics *m, int epoch, float train_loss, double test_acc, dou
                    bool partial);
 
 /**
- * @brief Writes the final object: the world size, steps, the parameter digest and the peak memory,
- * then closes the file (metrics_close()): nothing comes after the final object.
+ * @brief Writes the final object: the world size, steps, the parameter digest, the peak memory, the
+ * attempt and the step this process started from (the first step object's step - 1; @p steps when it
+ * wrote none), then closes the file (metrics_close()): nothing comes after the final object.
  */
 void metrics_final(Metrics *m, int world_size, long long steps, uint64_t param_digest);
 

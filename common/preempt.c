@@ -54,7 +54,22 @@ bool preempt_agree(Preempt *p, ProcessGroup *pg, const Ctx *c, long long step) {
   return false;
 }
 
-int preempt_exit_status(const Preempt *p) { return p->stop ? PREEMPT_EXIT_STATUS : 0; }
+bool preempt_save_due(Preempt *p, const Args *a) {
+  if (!p->stop) return false;
+  if (a->save_interval > 0 || a->save_steps > 0) return true;
+  if (!p->unsaved)  // "0 = never": --ckpt_dir may hold another run's file, which a save would replace
+    log0(
+        "preempted: no checkpoint written: --save_interval and --save_steps are 0 (saving is off); exit "
+        "status %d\n",
+        PREEMPT_UNSAVED_EXIT_STATUS);
+  p->unsaved = true;
+  return false;
+}
+
+int preempt_exit_status(const Preempt *p) {
+  if (!p->stop) return 0;
+  return p->unsaved ? PREEMPT_UNSAVED_EXIT_STATUS : PREEMPT_EXIT_STATUS;
+}
 
 void preempt_free(Preempt *p, const Ctx *c) {
   if (p->pending) dev_event_wait(c, &p->done);  // the copy into `sum` must land before it is freed

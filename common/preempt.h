@@ -12,7 +12,9 @@
  * ranks stop after the step that follows the one at which the signal was seen, all of them at the
  * same step, since every rank reads step k's sum at step k + 1. The trainer then writes its checkpoint,
  * passes the barrier after it, and exits with PREEMPT_EXIT_STATUS, which scripts/restart.sh reports as a
- * preemption.
+ * preemption. With saving off (`--save_interval 0` and `--save_steps 0`: "never") it writes nothing, not
+ * even then, since --ckpt_dir may hold another run's checkpoint (preempt_save_due()), says so, and exits
+ * with PREEMPT_UNSAVED_EXIT_STATUS instead: nothing claims a checkpoint.
  *
  * mpirun (Open MPI) turns a SIGTERM to itself into SIGTERM to every rank and SIGKILL one second later
  * (`OMPI_MCA_odls_base_sigkill_timeout`); it forwards SIGUSR1 to every rank as it is, with no
@@ -23,6 +25,7 @@
 
 #include <stdbool.h>
 
+#include "args.h"
 #include "device.h"
 #include "devmem.h"
 #include "dist.h"
@@ -34,6 +37,12 @@ extern "C" {
 /** @brief Exit status after a preemption (sysexits.h's EX_TEMPFAIL: the checkpoint is written, try again). */
 #define PREEMPT_EXIT_STATUS 75
 
+/**
+ * @brief Exit status after a preemption with saving off, when no checkpoint was written: 128 + SIGTERM,
+ * what a process that SIGTERM ended reports (every rank, whichever signal came).
+ */
+#define PREEMPT_UNSAVED_EXIT_STATUS 143
+
 /** @brief The preemption flag's state on this rank. */
 typedef struct Preempt {
   int *flag;      ///< device, (1): this rank's flag, summed over the ranks at each step boundary
@@ -42,6 +51,7 @@ typedef struct Preempt {
   DevEvent done;  ///< recorded after the copy of the sum to `sum`
   bool pending;   ///< a sum is on its way to `sum` (read at the next boundary)
   bool stop;      ///< true once the ranks agreed to stop (the same step on every rank)
+  bool unsaved;   ///< the stop wrote no checkpoint: saving is off (preempt_save_due())
 } Preempt;
 
 /**
@@ -65,7 +75,19 @@ void preempt_init(Preempt *p, const Ctx *c);
 bool preempt_agree(Preempt *p, ProcessGroup *pg, const Ctx *c, long long step);
 
 /**
- * @brief The process's exit status: PREEMPT_EXIT_STATUS after an agreed stop, else 0.
+ * @brief Whether the agreed stop is to write the checkpoint now: true after a stop when saving is on
+ * (`--save_interval` or `--save_steps` > 0). With both 0 (saving off), false: it prints (rank 0, once)
+ * `preempted: no checkpoint written: --save_interval and --save_steps are 0 (saving is off); exit
+ * status 143`, and preempt_exit_status() becomes PREEMPT_UNSAVED_EXIT_STATUS. False before a stop.
+ * @param[in,out] p the state.
+ * @param[in] a     the flags.
+ * @return true when the trainer must save because of the preemption.
+ */
+bool preempt_save_due(Preempt *p, const Args *a);
+
+/**
+ * @brief The process's exit status: PREEMPT_EXIT_STATUS after an agreed stop, PREEMPT_UNSAVED_EXIT_STATUS
+ * after one that wrote no checkpoint (preempt_save_due()), else 0.
  * @param[in] p the state.
  */
 int preempt_exit_status(const Preempt *p);

@@ -1,6 +1,10 @@
 // rankfile.c: the per-rank output files of rankfile.h.
 #include "rankfile.h"
 
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
@@ -33,6 +37,11 @@ int rankfile_path(char *out, size_t out_len, const char *tmpl, int rank) {
 }
 
 FILE *rankfile_open(const char *flag, const char *path_template, int rank, int world_size) {
+  return rankfile_open_mode(flag, path_template, rank, world_size, "w");
+}
+
+FILE *rankfile_open_mode(const char *flag, const char *path_template, int rank, int world_size,
+                         const char *mode) {
   // Ranks sharing one file would truncate and overwrite each other's lines (a shared trace was
   // invalid JSON): refuse, rather than guess where the rank should go in the name.
   if (world_size > 1 && !strstr(path_template, "{rank}")) {
@@ -47,5 +56,16 @@ FILE *rankfile_open(const char *flag, const char *path_template, int rank, int w
   char path[4096];
   if (rankfile_path(path, sizeof path, path_template, rank) != 0)
     die(1, "%s: path '%s' is too long", flag, path_template);
-  return fopenCheck(path, "w");
+  return fopenCheck(path, mode);
+}
+
+int rankfile_attempt(void) {
+  const char *v = getenv("TORCHELASTIC_RESTART_COUNT");
+  if (!v || !*v) return 0;
+  char *end;
+  errno = 0;
+  long n = strtol(v, &end, 10);
+  if (*end || errno || n < 0 || n > INT_MAX || !isdigit((unsigned char)*v))
+    die(2, "TORCHELASTIC_RESTART_COUNT='%s' is not a restart count (0, 1, 2, ...)", v);
+  return (int)n;
 }

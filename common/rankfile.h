@@ -36,6 +36,27 @@ int rankfile_path(char *out, size_t out_len, const char *tmpl, int rank);
  */
 FILE *rankfile_open(const char *flag, const char *path_template, int rank, int world_size);
 
+/**
+ * @brief rankfile_open() with an fopen() mode of the caller's: "w" creates or truncates (as
+ * rankfile_open()), "a" creates or appends.
+ * @param[in] flag          the command-line flag the template came from, e.g. "--metrics".
+ * @param[in] path_template the template.
+ * @param[in] rank          this process's rank.
+ * @param[in] world_size    number of ranks.
+ * @param[in] mode          "w" or "a".
+ * @return the open file, never NULL.
+ */
+FILE *rankfile_open_mode(const char *flag, const char *path_template, int rank, int world_size,
+                         const char *mode);
+
+/**
+ * @brief Which attempt of a restarted job this process belongs to: `TORCHELASTIC_RESTART_COUNT`, which
+ * scripts/restart.sh and torchrun set (0 for the first attempt, then 1, 2, ...); 0 when it is unset.
+ * Ends the job (status 2) when it is set to anything but a decimal number.
+ * @return the attempt, >= 0.
+ */
+int rankfile_attempt(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -20,6 +20,11 @@ const char *snapshot_resume_path(const Args *a) {
   struct stat st;
   if (lstat(path, &st) == 0) {
     log0("--resume auto: found %s\n", path);
+    // What the loader compares (ckpt_load_model()) is what the file records; no other flag is in it.
+    log0(
+        "--resume auto: compared with this run: the model, the data and --seed (saved inside an epoch, "
+        "also the world size, samples per step and --drop_last); not recorded, so this run's apply: "
+        "--lr, --momentum, --weight_decay, --epochs and every other flag\n");
     return path;
   }
   if (errno != ENOENT) die(1, "--resume auto: cannot look at %s: %s", path, strerror(errno));

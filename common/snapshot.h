@@ -28,10 +28,13 @@ bool snapshot_due(const Args *a, long long step);
 
 /**
  * @brief The checkpoint to resume from: `--resume FILE` as given; for `--resume auto`, `--ckpt_dir`'s
- * checkpoint.bin when there is one (prints `--resume auto: found PATH`), else NULL (prints
- * `--resume auto: no checkpoint in DIR: starting from the beginning`). "There is one" means that
- * the name exists, whatever it holds: a corrupt file or one from another run is then refused by the
- * loader as `--resume FILE` refuses it, never silently replaced by a fresh start.
+ * checkpoint.bin when there is one (prints `--resume auto: found PATH`, then what is compared and
+ * that --lr, --momentum, --weight_decay, --epochs and every other flag are not recorded), else NULL
+ * (prints `--resume auto: no checkpoint in DIR: starting from the beginning`). "There is one" means
+ * that the name exists, whatever it holds: a corrupt file, or one whose recorded model, data, seed or
+ * (saved inside an epoch) world size, samples per step or --drop_last differ from this run's, is then
+ * refused by the loader as `--resume FILE` refuses it (ckpt_load_model()), never silently replaced by
+ * a fresh start. A file of a run that differs only in the flags not recorded resumes.
  * @param[in] a the flags.
  * @return the path (static storage for auto), or NULL: no resume.
  */

@@ -4,12 +4,33 @@
 #include <string.h>
 
 #include "check.h"
+#include "log.h"
 #include "rankfile.h"
+
+// The template with ".attemptA" before the extension of its last component: t_{rank}.json becomes
+// t_{rank}.attempt2.json (a name without an extension gets it at the end).
+static void attempt_template(char *out, size_t len, const char *tmpl, int attempt) {
+  const char *base = strrchr(tmpl, '/'), *dot;
+  base = base ? base + 1 : tmpl;
+  dot = strrchr(base, '.');
+  int stem = dot && dot != base ? (int)(dot - tmpl) : (int)strlen(tmpl);
+  if (snprintf(out, len, "%.*s.attempt%d%s", stem, tmpl, attempt, tmpl + stem) >= (int)len)
+    die(1, "--trace: path '%s' is too long", tmpl);
+}
 
 void trace_open(Trace *t, const Ctx *c, Mlp *m, const char *path_template, int rank, int world_size) {
   memset(t, 0, sizeof *t);
   t->rank = rank;
   if (!path_template) return;
+  // A restarted attempt runs the same command line; a trace is one JSON document per process, so it
+  // cannot append: each attempt after the first writes a file of its own, the earlier ones stay.
+  char renamed[4096];
+  int attempt = rankfile_attempt();
+  if (attempt > 0) {
+    attempt_template(renamed, sizeof renamed, path_template, attempt);
+    log0("--trace: attempt %d of a restarted job writes %s\n", attempt, renamed);
+    path_template = renamed;
+  }
   t->f = rankfile_open("--trace", path_template, rank, world_size);
   fputs("{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n", t->f);
   dev_event_init(c, &t->origin);
@@ -62,6 +83,7 @@ void trace_backward(Trace *t, const Ctx *c, const Mlp *m, const DistWork *work, 
     trace_span(t, 2, name, dev_event_elapsed(c, &t->origin, &work[i].start),
                dev_event_elapsed(c, &t->origin, &work[i].end), step);
   }
+  fflush(t->f);  // a process killed later leaves the steps it traced (a document without its end)
 }
 
 void trace_close(Trace *t, const Ctx *c) {

@@ -9,7 +9,14 @@
  *
  * trace_backward() writes the timeline of data-parallel training: when each layer's backward
  * finished and when each gradient all-reduce started and ended. Reading those times waits for the
- * device, so only the first TRACE_STEPS optimizer steps are written.
+ * device, so only the first TRACE_STEPS optimizer steps are written (those of this process: after a
+ * resume, the steps from the checkpoint's on); each step's spans are flushed as they are written.
+ *
+ * Restarts: a restarted attempt (rankfile_attempt() A > 0: scripts/restart.sh, torchrun
+ * `--max-restarts`) runs the same command line, but a trace cannot be appended to (one document per
+ * process, each with its own time zero), so it writes the template with `.attemptA` before the
+ * extension (`t_{rank}.json`: `t_{rank}.attempt1.json`), and the earlier attempts' files stay. The
+ * first attempt, and a run started by hand (`--resume` too), create or truncate the path as given.
  */
 #ifndef DDP_TRACE_H
 #define DDP_TRACE_H
@@ -40,8 +47,9 @@ typedef struct Trace {
 } Trace;
 
 /**
- * @brief Opens `path_template` with `{rank}` replaced; disabled when the template is NULL. Ends the
- * job when the file cannot be created, or when @p world_size > 1 and the template has no `{rank}`
+ * @brief Opens `path_template` with `{rank}` replaced (and, in a restarted attempt, `.attemptA` before
+ * the extension, saying so on rank 0); disabled when the template is NULL. Ends the job when the file
+ * cannot be created, or when @p world_size > 1 and the template has no `{rank}`
  * (ranks writing one file would leave invalid JSON). An enabled trace's time zero is now, on @p c's
  * stream, and it has the model record its backward's events from now on (mlp_time_backward()), for
  * trace_backward(); a disabled one leaves the model untimed.

@@ -9,15 +9,29 @@
 # Each attempt sees TORCHELASTIC_RESTART_COUNT (0 for the first, then 1, 2, ...) and
 # TORCHELASTIC_MAX_RESTARTS=K, as torchrun's workers do. Every restart is logged with the failure it
 # follows. Status 75 from an attempt is the trainers' preemption exit (SIGTERM: the step finished, the
-# checkpoint written); it is restarted like any failure, and said so.
+# checkpoint written); it is restarted like any failure, and said so. A trainer preempted with saving
+# off (--save_interval 0, no --save_steps) writes nothing and exits 143, as SIGTERM's death reads.
 #
 # Exit status: 0 as soon as an attempt succeeds; otherwise the last attempt's status, after a line
 # saying that the limit was reached. SIGTERM, SIGINT or SIGHUP to restart.sh ends the attempt in
 # progress (SIGTERM to every process of its session, STOP_GRACE seconds, then SIGKILL), starts no other,
 # and exits with 128 + the signal's number. RESTART_DELAY (default 1) is the pause before a restart.
+# Both are seconds, fractions allowed (STOP_GRACE is counted in tenths, rounded up).
+#
+# mpirun (Open MPI) answers a SIGTERM of its own with SIGTERM to its ranks and SIGKILL one second
+# later, whatever STOP_GRACE says. So when the attempt is an mpirun (mpirun, mpiexec, orterun), the
+# SIGTERM goes to every other process of its session, its ranks on this node, and not to mpirun, which
+# ends when they do; the ranks have STOP_GRACE to finish their step and save. (Ranks on other nodes get
+# nothing: the trainers' preemption agreement stops them too; see common/preempt.h.)
+#
+# SIGKILL to restart.sh cannot be trapped: so that the attempt is not left running unsupervised, it
+# starts under `setpriv --pdeathsig TERM` (util-linux), and gets SIGTERM when restart.sh dies (an
+# mpirun then gets it itself: its ranks have its 1 s). Where setpriv lacks --pdeathsig, restart.sh
+# says so at start and runs without it.
 set -uo pipefail
 me=${0##*/}
-PREEMPTED=75  # common/preempt.h: PREEMPT_EXIT_STATUS
+PREEMPTED=75           # common/preempt.h: PREEMPT_EXIT_STATUS
+PREEMPTED_UNSAVED=143  # common/preempt.h: PREEMPT_UNSAVED_EXIT_STATUS (128 + SIGTERM)
 usage() {
   echo "usage: $me --max_restarts K -- COMMAND [ARGS...]" >&2
   exit 2
@@ -40,19 +54,42 @@ fi
 STOP_GRACE=${STOP_GRACE:-10}    # seconds an attempt has to end after SIGTERM before it gets SIGKILL
 RESTART_DELAY=${RESTART_DELAY:-1}
 for v in STOP_GRACE RESTART_DELAY; do
-  [[ ${!v} =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "$me: $v must be a number of seconds, got '${!v}'" >&2; exit 2; }
+  [[ ${!v} =~ ^[0-9]{1,6}(\.[0-9]+)?$ ]] ||
+    { echo "$me: $v must be a number of seconds (such as 10 or 1.5), got '${!v}'" >&2; exit 2; }
 done
+# STOP_GRACE in tenths of a second, rounded up (1.5: 15, 0.05: 1), as stop_attempt polls.
+[[ $STOP_GRACE =~ ^([0-9]+)(\.([0-9]+))?$ ]]
+frac=${BASH_REMATCH[3]}0  # at least one digit
+grace_tenths=$((10#${BASH_REMATCH[1]} * 10 + ${frac:0:1}))
+[[ ${frac:1} =~ [1-9] ]] && grace_tenths=$((grace_tenths + 1))
 export TORCHELASTIC_MAX_RESTARTS=$max
+pdeathsig=(setpriv --pdeathsig TERM --)
+if ! setpriv --help 2>/dev/null | grep -q -- --pdeathsig; then
+  echo "$me: setpriv --pdeathsig is not available (util-linux 2.33 or later): if restart.sh is killed" \
+       "with SIGKILL, the attempt in progress goes on unsupervised" >&2
+  pdeathsig=()
+fi
 
 sid=  # the attempt in progress: its session id (= the pid setsid ran as)
 # Whether any process of the attempt's session is still alive.
 alive() { [ -n "$sid" ] && pgrep -s "$sid" >/dev/null; }
-# Ends every process of the attempt's session: SIGTERM, up to STOP_GRACE seconds, then SIGKILL.
+# Ends every process of the attempt's session: SIGTERM, up to STOP_GRACE seconds, then SIGKILL. An
+# mpirun that has started its ranks gets no SIGTERM (its own would SIGKILL them a second later).
 stop_attempt() {
   [ -n "$sid" ] || return 0
-  pkill -TERM -s "$sid" 2>/dev/null
+  local others
+  others=$(pgrep -s "$sid" | grep -vx "$sid")
+  case $(cat "/proc/$sid/comm" 2>/dev/null) in
+    mpirun | mpiexec | orterun)
+      if [ -n "$others" ]; then
+        kill -TERM $others 2>/dev/null
+      else
+        kill -TERM "$sid" 2>/dev/null
+      fi ;;
+    *) pkill -TERM -s "$sid" 2>/dev/null ;;
+  esac
   local tenths
-  for ((tenths = 0; tenths < ${STOP_GRACE%.*} * 10; tenths++)); do
+  for ((tenths = 0; tenths < grace_tenths; tenths++)); do
     alive || break
     sleep 0.1
   done
@@ -74,6 +111,8 @@ trap 'on_signal HUP 1' HUP
 describe() {
   if [ "$1" -eq $PREEMPTED ]; then
     echo "status $1 (preempted: checkpoint written)"
+  elif [ "$1" -eq $PREEMPTED_UNSAVED ]; then
+    echo "status $1 (killed by SIGTERM, or preempted with saving off: no checkpoint written)"
   elif [ "$1" -gt 128 ] && name=$(kill -l $(($1 - 128)) 2>/dev/null); then
     echo "status $1 (killed by SIG$name)"
   else
@@ -84,8 +123,9 @@ describe() {
 for ((attempt = 0; ; attempt++)); do
   export TORCHELASTIC_RESTART_COUNT=$attempt
   # A background job of a script is not a process-group leader, so setsid does not fork: $! is the
-  # new session's id. Background jobs ignore SIGINT; the clean-up sends SIGTERM anyway.
-  setsid "$@" &
+  # new session's id. Background jobs ignore SIGINT; the clean-up sends SIGTERM anyway. setpriv
+  # execs the command in the same process, whose parent is restart.sh: SIGTERM when restart.sh dies.
+  setsid "${pdeathsig[@]}" "$@" &
   sid=$!
   wait "$sid"
   status=$?

@@ -330,9 +330,10 @@ static void resume(Trainer *t) {
 // Main
 
 // Whether to save after an epoch: every --save_interval epochs, and where --max_steps stops, inside an
-// epoch or at its end; [fault] and always after a preemption or a --save_steps snapshot on its last step.
-static bool save_after_epoch(const Trainer *t, int epoch, bool complete) {
-  if (t->preempt.stop || snapshot_due(&t->args, t->step)) return true;  // [fault]
+// epoch or at its end; [fault] and after a preemption (when saving is on) or a --save_steps snapshot on
+// its last step.
+static bool save_after_epoch(Trainer *t, int epoch, bool complete) {
+  if (preempt_save_due(&t->preempt, &t->args) || snapshot_due(&t->args, t->step)) return true;  // [fault]
   bool stopped = !complete || out_of_steps(t);
   return t->args.save_interval > 0 && (stopped || (epoch + 1) % t->args.save_interval == 0);
 }
@@ -384,5 +385,5 @@ int main(int argc, char **argv) {
   train(&t);
   finish(&t);
   cleanup(&t);
-  return preempt_exit_status(&t.preempt);  // [fault] PREEMPT_EXIT_STATUS (75) after a preemption
+  return preempt_exit_status(&t.preempt);  // [fault] 75 after a preemption (143: saving off, none written)
 }

@@ -16,12 +16,21 @@ compares the final param_digest lines bit for bit. Drills:
               restart.sh stops after --max_restarts with the failure's status and the "limit" line
   supervisor  SIGTERM to restart.sh: the attempt ends, nothing of it is left, no further attempt, exit 143
   torchrun    torchrun --max_restarts (--max-restarts) at one rank, a rank SIGKILLed; exit 77 (skipped) without torchrun
+  metrics     the kill drill with --metrics and --trace: each rank's metrics file keeps attempt 0's steps, an
+              "attempt" record, then attempt 1's, and its final record names the attempt and the step it
+              resumed from; attempt 0's trace stays, attempt 1's is FILE.attempt1.json (both were truncated)
+  unsaved     SIGTERM to one rank with --save_interval 0 and no --save_steps: no checkpoint is written (another
+              run's file in --ckpt_dir stays), the output says so, and the exit status is 143, not 75; with
+              --save_interval 5 the same stop saves and exits 75
+  settings    --resume auto with other --lr, --momentum, --weight_decay and --epochs resumes (a checkpoint does
+              not record them) and says that they are not compared; another --seed is refused
 
 Every process a drill starts is stopped by the drill (by pid and session), also when it fails.
 Standard library only; reuses kill_rank.py's process helpers. Exit 1 on any failure, 77 when skipped.
 Environment: DDP_BIN_DIR (default build/bin), DDP_MPIEXEC (default mpirun).
 """
 import argparse
+import json
 import os
 import random
 import re
@@ -347,14 +356,148 @@ def drill_torchrun(a, work):
     print(f"  torchrun --max-restarts 3, the worker SIGKILLed at step 20: digest {ref} as uninterrupted")
 
 
+def read_jsonl(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f]
+
+
+def trace_steps(path):
+    """The optimizer steps of a trace's spans (a trace cut short by SIGKILL has no closing brackets)."""
+    with open(path) as f:
+        return sorted({int(m) for m in re.findall(r'"args": \{"step": (\d+)\}', f.read())})
+
+
+def drill_metrics(a, work):
+    ref = reference(a, work, a.step, a.np, SMALL)
+    rng = random.Random(a.seeds[0])
+    at, victim = rng.randint(9, 24), rng.randrange(a.np)  # after the first snapshot (step 7)
+    metrics, trace = os.path.join(work, "m{rank}.jsonl"), os.path.join(work, "t{rank}.json")
+    job, ck = supervised(a, work, "metrics", a.step, a.np, SMALL + ["--metrics", metrics, "--trace", trace])
+    try:
+        if not job.wait_for(f" step {at}/", 120):
+            raise Failure(f"no progress line for step {at}:\n{job.text()[-2000:]}")
+        resumed = kill_and_compare(job, ref, wait_ranks(job, a.np)[victim], what=f"SIGKILL at step {at}")
+    finally:
+        job.stop()
+    start = int(resumed[1]) if resumed != "the start" else 0
+    for r in range(a.np):
+        path = metrics.replace("{rank}", str(r))
+        recs = read_jsonl(path)
+        final = [o for o in recs if o["type"] == "final"]
+        steps = {o["step"] for o in recs if o["type"] == "step"}
+        marks = [i for i, o in enumerate(recs) if o["type"] == "attempt"]
+        if len(final) != 1 or recs[-1] is not final[0]:
+            raise Failure(f"{path}: {len(final)} final records, the last line {recs[-1]}")
+        total = final[0]["steps"]
+        if steps != set(range(1, total + 1)):
+            raise Failure(f"{path}: the step records cover {min(steps)}..{max(steps)} of 1..{total}: an "
+                          f"attempt's lines were lost")
+        if (len(marks) != 1 or recs[marks[0]].get("attempt") != 1
+                or not any(o["type"] == "step" and o["step"] >= at for o in recs[:marks[0]])):
+            raise Failure(f"{path}: expected attempt 0's steps up to {at}, then one attempt record of attempt 1; "
+                          f"attempt records at lines {marks}")
+        if final[0].get("attempt") != 1 or final[0].get("start_step") != start:
+            raise Failure(f"{path}: the final record {final[0]} does not say attempt 1, resumed from step {start}")
+        first = trace.replace("{rank}", str(r))
+        again = first.replace(".json", ".attempt1.json")
+        if not os.path.exists(again) or not os.path.exists(first):
+            raise Failure(f"expected attempt 0's trace {first} and attempt 1's {again}: {sorted(os.listdir(work))}")
+        try:
+            with open(again) as f:
+                json.load(f)  # attempt 1 ended normally: a complete document
+        except ValueError as e:
+            raise Failure(f"{again} is not valid JSON: {e}")
+        if trace_steps(first)[:1] not in ([], [0]) or trace_steps(again)[:1] != [start]:
+            raise Failure(f"attempt 0's trace has steps {trace_steps(first)[:3]}..., attempt 1's "
+                          f"{trace_steps(again)[:3]}... (expected 0 and {start})")
+    print(f"  SIGKILL rank {victim} at step {at}, resumed from step {start}: every rank's metrics file holds "
+          f"steps 1..{total} (attempt 0's, then attempt 1's), the final record says attempt 1 from step {start}; "
+          f"both attempts' traces kept; digest {ref} as uninterrupted")
+
+
+# --save_interval 0 and no --save_steps: saving is off ("0 = never").
+NO_SAVE = ["--data", "synthetic", "--dataset_size", "4096", "--hidden", "128", "--batch_size", "32",
+           "--epochs", "100", "--save_interval", "0", "--log_interval", "1"]
+
+
+def drill_unsaved(a, work):
+    rng = random.Random(a.seeds[0])
+    at, victim = rng.randint(3, 24), rng.randrange(a.np)
+    ck = os.path.join(work, "unsaved")
+    os.mkdir(ck)
+    other = b"another run's checkpoint: preemption must not replace it"
+    with open(os.path.join(ck, "checkpoint.bin"), "wb") as f:
+        f.write(other)
+    for extra, want_rc in (([], 143), (["--save_interval", "5"], PREEMPTED)):
+        metrics = os.path.join(work, f"u{len(extra)}_{{rank}}.jsonl")
+        cmd = [a.mpiexec, "-np", str(a.np), os.path.join(a.bin_dir, a.step), "--device", "cpu"] + NO_SAVE + extra + [
+            "--ckpt_dir", ck, "--metrics", metrics]
+        job = Job(cmd, ck, work)
+        try:
+            if not job.wait_for(f" step {at}/", 120):
+                raise Failure(f"no progress line for step {at}:\n{job.text()[-2000:]}")
+            os.kill(wait_ranks(job, a.np)[victim], signal.SIGTERM)
+            rc = job.wait(120)
+        finally:
+            job.stop()
+        text = job.text()
+        m = re.search(r"preempted: SIGTERM or SIGUSR1 on 1 of \d+ ranks; stopping after step (\d+)", text)
+        stop = int(m.group(1)) if m else None
+        ranks = final_records(metrics, a.np)
+        with open(os.path.join(ck, "checkpoint.bin"), "rb") as f:
+            kept = f.read() == other
+        if not extra:
+            if rc != want_rc or not m or "saved " in text or "no checkpoint written" not in text or not kept:
+                raise Failure(f"SIGTERM with saving off: exit {rc} (expected {want_rc}), the other run's file "
+                              f"{'kept' if kept else 'REPLACED'}:\n{text[-3000:]}")
+            if ranks != [stop] * a.np:
+                raise Failure(f"stopped after step {stop}, but the ranks' final records say {ranks}")
+            print(f"  saving off: SIGTERM to rank {victim} at step {at}: every rank stopped after step {stop}, "
+                  f"nothing written (the other run's checkpoint.bin kept), exit {rc}")
+        else:
+            if rc != want_rc or not m or f"saved {ck}/checkpoint.bin" not in text or kept:
+                raise Failure(f"SIGTERM with --save_interval 5: exit {rc} (expected {want_rc}) or no "
+                              f"checkpoint:\n{text[-3000:]}")
+            print(f"  --save_interval 5: the same SIGTERM saved the checkpoint at step {stop}; exit {rc}")
+
+
+def run_job(a, args, ck, work):
+    job = Job(mpi_cmd(a, a.step, a.np, args, ck), ck, work)
+    try:
+        rc = job.wait(300)
+    finally:
+        job.stop()
+    return rc, job.text()
+
+
+def drill_settings(a, work):
+    ck = os.path.join(work, "settings")
+    rc, text = run_job(a, SMALL + ["--max_steps", "10"], ck, work)
+    if rc != 0 or "saved " not in text:
+        raise Failure(f"the first run (--max_steps 10) exited {rc} or saved nothing:\n{text[-3000:]}")
+    other = ["--lr", "0.2", "--momentum", "0.5", "--weight_decay", "0.001", "--epochs", "2"]
+    rc, text = run_job(a, SMALL + other, ck, work)
+    note = ("not recorded, so this run's apply: --lr, --momentum, --weight_decay, --epochs and every other "
+            "flag")
+    if rc != 0 or "resumed from" not in text or note not in text:
+        raise Failure(f"other --lr, --momentum, --weight_decay and --epochs: exit {rc}, expected a resume and "
+                      f"the note '{note}':\n{text[-3000:]}")
+    rc, text = run_job(a, SMALL + ["--seed", "7"], ck, work)
+    if rc == 0 or "starting from the beginning" in text or "resumed from" in text:
+        raise Failure(f"another --seed must be refused, got exit {rc}:\n{text[-3000:]}")
+    print(f"  --resume auto: other --lr, --momentum, --weight_decay and --epochs resumed, and the output said "
+          f"they are not compared; another --seed was refused (exit {rc})")
+
+
 DRILLS = {"kill": drill_kill, "save": drill_save, "startup": drill_startup, "preempt": drill_preempt,
-          "limit": drill_limit, "supervisor": drill_supervisor, "torchrun": drill_torchrun}
+          "limit": drill_limit, "supervisor": drill_supervisor, "torchrun": drill_torchrun,
+          "metrics": drill_metrics, "unsaved": drill_unsaved, "settings": drill_settings}
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("drill", choices=sorted(DRILLS))
-    ap.add_argument("--step", default="06_full", choices=["06_full", "07_zero"])
+    ap.add_argument("--step", default="06_full", choices=["06_full", "07_zero", "08_fsdp"])
     ap.add_argument("--np", type=int, default=2)
     ap.add_argument("--seeds", default="1", help="comma-separated seeds of the kill points (default 1)")
     ap.add_argument("--bin_dir", default=os.environ.get("DDP_BIN_DIR", "build/bin"))

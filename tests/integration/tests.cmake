@@ -283,3 +283,30 @@ ddp_fault(preempt_one_rank preempt --step 06_full --np 3 --seeds 9)
 ddp_fault(restart_limit limit --step 06_full --np 2)
 ddp_fault(supervisor_sigterm supervisor --step 06_full --np 2)
 ddp_fault(torchrun_max_restarts torchrun --step 06_full --np 1)
+
+# The supervisors' inputs and signals (tests/fault/supervisor_cases.py, labels integration and fault,
+# seconds each, on small shell programs): launch.sh's options in any order, fractional and invalid
+# STOP_GRACE and RESTART_DELAY, SIGKILL to restart.sh (the attempt must not run on unsupervised), and
+# SIGTERM to restart.sh over mpirun (the ranks get STOP_GRACE, not mpirun's 1 s).
+foreach(case launch_args grace_values grace_launch grace_restart orphan orphan_mpirun mpirun_grace)
+  if(case MATCHES "mpirun" AND NOT DDP_HAVE_MPI)
+    continue()
+  endif()
+  add_test(NAME supervisor_${case}
+           COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tests/fault/supervisor_cases.py ${case}
+                   --mpiexec ${DDP_MPIEXEC})
+  set_tests_properties(supervisor_${case} PROPERTIES
+    LABELS "integration;fault" PROCESSORS 2 TIMEOUT 120 SKIP_RETURN_CODE 77
+    ENVIRONMENT "${DDP_MPI_ENV}")
+endforeach()
+
+# Restarts and preemptions keep what they should (tests/fault/restart_drill.py, label fault): under
+# restart.sh each rank's metrics file keeps every attempt (an attempt record between them, the final
+# record naming the attempt and its start step) and each attempt's trace is kept (a restart truncated
+# both); a preemption with saving off writes no checkpoint (another run's file stays) and exits 143,
+# with --save_interval 5 it saves and exits 75; --resume auto with other --lr, --momentum,
+# --weight_decay and --epochs resumes and says that they are not compared, another --seed is refused.
+ddp_fault(metrics_across_restarts metrics --step 06_full --np 2 --seeds 3)
+ddp_fault(preempt_saving_off_06 unsaved --step 06_full --np 2 --seeds 4)
+ddp_fault(preempt_saving_off_08 unsaved --step 08_fsdp --np 2 --seeds 5)
+ddp_fault(resume_auto_settings settings --step 07_zero --np 2)

@@ -122,7 +122,10 @@ TEST(Metrics, LinesAreDocumentedJson) {
   EXPECT_EQ(keys(objs[3]), (K{"type", "epoch", "train_loss", "samples_per_s", "partial"}));
   EXPECT_EQ(value(objs[3], "partial"), "true");
 
-  EXPECT_EQ(keys(objs[4]), (K{"type", "world_size", "steps", "param_digest", "peak_rss_kib"}));
+  EXPECT_EQ(keys(objs[4]),
+            (K{"type", "world_size", "steps", "param_digest", "peak_rss_kib", "attempt", "start_step"}));
+  EXPECT_EQ(value(objs[4], "attempt"), "0");     // no TORCHELASTIC_RESTART_COUNT
+  EXPECT_EQ(value(objs[4], "start_step"), "0");  // the first step object was step 1
   EXPECT_EQ(value(objs[4], "type"), "\"final\"");
   EXPECT_EQ(value(objs[4], "world_size"), "4");
   EXPECT_EQ(value(objs[4], "steps"), "1407");
@@ -266,4 +269,52 @@ TEST(Metrics, EpochCarriesGflopsOnceFlopsAreCounted) {
   EXPECT_EQ(keys(objs[1]), (K{"type", "epoch", "train_loss", "test_acc", "samples_per_s", "gflops", "mfu"}));
   EXPECT_NEAR(std::strtod(value(objs[1], "mfu").c_str(), nullptr), 0.2, 0.002);
   EXPECT_EQ(keys(objs[2]), (K{"type", "epoch", "train_loss", "test_acc", "samples_per_s"}));
+}
+
+// A restarted attempt (scripts/restart.sh, torchrun) runs the same command line: it appends after the
+// earlier attempt's lines (which a truncation wiped: issue Y4), marks where it starts, and its final
+// object names the attempt and the step it started from. The first attempt creates the file anew.
+TEST(Metrics, RestartedAttemptAppends) {
+  std::string path = tmp_path("metrics_restart_0.jsonl");
+  std::string tmpl = tmp_path("metrics_restart_{rank}.jsonl");
+  Metrics m;
+  setenv("TORCHELASTIC_RESTART_COUNT", "0", 1);
+  for (int pass = 0; pass < 2; pass++) {  // the second first attempt truncates the first one's lines
+    metrics_open(&m, tmpl.c_str(), 0, 1);
+    for (long long s = 1; s <= 4; s++) metrics_step(&m, s, 0, 1.0f);
+    metrics_close(&m);  // killed: no final object
+  }
+  setenv("TORCHELASTIC_RESTART_COUNT", "1", 1);
+  metrics_open(&m, tmpl.c_str(), 0, 1);  // resumed from a snapshot at step 2
+  for (long long s = 3; s <= 6; s++) metrics_step(&m, s, 0, 0.5f);
+  metrics_final(&m, 1, 6, 42);
+  unsetenv("TORCHELASTIC_RESTART_COUNT");
+
+  auto lines = read_lines(path);
+  ASSERT_EQ(lines.size(), 4u + 1u + 4u + 1u);
+  std::vector<Object> objs(lines.size());
+  for (size_t i = 0; i < lines.size(); i++) ASSERT_TRUE(parse_flat(lines[i], &objs[i])) << lines[i];
+  for (size_t i = 0; i < 4; i++) EXPECT_EQ(value(objs[i], "step"), std::to_string(i + 1));
+  using K = std::vector<std::string>;
+  EXPECT_EQ(keys(objs[4]), (K{"type", "attempt"}));
+  EXPECT_EQ(value(objs[4], "type"), "\"attempt\"");
+  EXPECT_EQ(value(objs[4], "attempt"), "1");
+  for (size_t i = 5; i < 9; i++) EXPECT_EQ(value(objs[i], "step"), std::to_string(i - 2));
+  EXPECT_EQ(value(objs[9], "type"), "\"final\"");
+  EXPECT_EQ(value(objs[9], "steps"), "6");
+  EXPECT_EQ(value(objs[9], "attempt"), "1");
+  EXPECT_EQ(value(objs[9], "start_step"), "2");
+}
+
+// A process that trains no step (resumed from a checkpoint that had finished) started at its final step.
+TEST(Metrics, FinalWithoutStepsStartsAtTheEnd) {
+  std::string path = tmp_path("metrics_nosteps.jsonl");
+  Metrics m;
+  metrics_open(&m, path.c_str(), 0, 1);
+  metrics_final(&m, 2, 80, 1);
+  auto lines = read_lines(path);
+  ASSERT_EQ(lines.size(), 1u);
+  Object o;
+  ASSERT_TRUE(parse_flat(lines[0], &o)) << lines[0];
+  EXPECT_EQ(value(o, "start_step"), "80");
 }

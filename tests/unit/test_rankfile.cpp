@@ -75,3 +75,37 @@ TEST(RankFile, SharedPathAtSeveralRanksIsRefused) {
   EXPECT_NE(f, nullptr);
   if (f) fclose(f);
 }
+
+// The attempt of a restarted job: TORCHELASTIC_RESTART_COUNT (restart.sh, torchrun), 0 when unset or
+// empty; anything but a decimal count ends the job with status 2, naming the variable.
+TEST(RankFile, Attempt) {
+  unsetenv("TORCHELASTIC_RESTART_COUNT");
+  EXPECT_EQ(rankfile_attempt(), 0);
+  setenv("TORCHELASTIC_RESTART_COUNT", "", 1);
+  EXPECT_EQ(rankfile_attempt(), 0);
+  setenv("TORCHELASTIC_RESTART_COUNT", "3", 1);
+  EXPECT_EQ(rankfile_attempt(), 3);
+  for (const char *bad : {"x", "-1", "1x", " 1", "99999999999"}) {
+    setenv("TORCHELASTIC_RESTART_COUNT", bad, 1);
+    EXPECT_EXIT(rankfile_attempt(), ::testing::ExitedWithCode(2),
+                "TORCHELASTIC_RESTART_COUNT=.* is not a restart count")
+        << bad;
+  }
+  unsetenv("TORCHELASTIC_RESTART_COUNT");
+}
+
+// rankfile_open_mode: "a" keeps what the file holds, "w" truncates it.
+TEST(RankFile, OpenModeAppends) {
+  std::string path = tmp_path("append_0.txt");
+  for (const char *mode : {"w", "a", "a"}) {
+    FILE *f = rankfile_open_mode("--metrics", tmp_path("append_{rank}.txt").c_str(), 0, 2, mode);
+    fputs("line\n", f);
+    fclose(f);
+  }
+  FILE *f = fopen(path.c_str(), "r");
+  ASSERT_NE(f, nullptr);
+  char buf[64] = {0};
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  EXPECT_EQ(std::string(buf, n), "line\nline\nline\n");
+}

@@ -3,6 +3,8 @@
 // first TRACE_STEPS steps only, into a complete JSON document.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -88,4 +90,28 @@ TEST_F(TraceCpu, OneSpanPerLayerAndPerAllReduceForTheFirstSteps) {
   EXPECT_EQ(count(s, "\"name\": \"all-reduce bucket 1: 11 floats"), TRACE_STEPS);
   EXPECT_EQ(count(s, "\"args\": {\"step\": " + std::to_string(TRACE_STEPS - 1) + "}"), 4);
   EXPECT_EQ(count(s, "\"args\": {\"step\": " + std::to_string(TRACE_STEPS) + "}"), 0);
+}
+
+// A restarted attempt (TORCHELASTIC_RESTART_COUNT > 0) writes its trace to a name of its own, with
+// .attemptA before the extension; the earlier attempt's file stays as it was (a restart truncated it:
+// issue Y4).
+TEST_F(TraceCpu, RestartedAttemptWritesAFileOfItsOwn) {
+  std::string dir = std::string(DDP_TEST_TMPDIR);
+  {
+    std::ofstream earlier(dir + "/trace_restart_0.json");
+    earlier << "attempt 0's trace";
+  }
+  std::remove((dir + "/trace_restart_0.attempt2.json").c_str());
+  setenv("TORCHELASTIC_RESTART_COUNT", "2", 1);
+  Trace t;
+  trace_open(&t, &c, &m, (dir + "/trace_restart_{rank}.json").c_str(), 0, 1);
+  unsetenv("TORCHELASTIC_RESTART_COUNT");
+  ASSERT_TRUE(trace_on(&t));
+  trace_close(&t, &c);
+  std::ifstream in(dir + "/trace_restart_0.json"), again(dir + "/trace_restart_0.attempt2.json");
+  std::stringstream a, b;
+  a << in.rdbuf();
+  b << again.rdbuf();
+  EXPECT_EQ(a.str(), "attempt 0's trace");
+  EXPECT_EQ(b.str().rfind("{\"displayTimeUnit\"", 0), 0u) << b.str();
 }
