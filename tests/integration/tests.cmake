@@ -283,3 +283,13 @@ ddp_fault(preempt_one_rank preempt --step 06_full --np 3 --seeds 9)
 ddp_fault(restart_limit limit --step 06_full --np 2)
 ddp_fault(supervisor_sigterm supervisor --step 06_full --np 2)
 ddp_fault(torchrun_max_restarts torchrun --step 06_full --np 1)
+
+# Review of the launch tools and the trainers' edges (one scenario per defect, each failing before its fix).
+# probe_disagree (probe_check.py): probe ranks started with different --iters or --max_bytes are refused
+# at once, naming the flag (they ended in MPI_ERR_TRUNCATE, or a table saying OK, then a watchdog error).
+if(DDP_HAVE_MPI)
+  add_test(NAME probe_disagree
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/probe_check.py probe_disagree)
+  set_tests_properties(probe_disagree PROPERTIES LABELS integration PROCESSORS 2 TIMEOUT 180
+    ENVIRONMENT "DDP_BIN_DIR=${CMAKE_RUNTIME_OUTPUT_DIRECTORY};DDP_MPIEXEC=${DDP_MPIEXEC};${DDP_MPI_ENV}")
+endif()
