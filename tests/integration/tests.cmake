@@ -293,3 +293,8 @@ if(DDP_HAVE_MPI)
   set_tests_properties(probe_disagree PROPERTIES LABELS integration PROCESSORS 2 TIMEOUT 180
     ENVIRONMENT "DDP_BIN_DIR=${CMAKE_RUNTIME_OUTPUT_DIRECTORY};DDP_MPIEXEC=${DDP_MPIEXEC};${DDP_MPI_ENV}")
 endif()
+# slurm_job_scripts (tests/slurm/job_scripts.py): scripts/slurm/*.sbatch without Slurm (stand-ins for
+# srun, scontrol and nvidia-smi): MASTER_PORT and MASTER_PORT + 1 below the ephemeral range, a held pair
+# skipped, and the job's GPUs counted (SLURM_GPUS_ON_NODE, CUDA_VISIBLE_DEVICES), not the node's.
+add_test(NAME slurm_job_scripts COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tests/slurm/job_scripts.py)
+set_tests_properties(slurm_job_scripts PROPERTIES LABELS integration TIMEOUT 180)
