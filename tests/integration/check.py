@@ -2332,6 +2332,45 @@ SCENARIOS = {f.__name__: f for f in [step01_warnings, save_init, max_steps_resum
                                    "08_fsdp")]}
 
 
+# ---- review: step 08's evaluation on a test set that splits unevenly ----------------------------------
+
+def write_idx_set(folder, n_train, n_test):
+    """An MNIST-shaped IDX set (uncompressed) of n_train and n_test 28x28 images: each label's images
+    share a bright block, so that the model learns something; the rest is pseudo-random noise."""
+    os.makedirs(folder, exist_ok=True)
+    rng = random.Random(5)
+    for prefix, n in (("train", n_train), ("t10k", n_test)):
+        labels = bytes(i % 10 for i in range(n))
+        pixels = bytearray(rng.randrange(64) for _ in range(n * 784))
+        for i, y in enumerate(labels):
+            for row in range(2 * y, 2 * y + 3):
+                pixels[i * 784 + row * 28: i * 784 + row * 28 + 10] = b"\xff" * 10
+        with open(f"{folder}/{prefix}-images-idx3-ubyte", "wb") as f:
+            f.write(struct.pack(">IIII", 2051, n, 28, 28) + bytes(pixels))
+        with open(f"{folder}/{prefix}-labels-idx1-ubyte", "wb") as f:
+            f.write(struct.pack(">II", 2049, n) + labels)
+
+
+def step08_eval_uneven(tmp):
+    """Step 08 on a test set of 1001 samples at 2 ranks (501 and 500: two test batches against one)
+    evaluates without hanging, and its accuracy and digest are step 06's (every sample counted once)."""
+    write_idx_set(f"{tmp}/idx", 512, 1001)
+    args = ["--device", "cpu", "--data", "mnist", "--data_dir", f"{tmp}/idx", "--hidden", "32",
+            "--epochs", "2", "--lr", "0.05", "--log_interval", "1000", "--save_interval", "0",
+            "--seed", SEED, "--timeout", "20"]
+    out = {}
+    for step in ("08_fsdp", "06_full"):
+        run(step, args + ["--metrics", f"{tmp}/{step}_{{rank}}.jsonl"], np=2, tmp=tmp)
+        _, epochs, final = metrics(f"{tmp}/{step}_0.jsonl")
+        out[step] = ([e["test_acc"] for e in epochs], final["param_digest"])
+    if out["08_fsdp"] != out["06_full"]:
+        raise Failure(f"1001 test samples at 2 ranks: step 08 (accuracies, digest) {out['08_fsdp']}, "
+                      f"step 06 {out['06_full']}")
+    print(f"1001 test samples at 2 ranks: accuracies {out['08_fsdp'][0]}, digest {out['08_fsdp'][1]}, as step 06")
+
+
+SCENARIOS[step08_eval_uneven.__name__] = step08_eval_uneven
+
 def main():
     global LAUNCHER
     ap = argparse.ArgumentParser(description=__doc__)

@@ -298,3 +298,7 @@ endif()
 # skipped, and the job's GPUs counted (SLURM_GPUS_ON_NODE, CUDA_VISIBLE_DEVICES), not the node's.
 add_test(NAME slurm_job_scripts COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tests/slurm/job_scripts.py)
 set_tests_properties(slurm_job_scripts PROPERTIES LABELS integration TIMEOUT 180)
+# step08_eval_uneven: step 08 with 1001 test samples at 2 ranks (two test batches against one)
+# evaluates without hanging and matches step 06 (it deadlocked in the extra batch's gathers); MPI, Gloo.
+ddp_integration(step08_eval_uneven PROCESSORS 2)
+ddp_integration(step08_eval_uneven PROCESSORS 2 LAUNCHER launch)
