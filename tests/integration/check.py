@@ -2371,6 +2371,56 @@ def step08_eval_uneven(tmp):
 
 SCENARIOS[step08_eval_uneven.__name__] = step08_eval_uneven
 
+# ---- review: SIGTERM to a rank stuck in a collective -------------------------------------------------
+
+def preempt_stuck(tmp):
+    """A rank stuck in a collective (its peer frozen by SIGSTOP) that gets SIGTERM ends within seconds,
+    naming the signal, instead of at SIGKILL or --timeout (60 s here); a second SIGTERM, 1.5 s after
+    the first, ends it at once, before that grace."""
+    prog = os.path.join(BIN, "06_full")
+    for second in (False, True):
+        tag = f"{tmp}/stuck{int(second)}_{{rank}}.jsonl"
+        cmd = [MPIEXEC, "-n", "2", prog] + SMALL + ["--epochs", "100000", "--timeout", "60", "--metrics", tag]
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
+        try:
+            first = tag.format(rank=1)
+            t0 = time.time()
+            while not os.path.exists(first) or os.path.getsize(first) == 0:
+                if time.time() - t0 > 60 or p.poll() is not None:
+                    raise Failure("the job did not start training")
+                time.sleep(0.05)
+            pid0, pid1 = rank_pid(tag, 0), rank_pid(tag, 1)
+            if pid0 is None or pid1 is None:
+                raise Failure(f"the ranks' processes were not found ({pid0}, {pid1})")
+            os.kill(pid1, signal.SIGSTOP)
+            time.sleep(0.5)  # rank 0 is now inside a collective that cannot finish
+            os.kill(pid0, signal.SIGTERM)
+            if second:
+                time.sleep(1.5)
+                os.kill(pid0, signal.SIGTERM)
+            t0 = time.time()
+            limit = 1.5 if second else 20
+            while proc_running(pid0, prog) and time.time() - t0 < 60:
+                time.sleep(0.05)
+            took = time.time() - t0
+        finally:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            _, err = p.communicate()
+        what = "the second SIGTERM" if second else "SIGTERM"
+        if took > limit:
+            raise Failure(f"rank 0, stuck in a collective, still ran {took:.1f} s after {what} (at most {limit} "
+                          f"s expected; --timeout 60)\nstderr: {err[-800:]}")
+        if not second and "after a SIGTERM or SIGUSR1" not in err:
+            raise Failure(f"rank 0 ended {took:.1f} s after SIGTERM without saying why:\n{err[-800:]}")
+        print(f"{what}: rank 0 ended {took:.1f} s after it")
+
+
+SCENARIOS[preempt_stuck.__name__] = preempt_stuck
+
 def main():
     global LAUNCHER
     ap = argparse.ArgumentParser(description=__doc__)

@@ -302,3 +302,6 @@ set_tests_properties(slurm_job_scripts PROPERTIES LABELS integration TIMEOUT 180
 # evaluates without hanging and matches step 06 (it deadlocked in the extra batch's gathers); MPI, Gloo.
 ddp_integration(step08_eval_uneven PROCESSORS 2)
 ddp_integration(step08_eval_uneven PROCESSORS 2 LAUNCHER launch)
+# preempt_stuck: SIGTERM to a rank stuck in a collective ends it within the watchdog's short grace
+# (WATCHDOG_SIGNAL_GRACE_S), a second SIGTERM at once (it waited for --timeout or SIGKILL).
+ddp_integration(preempt_stuck PROCESSORS 2)
