@@ -2421,6 +2421,37 @@ def preempt_stuck(tmp):
 
 SCENARIOS[preempt_stuck.__name__] = preempt_stuck
 
+# ---- review: the digest docs/06_full.md pastes for its launchers --------------------------------------
+
+def docs06_launcher_digest(tmp):
+    """docs/06_full.md's torchrun run, and its claim that mpirun -np 2 and scripts/launch.sh -n 2 end at
+    the same param_digest: the commands, run with the chapters' OpenBLAS kernel (OPENBLAS_CORETYPE=Haswell,
+    docs/README.md), end at the digests pasted there."""
+    with open("/proc/cpuinfo") as f:
+        if " avx2" not in f.read():
+            print("skipped: OPENBLAS_CORETYPE=Haswell needs AVX2, which this CPU lacks")
+            return SKIP
+    with open(os.path.join(ROOT, "docs", "06_full.md")) as f:
+        text = f.read()
+    block = text[text.index("$ torchrun --standalone --nproc_per_node 2"):]
+    pasted = re.search(r"\[default0\]:done: 8 steps, param_digest ([0-9a-f]{16})", block).group(1)
+    claim = re.search(r"`scripts/launch.sh -n 2` with the same flags end at `param_digest ([0-9a-f]{16})` too",
+                      block).group(1)
+    args = ["--device", "cpu", "--data", "synthetic", "--dataset_size", "2048", "--hidden", "64", "--epochs", "1",
+            "--save_interval", "0"]
+    os.environ["OPENBLAS_CORETYPE"] = "Haswell"  # the runs inherit it (launch() copies os.environ)
+    got = {}
+    for launcher in ("mpirun", "launch"):
+        out, _ = run("06_full", args, np=2, tmp=tmp, launcher=launcher)
+        got[launcher] = re.search(r"done: 8 steps, param_digest ([0-9a-f]{16})", out).group(1)
+    if set(got.values()) != {pasted} or claim != pasted:
+        raise Failure(f"docs/06_full.md pastes param_digest {pasted} (torchrun) and {claim} (mpirun, launch.sh); "
+                      f"the commands end at {got} with OPENBLAS_CORETYPE=Haswell")
+    print(f"docs/06_full.md's digest {pasted}: mpirun and launch.sh end there")
+
+
+SCENARIOS[docs06_launcher_digest.__name__] = docs06_launcher_digest
+
 def main():
     global LAUNCHER
     ap = argparse.ArgumentParser(description=__doc__)
