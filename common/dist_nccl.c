@@ -130,11 +130,17 @@ static int dist_nccl_poll(void *user, double timeout, char *why) {
     cudaError_t q = cudaEventQuery(g_last.event);
     if (q == cudaSuccess) {
       g_last.when = 0;
-    } else if (q == cudaErrorNotReady && log_clock() - g_last.when > timeout) {
-      snprintf(why, 256,
-               "an NCCL collective has not finished after %g s (--timeout): a peer is "
-               "stuck, dead, or calling other collectives",
-               timeout);
+    } else if (q == cudaErrorNotReady) {
+      if (log_clock() - g_last.when > timeout) {
+        snprintf(why, 256,
+                 "an NCCL collective has not finished after %g s (--timeout): a peer is "
+                 "stuck, dead, or calling other collectives",
+                 timeout);
+        stuck = 1;
+      }
+    } else {  // e.g. a kernel's illegal address: sticky, every later CUDA call fails too; end now
+      snprintf(why, 256, "CUDA reported %s (%s) while an NCCL collective was in flight", cudaGetErrorName(q),
+               cudaGetErrorString(q));
       stuck = 1;
     }
   }
