@@ -276,19 +276,29 @@ void run_blocking(Gloo &g, Job &j) {
 
 // ---- device buffers ---------------------------------------------------------------------------------
 
-// A blocking all-reduce of @p n elements at @p buf (host, or device staged through the host).
-void all_reduce_blocking(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op) {
+// A blocking all-reduce of @p n elements at @p host, host memory (no staging).
+void all_reduce_host(ProcessGroup *pg, void *host, size_t n, DistType type, DistOp op) {
   Job j;
   j.kind = Kind::AllReduce;
   j.what = "gloo::allreduce";
   j.n = n;
   j.type = type;
   j.op = op;
-  size_t bytes = n * dist_type_size(type);
-  j.buf = dist_on_gpu(pg) ? dist_staging(pg, bytes) : buf;
-  if (dist_on_gpu(pg)) dev_download(pg->ctx, j.buf, buf, bytes);
+  j.buf = host;
   run_blocking(*state(pg), j);
-  if (dist_on_gpu(pg)) dev_upload(pg->ctx, buf, j.buf, bytes);
+}
+
+// A blocking all-reduce of @p n elements at @p buf (host, or device staged through the host).
+void all_reduce_blocking(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op) {
+  if (!dist_on_gpu(pg)) {
+    all_reduce_host(pg, buf, n, type, op);
+    return;
+  }
+  size_t bytes = n * dist_type_size(type);
+  void *host = dist_staging(pg, bytes);
+  dev_download(pg->ctx, host, buf, bytes);  // synchronous: the stream's earlier work has read the stage
+  all_reduce_host(pg, host, n, type, op);
+  dev_upload(pg->ctx, buf, host, bytes);
 }
 
 // ---- start-up -----------------------------------------------------------------------------------------
@@ -387,8 +397,10 @@ void gloo_reduce_scatter_start(ProcessGroup *pg, void *send, const size_t *count
   size_t offset = dist_chunk_offset(counts, pg->rank);
   if (dist_on_gpu(pg)) {  // [send] through the host, reduced now; this rank's chunk goes back up
     char *host = static_cast<char *>(dist_staging(pg, total * size));
-    dev_download(pg->ctx, host, send, total * size);
-    all_reduce_blocking(pg, host, total, w->type, DIST_SUM);
+    dev_download(pg->ctx, host, send, total * size);  // synchronous
+    // Already on the host: reduced there (not all_reduce_blocking, which would stage the stage again,
+    // copying it onto itself, and queue a copy that races the scaling below)
+    all_reduce_host(pg, host, total, w->type, DIST_SUM);
     if (w->op == DIST_AVG) scale_avg(reinterpret_cast<float *>(host + offset * size), w->n, pg->world_size);
     dev_upload(pg->ctx, w->buf, host + offset * size, w->n * size);
     dev_event_record(pg->ctx, &w->end, NULL);

@@ -130,11 +130,17 @@ static int dist_nccl_poll(void *user, double timeout, char *why) {
     cudaError_t q = cudaEventQuery(g_last.event);
     if (q == cudaSuccess) {
       g_last.when = 0;
-    } else if (q == cudaErrorNotReady && log_clock() - g_last.when > timeout) {
-      snprintf(why, 256,
-               "an NCCL collective has not finished after %g s (--timeout): a peer is "
-               "stuck, dead, or calling other collectives",
-               timeout);
+    } else if (q == cudaErrorNotReady) {
+      if (log_clock() - g_last.when > timeout) {
+        snprintf(why, 256,
+                 "an NCCL collective has not finished after %g s (--timeout): a peer is "
+                 "stuck, dead, or calling other collectives",
+                 timeout);
+        stuck = 1;
+      }
+    } else {  // e.g. a kernel's illegal address: sticky, every later CUDA call fails too; end now
+      snprintf(why, 256, "CUDA reported %s (%s) while an NCCL collective was in flight", cudaGetErrorName(q),
+               cudaGetErrorString(q));
       stuck = 1;
     }
   }
@@ -171,11 +177,29 @@ static void explain_init_failure(const ProcessGroup *pg, ncclResult_t r, int ver
   }
 }
 
+// Several ranks of this node on one GPU (NCCL >= 2.30, NCCL_MULTI_RANK_GPU_ENABLE=1; more than one
+// rank per GPU is refused otherwise): NCCL documents its default resources for up to 2 ranks per GPU
+// and warns that running out of them hangs. Each communicator then takes at most 2 CTAs
+// (NCCL_MAX_CTAS=2, as scripts/gpu_check.sh runs them), unless the user chose a value. Set before
+// NCCL's first call. (With one GPU per process, each its own, NCCL_MULTI_RANK_GPU_ENABLE=1 would
+// limit them too: it is only for ranks that share a GPU.)
+static void limit_ctas_if_shared(const ProcessGroup *pg) {
+  const char *multi = getenv("NCCL_MULTI_RANK_GPU_ENABLE");
+  int gpus = device_cuda_count();
+  if (!multi || strcmp(multi, "1") != 0 || pg->local_size <= gpus || getenv("NCCL_MAX_CTAS")) return;
+  setenv("NCCL_MAX_CTAS", "2", 0);
+  log0(
+      "nccl: %d ranks on this node share %d GPU(s): NCCL_MAX_CTAS=2 (NCCL's defaults are for up to 2 "
+      "ranks per GPU; set NCCL_MAX_CTAS to choose)\n",
+      pg->local_size, gpus);
+}
+
 // Creates the communicator. @p share: NULL when NCCL_COMM_ID gives every rank the same unique id (an
 // environment launch); else a function that copies rank 0's id to every rank (over MPI under mpirun).
 static void nccl_connect_with(ProcessGroup *pg, void (*share)(void *id, size_t size)) {
   g_pg = pg;
   cudaCheck(cudaSetDevice(pg->ctx->gpu));  // NCCL binds the communicator to the current GPU
+  limit_ctas_if_shared(pg);
   int version = 0;
   ncclCheck(ncclGetVersion(&version));
   g_have_avg = HEADER_HAS_AVG && version >= NCCL_VERSION(2, 10, 0) && !getenv("DDP_NCCL_NO_AVG");

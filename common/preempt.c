@@ -4,16 +4,34 @@
 
 #include <signal.h>
 #include <string.h>
+#include <time.h>
 
 #include "check.h"
 #include "devmem.h"
 #include "log.h"
+#include "watchdog.h"
 
 static volatile sig_atomic_t got_signal;  // set by the handler, read at the step boundary
+static struct timespec first_signal;      // when the first signal came (the handler's own)
 
+// A second signal, a second or more after the first (not a copy of it forwarded by a launcher: srun
+// and torchrun pass on the SIGTERM that Slurm also sends to every task), ends the process at once by
+// the signal's default action. The first one also tells the watchdog, which then ends a rank stuck in
+// a collective after a short grace (watchdog_signal_arrived()): such a rank never reaches its step
+// boundary, and ignored the signal until the launcher's SIGKILL.
 static void on_signal(int sig) {
-  (void)sig;
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  double since =
+      (double)(now.tv_sec - first_signal.tv_sec) + 1e-9 * (double)(now.tv_nsec - first_signal.tv_nsec);
+  if (got_signal && since >= 1.0) {
+    signal(sig, SIG_DFL);
+    raise(sig);  // delivered when this handler returns
+    return;
+  }
+  if (!got_signal) first_signal = now;
   got_signal = 1;
+  watchdog_signal_arrived();
 }
 
 void preempt_init(Preempt *p, const Ctx *c) {
@@ -35,13 +53,15 @@ void preempt_init(Preempt *p, const Ctx *c) {
 
 bool preempt_agree(Preempt *p, ProcessGroup *pg, const Ctx *c, long long step) {
   if (p->stop) return true;
-  if (p->pending) {  // the previous boundary's sum: its step is done by now, or nearly
+  bool signalled = got_signal;  // before this boundary's waits: passing them shows the rank is not stuck
+  if (p->pending) {             // the previous boundary's sum: its step is done by now, or nearly
     dev_event_wait(c, &p->done);
     p->pending = false;
     if (*p->sum > 0) {
       log0("preempted: SIGTERM or SIGUSR1 on %d of %d ranks; stopping after step %lld\n", *p->sum,
            pg->world_size, step);
       p->stop = true;
+      if (signalled) watchdog_signal_handled();
       return true;
     }
   }
@@ -51,6 +71,7 @@ bool preempt_agree(Preempt *p, ProcessGroup *pg, const Ctx *c, long long step) {
   dev_download_async(c, p->sum, p->flag, sizeof(int));
   dev_event_record(c, &p->done, NULL);
   p->pending = true;
+  if (signalled) watchdog_signal_handled();
   return false;
 }
 

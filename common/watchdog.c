@@ -4,8 +4,10 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -30,6 +32,15 @@ static struct {
   const char *what[MAX_DEPTH];
   double since[MAX_DEPTH];
 } W = {.lock = PTHREAD_MUTEX_INITIALIZER, .polling = PTHREAD_MUTEX_INITIALIZER};
+
+// 0: no preemption signal; 1: one arrived, no step boundary passed since (the grace applies); 2: handled
+static volatile sig_atomic_t g_signal;
+
+void watchdog_signal_arrived(void) {
+  if (g_signal == 0) g_signal = 1;
+}
+
+void watchdog_signal_handled(void) { g_signal = 2; }
 
 // ---- bounded calls ------------------------------------------------------------------------------------
 
@@ -120,16 +131,19 @@ static void *watch(void *arg) {
       return NULL;
     }
     double t = log_clock();
+    // after a SIGTERM or SIGUSR1, until the next step boundary: the grace instead of the timeout
+    bool hurry = g_signal == 1 && W.timeout > WATCHDOG_SIGNAL_GRACE_S;
+    double timeout = hurry ? WATCHDOG_SIGNAL_GRACE_S : W.timeout;
     int depth = W.depth < MAX_DEPTH ? W.depth : MAX_DEPTH;
     for (int i = 0; i < depth && !why[0]; i++)
-      if (t - W.since[i] > W.timeout)
+      if (t - W.since[i] > timeout)
         snprintf(why, sizeof why,
-                 "%s has waited more than %g s (--timeout): a peer is stuck, "
+                 "%s has waited more than %g s (%s): a peer is stuck, "
                  "dead, missing, or calling other collectives",
-                 W.what[i], W.timeout);
+                 W.what[i], timeout,
+                 hurry ? "after a SIGTERM or SIGUSR1, a stuck rank ends at once" : "--timeout");
     Settings s = {W.bind, W.on_abort, W.user};
     WatchdogPoll poll = W.poll;
-    double timeout = W.timeout;
     unsigned settings = W.settings;
     pthread_mutex_unlock(&W.lock);
     if (!why[0] && poll) {
@@ -137,6 +151,9 @@ static void *watch(void *arg) {
       bound = settings;
       if (poll(s.user, timeout, why) != 0 && !why[0])
         snprintf(why, sizeof why, "the process group reported an error");
+      else if (why[0] && hurry)
+        strncat(why, " (after a SIGTERM or SIGUSR1: a stuck rank ends at once)",
+                sizeof why - strlen(why) - 1);
     }
     pthread_mutex_unlock(&W.polling);
     if (why[0]) fire(why, s, timeout);

@@ -82,6 +82,25 @@ void watchdog_leave(void);
     watchdog_leave();             \
   } while (0)
 
+/** @brief Longest wait, in seconds, after a preemption signal and before the next step boundary. */
+#define WATCHDOG_SIGNAL_GRACE_S 5.0
+
+/**
+ * @brief A preemption signal (SIGTERM, SIGUSR1) has arrived: called from the signal handler, it only
+ * sets a flag (async-signal-safe). From then until watchdog_signal_handled(), a wait, or (through the
+ * poll) a collective, that lasts more than min(timeout, WATCHDOG_SIGNAL_GRACE_S) ends the process as
+ * a wait past the timeout does. A rank stuck in a collective never reaches the step boundary at
+ * which it would stop, and would otherwise outlive the signal until the launcher's SIGKILL (10 s
+ * after it with scripts/launch.sh, 30 s with torchrun) or the timeout.
+ */
+void watchdog_signal_arrived(void);
+
+/**
+ * @brief The rank has passed a step boundary since the signal, so it is not stuck: the timeout is the
+ * full one again (for the checkpoint that follows, whose barrier waits for rank 0's write).
+ */
+void watchdog_signal_handled(void);
+
 /** @brief Stops the watchdog thread (after the process group has left the job). */
 void watchdog_stop(void);
 

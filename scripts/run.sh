@@ -8,7 +8,9 @@
 # GPUs are counted as CUDA counts them (build/bin/gpu_count), so CUDA_VISIBLE_DEVICES and MIG are
 # honoured; `nvidia-smi -L` lists every GPU of the machine instead. Environment:
 #   NPROC=N        ranks to start (default: one per GPU; CPU: 2). More ranks than GPUs is refused
-#                  unless NCCL_MULTI_RANK_GPU_ENABLE=1 (NCCL >= 2.30 can share a GPU between ranks).
+#                  unless NCCL_MULTI_RANK_GPU_ENABLE=1 (NCCL >= 2.30 can share a GPU between ranks);
+#                  then NCCL_MAX_CTAS defaults to 2 (NCCL's defaults are for up to 2 ranks per GPU,
+#                  and running out of its resources hangs; the trainers set the same).
 #   MASTER_ADDR, MASTER_PORT, DDP_NCCL_PORT   for the launch without MPI (scripts/launch.sh): NCCL
 #                  bootstraps on MASTER_PORT + 1 (or DDP_NCCL_PORT); MASTER_ADDR may be an IPv6
 #                  literal (::1 or [::1]).
@@ -49,6 +51,10 @@ if [ "$ngpu" -gt 0 ]; then
   n=${NPROC:-$ngpu}
   if [ "$n" -gt "$ngpu" ] && [ "${NCCL_MULTI_RANK_GPU_ENABLE:-0}" != 1 ]; then
     die "$n ranks but CUDA shows this process $ngpu GPU(s) (CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-unset}): NCCL takes one rank per GPU; start at most $ngpu, or, with NCCL >= 2.30, set NCCL_MULTI_RANK_GPU_ENABLE=1"
+  fi
+  if [ "$n" -gt "$ngpu" ]; then
+    export NCCL_MAX_CTAS=${NCCL_MAX_CTAS:-2}
+    echo "run: $n ranks share $ngpu GPU(s): NCCL_MAX_CTAS=$NCCL_MAX_CTAS"
   fi
   echo "run: $ngpu GPU(s) visible, $n rank(s)"
   if command -v mpirun >/dev/null; then

@@ -1,7 +1,8 @@
 // probe: the first minute on a node. Every rank all-reduces buffers of known values and checks the
 // result element by element, prints one line per rank (ok or broken), the back end and its version,
-// then a small bus-bandwidth table in nccl-tests' columns. A rank that never arrives is named; the
-// whole run is bounded by --timeout. Exit status 1 on any wrong element, 2 on a bad command line.
+// then a small bus-bandwidth table in nccl-tests' columns. A rank that never arrives is named, and
+// so is the flag when the ranks were started with different sizes or iterations; the whole run is
+// bounded by --timeout. Exit status 1 on any wrong element, 2 on a bad command line.
 //
 //   build/bin/probe                                # one process
 //   mpirun -np 2 build/bin/probe --device cpu      # CPU ranks, MPI
@@ -18,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "agree.h"   // agree.h: Agreement, agree_init, agree_add, agree_check
 #include "check.h"   // check.h: die, mallocCheck
 #include "device.h"  // device.h: Ctx, device_parse, device_name, device_cuda_count, device_init, device_free
 #include "devmem.h"  // devmem.h: dev_alloc, dev_upload, dev_download, DevEvent, dev_event_*
@@ -220,6 +222,22 @@ static void setup(Probe *p) {
   dist_connect(&p->pg, &p->ctx);
 }
 
+// Every rank must run the same all-reduces: a rank started with another --iters or --warmup calls
+// them a different number of times, one with other sizes calls them with other counts, and the job
+// then fails far from its cause (MPI_ERR_TRUNCATE, a watchdog error after a table that says OK).
+// Compared as the trainers compare theirs (agree.h): one all-gather, then one message naming the flag.
+static void check_flags_agree(Probe *p) {
+  Agreement a;
+  agree_init(&a);  // the program itself
+  agree_add(&a, "--min_bytes", "%zu", p->args.min_bytes);
+  agree_add(&a, "--max_bytes", "%zu", p->args.max_bytes);
+  agree_add(&a, "--factor", "%zu", p->args.factor);
+  agree_add(&a, "--iters", "%ld", p->args.iters);
+  agree_add(&a, "--warmup", "%ld", p->args.warmup);
+  agree_add(&a, "--test_wrong_rank", "%ld", p->args.wrong_rank);
+  agree_check(&a, &p->pg, &p->ctx);
+}
+
 // Allocates every buffer once, at the largest size, and writes it (dev_alloc zero-fills), so that no
 // timed all-reduce pays for the first touch of fresh pages (docs/performance.md).
 static void alloc_buffers(Probe *p) {
@@ -406,6 +424,7 @@ int main(int argc, char **argv) {
   Probe p = {0};
   configure(&p.args, argc, argv);
   setup(&p);
+  check_flags_agree(&p);
   alloc_buffers(&p);
   check_connectivity(&p);
   print_backend(&p);

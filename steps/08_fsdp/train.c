@@ -211,9 +211,21 @@ static const float *run_batch(Trainer *t, int start, int B) {
   return t->loss;
 }
 
+// [fsdp] Every forward all-gathers its layers: every rank runs as many test batches as the rank with
+// the most samples (ranks' shards differ by one: 1001 samples at 2 ranks are two batches and one), a
+// rank that has run out forwarding one sample, not counted, only to join the others' gathers.
 static double evaluate(Trainer *t) {
   dev_zero(&t->ctx, t->correct, sizeof(int));
-  mlp_count_correct_loader(&t->model, &t->ctx, &t->test, EVAL_BATCH, t->correct);
+  int most = (t->test.n + t->world_size - 1) / t->world_size, n = t->test.n_order;
+  for (int start = 0; start < most; start += EVAL_BATCH) {
+    int B = n - start < EVAL_BATCH ? n - start : EVAL_BATCH;
+    if (B <= 0) {
+      mlp_forward(&t->model, &t->ctx, t->test.xb, 1);  // [fsdp] the gathers only
+      continue;
+    }
+    loader_batch(&t->test, &t->ctx, start, B);
+    mlp_count_correct(&t->model, &t->ctx, t->test.xb, t->test.yb, B, t->correct);
+  }
   dist_all_reduce(&t->pg, t->correct, 1, DIST_INT, DIST_SUM);  // [metrics] all ranks' answers
   int correct;
   dev_download(&t->ctx, &correct, t->correct, sizeof correct);

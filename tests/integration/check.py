@@ -2332,6 +2332,126 @@ SCENARIOS = {f.__name__: f for f in [step01_warnings, save_init, max_steps_resum
                                    "08_fsdp")]}
 
 
+# ---- review: step 08's evaluation on a test set that splits unevenly ----------------------------------
+
+def write_idx_set(folder, n_train, n_test):
+    """An MNIST-shaped IDX set (uncompressed) of n_train and n_test 28x28 images: each label's images
+    share a bright block, so that the model learns something; the rest is pseudo-random noise."""
+    os.makedirs(folder, exist_ok=True)
+    rng = random.Random(5)
+    for prefix, n in (("train", n_train), ("t10k", n_test)):
+        labels = bytes(i % 10 for i in range(n))
+        pixels = bytearray(rng.randrange(64) for _ in range(n * 784))
+        for i, y in enumerate(labels):
+            for row in range(2 * y, 2 * y + 3):
+                pixels[i * 784 + row * 28: i * 784 + row * 28 + 10] = b"\xff" * 10
+        with open(f"{folder}/{prefix}-images-idx3-ubyte", "wb") as f:
+            f.write(struct.pack(">IIII", 2051, n, 28, 28) + bytes(pixels))
+        with open(f"{folder}/{prefix}-labels-idx1-ubyte", "wb") as f:
+            f.write(struct.pack(">II", 2049, n) + labels)
+
+
+def step08_eval_uneven(tmp):
+    """Step 08 on a test set of 1001 samples at 2 ranks (501 and 500: two test batches against one)
+    evaluates without hanging, and its accuracy and digest are step 06's (every sample counted once)."""
+    write_idx_set(f"{tmp}/idx", 512, 1001)
+    args = ["--device", "cpu", "--data", "mnist", "--data_dir", f"{tmp}/idx", "--hidden", "32",
+            "--epochs", "2", "--lr", "0.05", "--log_interval", "1000", "--save_interval", "0",
+            "--seed", SEED, "--timeout", "20"]
+    out = {}
+    for step in ("08_fsdp", "06_full"):
+        run(step, args + ["--metrics", f"{tmp}/{step}_{{rank}}.jsonl"], np=2, tmp=tmp)
+        _, epochs, final = metrics(f"{tmp}/{step}_0.jsonl")
+        out[step] = ([e["test_acc"] for e in epochs], final["param_digest"])
+    if out["08_fsdp"] != out["06_full"]:
+        raise Failure(f"1001 test samples at 2 ranks: step 08 (accuracies, digest) {out['08_fsdp']}, "
+                      f"step 06 {out['06_full']}")
+    print(f"1001 test samples at 2 ranks: accuracies {out['08_fsdp'][0]}, digest {out['08_fsdp'][1]}, as step 06")
+
+
+SCENARIOS[step08_eval_uneven.__name__] = step08_eval_uneven
+
+# ---- review: SIGTERM to a rank stuck in a collective -------------------------------------------------
+
+def preempt_stuck(tmp):
+    """A rank stuck in a collective (its peer frozen by SIGSTOP) that gets SIGTERM ends within seconds,
+    naming the signal, instead of at SIGKILL or --timeout (60 s here); a second SIGTERM, 1.5 s after
+    the first, ends it at once, before that grace."""
+    prog = os.path.join(BIN, "06_full")
+    for second in (False, True):
+        tag = f"{tmp}/stuck{int(second)}_{{rank}}.jsonl"
+        cmd = [MPIEXEC, "-n", "2", prog] + SMALL + ["--epochs", "100000", "--timeout", "60", "--metrics", tag]
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
+        try:
+            first = tag.format(rank=1)
+            t0 = time.time()
+            while not os.path.exists(first) or os.path.getsize(first) == 0:
+                if time.time() - t0 > 60 or p.poll() is not None:
+                    raise Failure("the job did not start training")
+                time.sleep(0.05)
+            pid0, pid1 = rank_pid(tag, 0), rank_pid(tag, 1)
+            if pid0 is None or pid1 is None:
+                raise Failure(f"the ranks' processes were not found ({pid0}, {pid1})")
+            os.kill(pid1, signal.SIGSTOP)
+            time.sleep(0.5)  # rank 0 is now inside a collective that cannot finish
+            os.kill(pid0, signal.SIGTERM)
+            if second:
+                time.sleep(1.5)
+                os.kill(pid0, signal.SIGTERM)
+            t0 = time.time()
+            limit = 1.5 if second else 20
+            while proc_running(pid0, prog) and time.time() - t0 < 60:
+                time.sleep(0.05)
+            took = time.time() - t0
+        finally:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            _, err = p.communicate()
+        what = "the second SIGTERM" if second else "SIGTERM"
+        if took > limit:
+            raise Failure(f"rank 0, stuck in a collective, still ran {took:.1f} s after {what} (at most {limit} "
+                          f"s expected; --timeout 60)\nstderr: {err[-800:]}")
+        if not second and "after a SIGTERM or SIGUSR1" not in err:
+            raise Failure(f"rank 0 ended {took:.1f} s after SIGTERM without saying why:\n{err[-800:]}")
+        print(f"{what}: rank 0 ended {took:.1f} s after it")
+
+
+SCENARIOS[preempt_stuck.__name__] = preempt_stuck
+
+# ---- review: the digest docs/06_full.md pastes for its launchers --------------------------------------
+
+def docs06_launcher_digest(tmp):
+    """docs/06_full.md's torchrun run, and its claim that mpirun -np 2 and scripts/launch.sh -n 2 end at
+    the same param_digest: the commands, run with the chapters' OpenBLAS kernel (OPENBLAS_CORETYPE=Haswell,
+    docs/README.md), end at the digests pasted there."""
+    with open("/proc/cpuinfo") as f:
+        if " avx2" not in f.read():
+            print("skipped: OPENBLAS_CORETYPE=Haswell needs AVX2, which this CPU lacks")
+            return SKIP
+    with open(os.path.join(ROOT, "docs", "06_full.md")) as f:
+        text = f.read()
+    block = text[text.index("$ torchrun --standalone --nproc_per_node 2"):]
+    pasted = re.search(r"\[default0\]:done: 8 steps, param_digest ([0-9a-f]{16})", block).group(1)
+    claim = re.search(r"`scripts/launch.sh -n 2` with the same flags end at `param_digest ([0-9a-f]{16})` too",
+                      block).group(1)
+    args = ["--device", "cpu", "--data", "synthetic", "--dataset_size", "2048", "--hidden", "64", "--epochs", "1",
+            "--save_interval", "0"]
+    os.environ["OPENBLAS_CORETYPE"] = "Haswell"  # the runs inherit it (launch() copies os.environ)
+    got = {}
+    for launcher in ("mpirun", "launch"):
+        out, _ = run("06_full", args, np=2, tmp=tmp, launcher=launcher)
+        got[launcher] = re.search(r"done: 8 steps, param_digest ([0-9a-f]{16})", out).group(1)
+    if set(got.values()) != {pasted} or claim != pasted:
+        raise Failure(f"docs/06_full.md pastes param_digest {pasted} (torchrun) and {claim} (mpirun, launch.sh); "
+                      f"the commands end at {got} with OPENBLAS_CORETYPE=Haswell")
+    print(f"docs/06_full.md's digest {pasted}: mpirun and launch.sh end there")
+
+
+SCENARIOS[docs06_launcher_digest.__name__] = docs06_launcher_digest
+
 def main():
     global LAUNCHER
     ap = argparse.ArgumentParser(description=__doc__)

@@ -131,7 +131,28 @@ def probe_absent():
               f"{[l for l in p.stderr.splitlines() if words in l][0]}")
 
 
-SCENARIOS = {f.__name__: f for f in [passes(0), passes(2), passes(3), probe_wrong, probe_absent]}
+def probe_disagree():
+    """Ranks started with different --iters or --max_bytes: every rank ends at once, naming the flag and
+    each rank's value, before any all-reduce of the table (no MPI_ERR_TRUNCATE, no table that says OK)."""
+    for flag, a, b in (("--iters", "5", "7"), ("--max_bytes", "64K", "256K")):
+        base = [PROBE, "--device", "cpu", "--timeout", "20"] + SIZES
+        cmd = [MPIEXEC, "-n", "1"] + base + [flag, a] + [":", "-n", "1"] + base + [flag, b]
+        t0 = time.time()
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        took = time.time() - t0
+        value = {"64K": "65536", "256K": "262144"}
+        want = f"the ranks disagree on {flag} (rank 0: {value.get(a, a)}; rank 1: {value.get(b, b)})"
+        if p.returncode == 0 or want not in p.stderr:
+            raise Failure(f"{' '.join(cmd)}: exit {p.returncode}, expected non-zero and '{want}' in\n"
+                          f"--- stdout\n{p.stdout}\n--- stderr\n{p.stderr}")
+        if any(ROW.match(l) for l in p.stdout.splitlines()) or "#wrong in all" in p.stdout or "MPI_ERR" in p.stderr:
+            raise Failure(f"{flag} {a} against {b}: the table ran before the refusal:\n{p.stdout}\n{p.stderr}")
+        print(f"{flag} {a} against {b}: refused in {took:.1f} s: "
+              f"{[l for l in p.stderr.splitlines() if 'disagree' in l][0]}")
+
+
+SCENARIOS = {f.__name__: f for f in [passes(0), passes(2), passes(3), probe_wrong, probe_absent,
+                                     probe_disagree]}
 
 
 def main():

@@ -310,3 +310,28 @@ ddp_fault(metrics_across_restarts metrics --step 06_full --np 2 --seeds 3)
 ddp_fault(preempt_saving_off_06 unsaved --step 06_full --np 2 --seeds 4)
 ddp_fault(preempt_saving_off_08 unsaved --step 08_fsdp --np 2 --seeds 5)
 ddp_fault(resume_auto_settings settings --step 07_zero --np 2)
+
+# Review of the launch tools and the trainers' edges (one scenario per defect, each failing before its fix).
+# probe_disagree (probe_check.py): probe ranks started with different --iters or --max_bytes are refused
+# at once, naming the flag (they ended in MPI_ERR_TRUNCATE, or a table saying OK, then a watchdog error).
+if(DDP_HAVE_MPI)
+  add_test(NAME probe_disagree
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/probe_check.py probe_disagree)
+  set_tests_properties(probe_disagree PROPERTIES LABELS integration PROCESSORS 2 TIMEOUT 180
+    ENVIRONMENT "DDP_BIN_DIR=${CMAKE_RUNTIME_OUTPUT_DIRECTORY};DDP_MPIEXEC=${DDP_MPIEXEC};${DDP_MPI_ENV}")
+endif()
+# slurm_job_scripts (tests/slurm/job_scripts.py): scripts/slurm/*.sbatch without Slurm (stand-ins for
+# srun, scontrol and nvidia-smi): MASTER_PORT and MASTER_PORT + 1 below the ephemeral range, a held pair
+# skipped, and the job's GPUs counted (SLURM_GPUS_ON_NODE, CUDA_VISIBLE_DEVICES), not the node's.
+add_test(NAME slurm_job_scripts COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tests/slurm/job_scripts.py)
+set_tests_properties(slurm_job_scripts PROPERTIES LABELS integration TIMEOUT 180)
+# step08_eval_uneven: step 08 with 1001 test samples at 2 ranks (two test batches against one)
+# evaluates without hanging and matches step 06 (it deadlocked in the extra batch's gathers); MPI, Gloo.
+ddp_integration(step08_eval_uneven PROCESSORS 2)
+ddp_integration(step08_eval_uneven PROCESSORS 2 LAUNCHER launch)
+# preempt_stuck: SIGTERM to a rank stuck in a collective ends it within the watchdog's short grace
+# (WATCHDOG_SIGNAL_GRACE_S), a second SIGTERM at once (it waited for --timeout or SIGKILL).
+ddp_integration(preempt_stuck PROCESSORS 2)
+# docs06_launcher_digest: the param_digest docs/06_full.md pastes for torchrun, mpirun and launch.sh is
+# the one the commands end at with the chapters' OpenBLAS kernel (it pasted a stale one).
+ddp_integration(docs06_launcher_digest PROCESSORS 2 GLOO NEEDS_MPI)
