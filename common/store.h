@@ -9,12 +9,22 @@
  * keys of the previous one.
  *
  * Wire format, one request at a time per connection, integers as 4 bytes in network order:
- * `'S' keylen key vallen val` → `'+'` (or `'!'` when the key exists); `'G' keylen key timeout_ms` →
- * `'+' vallen val`, or `'-'` when the key did not appear within timeout_ms.
+ * - set: `'S' keylen key vallen val` → `'+'`; `'!'` when the key exists; `'F'`, and the connection
+ *   closed, when it is beyond the caps below.
+ * - get: `'G' keylen key timeout_ms` → `'+' vallen val`; `'-'` when the key did not appear within
+ *   timeout_ms.
+ *
+ * The server (rank 0) listens on the address MASTER_ADDR resolves to when it is this machine's (all
+ * addresses otherwise: see store_init()), serves each connection on a thread of its own and frees
+ * both when the client closes, and bounds what clients may hold: at most 1024 connections open at
+ * once (at most half the process's descriptor limit, at least every rank plus 8; more are closed at
+ * once), 16 keys and 4 KiB + 256 bytes per rank of keys and values per connection, and
+ * world_size + 16 connections' worth in all. There is no authentication (as PyTorch's TCPStore): any
+ * program that reaches the port can set keys, so run jobs on a trusted network.
  *
  * Failures end the job with a one-line reason naming the rank, the store's address and the key: a
  * port rank 0 cannot listen on, a server that does not answer within the timeout (clients retry the
- * connect with back-off until then), a key that never appears.
+ * connect with back-off until then), a key that never appears, a set beyond the caps.
  */
 #ifndef DDP_STORE_H
 #define DDP_STORE_H
@@ -29,12 +39,15 @@ extern "C" {
 typedef struct Store Store;
 
 /**
- * @brief Joins the store at @p host:@p port. Rank 0 first starts serving on @p port (all
- * addresses); every rank then connects, retrying with back-off until @p timeout_s has passed.
+ * @brief Joins the store at @p host:@p port. Rank 0 first starts serving on @p port: on the address
+ * @p host resolves to when it is one of this machine's (127.0.0.1, a node's own address, localhost),
+ * else on all addresses (a host name that resolves to a loopback address here, as Debian's
+ * 127.0.1.1, since other nodes reach it through another one; an address behind NAT). Every rank then
+ * connects, retrying with back-off until @p timeout_s has passed.
  * @param[in] host      rank 0's host name or address (MASTER_ADDR; an IPv6 literal in brackets or not).
  * @param[in] port      the store's TCP port.
  * @param[in] rank      this process's rank.
- * @param[in] world_size number of ranks: the server's clients, and who store_free() waits for.
+ * @param[in] world_size number of ranks: who store_free() waits for, and (rank 0's) the server's caps.
  * @param[in] timeout_s longest wait of any call, seconds (> 0).
  * @return the store, never NULL.
  */
@@ -69,9 +82,9 @@ void *store_get(Store *s, const char *key, double timeout_s, size_t *n);
 const char *store_local_address(const Store *s);
 
 /**
- * @brief Leaves the store: a final barrier (every rank sets `done/<rank>` under @p prefix; rank 0
- * waits for all of them, so that no rank still reading keys loses the server), then rank 0 stops
- * the server. Every rank calls it once, after its last get.
+ * @brief Leaves the store: a final barrier (every rank but 0 sets `done/<rank>` under @p prefix;
+ * rank 0 waits for all of them, so that no rank still reading keys loses the server), then rank 0
+ * stops the server. Every rank calls it once, after its last get.
  * @param[in] s      the store (freed).
  * @param[in] prefix prefix of the barrier's keys (the attempt's prefix).
  */
