@@ -96,7 +96,7 @@ typedef struct Server {
   int listen_fd;
   pthread_t acceptor;
   pthread_mutex_t lock;    // guards everything below
-  pthread_cond_t changed;  // a key was set, or the server stops
+  pthread_cond_t changed;  // a key was set, the job was aborted, or the server stops
   pthread_cond_t drained;  // a connection ended
   Entry *entries;
   size_t count, cap;
@@ -105,9 +105,10 @@ typedef struct Server {
   size_t bytes;                // keys and values stored
   size_t max_keys, max_bytes;  // the job's total
   size_t share_keys, share_bytes;  // one connection's
-  int *fds;      // the open connections, each served by its own (detached) thread; -1: a free slot
-  int max_open;  // slots in fds
-  int open;      // connections open now
+  int *fds;            // the open connections, each served by its own (detached) thread; -1: a free slot
+  int max_open;        // slots in fds
+  int open;            // connections open now
+  char *abort_reason;  // set once by store_abort(): every get answers with it from then on
   bool stopping;
 } Server;
 
@@ -196,7 +197,8 @@ static bool send_value(int fd, char tag, const char *value, uint32_t n) {
   return ok;
 }
 
-// Answers a get: waits for the key up to @p timeout_ms (CLOCK_MONOTONIC: see server_start).
+// Answers a get: waits for the key up to @p timeout_ms (CLOCK_MONOTONIC: see server_start). Once the
+// job is aborted every get answers 'X' and the reason.
 static bool server_get(Server *sv, int fd, const char *key, uint32_t timeout_ms) {
   struct timespec until;
   clock_gettime(CLOCK_MONOTONIC, &until);
@@ -206,14 +208,28 @@ static bool server_get(Server *sv, int fd, const char *key, uint32_t timeout_ms)
   pthread_mutex_lock(&sv->lock);
   const Entry *e;
   int err = 0;
-  while (!(e = find(sv, key)) && !sv->stopping && err != ETIMEDOUT)
+  while (!(e = find(sv, key)) && !sv->stopping && !sv->abort_reason && err != ETIMEDOUT)
     err = pthread_cond_timedwait(&sv->changed, &sv->lock, &until);
-  // Entries are never removed or changed until the server is freed: copy out, then answer unlocked.
+  // Entries and the reason are never removed or changed until the server is freed: answer unlocked.
+  const char *reason = sv->abort_reason;
   uint32_t n = e ? e->n : 0;
   const char *value = e ? e->value : NULL;
   pthread_mutex_unlock(&sv->lock);
+  if (reason) return send_value(fd, 'X', reason, (uint32_t)strlen(reason));
   if (!value) return send_all(fd, "-", 1);
   return send_value(fd, '+', value, n);
+}
+
+// Aborts the job (the first reason stays); every get, waiting or to come, answers with the reason.
+static void server_abort(Server *sv, char *reason) {
+  pthread_mutex_lock(&sv->lock);
+  if (!sv->abort_reason) {
+    sv->abort_reason = reason;
+    reason = NULL;
+    pthread_cond_broadcast(&sv->changed);
+  }
+  pthread_mutex_unlock(&sv->lock);
+  free(reason);
 }
 
 // Reads @p n bytes into a new NUL-terminated buffer; NULL on a short read.
@@ -271,6 +287,9 @@ static void *serve_client(void *arg) {
     } else if (op == 'G' && recv_u32(c->fd, &timeout_ms)) {
       ok = server_get(c->server, c->fd, key, timeout_ms);
       free(key);
+    } else if (op == 'A') {  // the "key" is the reason
+      server_abort(c->server, key);
+      ok = send_all(c->fd, "+", 1);
     } else {
       free(key);
       break;
@@ -478,6 +497,7 @@ static void server_stop(Server *sv) {
   free(sv->entries);
   free(sv->index);
   free(sv->fds);
+  free(sv->abort_reason);
   pthread_cond_destroy(&sv->changed);
   pthread_cond_destroy(&sv->drained);
   pthread_mutex_destroy(&sv->lock);
@@ -598,6 +618,12 @@ void *store_get(Store *s, const char *key, double timeout_s, size_t *n) {
   char reply;
   uint32_t ms = timeout_s > 4e6 ? 4000000000u : (uint32_t)(timeout_s * 1000.0);
   if (!send_key(s, 'G', key) || !send_u32(s->fd, ms) || !recv_all(s->fd, &reply, 1)) lost(s, "get", key);
+  if (reply == 'X') {  // the job was aborted: the reason instead of the value
+    uint32_t len;
+    char *reason = recv_bytes(s->fd, MAX_KEY, &len);
+    if (!reason) lost(s, "get", key);
+    die(1, "the job stopped during the rendezvous: %s", reason);
+  }
   if (reply != '+')
     die(1,
         "the rendezvous key '%s' did not appear within %g s (--timeout): a rank never "
@@ -608,6 +634,34 @@ void *store_get(Store *s, const char *key, double timeout_s, size_t *n) {
   if (!value) lost(s, "get", key);
   *n = len;
   return value;
+}
+
+void store_abort(Store *s, const char *reason) {
+  size_t n = strlen(reason);
+  char reply;
+  // Best effort: the caller ends the job next whether or not rank 0 got the reason.
+  if (send_all(s->fd, "A", 1) && send_u32(s->fd, (uint32_t)(n > MAX_KEY ? MAX_KEY : n)))
+    if (send_all(s->fd, reason, n > MAX_KEY ? MAX_KEY : n)) recv_all(s->fd, &reply, 1);
+}
+
+void store_agree(Store *s, const char *name, const char *value, const char *hint) {
+  char key[MAX_KEY];
+  snprintf(key, sizeof key, "agree/%s", name);
+  if (s->rank == 0) {
+    store_set(s, key, value, strlen(value));
+    return;
+  }
+  size_t n;
+  char *theirs = store_get(s, key, s->timeout, &n);
+  if (strlen(theirs) != n || strcmp(theirs, value) != 0) {
+    char reason[1024];
+    snprintf(reason, sizeof reason, "rank %d was started with %s=%.200s, rank 0 with %s=%.200s: %s", s->rank,
+             name, value, name, theirs, hint);
+    store_abort(s, reason);  // rank 0, and every rank waiting on the store, stop with this line
+    die(1, "this rank was started with %s=%.200s, rank 0 with %s=%.200s: %s", name, value, name, theirs,
+        hint);
+  }
+  free(theirs);
 }
 
 const char *store_local_address(const Store *s) { return s->local; }

@@ -12,7 +12,8 @@
  * - set: `'S' keylen key vallen val` → `'+'`; `'!'` when the key exists; `'F'`, and the connection
  *   closed, when it is beyond the caps below.
  * - get: `'G' keylen key timeout_ms` → `'+' vallen val`; `'-'` when the key did not appear within
- *   timeout_ms.
+ *   timeout_ms; `'X' len reason` once the job is aborted.
+ * - abort: `'A' len reason` → `'+'`.
  *
  * The server (rank 0) listens on the address MASTER_ADDR resolves to when it is this machine's (all
  * addresses otherwise: see store_init()), serves each connection on a thread of its own and frees
@@ -20,11 +21,12 @@
  * once (at most half the process's descriptor limit, at least every rank plus 8; more are closed at
  * once), 16 keys and 4 KiB + 256 bytes per rank of keys and values per connection, and
  * world_size + 16 connections' worth in all. There is no authentication (as PyTorch's TCPStore): any
- * program that reaches the port can set keys, so run jobs on a trusted network.
+ * program that reaches the port can set keys or abort the job, so run jobs on a trusted network.
  *
  * Failures end the job with a one-line reason naming the rank, the store's address and the key: a
  * port rank 0 cannot listen on, a server that does not answer within the timeout (clients retry the
- * connect with back-off until then), a key that never appears, a set beyond the caps.
+ * connect with back-off until then), a key that never appears, a set beyond the caps, a rank started
+ * with other settings than rank 0 (store_agree()).
  */
 #ifndef DDP_STORE_H
 #define DDP_STORE_H
@@ -72,6 +74,26 @@ void store_set(Store *s, const char *key, const void *value, size_t n);
  * @return the value: host, (*n) bytes (plus a NUL), malloc'd; the caller frees it.
  */
 void *store_get(Store *s, const char *key, double timeout_s, size_t *n);
+
+/**
+ * @brief Aborts the job through the store: every get on the server, waiting or to come (rank 0's
+ * too), ends its rank with @p reason. Best effort: the caller ends its own rank next.
+ * @param[in] s      the store.
+ * @param[in] reason one line, NUL-terminated (at most 4096 bytes are sent).
+ */
+void store_abort(Store *s, const char *reason);
+
+/**
+ * @brief Checks that every rank was started with rank 0's value of the setting @p name: rank 0 sets
+ * the key `agree/<name>`, every other rank reads it. A rank that differs aborts the job
+ * (store_abort()) and ends, both with `rank R was started with NAME=VALUE, rank 0 with NAME=VALUE:
+ * HINT`. Call it before any key that depends on the setting.
+ * @param[in] s     the store.
+ * @param[in] name  the setting, as the user knows it (an environment variable's name).
+ * @param[in] value this rank's value, as text.
+ * @param[in] hint  what to do about a difference.
+ */
+void store_agree(Store *s, const char *name, const char *value, const char *hint);
 
 /**
  * @brief The local address of this rank's connection to the store: the address of the interface
