@@ -283,3 +283,17 @@ ddp_fault(preempt_one_rank preempt --step 06_full --np 3 --seeds 9)
 ddp_fault(restart_limit limit --step 06_full --np 2)
 ddp_fault(supervisor_sigterm supervisor --step 06_full --np 2)
 ddp_fault(torchrun_max_restarts torchrun --step 06_full --np 1)
+
+# The Gloo ranks' rendezvous store (tests/integration/store_check.py, labels integration and gloo;
+# loopback only): a port scan of 1100 connections while rank 0 waits, a client storing 1 MiB values,
+# the listening address (MASTER_ADDR's, not every interface), and ranks started with another
+# WORLD_SIZE or TORCHELASTIC_RESTART_COUNT than rank 0 (both named, both ranks stopped).
+if(DDP_HAVE_GLOO)
+  foreach(scenario port_scan large_values listen_address world_size_mismatch restart_count_mismatch)
+    add_test(NAME store_${scenario}
+             COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/store_check.py ${scenario})
+    set_tests_properties(store_${scenario} PROPERTIES
+      LABELS "integration;gloo" PROCESSORS 2 TIMEOUT 180 SKIP_RETURN_CODE 77
+      ENVIRONMENT "DDP_BIN_DIR=${CMAKE_RUNTIME_OUTPUT_DIRECTORY}")
+  endforeach()
+endif()
