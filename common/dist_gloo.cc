@@ -80,11 +80,25 @@ class RendezvousStore : public gloo::rendezvous::Store {
   double timeout_s_;
 };
 
+// This attempt's number: TORCHELASTIC_RESTART_COUNT (torchrun, scripts/restart.sh), 0 when unset.
+std::string attempt() {
+  const char *n = getenv("TORCHELASTIC_RESTART_COUNT");
+  return n && *n ? n : "0";
+}
+
 // The keys of this attempt: a job that torchrun restarts (TORCHELASTIC_RESTART_COUNT) never meets
 // the write-once keys of the attempt before.
-std::string attempt_prefix() {
-  const char *n = getenv("TORCHELASTIC_RESTART_COUNT");
-  return std::string("attempt_") + (n && *n ? n : "0");
+std::string attempt_prefix() { return "attempt_" + attempt(); }
+
+// Every rank must have rank 0's world size and attempt before Gloo's keys are exchanged: with another
+// world size Gloo's addresses do not parse (its enforce fails), with another attempt the ranks wait
+// on each other's keys until the timeout. Either difference ends every rank with a line naming it.
+void agree_on_launch(::Store *s, const ProcessGroup *pg) {
+  store_agree(s, pg->launcher == LAUNCH_SLURM ? "SLURM_NTASKS" : "WORLD_SIZE",
+              std::to_string(pg->world_size).c_str(), "start every rank with the same number of ranks");
+  store_agree(s, "TORCHELASTIC_RESTART_COUNT", attempt().c_str(),
+              "a rank restarted on its own does not rejoin the others' attempt: restart every rank "
+              "together (torchrun --max_restarts, scripts/launch.sh --max_restarts)");
 }
 
 // ---- jobs and the worker ----------------------------------------------------------------------------
@@ -346,6 +360,7 @@ void connect_at(ProcessGroup *pg, const char *host, int port) {
   signal(SIGPIPE, SIG_IGN);
   watchdog_enter("the Gloo rendezvous (every rank must join)");
   ::Store *s = store_init(host, port, pg->rank, pg->world_size, pg->timeout);
+  agree_on_launch(s, pg);
   std::string prefix = attempt_prefix();
   auto context = connect_mesh(pg, s, prefix);
   store_free(s, (prefix + "/").c_str());

@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <time.h>
@@ -22,9 +24,15 @@
 
 #define MAX_KEY 4096          // bytes: keys are short names
 #define MAX_VALUE (1u << 20)  // bytes: Gloo's values are a few addresses
-#define MAX_CONNECTIONS 1024  // the server refuses more clients than this
-#define BACKOFF_FIRST_S 0.01  // first pause between connect attempts
-#define BACKOFF_LAST_S 0.5    // the pause doubles up to this
+#define MAX_CONNECTIONS 1024  // open at once (more when the job has more ranks); more are closed at once
+#define SHARE_KEYS 16         // keys one connection may set: a rank sets 2 to 4
+#define SHARE_BYTES 4096      // bytes of keys and values one connection may set, plus ADDRESS_BYTES per rank
+#define ADDRESS_BYTES 256     // Gloo's value holds one address (136 bytes) per peer
+#define SPARE_SHARES 16       // the job's total: (world_size + SPARE_SHARES) connections' shares
+#define ACCEPT_PAUSE_S 0.05   // pause before retrying an accept that failed for want of resources
+#define THREAD_STACK (256u * 1024u)  // bytes: a connection's thread needs little
+#define BACKOFF_FIRST_S 0.01         // first pause between connect attempts
+#define BACKOFF_LAST_S 0.5           // the pause doubles up to this
 
 // ---- time and sockets -------------------------------------------------------------------------------
 
@@ -88,45 +96,109 @@ typedef struct Server {
   int listen_fd;
   pthread_t acceptor;
   pthread_mutex_t lock;    // guards everything below
-  pthread_cond_t changed;  // a key was set, or the server stops
+  pthread_cond_t changed;  // a key was set, the job was aborted, or the server stops
+  pthread_cond_t drained;  // a connection ended
   Entry *entries;
   size_t count, cap;
-  int fds[MAX_CONNECTIONS];  // the clients' connections, each served by threads[i]
-  pthread_t threads[MAX_CONNECTIONS];
-  int clients;
+  size_t *index;               // open addressing over entries: 1 + the entry's position, 0 for a free slot
+  size_t index_size;           // a power of two, at least twice count
+  size_t bytes;                // keys and values stored
+  size_t max_keys, max_bytes;  // the job's total
+  size_t share_keys, share_bytes;  // one connection's
+  int *fds;            // the open connections, each served by its own (detached) thread; -1: a free slot
+  int max_open;        // slots in fds
+  int open;            // connections open now
+  char *abort_reason;  // set once by store_abort(): every get answers with it from then on
   bool stopping;
 } Server;
 
 typedef struct Conn {
   Server *server;
-  int fd;
+  int fd, slot;
+  size_t keys, bytes;  // what this connection has stored
 } Conn;
 
+static uint64_t hash(const char *key) {  // FNV-1a
+  uint64_t h = 1469598103934665603u;
+  for (; *key; key++) h = (h ^ (unsigned char)*key) * 1099511628211u;
+  return h;
+}
+
+// The entry of @p key, or NULL; under the lock.
 static const Entry *find(const Server *sv, const char *key) {
-  for (size_t i = 0; i < sv->count; i++)
-    if (strcmp(sv->entries[i].key, key) == 0) return &sv->entries[i];
+  if (!sv->index_size) return NULL;
+  size_t mask = sv->index_size - 1;
+  for (size_t i = hash(key) & mask; sv->index[i]; i = (i + 1) & mask) {
+    const Entry *e = &sv->entries[sv->index[i] - 1];
+    if (strcmp(e->key, key) == 0) return e;
+  }
   return NULL;
 }
 
-// Stores a copy of the pair; false when the key is already set (keys are write-once).
-static bool server_set(Server *sv, char *key, char *value, uint32_t n) {
+// Puts entry @p pos into the index (which has room); under the lock.
+static void index_put(Server *sv, size_t pos) {
+  size_t mask = sv->index_size - 1, i = hash(sv->entries[pos].key) & mask;
+  while (sv->index[i]) i = (i + 1) & mask;
+  sv->index[i] = pos + 1;
+}
+
+// Room for one more entry, in the array and in the index; under the lock.
+static void grow(Server *sv) {
+  if (sv->count == sv->cap) {
+    sv->cap = sv->cap ? 2 * sv->cap : 64;
+    Entry *grown = realloc(sv->entries, sv->cap * sizeof *grown);
+    if (!grown) die(1, "rank 0: out of memory in the rendezvous store");
+    sv->entries = grown;
+  }
+  if (2 * (sv->count + 1) > sv->index_size) {
+    free(sv->index);
+    sv->index_size = sv->index_size ? 2 * sv->index_size : 128;
+    sv->index = calloc(sv->index_size, sizeof *sv->index);
+    if (!sv->index) die(1, "rank 0: out of memory in the rendezvous store");
+    for (size_t i = 0; i < sv->count; i++) index_put(sv, i);
+  }
+}
+
+// Whether @p c may store one more key of @p n bytes (key and value): its own share and the job's
+// total both have room; under the lock.
+static bool fits(const Server *sv, const Conn *c, size_t n) {
+  return c->keys < sv->share_keys && n <= sv->share_bytes - c->bytes && sv->count < sv->max_keys &&
+         n <= sv->max_bytes - sv->bytes;
+}
+
+// Stores the pair (taking it over) for connection @p c: '+', or '!' when the key is already set
+// (keys are write-once), or 'F' when it does not fit (fits()); the caller frees the pair unless '+'.
+static char server_set(Server *sv, Conn *c, char *key, uint32_t kn, char *value, uint32_t n) {
   pthread_mutex_lock(&sv->lock);
-  bool fresh = find(sv, key) == NULL;
-  if (fresh) {
-    if (sv->count == sv->cap) {
-      sv->cap = sv->cap ? 2 * sv->cap : 64;
-      Entry *grown = realloc(sv->entries, sv->cap * sizeof *grown);
-      if (!grown) die(1, "rank 0: out of memory in the rendezvous store");
-      sv->entries = grown;
-    }
-    sv->entries[sv->count++] = (Entry){key, value, n};
+  char reply = find(sv, key) ? '!' : fits(sv, c, (size_t)kn + n) ? '+' : 'F';
+  if (reply == '+') {
+    grow(sv);
+    sv->entries[sv->count] = (Entry){key, value, n};
+    index_put(sv, sv->count++);
+    sv->bytes += (size_t)kn + n;
+    c->keys++;
+    c->bytes += (size_t)kn + n;
     pthread_cond_broadcast(&sv->changed);
   }
   pthread_mutex_unlock(&sv->lock);
-  return fresh;
+  return reply;
 }
 
-// Answers a get: waits for the key up to @p timeout_ms (CLOCK_MONOTONIC: see server_start).
+// '+' u32 n, then the n bytes, in one send (several small ones would wait on delayed ACKs).
+static bool send_value(int fd, char tag, const char *value, uint32_t n) {
+  char *b = malloc((size_t)n + 5);
+  if (!b) return false;
+  uint32_t be = htonl(n);
+  b[0] = tag;
+  memcpy(b + 1, &be, 4);
+  memcpy(b + 5, value, n);
+  bool ok = send_all(fd, b, (size_t)n + 5);
+  free(b);
+  return ok;
+}
+
+// Answers a get: waits for the key up to @p timeout_ms (CLOCK_MONOTONIC: see server_start). Once the
+// job is aborted every get answers 'X' and the reason.
 static bool server_get(Server *sv, int fd, const char *key, uint32_t timeout_ms) {
   struct timespec until;
   clock_gettime(CLOCK_MONOTONIC, &until);
@@ -136,140 +208,298 @@ static bool server_get(Server *sv, int fd, const char *key, uint32_t timeout_ms)
   pthread_mutex_lock(&sv->lock);
   const Entry *e;
   int err = 0;
-  while (!(e = find(sv, key)) && !sv->stopping && err != ETIMEDOUT)
+  while (!(e = find(sv, key)) && !sv->stopping && !sv->abort_reason && err != ETIMEDOUT)
     err = pthread_cond_timedwait(&sv->changed, &sv->lock, &until);
-  // Entries are never removed or changed until the server is freed: copy out, then answer unlocked.
+  // Entries and the reason are never removed or changed until the server is freed: answer unlocked.
+  const char *reason = sv->abort_reason;
   uint32_t n = e ? e->n : 0;
   const char *value = e ? e->value : NULL;
   pthread_mutex_unlock(&sv->lock);
+  if (reason) return send_value(fd, 'X', reason, (uint32_t)strlen(reason));
   if (!value) return send_all(fd, "-", 1);
-  return send_all(fd, "+", 1) && send_u32(fd, n) && send_all(fd, value, n);
+  return send_value(fd, '+', value, n);
+}
+
+// Aborts the job (the first reason stays); every get, waiting or to come, answers with the reason.
+static void server_abort(Server *sv, char *reason) {
+  pthread_mutex_lock(&sv->lock);
+  if (!sv->abort_reason) {
+    sv->abort_reason = reason;
+    reason = NULL;
+    pthread_cond_broadcast(&sv->changed);
+  }
+  pthread_mutex_unlock(&sv->lock);
+  free(reason);
+}
+
+// Reads @p n bytes into a new NUL-terminated buffer; NULL on a short read.
+static char *recv_body(int fd, uint32_t n) {
+  char *b = malloc((size_t)n + 1);
+  if (!b) return NULL;
+  if (!recv_all(fd, b, n)) {
+    free(b);
+    return NULL;
+  }
+  b[n] = 0;
+  return b;
 }
 
 // Reads a length-prefixed string of at most @p max bytes into a new NUL-terminated buffer.
 static char *recv_bytes(int fd, uint32_t max, uint32_t *n) {
   if (!recv_u32(fd, n) || *n > max) return NULL;
-  char *b = malloc(*n + 1u);
-  if (!b) return NULL;
-  if (!recv_all(fd, b, *n)) {
-    free(b);
-    return NULL;
-  }
-  b[*n] = 0;
-  return b;
+  return recv_body(fd, *n);
 }
 
-// One client's requests, until it closes the connection (or sends garbage).
+// A set: refused ('F', and the connection closed) before its value is read when it does not fit.
+static bool serve_set(Conn *c, char *key, uint32_t kn) {
+  Server *sv = c->server;
+  uint32_t vn;
+  if (!recv_u32(c->fd, &vn) || vn > MAX_VALUE) {
+    free(key);
+    return false;
+  }
+  pthread_mutex_lock(&sv->lock);
+  bool room = fits(sv, c, (size_t)kn + vn);
+  pthread_mutex_unlock(&sv->lock);
+  char *value = room ? recv_body(c->fd, vn) : NULL;
+  char reply = value ? server_set(sv, c, key, kn, value, vn) : 'F';
+  if (reply != '+') {
+    free(key);
+    free(value);
+  }
+  if (room && !value) return false;  // the connection broke
+  return send_all(c->fd, &reply, 1) && reply != 'F';
+}
+
+// One client's requests, until it closes the connection, sends garbage or goes beyond its share;
+// then its descriptor and slot are freed (the thread is detached: its stack goes with it).
 static void *serve_client(void *arg) {
-  Conn c = *(Conn *)arg;
-  free(arg);
+  Conn *c = arg;
   for (;;) {
     char op;
-    uint32_t kn, vn, timeout_ms;
-    if (!recv_all(c.fd, &op, 1)) break;
-    char *key = recv_bytes(c.fd, MAX_KEY, &kn);
+    uint32_t kn, timeout_ms;
+    if (!recv_all(c->fd, &op, 1)) break;
+    char *key = recv_bytes(c->fd, MAX_KEY, &kn);
     if (!key) break;
     bool ok;
     if (op == 'S') {
-      char *value = recv_bytes(c.fd, MAX_VALUE, &vn);
-      if (!value) {
-        free(key);
-        break;
-      }
-      bool fresh = server_set(c.server, key, value, vn);
-      if (!fresh) free(key), free(value);
-      ok = send_all(c.fd, fresh ? "+" : "!", 1);
-    } else if (op == 'G' && recv_u32(c.fd, &timeout_ms)) {
-      ok = server_get(c.server, c.fd, key, timeout_ms);
+      ok = serve_set(c, key, kn);
+    } else if (op == 'G' && recv_u32(c->fd, &timeout_ms)) {
+      ok = server_get(c->server, c->fd, key, timeout_ms);
       free(key);
+    } else if (op == 'A') {  // the "key" is the reason
+      server_abort(c->server, key);
+      ok = send_all(c->fd, "+", 1);
     } else {
       free(key);
       break;
     }
     if (!ok) break;
   }
+  Server *sv = c->server;
+  pthread_mutex_lock(&sv->lock);
+  sv->fds[c->slot] = -1;  // before the close: server_stop() shuts down only open descriptors
+  sv->open--;
+  pthread_cond_broadcast(&sv->drained);
+  pthread_mutex_unlock(&sv->lock);  // sv may be freed from here on
+  close(c->fd);
+  free(c);
   return NULL;
+}
+
+// Serves @p fd on a thread of its own when a slot is free; false when it could not (the caller closes it).
+static bool serve(Server *sv, int fd) {
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_attr_setstacksize(&attr, THREAD_STACK);
+  bool served = false;
+  pthread_mutex_lock(&sv->lock);
+  int slot = 0;
+  while (slot < sv->max_open && sv->fds[slot] >= 0) slot++;
+  Conn *c = sv->stopping || slot == sv->max_open ? NULL : calloc(1, sizeof *c);
+  if (c) {
+    *c = (Conn){.server = sv, .fd = fd, .slot = slot};
+    pthread_t t;
+    if (pthread_create(&t, &attr, serve_client, c) == 0) {  // it waits for the lock to end
+      sv->fds[slot] = fd;
+      sv->open++;
+      served = true;
+    } else {
+      free(c);
+    }
+  }
+  pthread_mutex_unlock(&sv->lock);
+  pthread_attr_destroy(&attr);
+  return served;
 }
 
 static void *accept_clients(void *arg) {
   Server *sv = arg;
+  bool warned = false;
   for (;;) {
     int fd = accept(sv->listen_fd, NULL, NULL);
-    if (fd < 0 && errno == EINTR) continue;
-    if (fd < 0) return NULL;  // the listening socket was shut down: the server stops
-    pthread_mutex_lock(&sv->lock);
-    Conn *c = sv->stopping || sv->clients == MAX_CONNECTIONS ? NULL : malloc(sizeof *c);
-    if (c) {
-      *c = (Conn){sv, fd};
-      if (pthread_create(&sv->threads[sv->clients], NULL, serve_client, c) == 0) {
-        sv->fds[sv->clients++] = fd;
-        fd = -1;
-      } else {
-        free(c);
-      }
+    if (fd < 0) {
+      int e = errno;
+      pthread_mutex_lock(&sv->lock);
+      bool stopping = sv->stopping;
+      pthread_mutex_unlock(&sv->lock);
+      if (stopping) return NULL;  // the listening socket was shut down
+      // A connection that failed before it was accepted (accept(2): pending network errors are
+      // reported here); the next one may be a rank's.
+      if (e == EINTR || e == ECONNABORTED || e == EPROTO || e == EPERM || e == ENETDOWN || e == ENOPROTOOPT ||
+          e == EHOSTDOWN || e == ENONET || e == EHOSTUNREACH || e == ENETUNREACH)
+        continue;
+      // Out of descriptors (EMFILE, ENFILE) or memory (ENOBUFS, ENOMEM), or anything else: wait for
+      // some to be freed and try again; the ranks' connections wait in the backlog meanwhile.
+      if (!warned)
+        fprintf(stderr, "warning: rank 0: the rendezvous store cannot accept a connection: %s (retrying)\n",
+                strerror(e));
+      warned = true;
+      sleep_s(ACCEPT_PAUSE_S);
+      continue;
     }
-    pthread_mutex_unlock(&sv->lock);
-    if (fd >= 0) close(fd);
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (!serve(sv, fd)) close(fd);  // too many open at once, or no thread: this one is turned away
   }
 }
 
-// A socket listening on @p port on every address: IPv6 with IPv4 mapped in, or IPv4 only where the
-// host has no IPv6.
-static int listen_on(int port) {
-  int one = 1, zero = 0, fd = socket(AF_INET6, SOCK_STREAM, 0);
+static bool is_loopback(const struct sockaddr *a) {
+  if (a->sa_family == AF_INET) return (ntohl(((const struct sockaddr_in *)a)->sin_addr.s_addr) >> 24) == 127;
+  if (a->sa_family != AF_INET6) return false;
+  const struct in6_addr *a6 = &((const struct sockaddr_in6 *)a)->sin6_addr;
+  return IN6_IS_ADDR_LOOPBACK(a6) || (IN6_IS_ADDR_V4MAPPED(a6) && a6->s6_addr[12] == 127);
+}
+
+// localhost, localhost.localdomain, x.localhost, ip6-localhost, ip6-loopback: names of this machine
+// and of no other.
+static bool is_localhost_name(const char *host) {
+  size_t n = strlen(host);
+  if (strncasecmp(host, "localhost", 9) == 0 && (host[9] == 0 || host[9] == '.')) return true;
+  if (n > 10 && strcasecmp(host + n - 10, ".localhost") == 0) return true;
+  return strcasecmp(host, "ip6-localhost") == 0 || strcasecmp(host, "ip6-loopback") == 0;
+}
+
+// Binds and listens on @p a; the socket, or -1 with errno set (EADDRNOTAVAIL: not this machine's).
+static int bind_listen(int family, const struct sockaddr *a, socklen_t len, bool dual_stack) {
+  int fd = socket(family, SOCK_STREAM, 0), one = 1, zero = 0;
+  if (fd < 0) return -1;
+  if (dual_stack) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);  // a previous run's port in TIME_WAIT
+  if (bind(fd, a, len) != 0 || listen(fd, SOMAXCONN) != 0) {
+    int e = errno;
+    close(fd);
+    errno = e;
+    return -1;
+  }
+  return fd;
+}
+
+static _Noreturn void cannot_listen(int port) {
+  die(1,
+      "rank 0: cannot listen on port %d for the rendezvous store: %s (the port is MASTER_PORT + 1, "
+      "or DDP_NCCL_PORT: choose a free one)",
+      port, strerror(errno));
+}
+
+// A socket listening on @p port at the address @p host (MASTER_ADDR) resolves to, when that is an
+// address of this machine: the store and Gloo have no authentication, so they listen no wider than
+// the ranks need. A name of this machine that resolves to a loopback address here (Debian maps the
+// host name to 127.0.1.1) but is not localhost, or an address that is not this machine's (behind
+// NAT), gives every address instead: IPv6 with IPv4 mapped in, or IPv4 only where there is no IPv6.
+static int listen_on(const char *host, int port) {
+  char service[16];
+  snprintf(service, sizeof service, "%d", port);
+  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
+  struct addrinfo *list = NULL, *numeric = NULL;
+  bool named = getaddrinfo(host, service, &(struct addrinfo){.ai_flags = AI_NUMERICHOST}, &numeric) != 0;
+  if (numeric) freeaddrinfo(numeric);
+  int fd = -1;
+  if (getaddrinfo(host, service, &hints, &list) == 0) {
+    for (struct addrinfo *a = list; a && fd < 0; a = a->ai_next) {
+      if (named && is_loopback(a->ai_addr) && !is_localhost_name(host)) continue;
+      fd = bind_listen(a->ai_family, a->ai_addr, a->ai_addrlen, false);
+      if (fd < 0 && errno != EADDRNOTAVAIL && errno != EAFNOSUPPORT) cannot_listen(port);
+    }
+    freeaddrinfo(list);
+  }
+  if (fd >= 0) return fd;
   struct sockaddr_in6 a6 = {
       .sin6_family = AF_INET6, .sin6_port = htons((uint16_t)port), .sin6_addr = in6addr_any};
   struct sockaddr_in a4 = {
       .sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr.s_addr = INADDR_ANY};
-  struct sockaddr *a = (struct sockaddr *)&a6;
-  socklen_t len = sizeof a6;
-  if (fd >= 0) {
-    setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
-  } else {
-    fd = socket(AF_INET, SOCK_STREAM, 0);
-    a = (struct sockaddr *)&a4;
-    len = sizeof a4;
-  }
-  if (fd < 0) die(1, "rank 0: cannot open a socket for the rendezvous store: %s", strerror(errno));
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);  // a previous run's port in TIME_WAIT
-  if (bind(fd, a, len) != 0 || listen(fd, 128) != 0)
-    die(1,
-        "rank 0: cannot listen on port %d for the rendezvous store: %s (the port is MASTER_PORT + 1, "
-        "or DDP_NCCL_PORT: choose a free one)",
-        port, strerror(errno));
+  fd = bind_listen(AF_INET6, (struct sockaddr *)&a6, sizeof a6, true);
+  if (fd < 0 && errno == EAFNOSUPPORT) fd = bind_listen(AF_INET, (struct sockaddr *)&a4, sizeof a4, false);
+  if (fd < 0) cannot_listen(port);
   return fd;
 }
 
-static Server *server_start(int port) {
+// Connections open at once: MAX_CONNECTIONS, but no more than half the descriptors this process may
+// open (the rest are Gloo's and the trainer's), and at least every rank plus a few.
+static int max_open(int world_size) {
+  struct rlimit r;
+  long n = MAX_CONNECTIONS;
+  if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur != RLIM_INFINITY && (long)(r.rlim_cur / 2) < n)
+    n = (long)(r.rlim_cur / 2);
+  if (n < world_size + 8L) n = world_size + 8L;
+  return (int)n;
+}
+
+static Server *server_start(const char *host, int port, int world_size) {
   Server *sv = mallocCheck(sizeof *sv);
-  sv->listen_fd = listen_on(port);
+  *sv = (Server){.listen_fd = listen_on(host, port), .max_open = max_open(world_size)};
+  sv->fds = mallocCheck((size_t)sv->max_open * sizeof *sv->fds);
+  for (int i = 0; i < sv->max_open; i++) sv->fds[i] = -1;
+  sv->share_keys = SHARE_KEYS;
+  sv->share_bytes = SHARE_BYTES + (size_t)ADDRESS_BYTES * (size_t)world_size;
+  sv->max_keys = sv->share_keys * ((size_t)world_size + SPARE_SHARES);
+  sv->max_bytes = sv->share_bytes * ((size_t)world_size + SPARE_SHARES);
   pthread_mutex_init(&sv->lock, NULL);
-  pthread_condattr_t attr;  // server_get's deadlines are on the monotonic clock
+  pthread_condattr_t attr;  // server_get's and server_stop's deadlines are on the monotonic clock
   pthread_condattr_init(&attr);
   pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
   pthread_cond_init(&sv->changed, &attr);
+  pthread_cond_init(&sv->drained, &attr);
   pthread_condattr_destroy(&attr);
   if (pthread_create(&sv->acceptor, NULL, accept_clients, sv) != 0)
     die(1, "rank 0: cannot start the rendezvous store's thread");
   return sv;
 }
 
+// Shuts down every open connection (@p how: SHUT_RD or SHUT_RDWR); under the lock.
+static void shut_all(Server *sv, int how) {
+  for (int i = 0; i < sv->max_open; i++)
+    if (sv->fds[i] >= 0) shutdown(sv->fds[i], how);
+}
+
 static void server_stop(Server *sv) {
   pthread_mutex_lock(&sv->lock);
   sv->stopping = true;
   pthread_cond_broadcast(&sv->changed);
+  // A thread blocked in recv() returns, while a reply still being sent goes out: the last rank's
+  // '+' to its done/<rank> races rank 0's get of that key, which ends the server.
+  shut_all(sv, SHUT_RD);
   pthread_mutex_unlock(&sv->lock);
   shutdown(sv->listen_fd, SHUT_RDWR);  // accept() returns
   pthread_join(sv->acceptor, NULL);
   close(sv->listen_fd);
-  for (int i = 0; i < sv->clients; i++) {
-    shutdown(sv->fds[i], SHUT_RDWR);  // a client thread blocked in recv() returns
-    pthread_join(sv->threads[i], NULL);
-    close(sv->fds[i]);
-  }
+  struct timespec until;
+  clock_gettime(CLOCK_MONOTONIC, &until);
+  until.tv_sec += 2;
+  pthread_mutex_lock(&sv->lock);
+  int err = 0;
+  while (sv->open > 0 && err != ETIMEDOUT) err = pthread_cond_timedwait(&sv->drained, &sv->lock, &until);
+  shut_all(sv, SHUT_RDWR);  // a client that does not read its replies: its thread's send() returns
+  while (sv->open > 0) pthread_cond_wait(&sv->drained, &sv->lock);
+  pthread_mutex_unlock(&sv->lock);
   for (size_t i = 0; i < sv->count; i++) free(sv->entries[i].key), free(sv->entries[i].value);
   free(sv->entries);
+  free(sv->index);
+  free(sv->fds);
+  free(sv->abort_reason);
   pthread_cond_destroy(&sv->changed);
+  pthread_cond_destroy(&sv->drained);
   pthread_mutex_destroy(&sv->lock);
   free(sv);
 }
@@ -346,7 +576,7 @@ Store *store_init(const char *host, int port, int rank, int world_size, double t
   s->rank = rank;
   s->world_size = world_size;
   s->timeout = timeout_s;
-  if (rank == 0) s->server = server_start(port);
+  if (rank == 0) s->server = server_start(s->host, port, world_size);
   client_connect(s);
   return s;
 }
@@ -371,6 +601,12 @@ void store_set(Store *s, const char *key, const void *value, size_t n) {
   if (!send_key(s, 'S', key) || !send_u32(s->fd, (uint32_t)n) || !send_all(s->fd, value, n) ||
       !recv_all(s->fd, &reply, 1))
     lost(s, "set", key);
+  if (reply == 'F')
+    die(1,
+        "the rendezvous store at %s:%d refused set('%s'): this connection or the job has stored as "
+        "much as %d ranks may (another program filled it? the store has no authentication: use it on a "
+        "trusted network only)",
+        s->host, s->port, key, s->world_size);
   if (reply != '+')
     die(1,
         "the rendezvous key '%s' is already set: two ranks share a RANK, or two jobs share "
@@ -382,6 +618,12 @@ void *store_get(Store *s, const char *key, double timeout_s, size_t *n) {
   char reply;
   uint32_t ms = timeout_s > 4e6 ? 4000000000u : (uint32_t)(timeout_s * 1000.0);
   if (!send_key(s, 'G', key) || !send_u32(s->fd, ms) || !recv_all(s->fd, &reply, 1)) lost(s, "get", key);
+  if (reply == 'X') {  // the job was aborted: the reason instead of the value
+    uint32_t len;
+    char *reason = recv_bytes(s->fd, MAX_KEY, &len);
+    if (!reason) lost(s, "get", key);
+    die(1, "the job stopped during the rendezvous: %s", reason);
+  }
   if (reply != '+')
     die(1,
         "the rendezvous key '%s' did not appear within %g s (--timeout): a rank never "
@@ -394,18 +636,47 @@ void *store_get(Store *s, const char *key, double timeout_s, size_t *n) {
   return value;
 }
 
+void store_abort(Store *s, const char *reason) {
+  size_t n = strlen(reason);
+  char reply;
+  // Best effort: the caller ends the job next whether or not rank 0 got the reason.
+  if (send_all(s->fd, "A", 1) && send_u32(s->fd, (uint32_t)(n > MAX_KEY ? MAX_KEY : n)))
+    if (send_all(s->fd, reason, n > MAX_KEY ? MAX_KEY : n)) recv_all(s->fd, &reply, 1);
+}
+
+void store_agree(Store *s, const char *name, const char *value, const char *hint) {
+  char key[MAX_KEY];
+  snprintf(key, sizeof key, "agree/%s", name);
+  if (s->rank == 0) {
+    store_set(s, key, value, strlen(value));
+    return;
+  }
+  size_t n;
+  char *theirs = store_get(s, key, s->timeout, &n);
+  if (strlen(theirs) != n || strcmp(theirs, value) != 0) {
+    char reason[1024];
+    snprintf(reason, sizeof reason, "rank %d was started with %s=%.200s, rank 0 with %s=%.200s: %s", s->rank,
+             name, value, name, theirs, hint);
+    store_abort(s, reason);  // rank 0, and every rank waiting on the store, stop with this line
+    die(1, "this rank was started with %s=%.200s, rank 0 with %s=%.200s: %s", name, value, name, theirs,
+        hint);
+  }
+  free(theirs);
+}
+
 const char *store_local_address(const Store *s) { return s->local; }
 
 void store_free(Store *s, const char *prefix) {
   char key[MAX_KEY];
-  snprintf(key, sizeof key, "%sdone/%d", prefix, s->rank);
-  store_set(s, key, "", 0);
   if (s->server) {  // the last rank to finish its gets has checked in: the server may stop
-    for (int r = 0; r < s->world_size; r++) {
+    for (int r = 1; r < s->world_size; r++) {
       size_t n;
       snprintf(key, sizeof key, "%sdone/%d", prefix, r);
       free(store_get(s, key, s->timeout, &n));
     }
+  } else {
+    snprintf(key, sizeof key, "%sdone/%d", prefix, s->rank);
+    store_set(s, key, "", 0);
   }
   close(s->fd);
   if (s->server) server_stop(s->server);

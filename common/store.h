@@ -9,12 +9,24 @@
  * keys of the previous one.
  *
  * Wire format, one request at a time per connection, integers as 4 bytes in network order:
- * `'S' keylen key vallen val` → `'+'` (or `'!'` when the key exists); `'G' keylen key timeout_ms` →
- * `'+' vallen val`, or `'-'` when the key did not appear within timeout_ms.
+ * - set: `'S' keylen key vallen val` → `'+'`; `'!'` when the key exists; `'F'`, and the connection
+ *   closed, when it is beyond the caps below.
+ * - get: `'G' keylen key timeout_ms` → `'+' vallen val`; `'-'` when the key did not appear within
+ *   timeout_ms; `'X' len reason` once the job is aborted.
+ * - abort: `'A' len reason` → `'+'`.
+ *
+ * The server (rank 0) listens on the address MASTER_ADDR resolves to when it is this machine's (all
+ * addresses otherwise: see store_init()), serves each connection on a thread of its own and frees
+ * both when the client closes, and bounds what clients may hold: at most 1024 connections open at
+ * once (at most half the process's descriptor limit, at least every rank plus 8; more are closed at
+ * once), 16 keys and 4 KiB + 256 bytes per rank of keys and values per connection, and
+ * world_size + 16 connections' worth in all. There is no authentication (as PyTorch's TCPStore): any
+ * program that reaches the port can set keys or abort the job, so run jobs on a trusted network.
  *
  * Failures end the job with a one-line reason naming the rank, the store's address and the key: a
  * port rank 0 cannot listen on, a server that does not answer within the timeout (clients retry the
- * connect with back-off until then), a key that never appears.
+ * connect with back-off until then), a key that never appears, a set beyond the caps, a rank started
+ * with other settings than rank 0 (store_agree()).
  */
 #ifndef DDP_STORE_H
 #define DDP_STORE_H
@@ -29,12 +41,15 @@ extern "C" {
 typedef struct Store Store;
 
 /**
- * @brief Joins the store at @p host:@p port. Rank 0 first starts serving on @p port (all
- * addresses); every rank then connects, retrying with back-off until @p timeout_s has passed.
+ * @brief Joins the store at @p host:@p port. Rank 0 first starts serving on @p port: on the address
+ * @p host resolves to when it is one of this machine's (127.0.0.1, a node's own address, localhost),
+ * else on all addresses (a host name that resolves to a loopback address here, as Debian's
+ * 127.0.1.1, since other nodes reach it through another one; an address behind NAT). Every rank then
+ * connects, retrying with back-off until @p timeout_s has passed.
  * @param[in] host      rank 0's host name or address (MASTER_ADDR; an IPv6 literal in brackets or not).
  * @param[in] port      the store's TCP port.
  * @param[in] rank      this process's rank.
- * @param[in] world_size number of ranks: the server's clients, and who store_free() waits for.
+ * @param[in] world_size number of ranks: who store_free() waits for, and (rank 0's) the server's caps.
  * @param[in] timeout_s longest wait of any call, seconds (> 0).
  * @return the store, never NULL.
  */
@@ -61,6 +76,26 @@ void store_set(Store *s, const char *key, const void *value, size_t n);
 void *store_get(Store *s, const char *key, double timeout_s, size_t *n);
 
 /**
+ * @brief Aborts the job through the store: every get on the server, waiting or to come (rank 0's
+ * too), ends its rank with @p reason. Best effort: the caller ends its own rank next.
+ * @param[in] s      the store.
+ * @param[in] reason one line, NUL-terminated (at most 4096 bytes are sent).
+ */
+void store_abort(Store *s, const char *reason);
+
+/**
+ * @brief Checks that every rank was started with rank 0's value of the setting @p name: rank 0 sets
+ * the key `agree/<name>`, every other rank reads it. A rank that differs aborts the job
+ * (store_abort()) and ends, both with `rank R was started with NAME=VALUE, rank 0 with NAME=VALUE:
+ * HINT`. Call it before any key that depends on the setting.
+ * @param[in] s     the store.
+ * @param[in] name  the setting, as the user knows it (an environment variable's name).
+ * @param[in] value this rank's value, as text.
+ * @param[in] hint  what to do about a difference.
+ */
+void store_agree(Store *s, const char *name, const char *value, const char *hint);
+
+/**
  * @brief The local address of this rank's connection to the store: the address of the interface
  * that reaches rank 0 (127.0.0.1 when MASTER_ADDR is 127.0.0.1), as text.
  * @param[in] s the store.
@@ -69,9 +104,9 @@ void *store_get(Store *s, const char *key, double timeout_s, size_t *n);
 const char *store_local_address(const Store *s);
 
 /**
- * @brief Leaves the store: a final barrier (every rank sets `done/<rank>` under @p prefix; rank 0
- * waits for all of them, so that no rank still reading keys loses the server), then rank 0 stops
- * the server. Every rank calls it once, after its last get.
+ * @brief Leaves the store: a final barrier (every rank but 0 sets `done/<rank>` under @p prefix;
+ * rank 0 waits for all of them, so that no rank still reading keys loses the server), then rank 0
+ * stops the server. Every rank calls it once, after its last get.
  * @param[in] s      the store (freed).
  * @param[in] prefix prefix of the barrier's keys (the attempt's prefix).
  */

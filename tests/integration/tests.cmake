@@ -335,3 +335,17 @@ ddp_integration(preempt_stuck PROCESSORS 2)
 # docs06_launcher_digest: the param_digest docs/06_full.md pastes for torchrun, mpirun and launch.sh is
 # the one the commands end at with the chapters' OpenBLAS kernel (it pasted a stale one).
 ddp_integration(docs06_launcher_digest PROCESSORS 2 GLOO NEEDS_MPI)
+
+# The Gloo ranks' rendezvous store (tests/integration/store_check.py, labels integration and gloo;
+# loopback only): a port scan of 1100 connections while rank 0 waits, a client storing 1 MiB values,
+# the listening address (MASTER_ADDR's, not every interface), and ranks started with another
+# WORLD_SIZE or TORCHELASTIC_RESTART_COUNT than rank 0 (both named, both ranks stopped).
+if(DDP_HAVE_GLOO)
+  foreach(scenario port_scan large_values listen_address world_size_mismatch restart_count_mismatch)
+    add_test(NAME store_${scenario}
+             COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/store_check.py ${scenario})
+    set_tests_properties(store_${scenario} PROPERTIES
+      LABELS "integration;gloo" PROCESSORS 2 TIMEOUT 180 SKIP_RETURN_CODE 77
+      ENVIRONMENT "DDP_BIN_DIR=${CMAKE_RUNTIME_OUTPUT_DIRECTORY}")
+  endforeach()
+endif()
