@@ -3,7 +3,7 @@
 #   scripts/launch.sh [--max_restarts K] -n N PROGRAM [ARGS...]
 # starts N copies of PROGRAM with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and
 # MASTER_PORT set (MASTER_PORT from the environment, default 29500; NCCL bootstraps on the port after
-# it). If any rank fails, the others are stopped, so nothing is left hanging; the exit status is the
+# it), and OMP_NUM_THREADS=1 unless it is set (N > 1, as torchrun). If any rank fails, the others are stopped, so nothing is left hanging; the exit status is the
 # first failure's. SIGTERM, SIGINT (Ctrl-C) or SIGHUP (the terminal closed) to the launcher stops
 # every rank too, and the launcher then exits with 128 + the signal's number. --max_restarts K runs
 # the whole launch under scripts/restart.sh: when it fails, every rank is started again, at most K times.
@@ -32,6 +32,11 @@ if [ -n "$restarts" ]; then  # the same loop as scripts/restart.sh's, not a copy
   exec "$(dirname "$0")/restart.sh" --max_restarts "$restarts" -- "$0" -n "$n" "$@"
 fi
 export WORLD_SIZE=$n LOCAL_WORLD_SIZE=$n MASTER_ADDR=${MASTER_ADDR:-127.0.0.1} MASTER_PORT=${MASTER_PORT:-29500}
+# As torchrun does: with several ranks on the node, one OpenMP/OpenBLAS thread per rank unless
+# OMP_NUM_THREADS says otherwise. N ranks each with a thread per core oversubscribe the node, and
+# OpenBLAS splits a GEMM's sums by its thread count: without this a step's digest here differed from
+# mpirun's (whose ranks are bound to a core each) and torchrun's, on the same flags.
+if [ "$n" -gt 1 ] && [ -z "${OMP_NUM_THREADS:-}" ]; then export OMP_NUM_THREADS=1; fi
 STOP_GRACE=${STOP_GRACE:-10}  # seconds a rank has to end after SIGTERM before it gets SIGKILL
 
 pids=()
