@@ -1,10 +1,13 @@
-// dist.c: launcher discovery, backend choice and dispatch to dist_mpi.c / dist_nccl.c / dist_gloo.cc.
+// dist.c: launcher discovery, backend choice, and the collectives: what every backend shares (argument
+// checks, the group of one process, the in-place forms, the work handles), then a call through the
+// backend's table of operations (dist_backend.h: dist_mpi.c, dist_nccl.c, dist_gloo.cc).
 #define _POSIX_C_SOURCE 200809L
 #include "dist.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,26 +19,21 @@
 #include "placement.h"
 #include "watchdog.h"
 
-// WITH_MPI(call), WITH_NCCL(call): a call into a back end, compiled only in a build that has it
-// (CMake defines HAVE_MPI=1, HAVE_NCCL=1, HAVE_GLOO=1). dist_init() refuses a back end that the build lacks,
-// with a message that says so (discover(), choose_backend()), so without it the call is never reached.
+// CMake defines HAVE_MPI=1, HAVE_NCCL=1, HAVE_GLOO=1 in a build with that backend. WITH_MPI(call): a
+// call of the MPI launcher (MPI_Init, the abort hook, MPI_Finalize: under mpirun whatever the backend),
+// compiled only in a build with MPI; discover() refuses mpirun in a build without it, so there the
+// call is never reached. The backends' operations go through their tables (dist_backend_ops()).
 #if HAVE_MPI
 #define WITH_MPI(call) call
 #else
 #define HAVE_MPI 0
 #define WITH_MPI(call) die(1, "this program was built without MPI")
 #endif
-#if HAVE_NCCL
-#define WITH_NCCL(call) call
-#else
+#ifndef HAVE_NCCL
 #define HAVE_NCCL 0
-#define WITH_NCCL(call) die(1, "this program was built without NCCL")
 #endif
-#if HAVE_GLOO
-#define WITH_GLOO(call) call
-#else
+#ifndef HAVE_GLOO
 #define HAVE_GLOO 0
-#define WITH_GLOO(call) die(1, "this program was built without Gloo")
 #endif
 
 bool dist_on_gpu(const ProcessGroup *pg) { return pg->ctx && pg->ctx->dev == DEVICE_CUDA; }
@@ -179,6 +177,12 @@ static int bootstrap_port(void) {
   return port;
 }
 
+int dist_bootstrap_address(char *host, size_t size) {
+  int port = bootstrap_port();
+  if (port >= 0) bootstrap_host(getenv("MASTER_ADDR"), host, size);
+  return port;
+}
+
 // Environment launch with several ranks: NCCL bootstraps from NCCL_COMM_ID=host:port, which every
 // rank builds the same way here, before any CUDA or NCCL call, so that a bad MASTER_ADDR or
 // MASTER_PORT is reported at once on every rank (on the CPU too: Gloo's store uses the same address).
@@ -301,79 +305,186 @@ void dist_init(ProcessGroup *pg, const char *backend, Device dev, double timeout
   check_set_rank(pg->rank);
   if (pg->mpi_up) WITH_MPI(dist_mpi_set_abort());  // from now on, a failure on any rank ends all
   pg->backend = choose_backend(pg, backend, dev);
+  pg->ops = dist_backend_ops(pg->backend);
   if ((pg->backend == BACKEND_NCCL || pg->backend == BACKEND_GLOO) && env_launch(pg))
     need_bootstrap_address(pg);
 }
 
-#if HAVE_NCCL
 // Under mpirun, NCCL's unique id travels from rank 0 to the others over MPI (an environment launch
 // needs no such step: NCCL_COMM_ID gives every rank the same id). Only an MPI launch calls it, and
 // only a build with MPI has one.
-static void share_from_rank0(void *bytes, size_t size) {
-#if HAVE_MPI
-  dist_mpi_broadcast_bytes(bytes, size, 0);
-#else
-  (void)bytes, (void)size;
-#endif
+void dist_share_from_rank0(void *bytes, size_t size) {
+  (void)bytes, (void)size;  // (unused in a build without MPI)
+  WITH_MPI(dist_mpi_broadcast_bytes(bytes, size, 0));
 }
+
+// ---- the tables ---------------------------------------------------------------------------------------
+
+// Slot s of a table, as `filled`; one line per slot, in DistSlot's order (-Wswitch names a slot that
+// is missing here).
+static bool fills(const DistBackendOps *o, DistSlot s) {
+  switch (s) {
+    case DIST_SLOT_CONNECT:
+      return o->connect;
+    case DIST_SLOT_ALL_REDUCE:
+      return o->all_reduce;
+    case DIST_SLOT_ALL_REDUCE_START:
+      return o->all_reduce_start;
+    case DIST_SLOT_REDUCE_SCATTER_START:
+      return o->reduce_scatter_start;
+    case DIST_SLOT_ALL_GATHER:
+      return o->all_gather;
+    case DIST_SLOT_ALL_GATHER_START:
+      return o->all_gather_start;
+    case DIST_SLOT_BROADCAST:
+      return o->broadcast;
+    case DIST_SLOT_BARRIER:
+      return o->barrier;
+    case DIST_SLOT_TEST:
+      return o->test;
+    case DIST_SLOT_WAIT:
+      return o->wait;
+    case DIST_SLOT_WORK_INIT:
+      return o->work_init;
+    case DIST_SLOT_WORK_FREE:
+      return o->work_free;
+    case DIST_SLOT_GROUP_START:
+      return o->group_start;
+    case DIST_SLOT_GROUP_END:
+      return o->group_end;
+    case DIST_SLOT_DESTROY:
+      return o->destroy;
+    case DIST_SLOT_COUNT:
+      break;
+  }
+  return false;
+}
+
+// Every slot has a DistSlot: the table is its four header fields and DIST_SLOT_COUNT function pointers.
+_Static_assert(sizeof(DistBackendOps) ==
+                   offsetof(DistBackendOps, connect) + DIST_SLOT_COUNT * sizeof(void (*)(void)),
+               "a slot of DistBackendOps has no DistSlot (or a DistSlot no slot)");
+_Static_assert(DIST_SLOT_COUNT <= 32, "DistBackendOps.refuses has 32 bits");
+
+bool dist_backend_fills(const DistBackendOps *ops, DistSlot s) {
+  return (unsigned)s < DIST_SLOT_COUNT && fills(ops, s);
+}
+
+const char *dist_slot_name(DistSlot s) {
+  static const char *const names[DIST_SLOT_COUNT] = {
+      [DIST_SLOT_CONNECT] = "connect",
+      [DIST_SLOT_ALL_REDUCE] = "all-reduce",
+      [DIST_SLOT_ALL_REDUCE_START] = "all-reduce-async",
+      [DIST_SLOT_REDUCE_SCATTER_START] = "reduce-scatter-async",
+      [DIST_SLOT_ALL_GATHER] = "all-gather",
+      [DIST_SLOT_ALL_GATHER_START] = "all-gather-async",
+      [DIST_SLOT_BROADCAST] = "broadcast",
+      [DIST_SLOT_BARRIER] = "barrier",
+      [DIST_SLOT_TEST] = "test",
+      [DIST_SLOT_WAIT] = "wait",
+      [DIST_SLOT_WORK_INIT] = "work-init",
+      [DIST_SLOT_WORK_FREE] = "work-free",
+      [DIST_SLOT_GROUP_START] = "group-start",
+      [DIST_SLOT_GROUP_END] = "group-end",
+      [DIST_SLOT_DESTROY] = "destroy",
+  };
+  return (unsigned)s < DIST_SLOT_COUNT && names[s] ? names[s] : "?";
+}
+
+const char *dist_backend_gap(const DistBackendOps *ops) {
+  if (!ops->built) return NULL;  // refused whole: "this program was built without ..."
+  for (int s = 0; s < DIST_SLOT_COUNT; s++) {
+    bool refused = (ops->refuses >> s) & 1u;
+    if (fills(ops, (DistSlot)s) == refused) return dist_slot_name((DistSlot)s);
+  }
+  return NULL;
+}
+
+void dist_backend_refuse(const DistBackendOps *ops, DistSlot s, const char *call) {
+  if (!ops->built) die(1, "%s: this program was built without %s", call, ops->library);
+  die(1, "%s: the %s backend has no %s", call, ops->name, dist_slot_name(s));
+}
+
+const DistBackendOps *dist_backend_ops(Backend b) {
+  // The tables of the backends this build lacks: every slot NULL, refused as not built.
+  static const DistBackendOps without[] = {
+      [BACKEND_MPI] = {.name = "mpi", .library = "MPI"},
+      [BACKEND_NCCL] = {.name = "nccl", .library = "NCCL"},
+      [BACKEND_GLOO] = {.name = "gloo", .library = "Gloo"},
+  };
+  switch (b) {
+    case BACKEND_MPI:
+#if HAVE_MPI
+      return dist_mpi_ops();
 #endif
+      break;
+    case BACKEND_NCCL:
+#if HAVE_NCCL
+      return dist_nccl_ops();
+#endif
+      break;
+    case BACKEND_GLOO:
+#if HAVE_GLOO
+      return dist_gloo_ops();
+#endif
+      break;
+    default:
+      die(1, "dist_backend_ops: no backend %d", (int)b);
+  }
+  return &without[b];
+}
+
+// The table of @p pg: from dist_init(), or (a process group zeroed by hand or by dist_destroy) its
+// backend's.
+static const DistBackendOps *table(const ProcessGroup *pg) {
+  return pg->ops ? pg->ops : dist_backend_ops(pg->backend);
+}
+
+// The table of @p pg when it fills slot @p s; else the end of the job, naming the backend and the
+// operation that @p call needed: never another backend's.
+static const DistBackendOps *need(const ProcessGroup *pg, DistSlot s, const char *call) {
+  const DistBackendOps *o = table(pg);
+  if (!fills(o, s)) dist_backend_refuse(o, s, call);
+  return o;
+}
 
 // Every entry point from here on starts with check_stop_if_ending(): once an abort is under way (the
 // watchdog's thread may be aborting the communicator), this thread starts no collective.
+
+// A group of one process (the MPI backend without an MPI launcher, Gloo without a context): every
+// collective is the identity, and no backend is called.
+static bool solo(const ProcessGroup *pg) {
+  return (pg->backend == BACKEND_MPI && !pg->mpi_up) || (pg->backend == BACKEND_GLOO && !pg->gloo);
+}
+
 void dist_connect(ProcessGroup *pg, const Ctx *c) {
   check_stop_if_ending();
   pg->ctx = c;
   dev_event_init(c, &pg->ready);
-  if (pg->backend == BACKEND_GLOO && pg->world_size > 1) {  // an environment launch (choose_backend)
-    char host[INET6_ADDRSTRLEN + 80];
-    bootstrap_host(getenv("MASTER_ADDR"), host, sizeof host);
-    WITH_GLOO(dist_gloo_connect(pg, host, bootstrap_port()));
-  }
-#if HAVE_NCCL
-  if (pg->backend == BACKEND_NCCL) {
-    dist_nccl_connect(pg, pg->launcher == LAUNCH_MPI ? share_from_rank0 : NULL);
-    // The watchdog (running since dist_init) now also polls the communicator; its thread selects this
-    // rank's GPU before its first CUDA call, so that it makes no CUDA context on GPU 0.
-    if (pg->launcher != LAUNCH_NONE)
-      watchdog_start(pg->timeout, dist_nccl_poll, dist_nccl_bind, dist_nccl_abort, pg);
-  }
-#endif
+  // Solo before connect: the MPI backend of one process (a build without MPI too), or Gloo, whose
+  // connect makes its context (several ranks) or none (one).
+  if (!solo(pg) || table(pg)->built) need(pg, DIST_SLOT_CONNECT, "dist_connect")->connect(pg);
   placement_log(pg);  // rank 0 prints every rank's node: `ranks: nodea 0-1 (local 0-1), ...`
-}
-
-// A group of one process (the MPI backend without an MPI launcher, Gloo without a context): every
-// collective is the identity.
-static bool solo(const ProcessGroup *pg) {
-  return (pg->backend == BACKEND_MPI && !pg->mpi_up) || (pg->backend == BACKEND_GLOO && !pg->gloo);
 }
 
 void dist_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op) {
   check_stop_if_ending();
   if (op == DIST_AVG && type != DIST_FLOAT) die(1, "dist_all_reduce: DIST_AVG needs float data");
   if (n == 0 || solo(pg)) return;
-  if (pg->backend == BACKEND_NCCL) {
-    WITH_NCCL(dist_nccl_all_reduce(pg, buf, n, type, op));
-  } else if (pg->backend == BACKEND_GLOO) {
-    WITH_GLOO(dist_gloo_all_reduce(pg, buf, n, type, op));
-  } else {
-    WITH_MPI(dist_mpi_all_reduce(pg, buf, n, type, op));
-  }
-  (void)buf;  // (unused in a build with neither back end)
+  need(pg, DIST_SLOT_ALL_REDUCE, "dist_all_reduce")->all_reduce(pg, buf, n, type, op);
 }
 
 void dist_work_init(ProcessGroup *pg, DistWork *w) {
   memset(w, 0, sizeof *w);
   dev_event_init(pg->ctx, &w->start);
   dev_event_init(pg->ctx, &w->end);
-  if (pg->backend == BACKEND_MPI && !solo(pg))  // the counts and ring state of a reduce-scatter
-    WITH_MPI(dist_mpi_work_init(pg, w));
-  if (pg->backend == BACKEND_GLOO && !solo(pg)) WITH_GLOO(dist_gloo_work_init(w));
+  if (!solo(pg)) need(pg, DIST_SLOT_WORK_INIT, "dist_work_init")->work_init(pg, w);
 }
 
 void dist_work_free(ProcessGroup *pg, DistWork *w) {
   if (w->active) die(1, "dist_work_free: the collective is still in flight (call dist_wait first)");
-  if (w->ring) WITH_MPI(dist_mpi_work_free(w));
-  if (w->job) WITH_GLOO(dist_gloo_work_free(w));
+  // Whatever the group is now: work_free frees what work_init gave, nothing when it gave nothing.
+  if (table(pg)->built) need(pg, DIST_SLOT_WORK_FREE, "dist_work_free")->work_free(pg, w);
   dev_event_free(pg->ctx, &w->end);
   dev_event_free(pg->ctx, &w->start);
 }
@@ -400,27 +511,13 @@ static void work_done_now(ProcessGroup *pg, DistWork *w) {
   w->done = true;
 }
 
-// NCCL: the communication stream starts after the work queued so far on the compute stream (which
-// wrote the collective's input); @p w's start event is recorded there.
-static void comm_stream_begin(ProcessGroup *pg, DistWork *w) {
-  dev_event_record(pg->ctx, &pg->ready, NULL);
-  dev_stream_wait(pg->ctx, pg->comm_stream, &pg->ready);
-  dev_event_record(pg->ctx, &w->start, pg->comm_stream);
-}
-
 void dist_all_reduce_async(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op, DistWork *w) {
   check_stop_if_ending();
   work_begin(w, "dist_all_reduce_async", "all-reduce", buf, n, type, op);
   if (n == 0 || solo(pg)) {
     work_done_now(pg, w);
-  } else if (pg->backend == BACKEND_NCCL) {
-    comm_stream_begin(pg, w);
-    WITH_NCCL(dist_nccl_all_reduce_on(pg, buf, n, type, op, pg->comm_stream));
-    dev_event_record(pg->ctx, &w->end, pg->comm_stream);
-  } else if (pg->backend == BACKEND_GLOO) {
-    WITH_GLOO(dist_gloo_all_reduce_start(pg, w));
   } else {
-    WITH_MPI(dist_mpi_all_reduce_start(pg, w));
+    need(pg, DIST_SLOT_ALL_REDUCE_START, "dist_all_reduce_async")->all_reduce_start(pg, w);
   }
 }
 
@@ -443,14 +540,9 @@ void dist_reduce_scatter_async(ProcessGroup *pg, void *send, void *recv, const s
   if (total == 0 || solo(pg)) {
     if (!in_place) dev_copy(pg->ctx, recv, send, w->n * size);  // one rank: the mean of one is itself
     work_done_now(pg, w);
-  } else if (pg->backend == BACKEND_NCCL) {
-    comm_stream_begin(pg, w);
-    WITH_NCCL(dist_nccl_reduce_scatter_on(pg, send, recv, counts, type, op, pg->comm_stream));
-    dev_event_record(pg->ctx, &w->end, pg->comm_stream);
-  } else if (pg->backend == BACKEND_GLOO) {
-    WITH_GLOO(dist_gloo_reduce_scatter_start(pg, send, counts, w));
   } else {
-    WITH_MPI(dist_mpi_reduce_scatter_start(pg, send, counts, w));
+    need(pg, DIST_SLOT_REDUCE_SCATTER_START, "dist_reduce_scatter_async")
+        ->reduce_scatter_start(pg, send, counts, w);
   }
 }
 
@@ -467,45 +559,21 @@ void dist_shard_counts(size_t a, size_t b, size_t S, int W, size_t *counts) {
 
 bool dist_test(ProcessGroup *pg, DistWork *w) {
   check_stop_if_ending();
-  if (!w->active || w->done || pg->backend == BACKEND_NCCL) return true;
-  if (pg->backend == BACKEND_GLOO) {
-#if HAVE_GLOO
-    return dist_gloo_test(pg, w);
-#else
-    die(1, "this program was built without Gloo");
-#endif
-  }
-#if HAVE_MPI
-  return dist_mpi_test(pg, w);
-#else
-  die(1, "this program was built without MPI");
-#endif
+  if (!w->active || w->done) return true;  // (a solo group's collectives are done when started)
+  return need(pg, DIST_SLOT_TEST, "dist_test")->test(pg, w);
 }
 
 void dist_wait(ProcessGroup *pg, DistWork *w) {
   check_stop_if_ending();
   if (!w->active) die(1, "dist_wait: no all-reduce in flight on this handle");
-  if (pg->backend == BACKEND_NCCL && !w->done) {
-    dev_stream_wait(pg->ctx, NULL, &w->end);  // the compute stream waits; the host does not
-  } else if (pg->backend == BACKEND_GLOO && !w->done) {
-    WITH_GLOO(dist_gloo_wait(pg, w));
-  } else if (!w->done) {
-    WITH_MPI(dist_mpi_wait(pg, w));
-  }
+  if (!w->done) need(pg, DIST_SLOT_WAIT, "dist_wait")->wait(pg, w);
   w->active = false;
 }
 
 void dist_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, int root) {
   check_stop_if_ending();
   if (n == 0 || solo(pg)) return;
-  if (pg->backend == BACKEND_NCCL) {
-    WITH_NCCL(dist_nccl_broadcast(pg, buf, n, type, root));
-  } else if (pg->backend == BACKEND_GLOO) {
-    WITH_GLOO(dist_gloo_broadcast(pg, buf, n, type, root));
-  } else {
-    WITH_MPI(dist_mpi_broadcast(pg, buf, n, type, root));
-  }
-  (void)buf, (void)type, (void)root;  // (unused in a build with neither back end)
+  need(pg, DIST_SLOT_BROADCAST, "dist_broadcast")->broadcast(pg, buf, n, type, root);
 }
 
 void dist_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type) {
@@ -516,12 +584,8 @@ void dist_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, D
     die(1, "dist_all_gather: send overlaps recv but is not recv + rank·n (the in-place form)");
   if (solo(pg)) {
     if (!in_place) dev_copy(pg->ctx, recv, send, bytes);
-  } else if (pg->backend == BACKEND_NCCL) {
-    WITH_NCCL(dist_nccl_all_gather(pg, send, recv, n, type));
-  } else if (pg->backend == BACKEND_GLOO) {
-    WITH_GLOO(dist_gloo_all_gather(pg, send, recv, n, type));
   } else {
-    WITH_MPI(dist_mpi_all_gather(pg, send, recv, n, type));
+    need(pg, DIST_SLOT_ALL_GATHER, "dist_all_gather")->all_gather(pg, send, recv, n, type);
   }
 }
 
@@ -536,34 +600,24 @@ void dist_all_gather_async(ProcessGroup *pg, const void *send, void *recv, size_
   if (n == 0 || solo(pg)) {
     if (!in_place) dev_copy(pg->ctx, recv, send, bytes);
     work_done_now(pg, w);
-  } else if (pg->backend == BACKEND_NCCL) {
-    comm_stream_begin(pg, w);
-    WITH_NCCL(dist_nccl_all_gather_on(pg, send, recv, n, type, pg->comm_stream));
-    dev_event_record(pg->ctx, &w->end, pg->comm_stream);
   } else {
-    WITH_MPI(dist_mpi_all_gather_start(pg, send, w));
+    need(pg, DIST_SLOT_ALL_GATHER_START, "dist_all_gather_async")->all_gather_start(pg, send, w);
   }
 }
 
 void dist_barrier(ProcessGroup *pg) {
   check_stop_if_ending();
-  if (pg->backend == BACKEND_NCCL) {
-    WITH_NCCL(dist_nccl_barrier(pg));
-  } else if (pg->backend == BACKEND_GLOO && pg->gloo) {
-    WITH_GLOO(dist_gloo_barrier(pg));
-  } else if (pg->mpi_up) {
-    WITH_MPI(dist_mpi_barrier());
-  }
+  if (!solo(pg)) need(pg, DIST_SLOT_BARRIER, "dist_barrier")->barrier(pg);
 }
 
 void dist_group_start(ProcessGroup *pg) {
   check_stop_if_ending();
-  if (pg->backend == BACKEND_NCCL && pg->nccl) WITH_NCCL(dist_nccl_group_start(pg));
+  if (!solo(pg)) need(pg, DIST_SLOT_GROUP_START, "dist_group_start")->group_start(pg);
 }
 
 void dist_group_end(ProcessGroup *pg) {
   check_stop_if_ending();
-  if (pg->backend == BACKEND_NCCL && pg->nccl) WITH_NCCL(dist_nccl_group_end(pg));
+  if (!solo(pg)) need(pg, DIST_SLOT_GROUP_END, "dist_group_end")->group_end(pg);
 }
 
 void dist_destroy(ProcessGroup *pg) {
@@ -571,16 +625,7 @@ void dist_destroy(ProcessGroup *pg) {
   // Shutdown waits for the peers too (the last collectives, MPI_Finalize): the watchdog stays, without
   // the poll of a communicator that is about to go.
   if (pg->launcher != LAUNCH_NONE) watchdog_start(pg->timeout, NULL, NULL, NULL, NULL);
-  if (pg->backend == BACKEND_NCCL && pg->nccl) {
-    watchdog_enter("the NCCL shutdown (last collectives, ncclCommDestroy)");
-    WITH_NCCL(dist_nccl_destroy(pg));
-    watchdog_leave();
-  }
-  if (pg->backend == BACKEND_GLOO && pg->gloo) {
-    watchdog_enter("the Gloo shutdown (last collectives, the worker thread)");
-    WITH_GLOO(dist_gloo_destroy(pg));
-    watchdog_leave();
-  }
+  if (!solo(pg)) need(pg, DIST_SLOT_DESTROY, "dist_destroy")->destroy(pg);
   if (pg->stage) dev_host_free(pg->ctx, pg->stage);
   if (pg->ctx) dev_event_free(pg->ctx, &pg->ready);
   check_set_abort(NULL);

@@ -73,6 +73,8 @@ typedef enum Launcher {
   LAUNCH_SLURM = 3  ///< srun (SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID)
 } Launcher;
 
+struct DistBackendOps;
+
 /** @brief A process group: this process's place in the job, and the communicator. */
 typedef struct ProcessGroup {
   int rank;            ///< global rank, 0 .. world_size-1
@@ -91,6 +93,8 @@ typedef struct ProcessGroup {
   void *gloo;          ///< the Gloo context and its worker thread (BACKEND_GLOO with several ranks)
   void *stage;         ///< pinned host staging buffer (BACKEND_MPI, BACKEND_GLOO with device buffers)
   size_t stage_bytes;  ///< size of @ref stage
+  /** @brief The backend's table of operations (dist_backend.h), set by dist_init(). */
+  const struct DistBackendOps *ops;
 } ProcessGroup;
 
 /**
@@ -271,9 +275,10 @@ void dist_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, D
  * @brief dist_all_gather() started asynchronously (`MPI_Iallgather`; NCCL: `ncclAllGather` on the
  * communication stream after the work queued so far on the compute stream, as
  * dist_all_reduce_async() does), so that computation can go on meanwhile: FSDP's prefetch of the
- * next layer's parameters. Complete it with dist_wait() (dist_test() lets MPI progress); neither
- * buffer may be touched before. @p w's `what` is "all-gather", its `buf` @p recv and its `n` the
- * gathered elements (world_size · @p n). MPI with a CUDA context: blocking, through the host.
+ * next layer's parameters. Gloo: queued on the worker thread, as dist_all_reduce_async() is. Complete
+ * it with dist_wait() (dist_test() lets MPI progress); neither buffer may be touched before. @p w's
+ * `what` is "all-gather", its `buf` @p recv and its `n` the gathered elements (world_size · @p n). MPI
+ * and Gloo with a CUDA context: blocking, through the host.
  * @param[in] pg    process group.
  * @param[in] send  device, (n); `recv + rank·n` for the in-place form.
  * @param[out] recv device, (world_size · n).

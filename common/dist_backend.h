@@ -2,8 +2,11 @@
  * @file
  * @brief Internal interface between the process group (dist.c) and its backend files: dist_mpi.c
  * (built with MPI, HAVE_MPI), dist_nccl.c (built with NCCL, HAVE_NCCL) and dist_gloo.cc (built with
- * Gloo, HAVE_GLOO: the one C++ file of common/, behind these C declarations). dist.c calls a back end
- * only in a build that has it. Not for the steps: they use dist.h.
+ * Gloo, HAVE_GLOO: the one C++ file of common/, behind these C declarations). Each backend file
+ * gives dist.c one table of operations (DistBackendOps), which dist.c calls through; a backend that
+ * this build lacks has a table of NULL slots, which dist.c refuses by name. The MPI launcher's own
+ * calls (MPI_Init, the abort hook, MPI_Finalize: under mpirun whatever the backend) are plain
+ * functions. Not for the steps: they use dist.h.
  */
 #ifndef DDP_DIST_BACKEND_H
 #define DDP_DIST_BACKEND_H
@@ -26,85 +29,150 @@ bool dist_on_gpu(const ProcessGroup *pg);
  */
 void *dist_staging(ProcessGroup *pg, size_t bytes);
 
-/** @brief Initialises MPI and fills rank, world size, local rank and local size from it. */
+/**
+ * @brief The operations of one backend, one slot each: the table that dist.c calls through, as
+ * PyTorch's ProcessGroup calls its backend's subclass (ProcessGroupMPI, ProcessGroupNCCL,
+ * ProcessGroupGloo). Each backend fills its own table in its own file (dist_mpi_ops(),
+ * dist_nccl_ops(), dist_gloo_ops()); dist.c keeps what every backend shares: the argument checks,
+ * the group of one process and the in-place forms, the watchdog, the work handles and their events.
+ *
+ * A slot left NULL is an operation the backend does not have: dist.c ends the job there (die(), on
+ * every rank) naming the backend and the operation, e.g. `dist_all_gather_async: the gloo backend has
+ * no all-gather-async`; it never calls another backend's. A backend that lacks an operation on purpose
+ * says so in `refuses`, which the unit test (tests/unit/test_dist.cpp) requires of every NULL slot
+ * of every backend built. Where a backend has nothing to do (MPI's group_start, NCCL's work_init) it
+ * fills the slot with a function that does nothing, so that the choice is written down.
+ *
+ * dist.c answers a group of one process on MPI or Gloo itself (every collective is the identity) and
+ * calls no slot for it, except connect (which makes the group) and work_free (which frees whatever
+ * work_init gave, nothing when it gave nothing).
+ */
+typedef struct DistBackendOps {
+  const char *name;     ///< the backend's name, as --backend spells it: "mpi", "nccl" or "gloo"
+  const char *library;  ///< the library, as refusals name it: "MPI", "NCCL" or "Gloo"
+  bool built;           ///< false for the table of a backend this build lacks (every slot NULL)
+  unsigned refuses;     ///< bit (1u << s) for each DistSlot s that this backend lacks on purpose (NULL)
+
+  /** @brief Joins the group (after dist_init() chose the backend, once the context is known); see
+   *  dist_connect(). */
+  void (*connect)(ProcessGroup *pg);
+  /** @brief Blocking all-reduce in place; see dist_all_reduce(). */
+  void (*all_reduce)(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op);
+  /** @brief Starts the all-reduce of @p w (buf, n, type, op set by dist.c), recording its start
+   *  event; see dist_all_reduce_async(). */
+  void (*all_reduce_start)(ProcessGroup *pg, DistWork *w);
+  /** @brief Starts the reduce-scatter of @p send (chunk j: counts[j] elements) into w->buf (this
+   *  rank's chunk, w->n elements); see dist_reduce_scatter_async(). */
+  void (*reduce_scatter_start)(ProcessGroup *pg, void *send, const size_t *counts, DistWork *w);
+  /** @brief Blocking all-gather of @p n elements per rank; see dist_all_gather(). */
+  void (*all_gather)(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type);
+  /** @brief Starts the all-gather of @p send into w->buf (w->n: all ranks' elements, the in-place
+   *  form when @p send is this rank's part of it); see dist_all_gather_async(). */
+  void (*all_gather_start)(ProcessGroup *pg, const void *send, DistWork *w);
+  /** @brief Blocking broadcast from @p root in place; see dist_broadcast(). */
+  void (*broadcast)(ProcessGroup *pg, void *buf, size_t n, DistType type, int root);
+  /** @brief Waits for every rank; see dist_barrier(). */
+  void (*barrier)(ProcessGroup *pg);
+  /** @brief Whether the started, not yet done @p w has finished (never blocks); when it has, does
+   *  what completion needs (DIST_AVG's division, the end event); see dist_test(). */
+  bool (*test)(ProcessGroup *pg, DistWork *w);
+  /** @brief Completes the started, not yet done @p w (the host waits, or the compute stream does);
+   *  see dist_wait(). */
+  void (*wait)(ProcessGroup *pg, DistWork *w);
+  /** @brief Gives @p w what this backend's asynchronous collectives need, so that starting one
+   *  allocates nothing. */
+  void (*work_init)(ProcessGroup *pg, DistWork *w);
+  /** @brief Frees what work_init gave @p w (nothing, when it gave nothing). */
+  void (*work_free)(ProcessGroup *pg, DistWork *w);
+  /** @brief Opens a group of collectives launched together; see dist_group_start(). */
+  void (*group_start)(ProcessGroup *pg);
+  /** @brief Closes the group; see dist_group_end(). */
+  void (*group_end)(ProcessGroup *pg);
+  /** @brief Leaves the group (the last collectives, the communicator), before MPI is finalised;
+   *  see dist_destroy(). */
+  void (*destroy)(ProcessGroup *pg);
+} DistBackendOps;
+
+/** @brief The slots of DistBackendOps, in their order there: for naming an operation and for checking
+ *  a table slot by slot. */
+typedef enum DistSlot {
+  DIST_SLOT_CONNECT = 0,           ///< DistBackendOps::connect, "connect"
+  DIST_SLOT_ALL_REDUCE,            ///< DistBackendOps::all_reduce, "all-reduce"
+  DIST_SLOT_ALL_REDUCE_START,      ///< DistBackendOps::all_reduce_start, "all-reduce-async"
+  DIST_SLOT_REDUCE_SCATTER_START,  ///< DistBackendOps::reduce_scatter_start, "reduce-scatter-async"
+  DIST_SLOT_ALL_GATHER,            ///< DistBackendOps::all_gather, "all-gather"
+  DIST_SLOT_ALL_GATHER_START,      ///< DistBackendOps::all_gather_start, "all-gather-async"
+  DIST_SLOT_BROADCAST,             ///< DistBackendOps::broadcast, "broadcast"
+  DIST_SLOT_BARRIER,               ///< DistBackendOps::barrier, "barrier"
+  DIST_SLOT_TEST,                  ///< DistBackendOps::test, "test"
+  DIST_SLOT_WAIT,                  ///< DistBackendOps::wait, "wait"
+  DIST_SLOT_WORK_INIT,             ///< DistBackendOps::work_init, "work-init"
+  DIST_SLOT_WORK_FREE,             ///< DistBackendOps::work_free, "work-free"
+  DIST_SLOT_GROUP_START,           ///< DistBackendOps::group_start, "group-start"
+  DIST_SLOT_GROUP_END,             ///< DistBackendOps::group_end, "group-end"
+  DIST_SLOT_DESTROY,               ///< DistBackendOps::destroy, "destroy"
+  DIST_SLOT_COUNT                  ///< the number of slots
+} DistSlot;
+
+/**
+ * @brief The table of backend @p b: the backend's own (dist_mpi_ops(), ...) in a build that has it,
+ * else one whose every slot is NULL and whose `built` is false, so that a call through it ends the job
+ * saying that the program was built without that library.
+ */
+const DistBackendOps *dist_backend_ops(Backend b);
+
+/** @brief The operation of slot @p s as messages name it, e.g. "all-gather-async"; "?" out of range. */
+const char *dist_slot_name(DistSlot s);
+
+/** @brief Whether @p ops fills slot @p s (false out of range). */
+bool dist_backend_fills(const DistBackendOps *ops, DistSlot s);
+
+/**
+ * @brief The first slot of @p ops that is NULL without being in its `refuses`, or filled while in it
+ * (a contradiction), as dist_slot_name() names it; NULL when every slot is filled or refused. A table
+ * of a backend this build lacks has no gap (it refuses everything, as not built).
+ */
+const char *dist_backend_gap(const DistBackendOps *ops);
+
+/**
+ * @brief Ends the job, on every rank, because @p ops lacks slot @p s: `CALL: the NAME backend has no
+ * OPERATION`, or `CALL: this program was built without LIBRARY` for a backend not built in.
+ * @param[in] ops  the backend's table.
+ * @param[in] s    the slot.
+ * @param[in] call the public function that needed it, e.g. "dist_all_gather_async".
+ */
+void dist_backend_refuse(const DistBackendOps *ops, DistSlot s, const char *call) __attribute__((noreturn));
+
+/** @brief The MPI backend's table (dist_mpi.c; a build with MPI only). */
+const DistBackendOps *dist_mpi_ops(void);
+/** @brief The NCCL backend's table (dist_nccl.c; a build with NCCL only). */
+const DistBackendOps *dist_nccl_ops(void);
+/** @brief The Gloo backend's table (dist_gloo.cc; a build with Gloo only). */
+const DistBackendOps *dist_gloo_ops(void);
+
+/**
+ * @brief The bootstrap address of an environment launch, one rule for NCCL's root and Gloo's
+ * rendezvous store: MASTER_ADDR as a host or bracketed IPv6 literal, and MASTER_PORT + 1 (torchrun's
+ * own store holds MASTER_PORT) or DDP_NCCL_PORT.
+ * @param[out] host rank 0's address.
+ * @param[in]  size the size of @p host (INET6_ADDRSTRLEN + 80 is enough).
+ * @return the port; -1 (and @p host untouched) without MASTER_ADDR and a port.
+ */
+int dist_bootstrap_address(char *host, size_t size);
+
+/** @brief Copies @p size bytes at @p bytes from rank 0 to every rank, over MPI (an MPI launch: NCCL's
+ *  unique id); ends the job in a build without MPI. */
+void dist_share_from_rank0(void *bytes, size_t size);
+
+/** @brief Initialises MPI (the launcher's: under mpirun, whatever the backend) and fills rank, world
+ *  size, local rank and local size from it. */
 void dist_mpi_init(ProcessGroup *pg);
 /** @brief Registers MPI_Abort as the job-wide abort hook. */
 void dist_mpi_set_abort(void);
-/** @brief MPI all-reduce (staging device buffers through pinned host memory); see dist_all_reduce(). */
-void dist_mpi_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op);
-/** @brief Starts an MPI_Iallreduce for @p w (blocking, through the host, for GPU buffers). */
-void dist_mpi_all_reduce_start(ProcessGroup *pg, DistWork *w);
-/** @brief Gives @p w the counts array and ring state of an MPI reduce-scatter (several ranks). */
-void dist_mpi_work_init(ProcessGroup *pg, DistWork *w);
-/** @brief Frees what dist_mpi_work_init() allocated. */
-void dist_mpi_work_free(DistWork *w);
-/**
- * @brief Starts the reduce-scatter ring for @p w, whose buf, n, type and op dist.c has set (blocking
- * MPI_Reduce_scatter[_block], through the host, for GPU buffers); see dist_reduce_scatter_async().
- */
-void dist_mpi_reduce_scatter_start(ProcessGroup *pg, void *send, const size_t *counts, DistWork *w);
-/** @brief MPI_Test on @p w; on completion averages if asked and records the end event. */
-bool dist_mpi_test(ProcessGroup *pg, DistWork *w);
-/** @brief MPI_Wait on @p w; then as dist_mpi_test(). */
-void dist_mpi_wait(ProcessGroup *pg, DistWork *w);
-/** @brief MPI broadcast of device or host memory; see dist_broadcast(). */
-void dist_mpi_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, int root);
 /** @brief MPI broadcast of host bytes (used to share the NCCL unique id). */
 void dist_mpi_broadcast_bytes(void *buf, size_t bytes, int root);
-/** @brief MPI all-gather; see dist_all_gather(). */
-void dist_mpi_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type);
-/**
- * @brief Starts an MPI_Iallgather for @p w (buf: the receive buffer, n: all ranks' elements), sending
- * @p send (MPI_IN_PLACE when it is this rank's part of buf); blocking, through the host, for GPU
- * buffers. See dist_all_gather_async().
- */
-void dist_mpi_all_gather_start(ProcessGroup *pg, const void *send, DistWork *w);
-/** @brief MPI barrier. */
-void dist_mpi_barrier(void);
 /** @brief Finalises MPI. */
 void dist_mpi_finalize(void);
-
-/**
- * @brief Creates the NCCL communicator.
- * @param[in,out] pg    the process group (rank, world size, context); gets the communicator.
- * @param[in]     share NULL when NCCL_COMM_ID gives every rank the same unique id (an environment
- *                      launch); else a function that copies rank 0's id (@p size bytes at @p id) to
- *                      every rank (over MPI under mpirun).
- */
-void dist_nccl_connect(ProcessGroup *pg, void (*share)(void *id, size_t size));
-/** @brief NCCL all-reduce on the context's stream; see dist_all_reduce(). */
-void dist_nccl_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op);
-/** @brief NCCL all-reduce queued on @p stream (a cudaStream_t). */
-void dist_nccl_all_reduce_on(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op, void *stream);
-/**
- * @brief NCCL reduce-scatter queued on @p stream (a cudaStream_t): ncclReduceScatter for equal
- * counts, else one ncclReduce per rank with a nonzero count in one group; see
- * dist_reduce_scatter_async().
- */
-void dist_nccl_reduce_scatter_on(ProcessGroup *pg, const void *send, void *recv, const size_t *counts,
-                                 DistType type, DistOp op, void *stream);
-/** @brief NCCL broadcast on the context's stream; see dist_broadcast(). */
-void dist_nccl_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, int root);
-/** @brief NCCL all-gather on the context's stream; see dist_all_gather(). */
-void dist_nccl_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type);
-/** @brief NCCL all-gather queued on @p stream (a cudaStream_t); see dist_all_gather_async(). */
-void dist_nccl_all_gather_on(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type,
-                             void *stream);
-/** @brief NCCL barrier: a one-element all-reduce, then waits for the stream. */
-void dist_nccl_barrier(ProcessGroup *pg);
-/** @brief Watchdog poll for NCCL: the communicator's asynchronous error, and whether the last
- *  collective finished within the timeout (see watchdog.h). */
-int dist_nccl_poll(void *pg, double timeout, char *why);
-/** @brief Watchdog bind for NCCL: selects the rank's GPU on the calling thread. */
-void dist_nccl_bind(void *pg);
-/** @brief Watchdog abort for NCCL: aborts the communicator. */
-void dist_nccl_abort(void *pg);
-/** @brief ncclGroupStart; see dist_group_start(). */
-void dist_nccl_group_start(ProcessGroup *pg);
-/** @brief ncclGroupEnd, then what the group's collectives left to do; see dist_group_end(). */
-void dist_nccl_group_end(ProcessGroup *pg);
-/** @brief Destroys the NCCL communicator. */
-void dist_nccl_destroy(ProcessGroup *pg);
 
 /**
  * @brief True when NCCL's last error message (ncclGetLastError) says that several ranks use one GPU:
@@ -113,41 +181,6 @@ void dist_nccl_destroy(ProcessGroup *pg);
  * @param[in] last the message, or NULL (false).
  */
 bool dist_nccl_says_gpu_shared(const char *last);
-
-/**
- * @brief Joins the Gloo process group: the rendezvous through the store (store.h) that rank 0 serves
- * at @p host:@p port, Gloo's full mesh of TCP pairs, then the worker thread that runs the
- * collectives. Registers the abort hook (`_exit`, when MPI is not up). Covered by the watchdog.
- * @param[in,out] pg   the process group (rank, world size > 1, timeout); gets the Gloo state.
- * @param[in]     host rank 0's address (MASTER_ADDR).
- * @param[in]     port the store's port (the bootstrap port: MASTER_PORT + 1 or DDP_NCCL_PORT).
- */
-void dist_gloo_connect(ProcessGroup *pg, const char *host, int port);
-/** @brief Gloo all-reduce, blocking (queued on the worker, then waited for); see dist_all_reduce(). */
-void dist_gloo_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op);
-/** @brief Gives @p w its Gloo job (so that starting a collective allocates nothing). */
-void dist_gloo_work_init(DistWork *w);
-/** @brief Frees what dist_gloo_work_init() allocated. */
-void dist_gloo_work_free(DistWork *w);
-/** @brief Queues the all-reduce of @p w (buf, n, type, op set by dist.c); blocking for GPU buffers. */
-void dist_gloo_all_reduce_start(ProcessGroup *pg, DistWork *w);
-/**
- * @brief Queues the reduce-scatter of @p w as an all-reduce of @p send of which this rank keeps its
- * chunk (into w->buf); blocking for GPU buffers; see dist_reduce_scatter_async().
- */
-void dist_gloo_reduce_scatter_start(ProcessGroup *pg, void *send, const size_t *counts, DistWork *w);
-/** @brief Whether the worker has finished @p w (ends the job when it failed); records the end event. */
-bool dist_gloo_test(ProcessGroup *pg, DistWork *w);
-/** @brief Waits for the worker to finish @p w (ends the job when it failed); records the end event. */
-void dist_gloo_wait(ProcessGroup *pg, DistWork *w);
-/** @brief Gloo broadcast, blocking; see dist_broadcast(). */
-void dist_gloo_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, int root);
-/** @brief Gloo all-gather, blocking; see dist_all_gather(). */
-void dist_gloo_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type);
-/** @brief Gloo barrier, blocking. */
-void dist_gloo_barrier(ProcessGroup *pg);
-/** @brief Stops the worker thread (after the collectives queued), then frees the Gloo context. */
-void dist_gloo_destroy(ProcessGroup *pg);
 
 /** @brief Size in bytes of one element of @p type. */
 static inline size_t dist_type_size(DistType type) {

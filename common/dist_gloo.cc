@@ -1,5 +1,6 @@
-// dist_gloo.cc: the Gloo backend, the one C++ file of common/ (Gloo's API is C++). Its entry points
-// are the C functions of dist_backend.h; no exception leaves this file or its thread: every Gloo call
+// dist_gloo.cc: the Gloo backend, the one C++ file of common/ (Gloo's API is C++). Its entry point is
+// the C function dist_gloo_ops() (dist_backend.h), the table of its operations that dist.c calls
+// through (at the end); no exception leaves this file or its thread: every Gloo call
 // runs inside a try block, and its error ends the job through check.h, naming the rank, the call and
 // Gloo's reason.
 //
@@ -21,6 +22,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <netinet/in.h>
 #include <unistd.h>
 #include <vector>
 
@@ -322,11 +324,12 @@ std::shared_ptr<gloo::rendezvous::Context> connect_mesh(ProcessGroup *pg, ::Stor
   }
 }
 
-}  // namespace
+// ---- dist.c's entry points (the table at the end) ---------------------------------------------------
 
-extern "C" {
-
-void dist_gloo_connect(ProcessGroup *pg, const char *host, int port) {
+// Joins the group: the rendezvous through the store (store.h) that rank 0 serves at host:port, Gloo's
+// full mesh of TCP pairs, then the worker thread that runs the collectives. Registers the abort hook
+// (`_exit`, when MPI is not up). Covered by the watchdog.
+void connect_at(ProcessGroup *pg, const char *host, int port) {
   if (!pg->mpi_up) check_set_abort(gloo_abort);
   // A write to a pair whose peer has died must fail with EPIPE (an IoException, reported), not kill
   // this process with SIGPIPE and no message.
@@ -349,18 +352,18 @@ void dist_gloo_connect(ProcessGroup *pg, const char *host, int port) {
   pg->gloo = g;
 }
 
-void dist_gloo_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op) {
+void gloo_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op) {
   all_reduce_blocking(pg, buf, n, type, op);
 }
 
-void dist_gloo_work_init(DistWork *w) { w->job = new Job; }
+void gloo_work_init(ProcessGroup *, DistWork *w) { w->job = new Job; }
 
-void dist_gloo_work_free(DistWork *w) {
+void gloo_work_free(ProcessGroup *, DistWork *w) {
   delete static_cast<Job *>(w->job);
   w->job = nullptr;
 }
 
-void dist_gloo_all_reduce_start(ProcessGroup *pg, DistWork *w) {
+void gloo_all_reduce_start(ProcessGroup *pg, DistWork *w) {
   dev_event_record(pg->ctx, &w->start, NULL);
   if (dist_on_gpu(pg)) {  // staged through the host: nothing to overlap, reduce now
     all_reduce_blocking(pg, w->buf, w->n, w->type, w->op);
@@ -378,7 +381,7 @@ void dist_gloo_all_reduce_start(ProcessGroup *pg, DistWork *w) {
   enqueue(*state(pg), j);
 }
 
-void dist_gloo_reduce_scatter_start(ProcessGroup *pg, void *send, const size_t *counts, DistWork *w) {
+void gloo_reduce_scatter_start(ProcessGroup *pg, void *send, const size_t *counts, DistWork *w) {
   dev_event_record(pg->ctx, &w->start, NULL);
   size_t size = dist_type_size(w->type), total = dist_chunk_offset(counts, pg->world_size);
   size_t offset = dist_chunk_offset(counts, pg->rank);
@@ -405,7 +408,7 @@ void dist_gloo_reduce_scatter_start(ProcessGroup *pg, void *send, const size_t *
   enqueue(*state(pg), j);
 }
 
-bool dist_gloo_test(ProcessGroup *pg, DistWork *w) {
+bool gloo_test(ProcessGroup *pg, DistWork *w) {
   Job &j = *static_cast<Job *>(w->job);
   if (!j.done.load(std::memory_order_acquire)) return false;
   if (!j.error.empty()) fail(j);
@@ -414,13 +417,13 @@ bool dist_gloo_test(ProcessGroup *pg, DistWork *w) {
   return true;
 }
 
-void dist_gloo_wait(ProcessGroup *pg, DistWork *w) {
+void gloo_wait(ProcessGroup *pg, DistWork *w) {
   wait_job(*state(pg), *static_cast<Job *>(w->job));
   dev_event_record(pg->ctx, &w->end, NULL);
   w->done = true;
 }
 
-void dist_gloo_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, int root) {
+void gloo_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, int root) {
   size_t bytes = n * dist_type_size(type);
   Job j;
   j.kind = Kind::Broadcast;
@@ -437,7 +440,7 @@ void dist_gloo_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, i
   if (dist_on_gpu(pg)) dev_upload(pg->ctx, buf, j.buf, bytes);
 }
 
-void dist_gloo_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type) {
+void gloo_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type) {
   size_t bytes = n * dist_type_size(type), W = (size_t)pg->world_size;
   Job j;
   j.kind = Kind::AllGather;
@@ -457,14 +460,35 @@ void dist_gloo_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t
   if (dist_on_gpu(pg)) dev_upload(pg->ctx, recv, j.buf, bytes * W);
 }
 
-void dist_gloo_barrier(ProcessGroup *pg) {
+// As the all-reduce: queued on the worker, run in issue order; device buffers at once, through the host.
+void gloo_all_gather_start(ProcessGroup *pg, const void *send, DistWork *w) {
+  dev_event_record(pg->ctx, &w->start, NULL);
+  size_t n = w->n / (size_t)pg->world_size;
+  if (dist_on_gpu(pg)) {  // staged through the host: nothing to overlap, gather now
+    gloo_all_gather(pg, send, w->buf, n, w->type);
+    dev_event_record(pg->ctx, &w->end, NULL);
+    w->done = true;
+    return;
+  }
+  Job &j = *static_cast<Job *>(w->job);
+  j.kind = Kind::AllGather;
+  j.what = "gloo::allgather";
+  j.buf = w->buf;
+  j.send = send;  // this rank's part of buf for the in-place form (all_gather() then gives no input)
+  j.n = n;
+  j.type = w->type;
+  enqueue(*state(pg), j);
+}
+
+void gloo_barrier(ProcessGroup *pg) {
   Job j;
   j.kind = Kind::Barrier;
   j.what = "gloo::barrier";
   run_blocking(*state(pg), j);
 }
 
-void dist_gloo_destroy(ProcessGroup *pg) {
+void gloo_destroy(ProcessGroup *pg) {
+  watchdog_enter("the Gloo shutdown (last collectives, the worker thread)");
   Gloo *g = state(pg);
   {
     std::lock_guard<std::mutex> held(g->lock);
@@ -474,6 +498,47 @@ void dist_gloo_destroy(ProcessGroup *pg) {
   g->worker.join();  // it runs what is queued first; before the context goes
   delete g;
   pg->gloo = nullptr;
+  watchdog_leave();
 }
 
-}  // extern "C"
+// Several ranks meet at rank 0's store on the bootstrap address (an environment launch: dist_init
+// refuses Gloo under mpirun with several ranks); one process needs no context (dist.c's solo case).
+void gloo_connect(ProcessGroup *pg) {
+  if (pg->world_size == 1) return;
+  char host[INET6_ADDRSTRLEN + 80];
+  int port = dist_bootstrap_address(host, sizeof host);
+  if (port < 0) die(1, "rank %d: the Gloo ranks meet at MASTER_ADDR:MASTER_PORT + 1; set both", pg->rank);
+  connect_at(pg, host, port);
+}
+
+// Gloo has no groups of collectives: each runs when it is called (dist_group_start() does nothing).
+void gloo_group(ProcessGroup *) {}
+
+}  // namespace
+
+// Filled member by member: C++17 has no designated initializers.
+extern "C" const DistBackendOps *dist_gloo_ops(void) {
+  static const DistBackendOps ops = [] {
+    DistBackendOps o{};
+    o.name = "gloo";
+    o.library = "Gloo";
+    o.built = true;
+    o.connect = gloo_connect;
+    o.all_reduce = gloo_all_reduce;
+    o.all_reduce_start = gloo_all_reduce_start;
+    o.reduce_scatter_start = gloo_reduce_scatter_start;
+    o.all_gather = gloo_all_gather;
+    o.all_gather_start = gloo_all_gather_start;
+    o.broadcast = gloo_broadcast;
+    o.barrier = gloo_barrier;
+    o.test = gloo_test;
+    o.wait = gloo_wait;
+    o.work_init = gloo_work_init;
+    o.work_free = gloo_work_free;
+    o.group_start = gloo_group;
+    o.group_end = gloo_group;
+    o.destroy = gloo_destroy;
+    return o;
+  }();
+  return &ops;
+}

@@ -1,6 +1,8 @@
 #define _POSIX_C_SOURCE 200809L
-// dist_mpi.c: the MPI backend. Collectives run on host memory; device buffers of a CUDA context are
-// staged through one pinned host buffer (Open MPI here is not CUDA-aware).
+// dist_mpi.c: the MPI backend, whose operations dist.c calls through the table dist_mpi_ops() (at the
+// end). Collectives run on host memory; device buffers of a CUDA context are staged through one pinned
+// host buffer (Open MPI here is not CUDA-aware). MPI_Init and MPI_Finalize are the MPI launcher's,
+// called by dist.c under mpirun whatever the backend.
 #include <limits.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -87,7 +89,7 @@ static void scale_avg(const ProcessGroup *pg, float *f, size_t n) {
   for (size_t i = 0; i < n; i++) f[i] *= inv;
 }
 
-void dist_mpi_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op) {
+static void dist_mpi_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op) {
   size_t bytes = n * dist_type_size(type);
   void *host = buf;
   if (dist_on_gpu(pg)) {
@@ -104,7 +106,7 @@ void dist_mpi_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, D
 
 _Static_assert(sizeof(MPI_Request) <= sizeof(((DistWork *)0)->req), "DistWork.req too small");
 
-void dist_mpi_all_reduce_start(ProcessGroup *pg, DistWork *w) {
+static void dist_mpi_all_reduce_start(ProcessGroup *pg, DistWork *w) {
   dev_event_record(pg->ctx, &w->start, NULL);
   if (dist_on_gpu(pg)) {  // staged through the host: nothing to overlap, reduce now
     dist_mpi_all_reduce(pg, w->buf, w->n, w->type, w->op);
@@ -165,14 +167,15 @@ typedef struct Ring {
 
 static unsigned g_rings_started;  // reduce-scatters started by this process: the next ring's tag
 
-void dist_mpi_work_init(ProcessGroup *pg, DistWork *w) {
+static void dist_mpi_work_init(ProcessGroup *pg, DistWork *w) {
   w->counts = mallocCheck((size_t)pg->world_size * sizeof *w->counts);
   Ring *g = mallocCheck(sizeof *g);
   memset(g, 0, sizeof *g);
   w->ring = g;
 }
 
-void dist_mpi_work_free(DistWork *w) {
+static void dist_mpi_work_free(ProcessGroup *pg, DistWork *w) {
+  (void)pg;
   Ring *g = w->ring;
   if (g) free(g->tmp);
   free(g);
@@ -244,7 +247,7 @@ static void ring_start(ProcessGroup *pg, void *send, const size_t *counts, DistW
 
 static void finish(ProcessGroup *pg, DistWork *w);
 
-void dist_mpi_reduce_scatter_start(ProcessGroup *pg, void *send, const size_t *counts, DistWork *w) {
+static void dist_mpi_reduce_scatter_start(ProcessGroup *pg, void *send, const size_t *counts, DistWork *w) {
   dev_event_record(pg->ctx, &w->start, NULL);
   if (dist_on_gpu(pg)) {  // staged through the host: nothing to overlap, reduce now
     reduce_scatter_staged(pg, send, counts, w);
@@ -276,7 +279,7 @@ static bool ring_test(ProcessGroup *pg, DistWork *w, Ring *g) {
   return flag != 0;
 }
 
-bool dist_mpi_test(ProcessGroup *pg, DistWork *w) {
+static bool dist_mpi_test(ProcessGroup *pg, DistWork *w) {
   Ring *g = w->ring;
   int flag = 0;
   if (g && g->active) {
@@ -288,7 +291,7 @@ bool dist_mpi_test(ProcessGroup *pg, DistWork *w) {
   return flag != 0;
 }
 
-void dist_mpi_wait(ProcessGroup *pg, DistWork *w) {
+static void dist_mpi_wait(ProcessGroup *pg, DistWork *w) {
   Ring *g = w->ring;
   if (g && g->active) {
     do {
@@ -300,7 +303,7 @@ void dist_mpi_wait(ProcessGroup *pg, DistWork *w) {
   finish(pg, w);
 }
 
-void dist_mpi_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, int root) {
+static void dist_mpi_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, int root) {
   size_t bytes = n * dist_type_size(type);
   void *host = buf;
   if (dist_on_gpu(pg)) {
@@ -320,7 +323,7 @@ void dist_mpi_broadcast_bytes(void *buf, size_t bytes, int root) {
     WAITING("MPI_Bcast", MPI_Bcast((char *)buf + i, chunk(bytes, i), MPI_BYTE, root, MPI_COMM_WORLD));
 }
 
-void dist_mpi_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type) {
+static void dist_mpi_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type) {
   size_t bytes = n * dist_type_size(type);
   int count = whole_count(n, "MPI_Allgather");
   if (!dist_on_gpu(pg)) {
@@ -337,7 +340,7 @@ void dist_mpi_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t 
   dev_upload(pg->ctx, recv, host + bytes, bytes * (size_t)pg->world_size);
 }
 
-void dist_mpi_all_gather_start(ProcessGroup *pg, const void *send, DistWork *w) {
+static void dist_mpi_all_gather_start(ProcessGroup *pg, const void *send, DistWork *w) {
   dev_event_record(pg->ctx, &w->start, NULL);
   size_t n = w->n / (size_t)pg->world_size, bytes = n * dist_type_size(w->type);
   if (dist_on_gpu(pg)) {  // staged through the host: nothing to overlap, gather now
@@ -352,6 +355,42 @@ void dist_mpi_all_gather_start(ProcessGroup *pg, const void *send, DistWork *w) 
                           mpi_type(w->type), MPI_COMM_WORLD, (MPI_Request *)w->req));
 }
 
-void dist_mpi_barrier(void) { WAITING("MPI_Barrier", MPI_Barrier(MPI_COMM_WORLD)); }
+static void dist_mpi_barrier(ProcessGroup *pg) {
+  (void)pg;
+  WAITING("MPI_Barrier", MPI_Barrier(MPI_COMM_WORLD));
+}
 
 void dist_mpi_finalize(void) { WAITING("MPI_Finalize", MPI_Finalize()); }  // waits for all ranks
+
+// MPI_Init is the launcher's (dist_init, under mpirun whatever the backend), and so is MPI_Finalize
+// (dist_destroy): the backend itself has nothing to connect or destroy.
+static void dist_mpi_connect(ProcessGroup *pg) { (void)pg; }
+
+static void dist_mpi_destroy(ProcessGroup *pg) { (void)pg; }
+
+// MPI has no groups of collectives: each runs when it is called (dist_group_start() does nothing).
+static void dist_mpi_group(ProcessGroup *pg) { (void)pg; }
+
+const DistBackendOps *dist_mpi_ops(void) {
+  static const DistBackendOps ops = {
+      .name = "mpi",
+      .library = "MPI",
+      .built = true,
+      .connect = dist_mpi_connect,
+      .all_reduce = dist_mpi_all_reduce,
+      .all_reduce_start = dist_mpi_all_reduce_start,
+      .reduce_scatter_start = dist_mpi_reduce_scatter_start,
+      .all_gather = dist_mpi_all_gather,
+      .all_gather_start = dist_mpi_all_gather_start,
+      .broadcast = dist_mpi_broadcast,
+      .barrier = dist_mpi_barrier,
+      .test = dist_mpi_test,
+      .wait = dist_mpi_wait,
+      .work_init = dist_mpi_work_init,
+      .work_free = dist_mpi_work_free,
+      .group_start = dist_mpi_group,
+      .group_end = dist_mpi_group,
+      .destroy = dist_mpi_destroy,
+  };
+  return &ops;
+}

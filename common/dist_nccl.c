@@ -1,6 +1,8 @@
-// dist_nccl.c: the NCCL backend. Collectives are queued on the context's compute stream, so they are
-// ordered after the kernels that produced their input and before those that consume the result, with
-// no host synchronisation.
+// dist_nccl.c: the NCCL backend, whose operations dist.c calls through the table dist_nccl_ops() (at
+// the end). Collectives are queued on the context's compute stream, so they are ordered after the
+// kernels that produced their input and before those that consume the result, with no host
+// synchronisation; the asynchronous ones on the communication stream, after the work queued so far on
+// the compute stream.
 #define _POSIX_C_SOURCE 200809L
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -44,7 +46,7 @@ static ProcessGroup *g_pg;  // for the abort hook, which takes no arguments
 // timeout instead of hanging it.
 #define ENQUEUE(what, call) WATCHDOG_WAIT(what " (NCCL host call)", ncclCheck(call))
 
-void dist_nccl_bind(void *user) {
+static void dist_nccl_bind(void *user) {
   const ProcessGroup *pg = user;
   cudaCheck(cudaSetDevice(pg->ctx->gpu));  // this thread's CUDA calls go to the rank's GPU
 }
@@ -114,7 +116,7 @@ static void divide_by_world(const ProcessGroup *pg, float *buf, size_t n, cudaSt
   ops_scale_cuda(&c, buf, n, 1.0f / (float)pg->world_size);
 }
 
-int dist_nccl_poll(void *user, double timeout, char *why) {
+static int dist_nccl_poll(void *user, double timeout, char *why) {
   ProcessGroup *pg = user;
   ncclResult_t r = ncclSuccess;
   if (ncclCommGetAsyncError((ncclComm_t)pg->nccl, &r) == ncclSuccess && r != ncclSuccess &&
@@ -140,7 +142,7 @@ int dist_nccl_poll(void *user, double timeout, char *why) {
   return stuck;
 }
 
-void dist_nccl_abort(void *user) {
+static void dist_nccl_abort(void *user) {
   ProcessGroup *pg = user;
   if (pg->nccl) (void)ncclCommAbort((ncclComm_t)pg->nccl);  // bounded and followed by _exit
 }
@@ -169,7 +171,9 @@ static void explain_init_failure(const ProcessGroup *pg, ncclResult_t r, int ver
   }
 }
 
-void dist_nccl_connect(ProcessGroup *pg, void (*share)(void *id, size_t size)) {
+// Creates the communicator. @p share: NULL when NCCL_COMM_ID gives every rank the same unique id (an
+// environment launch); else a function that copies rank 0's id to every rank (over MPI under mpirun).
+static void nccl_connect_with(ProcessGroup *pg, void (*share)(void *id, size_t size)) {
   g_pg = pg;
   cudaCheck(cudaSetDevice(pg->ctx->gpu));  // NCCL binds the communicator to the current GPU
   int version = 0;
@@ -199,13 +203,14 @@ void dist_nccl_connect(ProcessGroup *pg, void (*share)(void *id, size_t size)) {
   if (!pg->mpi_up) check_set_abort(nccl_abort);
 }
 
-void dist_nccl_group_start(ProcessGroup *pg) {
-  (void)pg;
+static void dist_nccl_group_start(ProcessGroup *pg) {
+  if (!pg->nccl) return;  // not connected (yet): no group to open
   ncclCheck(ncclGroupStart());
   g_group.depth++;
 }
 
-void dist_nccl_group_end(ProcessGroup *pg) {
+static void dist_nccl_group_end(ProcessGroup *pg) {
+  if (!pg->nccl) return;
   ENQUEUE("ncclGroupEnd", ncclGroupEnd());
   if (--g_group.depth > 0 || !g_group.stream) return;
   cudaStream_t s = g_group.stream;
@@ -224,7 +229,8 @@ static ncclRedOp_t reduction(DistOp op) {
   return ncclSum;
 }
 
-void dist_nccl_all_reduce_on(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op, void *on) {
+static void dist_nccl_all_reduce_on(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op,
+                                    void *on) {
   ncclRedOp_t red = reduction(op);
   ENQUEUE("ncclAllReduce",
           ncclAllReduce(buf, buf, n, nccl_type(type), red, (ncclComm_t)pg->nccl, (cudaStream_t)on));
@@ -255,8 +261,8 @@ static void reduce_per_root(ProcessGroup *pg, const void *send, void *recv, cons
   ENQUEUE("ncclGroupEnd (per-root reduces)", ncclGroupEnd());
 }
 
-void dist_nccl_reduce_scatter_on(ProcessGroup *pg, const void *send, void *recv, const size_t *counts,
-                                 DistType type, DistOp op, void *stream) {
+static void dist_nccl_reduce_scatter_on(ProcessGroup *pg, const void *send, void *recv, const size_t *counts,
+                                        DistType type, DistOp op, void *stream) {
   // In a caller's group, the division below and the watchdog's event would precede the collectives.
   if (g_group.depth > 0) die(1, "dist_reduce_scatter_async: not allowed inside dist_group_start()");
   cudaStream_t on = (cudaStream_t)stream;
@@ -272,35 +278,36 @@ void dist_nccl_reduce_scatter_on(ProcessGroup *pg, const void *send, void *recv,
   note_collective(on);
 }
 
-void dist_nccl_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op) {
+static void dist_nccl_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op) {
   dist_nccl_all_reduce_on(pg, buf, n, type, op, stream(pg));
 }
 
-void dist_nccl_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, int root) {
+static void dist_nccl_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, int root) {
   ENQUEUE("ncclBroadcast",
           ncclBroadcast(buf, buf, n, nccl_type(type), root, (ncclComm_t)pg->nccl, stream(pg)));
   note_collective(stream(pg));
 }
 
 // In place when send == recv + rank·n: NCCL then sends from where the rank's part already lies.
-void dist_nccl_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type) {
-  dist_nccl_all_gather_on(pg, send, recv, n, type, stream(pg));
-}
-
-void dist_nccl_all_gather_on(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type,
-                             void *stream) {
-  if (g_group.depth > 0) die(1, "dist_all_gather_async: not allowed inside dist_group_start()");
-  cudaStream_t on = (cudaStream_t)stream;
+static void dist_nccl_all_gather_on(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type,
+                                    cudaStream_t on) {
   ENQUEUE("ncclAllGather", ncclAllGather(send, recv, n, nccl_type(type), (ncclComm_t)pg->nccl, on));
   note_collective(on);
 }
 
-void dist_nccl_barrier(ProcessGroup *pg) {
+static void dist_nccl_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type) {
+  if (g_group.depth > 0) die(1, "dist_all_gather: not allowed inside dist_group_start()");
+  dist_nccl_all_gather_on(pg, send, recv, n, type, stream(pg));
+}
+
+static void dist_nccl_barrier(ProcessGroup *pg) {
   dist_nccl_all_reduce(pg, pg->scratch, 1, DIST_INT, DIST_SUM);
   WATCHDOG_WAIT("the NCCL barrier (cudaStreamSynchronize)", cudaCheck(cudaStreamSynchronize(stream(pg))));
 }
 
-void dist_nccl_destroy(ProcessGroup *pg) {
+static void dist_nccl_destroy(ProcessGroup *pg) {
+  if (!pg->nccl) return;  // never connected
+  watchdog_enter("the NCCL shutdown (last collectives, ncclCommDestroy)");
   cudaCheck(cudaStreamSynchronize(stream(pg)));
   dev_stream_free(pg->ctx, pg->comm_stream);
   cudaCheck(cudaEventDestroy(g_last.event));
@@ -308,4 +315,82 @@ void dist_nccl_destroy(ProcessGroup *pg) {
   ncclCheck(ncclCommDestroy((ncclComm_t)pg->nccl));
   pg->nccl = NULL;
   g_pg = NULL;
+  watchdog_leave();
+}
+
+// ---- dist.c's entry points ----------------------------------------------------------------------------
+
+// Under mpirun rank 0's unique id travels over MPI (dist_share_from_rank0); with an environment launch
+// NCCL_COMM_ID (set by dist_init) gives every rank the same id. The watchdog (running since dist_init)
+// then also polls the communicator; its thread selects this rank's GPU before its first CUDA call, so
+// that it makes no CUDA context on GPU 0.
+static void dist_nccl_connect(ProcessGroup *pg) {
+  nccl_connect_with(pg, pg->launcher == LAUNCH_MPI ? dist_share_from_rank0 : NULL);
+  if (pg->launcher != LAUNCH_NONE)
+    watchdog_start(pg->timeout, dist_nccl_poll, dist_nccl_bind, dist_nccl_abort, pg);
+}
+
+// The communication stream starts after the work queued so far on the compute stream (which wrote the
+// collective's input); @p w's start event is recorded there.
+static cudaStream_t comm_stream_begin(ProcessGroup *pg, DistWork *w) {
+  dev_event_record(pg->ctx, &pg->ready, NULL);
+  dev_stream_wait(pg->ctx, pg->comm_stream, &pg->ready);
+  dev_event_record(pg->ctx, &w->start, pg->comm_stream);
+  return (cudaStream_t)pg->comm_stream;
+}
+
+static void dist_nccl_all_reduce_start(ProcessGroup *pg, DistWork *w) {
+  cudaStream_t on = comm_stream_begin(pg, w);
+  dist_nccl_all_reduce_on(pg, w->buf, w->n, w->type, w->op, on);
+  dev_event_record(pg->ctx, &w->end, on);
+}
+
+static void dist_nccl_reduce_scatter_start(ProcessGroup *pg, void *send, const size_t *counts, DistWork *w) {
+  cudaStream_t on = comm_stream_begin(pg, w);
+  dist_nccl_reduce_scatter_on(pg, send, w->buf, counts, w->type, w->op, on);
+  dev_event_record(pg->ctx, &w->end, on);
+}
+
+static void dist_nccl_all_gather_start(ProcessGroup *pg, const void *send, DistWork *w) {
+  // In a caller's group the watchdog's event would precede the collective.
+  if (g_group.depth > 0) die(1, "dist_all_gather_async: not allowed inside dist_group_start()");
+  cudaStream_t on = comm_stream_begin(pg, w);
+  dist_nccl_all_gather_on(pg, send, w->buf, w->n / (size_t)pg->world_size, w->type, on);
+  dev_event_record(pg->ctx, &w->end, on);
+}
+
+// The streams order an NCCL collective's completion: the host never waits for one.
+static bool dist_nccl_test(ProcessGroup *pg, DistWork *w) {
+  (void)pg, (void)w;
+  return true;
+}
+
+// The compute stream waits for the collective's end event; the host does not.
+static void dist_nccl_wait(ProcessGroup *pg, DistWork *w) { dev_stream_wait(pg->ctx, NULL, &w->end); }
+
+// A handle needs nothing of NCCL's own: its events (dist.c) are all that the streams need.
+static void dist_nccl_work(ProcessGroup *pg, DistWork *w) { (void)pg, (void)w; }
+
+const DistBackendOps *dist_nccl_ops(void) {
+  static const DistBackendOps ops = {
+      .name = "nccl",
+      .library = "NCCL",
+      .built = true,
+      .connect = dist_nccl_connect,
+      .all_reduce = dist_nccl_all_reduce,
+      .all_reduce_start = dist_nccl_all_reduce_start,
+      .reduce_scatter_start = dist_nccl_reduce_scatter_start,
+      .all_gather = dist_nccl_all_gather,
+      .all_gather_start = dist_nccl_all_gather_start,
+      .broadcast = dist_nccl_broadcast,
+      .barrier = dist_nccl_barrier,
+      .test = dist_nccl_test,
+      .wait = dist_nccl_wait,
+      .work_init = dist_nccl_work,
+      .work_free = dist_nccl_work,
+      .group_start = dist_nccl_group_start,
+      .group_end = dist_nccl_group_end,
+      .destroy = dist_nccl_destroy,
+  };
+  return &ops;
 }

@@ -31,6 +31,12 @@ function(ddp_integration scenario)
   if(I_GLOO)
     set(labels "integration;gloo")
   endif()
+  # Label `parity`: the scenarios that compare two runs (bit for bit where the arithmetic is the same,
+  # one step from the same state within the float32 error model of check.py elsewhere); every run's
+  # seed comes from DDP_TEST_SEED, so `DDP_TEST_SEED=7 ctest -L parity` checks another seed.
+  if(scenario MATCHES "matches|resume|checkpoints|grad_accum|redundant|drift")
+    list(APPEND labels parity)
+  endif()
   if((I_NEEDS_MPI AND NOT DDP_HAVE_MPI) OR (I_GLOO AND NOT DDP_HAVE_GLOO))
     return()
   endif()

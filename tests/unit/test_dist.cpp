@@ -1,13 +1,20 @@
 // The pure helpers of the process group (common/dist.h): dist_shard_counts, the counts of a bucket's
 // reduce-scatter against the shards of a flat buffer; dist_detect_launcher, the launcher read from a
-// faked environment; dist_nccl_says_gpu_shared, NCCL's message for two ranks on one GPU. The
-// collectives themselves run under mpirun (tests/mpi/test_dist.c).
+// faked environment; dist_nccl_says_gpu_shared, NCCL's message for two ranks on one GPU; and the
+// backends' tables of operations (dist_backend.h): every slot of every backend built is filled or
+// refused, and a missing one ends the job naming the backend and the operation. The collectives
+// themselves run under mpirun (tests/mpi/test_dist.c) and launch.sh (the gloo_* tests).
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <functional>
 #include <numeric>
+#include <set>
+#include <string>
 #include <vector>
 
 extern "C" {
+#include "device.h"
 #include "dist.h"
 #include "dist_backend.h"
 }
@@ -166,4 +173,175 @@ TEST(DistNcclSaysGpuShared, RefusesOtherInvalidUsage) {
   EXPECT_FALSE(dist_nccl_says_gpu_shared("Invalid config blocking attribute value -2147483648"));
   EXPECT_FALSE(dist_nccl_says_gpu_shared(""));
   EXPECT_FALSE(dist_nccl_says_gpu_shared(nullptr));
+}
+
+// ---- the backends' tables of operations: no operation falls through to another backend ------------
+
+namespace {
+const Backend kBackends[] = {BACKEND_MPI, BACKEND_NCCL, BACKEND_GLOO};
+
+bool built_in(Backend b) {
+  return b == BACKEND_MPI ? dist_have_mpi() : b == BACKEND_NCCL ? dist_have_nccl() : dist_have_gloo();
+}
+
+// A table of the backend "gloo" with every slot NULL (built, refusing nothing): what a backend looks
+// like to dist.c when it lacks everything.
+DistBackendOps empty_table() {
+  DistBackendOps o;
+  std::memset(&o, 0, sizeof o);
+  o.name = "gloo";
+  o.library = "Gloo";
+  o.built = true;
+  return o;
+}
+
+// A table of the backend "gloo" with every slot filled (by functions that do nothing).
+DistBackendOps complete_table() {
+  DistBackendOps o = empty_table();
+  o.connect = [](ProcessGroup *) {};
+  o.all_reduce = [](ProcessGroup *, void *, size_t, DistType, DistOp) {};
+  o.all_reduce_start = [](ProcessGroup *, DistWork *) {};
+  o.reduce_scatter_start = [](ProcessGroup *, void *, const size_t *, DistWork *) {};
+  o.all_gather = [](ProcessGroup *, const void *, void *, size_t, DistType) {};
+  o.all_gather_start = [](ProcessGroup *, const void *, DistWork *) {};
+  o.broadcast = [](ProcessGroup *, void *, size_t, DistType, int) {};
+  o.barrier = [](ProcessGroup *) {};
+  o.test = [](ProcessGroup *, DistWork *) { return true; };
+  o.wait = [](ProcessGroup *, DistWork *) {};
+  o.work_init = [](ProcessGroup *, DistWork *) {};
+  o.work_free = [](ProcessGroup *, DistWork *) {};
+  o.group_start = [](ProcessGroup *) {};
+  o.group_end = [](ProcessGroup *) {};
+  o.destroy = [](ProcessGroup *) {};
+  return o;
+}
+}  // namespace
+
+// The table each backend fills in its own file: a NULL slot must be one the backend refuses on purpose
+// (DistBackendOps.refuses), never one forgotten, as Gloo's all-gather-async was (dist.c then called
+// MPI_Iallgather under Gloo).
+TEST(DistBackendOps, EverySlotOfEveryBuiltBackendIsFilledOrRefused) {
+  int built = 0;
+  for (Backend b : kBackends) {
+    const DistBackendOps *o = dist_backend_ops(b);
+    ASSERT_NE(o, nullptr);
+    EXPECT_STREQ(o->name, dist_backend_name(b));
+    EXPECT_EQ(o->built, built_in(b)) << o->name;
+    if (!o->built) continue;
+    built++;
+    for (int s = 0; s < DIST_SLOT_COUNT; s++) {
+      bool refused = (o->refuses >> s) & 1u;
+      EXPECT_NE(dist_backend_fills(o, (DistSlot)s), refused)
+          << "the " << o->name << " backend's " << dist_slot_name((DistSlot)s)
+          << (refused ? " is filled but said refused" : " is NULL but not refused");
+    }
+    EXPECT_STREQ(dist_backend_gap(o), nullptr) << o->name;
+  }
+  EXPECT_EQ(built, (int)dist_have_mpi() + (int)dist_have_nccl() + (int)dist_have_gloo());
+}
+
+TEST(DistBackendOps, EverySlotHasItsOwnName) {
+  std::set<std::string> names;
+  for (int s = 0; s < DIST_SLOT_COUNT; s++) {
+    std::string name = dist_slot_name((DistSlot)s);
+    EXPECT_NE(name, "?") << "slot " << s;
+    EXPECT_TRUE(names.insert(name).second) << name << " names two slots";
+  }
+  EXPECT_STREQ(dist_slot_name(DIST_SLOT_ALL_GATHER_START), "all-gather-async");
+  EXPECT_STREQ(dist_slot_name(DIST_SLOT_COUNT), "?");
+}
+
+TEST(DistBackendOps, TheGapIsANullSlotNotRefusedOrAFilledOneRefused) {
+  DistBackendOps o = complete_table();
+  for (int s = 0; s < DIST_SLOT_COUNT; s++) EXPECT_TRUE(dist_backend_fills(&o, (DistSlot)s)) << s;
+  EXPECT_EQ(dist_backend_gap(&o), nullptr);
+  o.all_gather_start = nullptr;
+  EXPECT_FALSE(dist_backend_fills(&o, DIST_SLOT_ALL_GATHER_START));
+  EXPECT_STREQ(dist_backend_gap(&o), "all-gather-async");
+  o.refuses = 1u << DIST_SLOT_ALL_GATHER_START;
+  EXPECT_EQ(dist_backend_gap(&o), nullptr);  // refused on purpose
+  o.refuses |= 1u << DIST_SLOT_BARRIER;
+  EXPECT_STREQ(dist_backend_gap(&o), "barrier");  // filled, yet said refused
+  DistBackendOps e = empty_table();
+  EXPECT_STREQ(dist_backend_gap(&e), "connect");  // the first slot
+  e.built = false;
+  EXPECT_EQ(dist_backend_gap(&e), nullptr);  // a backend not built is refused whole
+}
+
+TEST(DistBackendOps, ARefusalNamesTheCallTheBackendAndTheOperation) {
+  DistBackendOps o = empty_table();
+  for (int s = 0; s < DIST_SLOT_COUNT; s++)
+    EXPECT_EXIT(dist_backend_refuse(&o, (DistSlot)s, "dist_call"), ::testing::ExitedWithCode(1),
+                std::string("dist_call: the gloo backend has no ") + dist_slot_name((DistSlot)s));
+  o.built = false;
+  EXPECT_EXIT(dist_backend_refuse(&o, DIST_SLOT_BARRIER, "dist_barrier"), ::testing::ExitedWithCode(1),
+              "dist_barrier: this program was built without Gloo");
+}
+
+TEST(DistBackendOps, ABackendNotBuiltIsRefusedAsNotBuilt) {
+  for (Backend b : kBackends) {
+    const DistBackendOps *o = dist_backend_ops(b);
+    if (o->built) continue;
+    for (int s = 0; s < DIST_SLOT_COUNT; s++) EXPECT_FALSE(dist_backend_fills(o, (DistSlot)s)) << o->name;
+    EXPECT_EXIT(dist_backend_refuse(o, DIST_SLOT_ALL_REDUCE, "dist_all_reduce"), ::testing::ExitedWithCode(1),
+                std::string("dist_all_reduce: this program was built without ") + o->library);
+  }
+}
+
+// Through the public calls: a process group of two ranks on a backend whose every slot is NULL. Each
+// call ends the job naming itself, the backend and its own operation (and so never reaches another
+// backend's, as dist_all_gather_async reached MPI's under Gloo).
+TEST(DistBackendOps, EveryCallRefusesTheMissingOperationByName) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // the CPU context may start threads (OpenBLAS)
+  static DistBackendOps o = empty_table();
+  static Ctx ctx;
+  device_init(&ctx, DEVICE_CPU, 0);  // for the events of dist_connect() and the handles
+  static ProcessGroup pg;
+  std::memset(&pg, 0, sizeof pg);
+  pg.ctx = &ctx;
+  pg.rank = 0;
+  pg.world_size = 2;
+  pg.backend = BACKEND_GLOO;
+  pg.gloo = &pg;  // a context: not the group of one, whose collectives are the identity
+  pg.ops = &o;
+  static float send[4], recv[8];
+  static size_t counts[2] = {2, 2};
+  static DistWork w;
+  auto fresh = [] {
+    std::memset(&w, 0, sizeof w);
+    return &w;
+  };
+  auto active = [] {  // a collective in flight, not yet seen done
+    std::memset(&w, 0, sizeof w);
+    w.active = true;
+    return &w;
+  };
+  const struct {
+    const char *call, *operation;
+    std::function<void()> run;
+  } cases[] = {
+      {"dist_connect", "connect", [] { dist_connect(&pg, &ctx); }},
+      {"dist_all_reduce", "all-reduce", [] { dist_all_reduce(&pg, send, 4, DIST_FLOAT, DIST_SUM); }},
+      {"dist_all_reduce_async", "all-reduce-async",
+       [&] { dist_all_reduce_async(&pg, send, 4, DIST_FLOAT, DIST_SUM, fresh()); }},
+      {"dist_reduce_scatter_async", "reduce-scatter-async",
+       [&] { dist_reduce_scatter_async(&pg, send, recv, counts, DIST_FLOAT, DIST_SUM, fresh()); }},
+      {"dist_all_gather", "all-gather", [] { dist_all_gather(&pg, send, recv, 4, DIST_FLOAT); }},
+      {"dist_all_gather_async", "all-gather-async",
+       [&] { dist_all_gather_async(&pg, send, recv, 4, DIST_FLOAT, fresh()); }},
+      {"dist_broadcast", "broadcast", [] { dist_broadcast(&pg, send, 4, DIST_FLOAT, 0); }},
+      {"dist_barrier", "barrier", [] { dist_barrier(&pg); }},
+      {"dist_test", "test", [&] { dist_test(&pg, active()); }},
+      {"dist_wait", "wait", [&] { dist_wait(&pg, active()); }},
+      {"dist_work_init", "work-init", [&] { dist_work_init(&pg, &w); }},
+      {"dist_work_free", "work-free", [&] { dist_work_free(&pg, fresh()); }},
+      {"dist_group_start", "group-start", [] { dist_group_start(&pg); }},
+      {"dist_group_end", "group-end", [] { dist_group_end(&pg); }},
+      {"dist_destroy", "destroy", [] { dist_destroy(&pg); }},
+  };
+  EXPECT_EQ(sizeof cases / sizeof cases[0], (size_t)DIST_SLOT_COUNT);  // every operation has its call
+  for (const auto &c : cases)
+    EXPECT_EXIT(c.run(), ::testing::ExitedWithCode(1),
+                std::string(c.call) + ": the gloo backend has no " + c.operation);
+  device_free(&ctx);
 }
