@@ -18,11 +18,10 @@
 # a collective which some rank never reaches ends the job quickly and is reported as a hang.
 #
 # Where the backend matters (the learner's code joins the process group or calls collectives: 02,
-# 04, 05, 06, 07), one or two claims run a second time as CLAIM@launch: the same claim with its
+# 04 to 08), one claim runs a second time as CLAIM@launch: the same claim with its
 # multi-rank runs under scripts/launch.sh (the Gloo backend, as under torchrun or a plain srun)
 # instead of mpirun (MPI), for a program that must work under both; e.g. one that never calls
 # dist_connect works under mpirun and crashes under launch.sh. Skipped in a build without Gloo.
-# (08 joins them once its program runs under Gloo: step 08 itself aborts there today.)
 #
 # Unit tests (03, 06): the GoogleTest binary of the main build (unit_tests) is linked again with the
 # learner's sampler.c or reducer.c in place of the step's, that file compiled with AddressSanitizer
@@ -213,7 +212,7 @@ case $n in
   07) claims="step07_replicas_np2 step07_replicas_np3 step07_matches_step06_np2 step07_matches_step06_np3
               step07_memory step07_checkpoints step07_replicas_np3@launch" ;;
   08) claims="step08_replicas_np2 step08_replicas_np3 step08_matches_step06_np2 step08_matches_step06_np3
-              step08_checkpoints step08_trace" ;;
+              step08_checkpoints step08_trace step08_replicas_np3@launch" ;;
 esac
 [ "$exercise" = 06_fault ] && claims="fault06_drill fault06_one_writer fault06_barrier fault06_resume_mid_epoch"
 # First of all: the program that runs is the one built here from the learner's files.
