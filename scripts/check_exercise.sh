@@ -17,6 +17,12 @@
 # reason for a failure and its likely cause. Every run gets --timeout $DDP_RUN_TIMEOUT (15 s), so that
 # a collective which some rank never reaches ends the job quickly and is reported as a hang.
 #
+# Where the backend matters (the learner's code joins the process group or calls collectives: 02,
+# 04 to 08), one claim runs a second time as CLAIM@launch: the same claim with its
+# multi-rank runs under scripts/launch.sh (the Gloo backend, as under torchrun or a plain srun)
+# instead of mpirun (MPI), for a program that must work under both; e.g. one that never calls
+# dist_connect works under mpirun and crashes under launch.sh. Skipped in a build without Gloo.
+#
 # Unit tests (03, 06): the GoogleTest binary of the main build (unit_tests) is linked again with the
 # learner's sampler.c or reducer.c in place of the step's, that file compiled with AddressSanitizer
 # and UBSan when the compiler has them (a read past the end of an array then fails the test even when
@@ -197,15 +203,16 @@ what="step $n"
 [ "$exercise" = 06_fault ] && what="exercise 06_fault (step 06's snapshots and resume)"
 
 case $n in
-  02) claims="step02_redundant" ;;
+  02) claims="step02_redundant step02_redundant@launch" ;;
   03) claims="step03_drift" ;;
-  04) claims="step04_replicas_np2 step04_matches_baseline_np2 step04_broadcast" ;;
-  05) claims="step05_replicas_np2 step05_matches_baseline_np2 step05_eval_exact step05_one_writer step05_resume" ;;
-  06) claims="step06_replicas_np2 step06_matches_step04_np2 step06_grad_accum step06_trace" ;;
+  04) claims="step04_replicas_np2 step04_matches_baseline_np2 step04_broadcast step04_replicas_np2@launch" ;;
+  05) claims="step05_replicas_np2 step05_matches_baseline_np2 step05_eval_exact step05_one_writer step05_resume
+              step05_matches_baseline_np2@launch" ;;
+  06) claims="step06_replicas_np2 step06_matches_step04_np2 step06_grad_accum step06_trace step06_replicas_np2@launch" ;;
   07) claims="step07_replicas_np2 step07_replicas_np3 step07_matches_step06_np2 step07_matches_step06_np3
-              step07_memory step07_checkpoints" ;;
+              step07_memory step07_checkpoints step07_replicas_np3@launch" ;;
   08) claims="step08_replicas_np2 step08_replicas_np3 step08_matches_step06_np2 step08_matches_step06_np3
-              step08_checkpoints step08_trace" ;;
+              step08_checkpoints step08_trace step08_replicas_np3@launch" ;;
 esac
 [ "$exercise" = 06_fault ] && claims="fault06_drill fault06_one_writer fault06_barrier fault06_resume_mid_epoch"
 # First of all: the program that runs is the one built here from the learner's files.
@@ -261,6 +268,13 @@ if [ $build_only = 0 ] && [ -n "$claims" ]; then
   Install Open MPI's launcher (Debian/Ubuntu: sudo apt-get install openmpi-bin), or set DDP_MPIEXEC")
     no_mpi=1
   fi
+fi
+# CLAIM@launch runs under scripts/launch.sh, on the Gloo backend: a build without Gloo skips them.
+no_gloo_claims=""
+if [ $build_only = 0 ] && [[ $claims == *@launch* ]] &&
+   ! (cd "$build" && ninja -t commands ddp_common) 2> /dev/null | grep -c -- -DHAVE_GLOO=1 > /dev/null; then
+  for c in $claims; do [[ $c == *@launch ]] && no_gloo_claims+=" $c"; done
+  claims=$(for c in $claims; do [[ $c == *@launch ]] || printf '%s ' "$c"; done)
 fi
 if [ ${#weak[@]} -gt 0 ]; then
   if [ "${DDP_ALLOW_WEAK:-0}" != 1 ]; then
@@ -413,16 +427,22 @@ source "$root/scripts/mpi_env.sh"
 export DDP_BIN_DIR=$tmp/bin DDP_MPIEXEC=${DDP_MPIEXEC:-mpiexec} DDP_RUN_TIMEOUT=${DDP_RUN_TIMEOUT:-15}
 limit=${DDP_CHECK_TIMEOUT:-300}
 export DDP_CHECK_TMPDIR=$tmp/claim
+for c in $no_gloo_claims; do
+  echo "SKIP $c: this build has no Gloo (libgloo-dev), so nothing runs under scripts/launch.sh"
+done
 for claim in $claims; do
+  # CLAIM@launch: check.py's scenario CLAIM, its ranks started by scripts/launch.sh (Gloo)
+  name=${claim%@*} how=()
+  [ "$name" = "$claim" ] || how=(--launcher "${claim#*@}")
   # check.py's folder for the claim's files, inside ours: removed even when the claim is killed
   mkdir "$tmp/claim"
   in_group "$limit" "$tmp/out" "$tmp/err" \
-    python3 "$root/tests/integration/check.py" "$claim"
+    python3 "$root/tests/integration/check.py" ${how[@]+"${how[@]}"} "$name"
   rm -rf "$tmp/claim"
   case $rc in
     0)
       echo "PASS $claim"
-      grep -v "^ok $claim" "$tmp/out" | sed 's/^/     /'
+      grep -v "^ok $name" "$tmp/out" | sed 's/^/     /'
       ;;
     77) echo "SKIP $claim: $(tail -n 1 "$tmp/out")" ;;
     124 | 137)
@@ -432,8 +452,8 @@ for claim in $claims; do
       ;;
     *)
       failed=1
-      if grep -q "^FAILED $claim: " "$tmp/err"; then  # check.py's sentence, and what follows it
-        sed -n "/^FAILED $claim: /,\$p" "$tmp/err" | sed "1s/^FAILED $claim: //" | head -n 15 |
+      if grep -q "^FAILED $name: " "$tmp/err"; then  # check.py's sentence, and what follows it
+        sed -n "/^FAILED $name: /,\$p" "$tmp/err" | sed "1s/^FAILED $name: //" | head -n 15 |
           sed "1s/^/FAIL $claim: /; 2,\$s/^/     /"
       else  # check.py itself stopped, e.g. on a metrics file that a rank never wrote
         echo "FAIL $claim: $(grep -v '^\s*$' "$tmp/err" | tail -n 1)"

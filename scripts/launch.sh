@@ -3,8 +3,8 @@
 #   scripts/launch.sh [--max_restarts K] -n N [--] PROGRAM [ARGS...]
 # starts N copies of PROGRAM with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and
 # MASTER_PORT set (MASTER_PORT from the environment, default 29500; NCCL bootstraps on the port after
-# it). The options come before PROGRAM, in any order (`--max_restarts=K` too); everything from PROGRAM
-# on is the program's own. If any rank fails, the others are stopped, so nothing is left hanging; the
+# it), and OMP_NUM_THREADS=1 unless it is set (N > 1, as torchrun). The options come before PROGRAM,
+# in any order (`--max_restarts=K` too); everything from PROGRAM on is the program's own. If any rank fails, the others are stopped, so nothing is left hanging; the
 # exit status is the first failure's. SIGTERM, SIGINT (Ctrl-C) or SIGHUP (the terminal closed) to the
 # launcher stops every rank too, and the launcher then exits with 128 + the signal's number. Stopping
 # a rank is SIGTERM, then SIGKILL STOP_GRACE seconds later (default 10; fractions such as 1.5 are
@@ -52,6 +52,11 @@ frac=${BASH_REMATCH[3]}0  # at least one digit
 grace_tenths=$((10#${BASH_REMATCH[1]} * 10 + ${frac:0:1}))
 [[ ${frac:1} =~ [1-9] ]] && grace_tenths=$((grace_tenths + 1))
 export WORLD_SIZE=$n LOCAL_WORLD_SIZE=$n MASTER_ADDR=${MASTER_ADDR:-127.0.0.1} MASTER_PORT=${MASTER_PORT:-29500}
+# As torchrun does: with several ranks on the node, one OpenMP/OpenBLAS thread per rank unless
+# OMP_NUM_THREADS says otherwise. N ranks each with a thread per core oversubscribe the node, and
+# OpenBLAS splits a GEMM's sums by its thread count: without this a step's digest here differed from
+# mpirun's (whose ranks are bound to a core each) and torchrun's, on the same flags.
+if [ "$n" -gt 1 ] && [ -z "${OMP_NUM_THREADS:-}" ]; then export OMP_NUM_THREADS=1; fi
 
 pids=()
 # Ends every rank that is still running: SIGTERM, then SIGKILL to any that outlives STOP_GRACE

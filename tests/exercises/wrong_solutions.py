@@ -47,6 +47,11 @@ WRONG = {
         Wrong("world_size_not_taken", S02, [("  t->world_size = t->pg.world_size;", "  t->world_size = 1;")],
               "step02_redundant", ["world size", "process group"],
               "the world size is not taken from the process group"),
+        Wrong("no_connect", S02,
+              [("  dist_connect(&t->pg, &t->ctx);           // [init] the communicator, on this rank's GPU\n", "")],
+              "step02_redundant@launch", ["FAIL step02_redundant@launch", "dist_connect was never called"],
+              "dist_connect is never called: fine under mpirun (MPI needs no communicator of the program's), "
+              "a crash under scripts/launch.sh (Gloo)"),
         Wrong("no_destroy", S02, [("  dist_destroy(&t->pg);  // [init] leave the process group\n", "")],
               "step02_redundant", ["call dist_destroy"],
               "the process group is never left (MPI_Finalize is never called)"),

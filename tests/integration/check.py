@@ -118,6 +118,14 @@ HINTS = [
     ("buckets never became ready", "a bucket was never started: every tensor must be counted down in "
                                    "its bucket (mark_variable_ready) and every ready bucket started "
                                    "(mark_bucket_ready)"),
+    # scripts/launch.sh's line for a rank that died of SIGSEGV (128 + 11): under an environment launch
+    # (Gloo) the process group has no communicator and no device context until dist_connect, under
+    # mpirun MPI needs neither: a program that never calls it crashes under launch.sh, not under mpirun
+    ("a rank exited with status 139", "a rank crashed (segmentation fault) under scripts/launch.sh (the Gloo "
+                                      "backend): if the same program passes under mpirun, dist_connect was "
+                                      "never called (MPI works without it; Gloo gets its communicator, and "
+                                      "every backend the device context, from dist_connect, after "
+                                      "device_init); else an index out of range"),
     ("Segmentation fault", "a rank crashed (segmentation fault): e.g. a collective before dist_connect "
                            "gave the process group its device context, or an index out of range"),
 ]

@@ -349,3 +349,54 @@ if(DDP_HAVE_GLOO)
       ENVIRONMENT "DDP_BIN_DIR=${CMAKE_RUNTIME_OUTPUT_DIRECTORY}")
   endforeach()
 endif()
+
+# The launcher matrix (tests/integration/matrix.py, labels integration and matrix): every step 02 to 08
+# at 2 and 3 ranks under every launcher, one CTest test per launcher and rank count (matrix_<launcher>_np<N>),
+# generated from the script's table (`matrix.py --cells`, read here at configure time; a change to the
+# script configures again). ddp_matrix(WHERE OUT [ENV ...]) adds the cells that run WHERE (local: here;
+# slurm: tests/slurm/tests.cmake adds those on the test cluster) and returns their names in OUT. A cell
+# skips (77) without its launcher (torchrun, the cluster); DDP_TEST_SEED, if set, is every run's --seed.
+function(ddp_matrix where out)
+  cmake_parse_arguments(M "" "" "ENV" ${ARGN})
+  set(script ${PROJECT_SOURCE_DIR}/tests/integration/matrix.py)
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${script})
+  execute_process(COMMAND ${Python3_EXECUTABLE} ${script} --cells ${where}
+                  OUTPUT_VARIABLE cells ERROR_VARIABLE err RESULT_VARIABLE rc)
+  set(names "")
+  if(NOT rc EQUAL 0)
+    message(WARNING "tests/integration/matrix.py --cells ${where} failed (${rc}): ${err}")
+    set(${out} "" PARENT_SCOPE)
+    return()
+  endif()
+  string(REPLACE "\n" ";" cells "${cells}")
+  foreach(cell IN LISTS cells)
+    if(cell STREQUAL "")
+      continue()
+    endif()
+    string(REPLACE " " ";" f "${cell}")  # NAME LAUNCHER NP BACKEND
+    list(GET f 0 name)
+    list(GET f 1 launcher)
+    list(GET f 2 np)
+    list(GET f 3 backend)
+    set(labels integration matrix parity)  # it compares runs: DDP_TEST_SEED, `ctest -L parity`
+    if(backend STREQUAL "gloo")
+      if(NOT DDP_HAVE_GLOO)
+        continue()
+      endif()
+      list(APPEND labels gloo)
+    elseif(NOT DDP_HAVE_MPI)
+      continue()
+    endif()
+    if(where STREQUAL "slurm")
+      list(APPEND labels slurm)
+    endif()
+    set(env "DDP_BIN_DIR=${CMAKE_RUNTIME_OUTPUT_DIRECTORY};DDP_MPIEXEC=${DDP_MPIEXEC};${DDP_MPI_ENV}")
+    list(APPEND env "DDP_HAVE_MPI=${DDP_HAVE_MPI}" ${M_ENV})
+    add_test(NAME ${name} COMMAND ${Python3_EXECUTABLE} ${script} ${launcher} ${np})
+    set_tests_properties(${name} PROPERTIES
+      LABELS "${labels}" PROCESSORS 2 TIMEOUT 600 SKIP_RETURN_CODE 77 ENVIRONMENT "${env}")
+    list(APPEND names ${name})
+  endforeach()
+  set(${out} ${names} PARENT_SCOPE)
+endfunction()
+ddp_matrix(local matrix_local_tests)

@@ -31,6 +31,17 @@ foreach(case ${slurm_cases})
     ENVIRONMENT "DDP_BIN_DIR=${CMAKE_RUNTIME_OUTPUT_DIRECTORY};DDP_MPIEXEC=${DDP_MPIEXEC};${DDP_MPI_ENV};DDP_SLURM_POINTER=${DDP_SLURM_POINTER}")
 endforeach()
 
+# The launcher matrix's Slurm columns (srun --mpi=pmix and a plain srun with MASTER_ADDR and MASTER_PORT,
+# from tests/integration/matrix.py's table; ddp_matrix is in tests/integration/tests.cmake): on the
+# same cluster, between the same fixture's start and stop, one at a time with the cases above.
+if(COMMAND ddp_matrix)
+  ddp_matrix(slurm matrix_slurm_tests ENV "DDP_SLURM_POINTER=${DDP_SLURM_POINTER}")
+  if(matrix_slurm_tests)
+    set_tests_properties(${matrix_slurm_tests} PROPERTIES
+      FIXTURES_REQUIRED slurm_cluster RESOURCE_LOCK slurm_cluster)
+  endif()
+endif()
+
 add_test(NAME multinode_two_nodes
          COMMAND ${PROJECT_SOURCE_DIR}/tests/multinode/two_nodes.sh ${CMAKE_RUNTIME_OUTPUT_DIRECTORY})
 set_tests_properties(multinode_two_nodes PROPERTIES

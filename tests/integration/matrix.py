@@ -1,0 +1,491 @@
+#!/usr/bin/env python3
+"""The launcher matrix: every step 02 to 08 at 2 and 3 ranks under every launcher, from one table.
+
+    matrix.py LAUNCHER NP          run one cell (CTest: matrix_<launcher>_np<NP>), e.g. matrix.py launch 3
+    matrix.py --cells local|slurm  the cells, one a line: NAME LAUNCHER NP BACKEND (tests.cmake reads
+                                   them at configure time, so that the CTest tests come from the table)
+    matrix.py --table              the table, as a reader would want it
+
+A cell runs every step of STEPS under one launcher at one rank count and checks each step's claim
+(below); at 2 ranks the steps marked same_at_2 must end with one digest, and under every launcher the
+reference launcher's (mpirun's); at 3 ranks the steps marked parity_at_3 must agree after one step
+from the same start within the float32 bound of parity(). Every failure is reported, not only the
+first, and the cell exits 1 if there is one; 77 (CTest's skip) with one line when the launcher is
+missing (torchrun without python3-torch, srun without the test cluster of tests/slurm/cluster.sh).
+
+Environment: DDP_BIN_DIR (the programs, default build/bin), DDP_MPIEXEC, DDP_TEST_SEED (--seed of
+every run; default: the programs' own default, read from --help), DDP_SLURM_POINTER (the test
+cluster, for the srun columns), DDP_HAVE_MPI (OFF: no mpirun reference for the other launchers).
+Standard library only, like check.py, whose launch lines (torchrun_cmd, env_launch_env) it shares.
+"""
+import argparse
+import importlib.util
+import math
+import os
+import re
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+import check  # noqa: E402  (the launch lines and the metrics and checkpoint readers)
+
+BIN = os.path.abspath(os.environ.get("DDP_BIN_DIR", os.path.join(ROOT, "build", "bin")))
+check.BIN = BIN
+# One OpenBLAS thread per process, as CTest's environment has it (scripts/mpi_env.sh): OpenBLAS splits
+# a GEMM's sums by its thread count, so step 01, run alone, must use the ranks' one thread to be
+# their reference (mpirun binds each rank to a core; torchrun and launch.sh set OMP_NUM_THREADS=1).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+HAVE_MPI = os.environ.get("DDP_HAVE_MPI", "ON").upper() in ("ON", "1", "TRUE", "YES")
+
+# ---- the table ------------------------------------------------------------------------------------
+
+# The launchers (the columns): name -> (backend, where the cell runs, how N ranks start). "local":
+# this machine; "slurm": the test cluster, which CTest's fixture slurm_cluster starts and stops
+# (tests/slurm/tests.cmake).
+LAUNCHERS = {
+    "mpirun": ("mpi", "local", "mpirun -n N"),
+    "launch": ("gloo", "local", "scripts/launch.sh -n N"),
+    "torchrun": ("gloo", "local", "torchrun --standalone --nproc_per_node N --no_python"),
+    "srun_pmix": ("mpi", "slurm", "srun --mpi=pmix -n N"),
+    "srun": ("gloo", "slurm", "srun -n N, MASTER_ADDR and MASTER_PORT exported"),
+}
+RANKS = (2, 3)
+# The reference launcher: at 2 ranks every other launcher's digests must be its digests.
+REFERENCE = "mpirun"
+
+# The steps (the rows) and what each claims at W ranks:
+#   redundant  every rank trains on all the data: each rank's parameters are step 01's, bit for bit
+#   drift      no gradient sync: the ranks' parameters all differ (by design)
+#   replicas   every rank ends with the same parameters, bit for bit
+# same_at_2: at 2 ranks these steps end with the same digest (every sum has two terms, which any
+# algorithm adds the same way, and dividing by 2 is exact, before or after the sum).
+# parity_at_3: at 3 ranks one step of these from the same start agrees within parity()'s bound (each
+# sums the same three 1/W-scaled terms, perhaps in another order).
+STEPS = [
+    # step             claim        same_at_2  parity_at_3
+    ("02_init", "redundant", False, False),
+    ("03_sampler", "drift", False, False),
+    ("04_ddp_wrap", "replicas", True, False),
+    ("05_metrics_ckpt", "replicas", True, False),
+    ("06_full", "replicas", True, True),
+    ("07_zero", "replicas", True, True),
+    ("08_fsdp", "replicas", True, True),
+]
+
+# The settings of every run: small and fast (a 784-63-10 MLP, 50,095 parameters, a multiple of
+# neither 2 nor 3, so the shards of 07 and 08 are padded; 512 samples, 32 per rank and step: 16 steps
+# at 2 ranks over 2 epochs, 12 at 3, the last batch of each epoch padded by the sampler).
+SETTINGS = ["--device", "cpu", "--data", "synthetic", "--dataset_size", "512", "--hidden", "63",
+            "--lr", "0.05", "--momentum", "0.9", "--batch_size", "32", "--epochs", "2",
+            "--log_interval", "1000", "--save_interval", "0"]
+LR = 0.05
+RUN_TIMEOUT = 60  # --timeout of every run of a step with a process group: a hang ends after 60 s
+# The line of a failed run's output quoted in its summary: the first that looks like the error.
+ERROR_LINE = re.compile(r"error|^\s*\*\*\* \w|abort|segmentation fault|watchdog|killed|signal", re.IGNORECASE)
+# A rank 0 that could not listen on the Gloo store's port (common/dist.c: MASTER_PORT + 1). Under
+# torchrun --standalone (torch 1.13, TORCHELASTIC_USE_AGENT_STORE=False: nothing listens on
+# MASTER_PORT) MASTER_PORT is a port torchrun took from bind(0), which Linux gives odd ports; + 1 is
+# even, the parity of connect()'s ephemeral ports, and a client connection's TIME_WAIT on it refuses
+# the listen even with SO_REUSEADDR. On this VM, with other tests' connections around, 4 launches in
+# about 100 failed so, once twice in a row. The launch is tried up to PORT_RETRIES more times, each
+# noted in the output.
+PORT_TAKEN = re.compile(r"cannot listen on port \d+ for the rendezvous store: Address already in use")
+PORT_RETRIES = 2
+RUN_LIMIT = 300  # seconds a launch may take before it is stopped (torchrun alone starts in ~8 s)
+
+
+def cells(where=None):
+    """(name, launcher, ranks, backend) of every cell, in table order."""
+    return [(f"matrix_{launcher}_np{np}", launcher, np, backend)
+            for launcher, (backend, at, _) in LAUNCHERS.items() if where in (None, at) for np in RANKS]
+
+
+def reference_steps():
+    """The steps a non-reference cell at 2 ranks runs again under REFERENCE: those whose digests no
+    other comparison pins down (02's is step 01's; same_at_2's are the first one's)."""
+    group = [s for s, _, same, _ in STEPS if same]
+    return [s for s, claim, same, _ in STEPS if claim == "drift"] + group[:1]
+
+
+# ---- running a step -------------------------------------------------------------------------------
+
+class Cell:
+    """One launcher at one rank count: runs steps, collects every failure."""
+
+    def __init__(self, launcher, np, tmp, seed):
+        self.launcher, self.np, self.tmp, self.seed = launcher, np, tmp, seed
+        self.failures, self.lines = [], []
+        self.torchrun = None
+        self.slurm_env = None
+        self.runs = 0
+        self.retries = 0
+
+    def fail(self, what):
+        self.failures.append(what)
+        self.say(f"FAIL {what}")
+
+    def say(self, line):
+        print(line, flush=True)
+        self.lines.append(line)
+
+    def argv_env(self, cmd, launcher):
+        """(argv, env) that start self.np ranks of cmd under launcher."""
+        np = self.np
+        if launcher in ("mpirun", "launch"):
+            return check.launch(cmd, np, launcher)
+        if launcher == "torchrun":
+            return self.torchrun + cmd, check.env_launch_env()
+        env = dict(self.slurm_env)
+        if launcher == "srun_pmix":
+            return ["srun", "--mpi=pmix", "--kill-on-bad-exit=1", "-n", str(np)] + cmd, env
+        # a plain srun: no MPI; the ranks meet through MASTER_ADDR and MASTER_PORT (docs/06_full.md)
+        for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+            env.pop(k, None)
+        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(check.free_master_port()))
+        return ["srun", "--kill-on-bad-exit=1", "-n", str(np)] + cmd, env
+
+    def run(self, step, args, tag, launcher=None, np=None, what=""):
+        """Runs `step` (under launcher, default this cell's, at this cell's ranks; np=1: alone) with
+        --metrics <tag>{rank}.jsonl. Returns the ranks' final objects, or None after a failure."""
+        launcher = launcher or self.launcher
+        np = np or self.np
+        prefix = os.path.join(self.tmp, tag)
+        cmd = [os.path.join(BIN, step)] + args + ["--metrics", prefix + "{rank}.jsonl"]
+        if not step.startswith("01"):
+            cmd += ["--timeout", str(RUN_TIMEOUT)]
+        env = None
+        if np > 1:
+            cmd, env = self.argv_env(cmd, launcher)
+        where = (f"{step} under {launcher} at {np} ranks" if np > 1 else step) + what
+        self.runs += 1
+        rc, out, err = run_bounded(cmd, env, self.tmp, RUN_LIMIT)
+        for _ in range(PORT_RETRIES):
+            busy = PORT_TAKEN.search(err)
+            if rc == 0 or not busy or np == 1:
+                break
+            # The Gloo store's port, MASTER_PORT + 1, was not free when rank 0 listened (see
+            # PORT_TAKEN): noted, and tried again, so that only a repeated failure fails the cell.
+            self.say(f"note {where}: {busy.group(0)}: again")
+            self.retries += 1
+            if launcher != "torchrun" and env is not None and "MASTER_PORT" in env:
+                env = dict(env, MASTER_PORT=str(check.free_master_port()))
+            rc, out, err = run_bounded(cmd, env, self.tmp, RUN_LIMIT)
+        if rc != 0:
+            cause = check.hint(out + err)
+            lines = (err.strip() or out.strip()).splitlines()
+            tail = "\n".join(lines[-12:])
+            first = [l for l in lines if ERROR_LINE.search(l)][:1] or lines[-1:]
+            self.fail(f"{where}: exit {rc}" + (f": {first[0].strip()[:200]}" if first else "") + ("" if rc != "timeout" else f" (stopped after {RUN_LIMIT} s)")
+                      + (f"\n     likely cause: {cause}" if cause else "")
+                      + f"\n     {' '.join(cmd)}\n     " + tail.replace("\n", "\n     "))
+            return None
+        finals = []
+        for r in range(np):
+            path = f"{prefix}{r}.jsonl"
+            try:
+                finals.append(check.metrics(path)[2])
+            except (OSError, ValueError, KeyError, check.Failure) as e:
+                self.fail(f"{where}: exit 0 but rank {r}'s metrics are missing or incomplete ({path}: {e})")
+                return None
+        sizes = sorted({f["world_size"] for f in finals})
+        if sizes != [np]:
+            self.fail(f"{where}: the ranks report world sizes {sizes}, not {np}")
+            return None
+        return finals
+
+
+def run_bounded(cmd, env, cwd, limit):
+    """(exit status or "timeout", stdout, stderr). The launch runs in a session of its own: past the
+    limit it gets SIGTERM (every launcher here then stops its ranks), then SIGKILL, the whole group."""
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd,
+                         start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=limit)
+        return p.returncode, out, err
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGTERM)
+        try:
+            out, err = p.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            out, err = p.communicate()
+        return "timeout", out, err
+
+
+# ---- the claims -----------------------------------------------------------------------------------
+
+def short(d):
+    return ", ".join(d)
+
+
+def claim(cell, step, kind, finals, base):
+    """Checks one step's claim on its ranks' final objects; returns the common digest or None."""
+    d = [f["param_digest"] for f in finals]
+    at = f"{step} under {cell.launcher} at {cell.np} ranks"
+    if kind == "redundant":
+        if base is None:
+            cell.fail(f"{at}: no step 01 digest to compare with (step 01 failed)")
+        elif d != [base] * cell.np:
+            cell.fail(f"{at}: every rank should be step 01 ({base}), the ranks end at {short(d)}")
+        else:
+            cell.say(f"ok   {at}: every rank equals step 01 ({base})")
+        return None
+    if kind == "drift":
+        if len(set(d)) != cell.np:
+            cell.fail(f"{at}: without gradient sync every rank's parameters should differ, got {short(d)}")
+        else:
+            cell.say(f"ok   {at}: the replicas drift apart ({short(d)})")
+        return None
+    if len(set(d)) != 1:
+        cell.fail(f"{at}: replicas differ: {short(d)}")
+        return None
+    cell.say(f"ok   {at}: replicas identical ({d[0]})")
+    return d[0]
+
+
+def f32(x):
+    """x rounded to float32 (to nearest, as C's conversion does)."""
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+def ulp32(x):
+    """The spacing of float32 numbers at |x|."""
+    if x == 0 or abs(x) < 2.0 ** -126:
+        return 2.0 ** -149
+    return 2.0 ** (math.frexp(x)[1] - 24)
+
+
+def read_state(path):
+    """(params, momentum) of a checkpoint (common/ckpt.h's format: the momentum follows the
+    parameters)."""
+    _, params = check.read_checkpoint(path)
+    with open(path, "rb") as f:
+        data = f.read()
+    hsize = struct.unpack_from("<I", data, 12)[0]
+    n = len(params)
+    return list(params), list(struct.unpack_from(f"<{n}f", data, hsize + 4 * n))
+
+
+def tensors(path):
+    """(name, start, end) of each parameter tensor of a checkpoint: weight then bias, per layer."""
+    hdr, _ = check.read_checkpoint(path)
+    sizes, out, at = hdr["sizes"], [], 0
+    for l in range(len(sizes) - 1):
+        for kind, n in (("weight", sizes[l] * sizes[l + 1]), ("bias", sizes[l + 1])):
+            out.append((f"layer {l}'s {kind}", at, at + n))
+            at += n
+    return out
+
+
+def parity(cell, steps):
+    """At W ranks, one optimizer step of each of `steps` from the same start (the same seed), compared.
+
+    The model. Every one of these steps computes, on each rank r, the same local term x_r (the
+    gradient of its batch, backward scaled by 1/(B·W)), and its reduced gradient g = x_1 + ... + x_W,
+    summed in an order its collective chooses (06: an all-reduce; 07 and 08: reduce-scatters). Any
+    order gives the exact sum within γ·Σ|x_r| (γ = (W-1)·u/(1-(W-1)·u), u = 2^-24), so two orders
+    differ by at most 2γ·Σ|x_r|; assuming no rank's term exceeds the largest |g| of its tensor,
+    Σ|x_r| ≤ W·max|g|: |Δg| ≤ 2γ·W·max|g| (at W = 3, about 12 u·max|g|; measured at most 1.6 u·max|g|
+    over seeds 1, 7 and 42, MPI at 3 ranks). The first step of SGD with momentum has
+    buf = g, p1 = fl(p0 - fl(lr·g)) (common/ops_cpu.c), so the saved momentum is the reduced gradient
+    itself, and the parameters differ by |Δp| ≤ lr·|Δg| + ulp(fl(lr·g)) + ulp(p1) (two roundings of
+    each; where |lr·g| ≤ |p1|, within 2 ulp(p1) + lr·|Δg|).
+    Checked, per step: the same initial parameters as the first step's (bit for bit) and
+    p1 = fl(p0 - fl(lr·m)) for its own saved momentum m (bit for bit: the update itself has no freedom);
+    and against the first step, per tensor: |Δm| ≤ 2γ·W·max|m| and
+    |Δp| ≤ lr·2γ·W·max|m|·(1 + 2u) + ulp(fl(lr·m)) + ulp(p1), the ulps the larger of the two runs'.
+    A wrong shard, a missing 1/W or a sum of the wrong terms moves values by their own size, 10^6
+    times this bound."""
+    W, u = cell.np, 2.0 ** -24
+    gamma = (W - 1) * u / (1 - (W - 1) * u)
+    lr = f32(LR)
+    states = {}
+    for step in steps:
+        one = SETTINGS + ["--seed", cell.seed, "--max_steps", "1", "--save_interval", "1",
+                          "--ckpt_dir", f"{cell.tmp}/one_{step}", "--save_init", f"{cell.tmp}/init_{step}"]
+        finals = cell.run(step, one, f"one_{step}_", what=" (one step, for the parity)")
+        if finals is None:
+            continue
+        if len({f["param_digest"] for f in finals}) != 1:
+            cell.fail(f"{step} under {cell.launcher} at {W} ranks, one step: replicas differ")
+            continue
+        p0, _ = read_state(f"{cell.tmp}/init_{step}/checkpoint.bin")
+        p1, m1 = read_state(f"{cell.tmp}/one_{step}/checkpoint.bin")
+        bad = [i for i in range(len(p1)) if p1[i] != f32(p0[i] - f32(lr * m1[i]))]
+        if bad:
+            i = bad[0]
+            cell.fail(f"{step} at {W} ranks, one step: {len(bad)} parameters are not p0 - lr·m for the saved "
+                      f"momentum m (first: index {i}: p0 {p0[i]!r}, m {m1[i]!r}, p1 {p1[i]!r})")
+            continue
+        states[step] = (p0, p1, m1)
+    if len(states) < 2:
+        cell.say(f"note {cell.launcher} at {W} ranks: fewer than two of {short(steps)} ran one step: "
+                 "no parity to compare")
+        return
+    ref = next(iter(states))
+    p0r, p1r, m1r = states[ref]
+    names = tensors(f"{cell.tmp}/one_{ref}/checkpoint.bin")
+    for step, (p0, p1, m1) in states.items():
+        if step == ref:
+            continue
+        if p0 != p0r:
+            cell.fail(f"{step} at {W} ranks started from other parameters than {ref} (same seed {cell.seed})")
+            continue
+        worst, over, exact = 0.0, [], p1 == p1r and m1 == m1r
+        for name, a, b in names:
+            gmax = max(abs(x) for x in m1r[a:b])
+            bound_m = 2 * gamma * W * gmax
+            for i in range(a, b):
+                dm, dp = abs(m1[i] - m1r[i]), abs(p1[i] - p1r[i])
+                bound_p = (lr * bound_m * (1 + 2 * u) + max(ulp32(lr * m1[i]), ulp32(lr * m1r[i]))
+                           + max(ulp32(p1[i]), ulp32(p1r[i])))
+                if dm > bound_m or dp > bound_p:
+                    over.append((name, i, dm, bound_m, dp, bound_p))
+                if bound_m:
+                    worst = max(worst, dm / bound_m)
+        if over:
+            name, i, dm, bm, dp, bp = over[0]
+            cell.fail(f"{step} vs {ref} at {W} ranks, one step from the same start: {len(over)} values beyond "
+                      f"the float32 bound of a {W}-term sum in another order; first: {name}, index {i}: "
+                      f"|Δgradient| {dm:.3g} (bound {bm:.3g}), |Δparameter| {dp:.3g} (bound {bp:.3g})")
+        else:
+            cell.say(f"ok   {step} vs {ref} under {cell.launcher} at {W} ranks, one step: "
+                     + ("bit for bit" if exact else f"within the bound (worst |Δg| {worst:.2f} of it)"))
+
+
+def run_cell(cell):
+    common = SETTINGS + ["--seed", cell.seed]
+    base = None
+    finals = cell.run("01_single_gpu", common, "s01_", np=1)
+    if finals:
+        base = finals[0]["param_digest"]
+    digests = {}
+    for step, kind, _, _ in STEPS:
+        finals = cell.run(step, common, f"s{step[:2]}_")
+        if finals is not None:
+            digests[step] = [f["param_digest"] for f in finals]
+            claim(cell, step, kind, finals, base)
+    np, at = cell.np, f"under {cell.launcher} at {cell.np} ranks"
+    if np == 2:
+        group = {s: digests[s][0] for s, _, same, _ in STEPS if same and s in digests
+                 and len(set(digests[s])) == 1}
+        if len(set(group.values())) > 1:
+            cell.fail(f"{at}: steps {short(group)} should end with one digest, got "
+                      + ", ".join(f"{s[:2]} {d}" for s, d in group.items()))
+        elif group:
+            cell.say(f"ok   {short(s[:2] for s in group)} {at}: one digest ({next(iter(group.values()))})")
+        if cell.launcher != REFERENCE:
+            if not HAVE_MPI or not shutil.which(check.MPIEXEC):
+                cell.say(f"note {at}: no {REFERENCE} here (a build without MPI): the digests are not "
+                         f"compared with {REFERENCE}'s")
+            else:
+                for step in reference_steps():
+                    ref = cell.run(step, common, f"r{step[:2]}_", launcher=REFERENCE,
+                                   what=f" (the reference for {cell.launcher})")
+                    if ref is None:
+                        continue
+                    want = [f["param_digest"] for f in ref]
+                    if step in dict((s, same) for s, _, same, _ in STEPS if same):
+                        # the same_at_2 steps: each must end where this one does under the reference
+                        off = {s: d for s, d in group.items() if d != want[0]}
+                        if off or len(set(want)) != 1:
+                            cell.fail(f"{at}: steps {short(off)} end at {short(sorted(set(off.values())))}, "
+                                      f"{step} under {REFERENCE} at {short(want)}")
+                        elif group:
+                            cell.say(f"ok   {short(s[:2] for s in group)} {at}: the digest of {step} under "
+                                     f"{REFERENCE} ({want[0]})")
+                    elif step in digests:
+                        if digests[step] != want:
+                            cell.fail(f"{at}: {step}'s ranks end at {short(digests[step])}, under {REFERENCE} "
+                                      f"at {short(want)}")
+                        else:
+                            cell.say(f"ok   {step} {at}: every rank's digest as under {REFERENCE}")
+    if np == 3:
+        parity(cell, [s for s, _, _, par in STEPS if par])
+
+
+# ---- main -----------------------------------------------------------------------------------------
+
+def default_seed():
+    """The programs' own default --seed, as step 01's --help states it."""
+    p = subprocess.run([os.path.join(BIN, "01_single_gpu"), "--help"], capture_output=True, text=True)
+    m = re.search(r"--seed N .*\(default (\d+)\)", p.stdout + p.stderr)
+    if not m:
+        raise SystemExit(f"matrix.py: no default seed in {BIN}/01_single_gpu --help (set DDP_TEST_SEED)")
+    return m.group(1)
+
+
+def slurm_env():
+    """The test cluster's client environment (tests/slurm/check.py's), or None without a cluster."""
+    spec = importlib.util.spec_from_file_location("slurm_check", os.path.join(ROOT, "tests", "slurm", "check.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.cluster_env(), mod.POINTER
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("launcher", nargs="?", choices=list(LAUNCHERS))
+    ap.add_argument("np", nargs="?", type=int, choices=RANKS)
+    ap.add_argument("--cells", choices=["local", "slurm"], help="print the cells that run there, and exit")
+    ap.add_argument("--table", action="store_true", help="print the table, and exit")
+    a = ap.parse_args()
+    if a.cells:
+        for c in cells(a.cells):
+            print(" ".join(map(str, c)))
+        return 0
+    if a.table:
+        print("launchers: " + "; ".join(f"{k} ({v[0]}, {v[1]}: {v[2]})" for k, v in LAUNCHERS.items()))
+        print(f"ranks: {', '.join(map(str, RANKS))}; reference at 2 ranks: {REFERENCE} "
+              f"(run again: {short(reference_steps())})")
+        for step, kind, same, par in STEPS:
+            print(f"  {step:16} {kind:9} " + ("same digest at 2 ranks  " if same else " " * 24)
+                  + ("one-step parity at 3 ranks" if par else ""))
+        return 0
+    if a.launcher is None or a.np is None:
+        ap.error("give LAUNCHER and NP, or --cells, or --table")
+    name = f"matrix_{a.launcher}_np{a.np}"
+    backend, where, _ = LAUNCHERS[a.launcher]
+    seed = os.environ.get("DDP_TEST_SEED") or default_seed()
+    tmp = tempfile.mkdtemp(prefix=name + "-")
+    cell = Cell(a.launcher, a.np, tmp, seed)
+    try:
+        if a.launcher == "torchrun":
+            tempfile.tempdir = tmp  # torchrun_cmd's log folder, removed with ours
+            cell.torchrun = check.torchrun_cmd(a.np)
+            if cell.torchrun is None:
+                print(f"skipped {name}: torchrun is not installed (apt-get install python3-torch)")
+                return check.SKIP
+        if where == "slurm":
+            env, pointer = slurm_env()
+            if env is None:
+                print(f"skipped {name}: no test cluster running ({pointer} missing: tests/slurm/cluster.sh "
+                      "start, or CTest's fixture slurm_cluster_start, which needs root, slurm-wlm and munge)")
+                return check.SKIP
+            cell.slurm_env = env
+        print(f"{name}: steps 02 to 08 under {LAUNCHERS[a.launcher][2].replace('N', str(a.np), 1)} "
+              f"({backend}), --seed {cell.seed}", flush=True)
+        t0 = time.monotonic()
+        run_cell(cell)
+        took = time.monotonic() - t0
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if cell.failures:
+        print(f"FAILED {name}: {len(cell.failures)} failure(s) in {cell.runs} runs, {took:.0f} s:", file=sys.stderr)
+        for f in cell.failures:
+            print("  - " + f.splitlines()[0], file=sys.stderr)
+        return 1
+    again = f" ({cell.retries} again: the store's port was taken)" if cell.retries else ""
+    print(f"ok {name}: {cell.runs} runs{again}, every claim holds ({took:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
