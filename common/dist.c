@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "check.h"
 #include "devmem.h"
@@ -160,13 +161,24 @@ static void bootstrap_host(const char *addr, char *host, size_t size) {
   snprintf(host, size, "[%.*s]", (int)len, bracketed ? addr + 1 : addr);
 }
 
+// Whether torchrun says that no agent store listens on MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=False,
+// as Debian's torch 1.13 sets it): the port is then the workers' own, and PyTorch's rank 0 serves its
+// store there.
+static bool master_port_is_ours(void) {
+  const char *v = getenv("TORCHELASTIC_USE_AGENT_STORE");
+  return v && (strcasecmp(v, "false") == 0 || strcmp(v, "0") == 0);
+}
+
 // The bootstrap port of an environment launch, one rule for NCCL's root and Gloo's rendezvous store:
-// MASTER_PORT + 1, since torchrun's own store already listens on MASTER_PORT, or DDP_NCCL_PORT when
-// set; -1 without MASTER_ADDR and a port (need_bootstrap_address() says so once the backend is known).
+// DDP_NCCL_PORT when set; else MASTER_PORT itself when torchrun's agent store does not listen there
+// (as PyTorch's own init_process_group does); else MASTER_PORT + 1, since torchrun's agent store (or
+// another launcher's) may listen on MASTER_PORT. -1 without MASTER_ADDR and a port
+// (need_bootstrap_address() says so once the backend is known).
 static int bootstrap_port(void) {
   const char *addr = getenv("MASTER_ADDR");
   int master = env_port("MASTER_PORT"), port = env_port("DDP_NCCL_PORT");
   if (!addr || (master < 0 && port < 0)) return -1;
+  if (port < 0 && master_port_is_ours()) return master;
   if (port < 0) {
     if (master == 65535)
       die(1,
@@ -457,6 +469,18 @@ static bool solo(const ProcessGroup *pg) {
   return (pg->backend == BACKEND_MPI && !pg->mpi_up) || (pg->backend == BACKEND_GLOO && !pg->gloo);
 }
 
+// The start of every collective: the job is not ending, and a group of several ranks is connected.
+// Before dist_connect a group has no device context (and on Gloo or NCCL no communicator either), so
+// a collective would crash on one backend and quietly work on another (MPI's needs neither).
+static void begin(const ProcessGroup *pg, const char *call) {
+  check_stop_if_ending();
+  if (pg->world_size > 1 && !pg->ctx)
+    die(1,
+        "%s: rank %d of %d: the process group is not connected: dist_connect was never called (call "
+        "dist_connect(&pg, &ctx) after dist_init and device_init, before the first collective)",
+        call, pg->rank, pg->world_size);
+}
+
 void dist_connect(ProcessGroup *pg, const Ctx *c) {
   check_stop_if_ending();
   pg->ctx = c;
@@ -468,13 +492,14 @@ void dist_connect(ProcessGroup *pg, const Ctx *c) {
 }
 
 void dist_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op) {
-  check_stop_if_ending();
+  begin(pg, "dist_all_reduce");
   if (op == DIST_AVG && type != DIST_FLOAT) die(1, "dist_all_reduce: DIST_AVG needs float data");
   if (n == 0 || solo(pg)) return;
   need(pg, DIST_SLOT_ALL_REDUCE, "dist_all_reduce")->all_reduce(pg, buf, n, type, op);
 }
 
 void dist_work_init(ProcessGroup *pg, DistWork *w) {
+  begin(pg, "dist_work_init");
   memset(w, 0, sizeof *w);
   dev_event_init(pg->ctx, &w->start);
   dev_event_init(pg->ctx, &w->end);
@@ -512,7 +537,7 @@ static void work_done_now(ProcessGroup *pg, DistWork *w) {
 }
 
 void dist_all_reduce_async(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op, DistWork *w) {
-  check_stop_if_ending();
+  begin(pg, "dist_all_reduce_async");
   work_begin(w, "dist_all_reduce_async", "all-reduce", buf, n, type, op);
   if (n == 0 || solo(pg)) {
     work_done_now(pg, w);
@@ -529,7 +554,7 @@ static bool overlap(const void *a, size_t an, const void *b, size_t bn) {
 
 void dist_reduce_scatter_async(ProcessGroup *pg, void *send, void *recv, const size_t *counts, DistType type,
                                DistOp op, DistWork *w) {
-  check_stop_if_ending();
+  begin(pg, "dist_reduce_scatter_async");
   work_begin(w, "dist_reduce_scatter_async", "reduce-scatter", recv, counts[pg->rank], type, op);
   size_t total = dist_chunk_offset(counts, pg->world_size), size = dist_type_size(type);
   bool in_place = recv == (char *)send + dist_chunk_offset(counts, pg->rank) * size;
@@ -571,13 +596,13 @@ void dist_wait(ProcessGroup *pg, DistWork *w) {
 }
 
 void dist_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, int root) {
-  check_stop_if_ending();
+  begin(pg, "dist_broadcast");
   if (n == 0 || solo(pg)) return;
   need(pg, DIST_SLOT_BROADCAST, "dist_broadcast")->broadcast(pg, buf, n, type, root);
 }
 
 void dist_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type) {
-  check_stop_if_ending();
+  begin(pg, "dist_all_gather");
   size_t bytes = n * dist_type_size(type);
   bool in_place = send == (const char *)recv + (size_t)pg->rank * bytes;
   if (!in_place && overlap(send, bytes, recv, bytes * (size_t)pg->world_size))
@@ -591,7 +616,7 @@ void dist_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, D
 
 void dist_all_gather_async(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type,
                            DistWork *w) {
-  check_stop_if_ending();
+  begin(pg, "dist_all_gather_async");
   size_t bytes = n * dist_type_size(type);
   work_begin(w, "dist_all_gather_async", "all-gather", recv, n * (size_t)pg->world_size, type, DIST_SUM);
   bool in_place = send == (const char *)recv + (size_t)pg->rank * bytes;
@@ -606,7 +631,7 @@ void dist_all_gather_async(ProcessGroup *pg, const void *send, void *recv, size_
 }
 
 void dist_barrier(ProcessGroup *pg) {
-  check_stop_if_ending();
+  begin(pg, "dist_barrier");
   if (!solo(pg)) need(pg, DIST_SLOT_BARRIER, "dist_barrier")->barrier(pg);
 }
 

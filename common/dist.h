@@ -10,8 +10,9 @@
  *
  * NCCL bootstrap. Under mpirun, rank 0's `ncclUniqueId` is broadcast with MPI. With an environment
  * launch, every rank sets `NCCL_COMM_ID=MASTER_ADDR:(MASTER_PORT + 1)` before `ncclGetUniqueId`, so
- * NCCL's root listens on the port after torchrun's own store (which already holds MASTER_PORT); set
- * `DDP_NCCL_PORT` to choose another port.
+ * NCCL's root listens on the port after torchrun's agent store (which may hold MASTER_PORT), or on
+ * MASTER_PORT itself when torchrun sets TORCHELASTIC_USE_AGENT_STORE=False (nothing holds it then, as
+ * PyTorch's own rank 0 serves its store there); set `DDP_NCCL_PORT` to choose another port.
  *
  * Gloo rendezvous. With an environment launch, rank 0 serves a small key-value store (store.h) on
  * that same port (MASTER_PORT + 1, or DDP_NCCL_PORT), through which the ranks exchange the

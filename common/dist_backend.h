@@ -152,8 +152,10 @@ const DistBackendOps *dist_gloo_ops(void);
 
 /**
  * @brief The bootstrap address of an environment launch, one rule for NCCL's root and Gloo's
- * rendezvous store: MASTER_ADDR as a host or bracketed IPv6 literal, and MASTER_PORT + 1 (torchrun's
- * own store holds MASTER_PORT) or DDP_NCCL_PORT.
+ * rendezvous store: MASTER_ADDR as a host or bracketed IPv6 literal, and DDP_NCCL_PORT when set, else
+ * MASTER_PORT itself when TORCHELASTIC_USE_AGENT_STORE=False (torchrun left that port to the workers,
+ * where PyTorch's rank 0 serves its own store), else MASTER_PORT + 1 (an agent's store may hold
+ * MASTER_PORT).
  * @param[out] host rank 0's address.
  * @param[in]  size the size of @p host (INET6_ADDRSTRLEN + 80 is enough).
  * @return the port; -1 (and @p host untouched) without MASTER_ADDR and a port.

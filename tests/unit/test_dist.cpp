@@ -345,3 +345,27 @@ TEST(DistBackendOps, EveryCallRefusesTheMissingOperationByName) {
                 std::string(c.call) + ": the gloo backend has no " + c.operation);
   device_free(&ctx);
 }
+
+// The bootstrap port rule: MASTER_PORT + 1 unless torchrun says no agent store listens on MASTER_PORT
+// (TORCHELASTIC_USE_AGENT_STORE=False, Debian's torch 1.13): then MASTER_PORT itself, as PyTorch's rank
+// 0 serves its store there (MASTER_PORT + 1 was often an ephemeral port in use, refusing the listen);
+// DDP_NCCL_PORT wins over both.
+TEST(DistBootstrap, PortFollowsTorchrunsAgentStore) {
+  char host[128];
+  setenv("MASTER_ADDR", "127.0.0.1", 1);
+  setenv("MASTER_PORT", "29500", 1);
+  unsetenv("DDP_NCCL_PORT");
+  unsetenv("TORCHELASTIC_USE_AGENT_STORE");
+  EXPECT_EQ(dist_bootstrap_address(host, sizeof host), 29501);
+  EXPECT_STREQ(host, "127.0.0.1");
+  setenv("TORCHELASTIC_USE_AGENT_STORE", "True", 1);
+  EXPECT_EQ(dist_bootstrap_address(host, sizeof host), 29501);
+  setenv("TORCHELASTIC_USE_AGENT_STORE", "False", 1);
+  EXPECT_EQ(dist_bootstrap_address(host, sizeof host), 29500);
+  setenv("DDP_NCCL_PORT", "31000", 1);
+  EXPECT_EQ(dist_bootstrap_address(host, sizeof host), 31000);
+  unsetenv("DDP_NCCL_PORT");
+  unsetenv("TORCHELASTIC_USE_AGENT_STORE");
+  unsetenv("MASTER_PORT");
+  unsetenv("MASTER_ADDR");
+}
