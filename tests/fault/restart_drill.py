@@ -248,13 +248,9 @@ def final_records(path_fmt, np):
     return steps
 
 
-def drill_preempt(a, work):
-    ref = reference(a, work, a.step, a.np, SMALL)
-    rng = random.Random(a.seeds[0])
-    at, victim = rng.randint(3, 24), rng.randrange(a.np)
-    ck = os.path.join(work, "preempt")
-    metrics = os.path.join(work, "m{rank}.jsonl")
-    job = Job(mpi_cmd(a, a.step, a.np, SMALL + ["--metrics", metrics], ck), ck, work)
+def sigterm_at(job, a, at, victim):
+    """Waits for `job`'s progress line of step `at`, sends SIGTERM to rank `victim` (a preemption) and
+    waits for the job's end; returns (exit status, output)."""
     try:
         if not job.wait_for(f" step {at}/", 120):
             raise Failure(f"no progress line for step {at}:\n{job.text()[-2000:]}")
@@ -262,7 +258,17 @@ def drill_preempt(a, work):
         rc = job.wait(120)
     finally:
         job.stop()
-    text = job.text()
+    return rc, job.text()
+
+
+def drill_preempt(a, work):
+    ref = reference(a, work, a.step, a.np, SMALL)
+    rng = random.Random(a.seeds[0])
+    at, victim = rng.randint(3, 24), rng.randrange(a.np)
+    ck = os.path.join(work, "preempt")
+    metrics = os.path.join(work, "m{rank}.jsonl")
+    rc, text = sigterm_at(Job(mpi_cmd(a, a.step, a.np, SMALL + ["--metrics", metrics], ck), ck, work), a, at,
+                          victim)
     m = re.search(r"preempted: SIGTERM or SIGUSR1 on 1 of \d+ ranks; stopping after step (\d+)", text)
     if rc != PREEMPTED or not m:
         raise Failure(f"SIGTERM to rank {victim}: exit {rc} (expected {PREEMPTED}) or no 'preempted' line:\n"
@@ -432,15 +438,7 @@ def drill_unsaved(a, work):
         metrics = os.path.join(work, f"u{len(extra)}_{{rank}}.jsonl")
         cmd = [a.mpiexec, "-np", str(a.np), os.path.join(a.bin_dir, a.step), "--device", "cpu"] + NO_SAVE + extra + [
             "--ckpt_dir", ck, "--metrics", metrics]
-        job = Job(cmd, ck, work)
-        try:
-            if not job.wait_for(f" step {at}/", 120):
-                raise Failure(f"no progress line for step {at}:\n{job.text()[-2000:]}")
-            os.kill(wait_ranks(job, a.np)[victim], signal.SIGTERM)
-            rc = job.wait(120)
-        finally:
-            job.stop()
-        text = job.text()
+        rc, text = sigterm_at(Job(cmd, ck, work), a, at, victim)
         m = re.search(r"preempted: SIGTERM or SIGUSR1 on 1 of \d+ ranks; stopping after step (\d+)", text)
         stop = int(m.group(1)) if m else None
         ranks = final_records(metrics, a.np)
