@@ -87,7 +87,10 @@ def small(base=None, **changes):
 
 
 # What a failed run's output most likely means, for the typical mistakes of the exercises: (text in
-# stdout or stderr, the likely cause). The first match is added to the failure's sentence.
+# stdout or stderr, the likely cause[, the steps it is about]). The first match for the failed run's
+# step is added to the failure's sentence: one message of dist.c (e.g. "dist_wait: no all-reduce in
+# flight") has a different cause in step 06's reducer than in step 08's fsdp.c. A cause may be a
+# function of the output, which runs the learner's program again to tell two causes apart.
 HINTS = [
     ("watchdog:", "the job hung and the watchdog ended it: likely a collective that only some ranks "
                   "reach (a dist_barrier or dist_all_reduce inside `if (rank == 0)`, or skipped on "
@@ -108,10 +111,21 @@ HINTS = [
                                     "backward); the next step's forward gathers layer 0 itself"),
     ("recv overlaps send but is not this rank's chunk", "the reduce-scatter receives, in place, outside "
      "this rank's own chunk of the send buffer: in fsdp.c rank r receives at g + r·f->shard[l] "
-     "(f->pg->rank, not another rank's chunk); in step 07's reducer at grads + rank·S + b->shard_offset"),
+     "(f->pg->rank, not another rank's chunk)", ("08",)),
+    ("recv overlaps send but is not this rank's chunk", lambda text: diagnose_zero_recv(), ("07",)),
+    ("recv overlaps send but is not this rank's chunk", "the reduce-scatter receives, in place, outside this "
+     "rank's own chunk of the send buffer, or its counts are not each rank's part of it: in fsdp.c rank r "
+     "receives at g + r·f->shard[l]; in step 07's reducer.c at grads + rank·S + b->shard_offset, counts b->counts"),
+    ("this handle is still in flight", "a layer's reduce-scatter was started again while its previous one was "
+                                       "never waited for: in fsdp.c, fold_gradient must dist_wait each layer's "
+                                       "reduce-scatter (f->reduce[l]) once per backward", ("08",)),
     ("this handle is still in flight", "an all-reduce was started on a bucket whose previous "
                                        "all-reduce was never waited for: reducer_finalize_backward must "
                                        "dist_wait every bucket, and each bucket is started once per step"),
+    ("no all-reduce in flight on this handle", "dist_wait on a handle with no collective in flight: in fsdp.c, "
+     "wait_for_unshard must dist_wait a layer's all-gather only while it is in flight (f->state[l] == "
+     "FSDP_GATHERING): a layer already UNSHARDED (the last layer, kept from forward for backward) has none; "
+     "and fold_gradient waits for each layer's reduce-scatter once", ("08",)),
     ("no all-reduce in flight on this handle", "dist_wait on a bucket that was not started, or was "
                                                "already waited for: wait for each bucket once, in "
                                                "reducer_finalize_backward"),
@@ -131,10 +145,11 @@ HINTS = [
 ]
 
 
-def hint(text):
-    for needle, cause in HINTS:
-        if needle in text:
-            return cause
+def hint(text, step=None):
+    """The likely cause of a failed run of `step` (a program's name, or None: any step) from its output."""
+    for needle, cause, *steps in HINTS:
+        if needle in text and (not steps or (step is not None and step[:2] in steps[0])):
+            return cause(text) if callable(cause) else cause
     return None
 
 
@@ -202,7 +217,7 @@ def run(step, args, np=1, expect_rc=0, tmp=None, launcher=None):
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp, env=env)
     stop_if_terminated()
     if expect_rc is not None and (p.returncode == 0) != (expect_rc == 0):
-        cause = hint(p.stdout + p.stderr) if expect_rc == 0 else None
+        cause = hint(p.stdout + p.stderr, step) if expect_rc == 0 else None
         first = f"likely cause: {cause}\n" if cause else ""
         watch = [l for l in p.stderr.splitlines() if "watchdog:" in l][:1]
         raise Failure(f"{first}{' '.join(cmd)} exited {p.returncode}, expected "
@@ -698,7 +713,7 @@ def step04_broadcast(tmp):
                         + dist_args(step))
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
             if p.returncode != 0:
-                cause = hint(p.stderr)
+                cause = hint(p.stderr, step)
                 raise Failure((f"likely cause: {cause}\n" if cause else "") +
                               f"{' '.join(cmd)} failed:\n{p.stderr}")
     d3 = digests(f"{tmp}/03_sampler_mixed_", 2)
@@ -1493,6 +1508,35 @@ ZERO = small(hidden=63)
 # error model under "parity").
 ZERO_BUCKETED = small(hidden="15,10112", lr=0.01)
 
+# A model whose 2 buckets are exactly the 2 ranks' shards (784-444-766-10: 697,080 parameters, S =
+# 348,540; bucket 0, from the last layer back to layer 1's weight, is 348,540 floats, past the first 1 MiB
+# limit: it closes at layer 1's weight, where shard 1 starts; bucket 1 is the rest): each bucket lies in
+# one rank's shard from its start, so b->shard_offset is 0, and the receive pointer of every typical
+# mistake (grads + b->offset, + b->shard_offset, + rank·S) is the right one; the counts are [0, S] and
+# [S, 0], not equal shares.
+ZERO_ALIGNED = small(dataset_size=512, hidden="444,766") + ["--batch_size", "64", "--epochs", "1", "--max_steps", "2",
+                                                            "--bucket_cap_mb", "25"]
+
+
+def diagnose_zero_recv():
+    """Step 07's reduce-scatter was refused (recv overlaps send, not this rank's chunk of it): its
+    receive pointer, or its counts? On ZERO_ALIGNED the pointer of every typical mistake is right, the
+    counts must still be each rank's part of the bucket."""
+    _, err = run("07_zero", ZERO_ALIGNED, np=2, expect_rc=None)
+    if "recv overlaps send but is not this rank's chunk" in err:
+        return ("in reducer.c the counts are not each rank's part of the bucket: on a model whose 2 buckets are "
+                "exactly the 2 shards (each bucket's counts [0, S] or [S, 0]; the receive pointer is the start of "
+                "this rank's shard whatever its form), the reduce-scatter was still refused: the counts must be "
+                "b->counts (dist_shard_counts: how many of the bucket's floats lie in each rank's shard, uneven, "
+                "often 0), not an equal share such as b->count / W")
+    if "recv overlaps send" not in err and "error:" not in err:
+        return ("in reducer.c the receive pointer is not this rank's part of the bucket: it must be where that "
+                "part lies in the flat gradient buffer, grads + rank·S + b->shard_offset (r->pg->rank · r->shard "
+                "floats in, then b->shard_offset), with the counts b->counts (on a model whose buckets are exactly "
+                "the shards, where b->shard_offset is 0 and every bucket starts a shard, it works)")
+    return ("the reduce-scatter receives, in place, outside this rank's own chunk of the send buffer: in step 07's "
+            "reducer.c the receive pointer must be grads + rank·S + b->shard_offset and the counts b->counts")
+
 
 def ckpt_params_momentum(path):
     """(params, momentum) of a checkpoint, as float lists (the momentum follows the parameters)."""
@@ -1902,10 +1946,23 @@ def diagnose_fsdp_step(tmp, np, accum, batch):
     one = FSDP + ["--batch_size", batch, "--grad_accum", accum, "--epochs", "1", "--max_steps", "1",
                   "--save_interval", "1"]
     try:
-        run("06_full", one + ["--ckpt_dir", f"{tmp}/one06", "--save_init", f"{tmp}/init"], np=np)
-        run("08_fsdp", one + ["--ckpt_dir", f"{tmp}/one08"], np=np)
+        run("06_full", one + ["--ckpt_dir", f"{tmp}/one06", "--save_init", f"{tmp}/init",
+                              "--metrics", f"{tmp}/one06_{{rank}}.jsonl"], np=np)
+        run("08_fsdp", one + ["--ckpt_dir", f"{tmp}/one08", "--metrics", f"{tmp}/one08_{{rank}}.jsonl"], np=np)
     except Failure as e:
         return f"(a one-step run to find where the parameters differ failed: {str(e).splitlines()[0][:300]})"
+    # The first step's loss comes from a forward on the initial parameters, before any update: if it
+    # differs, the layers computed with other parameters than the model's (the gathers).
+    try:
+        l6, l8 = global_losses(f"{tmp}/one06_", np, 6)[0], global_losses(f"{tmp}/one08_", np, 8)[0]
+    except (Failure, IndexError) as e:
+        return f"(step 08's first step logged no global loss to compare: {e})"
+    if abs(l6 - l8) > 1e-5 * max(abs(l6), 1e-3):
+        return (f"likely cause: already the first step's loss differs from step 06's ({l8:.6f} vs {l6:.6f}), before "
+                "any update: the layers did not compute with the model's parameters: in fsdp.c each layer's "
+                "all-gather (unshard) must send this rank's shard of that layer, f->shard[l] floats at f->params + "
+                "f->offset[l] (not f->params: layer 0's shard), and receive all W shards into f->full[l % 2], "
+                "which the layer then runs on")
     _, p0 = read_checkpoint(f"{tmp}/init/checkpoint.bin")
     p6, _ = ckpt_params_momentum(f"{tmp}/one06/checkpoint.bin")
     p8, m8 = ckpt_params_momentum(f"{tmp}/one08/checkpoint.bin")
@@ -2078,7 +2135,7 @@ def fault06_drill(tmp):
     try:
         ref = rd.reference(a, tmp, "06_full", 2, args)
     except rd.Failure as e:
-        cause = hint(str(e))
+        cause = hint(str(e), "06_full")
         raise Failure(f"the uninterrupted run failed" + (f"\nlikely cause: {cause}" if cause else "") + f"\n{e}")
     job, ck = rd.supervised(a, tmp, "drill", "06_full", 2, args)
     try:
@@ -2106,8 +2163,8 @@ def fault06_drill(tmp):
                      f"the uninterrupted {per_epoch}: it trained the snapshot's epoch again from its first batch "
                      f"(resume must continue at the saved position, meta.epoch_step, and the snapshot must "
                      f"record it: t->epoch_step)")
-        elif hint(text):
-            cause = hint(text)
+        elif hint(text, "06_full"):
+            cause = hint(text, "06_full")
         raise Failure(first + (f"\nlikely cause: {cause}" if cause else "") + (f"\n{rest}" if rest else ""))
     if not m:
         raise Failure(f"after SIGKILL to rank {victim} at step {at}, attempt 1 started from the beginning: "
@@ -2204,7 +2261,7 @@ def fault06_barrier(tmp):
         with open(f"{tmp}/out") as f:
             text = f.read()
         if rc != 0:
-            cause = hint(text)
+            cause = hint(text, "06_full")
             raise Failure((f"likely cause: {cause}\n" if cause else "") +
                           f"{' '.join(cmd)} exited {rc}, expected 0\n--- output\n{text[-3000:]}")
         if writer is None:
@@ -2303,7 +2360,7 @@ def own_binary(step):
         if p.returncode != 0:
             with open(f"{tmp}/out") as f:
                 text = f.read()
-            cause = hint(text)
+            cause = hint(text, step)
             raise Failure((f"likely cause: {cause}\n" if cause else "") +
                           f"{' '.join(cmd)} exited {p.returncode}, expected 0\n--- output\n{text}")
         if exe not in seen:
