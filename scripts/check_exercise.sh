@@ -403,12 +403,34 @@ san = [l for l in out.splitlines() if l.startswith("SUMMARY: ") or "runtime erro
 if rc == 0 and not failed:
     print(f"PASS unit tests: {len(tests)} tests of {src}, {how}")
     sys.exit(0)
+
+
+def several_ready(test):
+    """The reducer's typical `if` for `while`: a check of started() in `test` found a non-empty proper
+    prefix of the buckets expected (one hook made several ready, and only the first started)."""
+    part = out.split(f"[ RUN      ] {test}", 1)[-1].split("[ RUN      ]", 1)[0]
+    for got, want in re.findall(r"started\(\)\n\s+Which is: \{ ([\d, ]*) \}\n.*\n\s+Which is: \{ ([\d, ]*) \}", part):
+        got, want = got.split(", "), want.split(", ")
+        if got != [""] and len(got) < len(want) and want[:len(got)] == got:
+            return (f"likely cause: one hook made buckets {', '.join(want[len(got) - 1:])} ready at once, and "
+                    f"mark_bucket_ready started only bucket {got[-1]}: in reducer.c it must start every ready bucket "
+                    "from r->next_bucket on, in order, one after the other (a `while` loop, not an `if`: one "
+                    "hook can complete several buckets), stopping at the first that is not ready")
+    return None
+
+
 for t in failed:
     print(f"FAIL unit {t}" + (f" ({where[t]})" if t in where else "") + ":")
-    print(f"     {causes.get(t, 'see the test in tests/unit/ for what it checks')}")
+    print(f"     {(src == 'reducer.c' and several_ready(t)) or causes.get(t, 'see the test in tests/unit/ for what it checks')}")
 if san or not failed:
     t = tests[-1] if tests else "?"
-    print(f"FAIL unit {t}: " + ("; ".join(san[:2]) if san else f"the test program ended with status {rc}"))
+    # The program's own last words (die: "error: ..."), when it ended in the middle of a test
+    died = [l for l in out.splitlines() if l.startswith("error: ")][-1:]
+    print(f"FAIL unit {t}" + (f" ({where[t]})" if t in where and not san else "") + ": " +
+          ("; ".join(san[:2]) if san else f"the test program ended with status {rc} in the middle of it" +
+           (f": {died[0]}" if died else "")))
+    if not san and ((src == "reducer.c" and several_ready(t)) or t in causes):
+        print(f"     {(src == 'reducer.c' and several_ready(t)) or causes[t]}")
     frames = [l.strip() for l in out.splitlines() if re.match(r"\s*#\d+ .* in .*" + re.escape(src), l)]
     if frames:
         print(f"     at {frames[0].split(' in ', 1)[1]}")

@@ -941,6 +941,9 @@ def step06_replicas(np):
 def step06_matches_step04(np):
     def scenario(tmp):
         def diagnose(la, lb):
+            frozen = diagnose_frozen(tmp, "06_full", np, BUCKETED + ["--epochs", "2"])
+            if frozen:
+                return frozen
             return diagnose_losses(tmp, la, lb, np, "06_full", 128, ref="04_ddp_wrap", ref_args=[],
                                    model=BUCKETED).replace(
                 "without dividing by the world size?",
@@ -989,13 +992,46 @@ def step06_matches_step04(np):
     return scenario
 
 
+def diagnose_frozen(tmp, step, np, args):
+    """The likely cause when one step of `step` moves no parameter and leaves the momentum zero (every
+    gradient reached the optimizer as 0: backward's scale is 0), else None."""
+    args = with_flag(with_flag(args, "max_steps", 1), "save_interval", 1000)
+    try:
+        run(step, args + ["--save_init", f"{tmp}/frozen_init", "--ckpt_dir", f"{tmp}/frozen"], np=np)
+    except Failure:
+        return None
+    p0, _ = ckpt_params_momentum(f"{tmp}/frozen_init/checkpoint.bin")
+    p1, m1 = ckpt_params_momentum(f"{tmp}/frozen/checkpoint.bin")
+    if p0 != p1 or any(m1):
+        return None
+    return ("likely cause: after one step no parameter moved and the momentum is all zero: every gradient "
+            "reached the optimizer as 0, so backward's scale is 0: in train.c, b / B / t->world_size with int "
+            "operands is an integer division (16 / 64 is 0 in C): make it a float division, (float)b / B / "
+            "t->world_size")
+
+
+# 2,000 samples at 2 ranks: 1,000 per rank, 15 steps of 64 and a last one of 40 per epoch, which
+# --grad_accum 4 --batch_size 16 takes as micro-batches of 16, 16 and 8.
+ACCUM_SAMPLES = 2000
+
+
 def step06_grad_accum(tmp):
-    """--grad_accum 4 with batch 16 trains like batch 64 without accumulation (2 ranks)."""
-    common = SMALL + ["--epochs", "2"]
+    """--grad_accum 4 with batch 16 trains like step 04 at batch 64 (2 ranks), a short last micro-batch too.
+    One step from the same state, at the start and at an epoch's last step, whose last micro-batch is short
+    (2,000 samples: 40 per rank, micro-batches of 16, 16 and 8), agrees within float32 rounding."""
+    common = small(dataset_size=ACCUM_SAMPLES) + ["--epochs", "2"]
+    # Step 04 (no accumulation, the gradient averaged after backward) is the reference: a scale that is
+    # wrong for 06 at batch 64 as well (an integer division: 0) cannot pass by agreeing with itself.
+    ref = ("04_ddp_wrap", 2, ["--batch_size", "64"], None)
+    got = ("06_full", 2, ["--batch_size", "16", "--grad_accum", "4"], None)
 
     def diagnose():
-        run("06_full", common + ["--batch_size", "64", "--metrics", f"{tmp}/a{{rank}}.jsonl"], np=2)
-        run("06_full", common + ["--batch_size", "16", "--grad_accum", "4", "--metrics", f"{tmp}/b{{rank}}.jsonl"],
+        frozen = diagnose_frozen(tmp, "06_full", 2, common + got[2])
+        if frozen:
+            return f"grad_accum 4 x 16 vs batch 64\n{frozen}"
+        full = SMALL + ["--epochs", "2"]  # 2,048 samples: every micro-batch full
+        run("06_full", full + ["--batch_size", "64", "--metrics", f"{tmp}/a{{rank}}.jsonl"], np=2)
+        run("06_full", full + ["--batch_size", "16", "--grad_accum", "4", "--metrics", f"{tmp}/b{{rank}}.jsonl"],
             np=2)
         la, lb = global_losses(f"{tmp}/a", 2, 6), global_losses(f"{tmp}/b", 2, 6)
         # K micro-batches whose gradients are not weighed by b/B add up to K times the mean: the run
@@ -1013,11 +1049,22 @@ def step06_grad_accum(tmp):
                      "micro-batch's backward must be b / B / W, and only the last one is reduced")
         return f"grad_accum 4 x 16 vs 64\nlikely cause: {cause}"
 
+    last = epoch_steps(2, 64, ACCUM_SAMPLES) - 1
+    short = ACCUM_SAMPLES // 2 - last * 64  # the last step's samples per rank
+    micro = [16] * (short // 16) + ([short % 16] if short % 16 else [])
+
+    def diagnose_short():
+        return (f"the steps whose micro-batches are all full agree; step {last + 1}, the epoch's last, whose last "
+                f"micro-batch is short ({short} samples per rank: {' + '.join(map(str, micro))}), does not\nlikely "
+                f"cause: each micro-batch's gradient must be weighed by its share of the step's samples, b / B "
+                f"({', '.join(f'{b}/{short}' for b in micro)}), not by 1/K (1/{len(micro)} each: PyTorch's "
+                f"(loss / K).backward() idiom, right only when every micro-batch is full): in train.c, scale = "
+                f"(float)b / B / t->world_size")
+
     # 4 micro-batch gradients summed against one GEMM over 64 samples: the error model, with the 4
-    # partial sums among its terms.
-    one_step_parity(tmp, "p", ("06_full", 2, ["--batch_size", "64"], None),
-                    ("06_full", 2, ["--batch_size", "16", "--grad_accum", "4"], None), common, 128 + 2 + 4,
-                    diagnose=lambda side: diagnose())
+    # partial sums among its terms. First the start (full micro-batches), then the short last step.
+    one_step_parity(tmp, "p", ref, got, common, 128 + 2 + 4, steps=(0,), diagnose=lambda side: diagnose())
+    one_step_parity(tmp, "q", ref, got, common, 128 + 2 + 4, steps=(last,), diagnose=lambda side: diagnose_short())
 
 
 def mpi_calls_library(tmp):
