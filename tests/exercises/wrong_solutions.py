@@ -236,6 +236,13 @@ WRONG = {
         Wrong("resume_restarts_epoch", T06, [("  t->epoch_step = (long long)meta.epoch_step;\n", "")],
               "fault06_resume_mid_epoch", ["a whole epoch", "resume started the epoch over", "meta.epoch_step"],
               "resume ignores the saved position in the epoch: the snapshot's epoch starts over"),
+        Wrong("resume_global_step", T06,
+              [("  t->epoch_step = (long long)meta.epoch_step;\n", "  t->epoch_step = (long long)meta.step;\n")],
+              "fault06_resume_mid_epoch", ["FAIL fault06_resume_mid_epoch", "meta.step", "global step",
+                                           "t->epoch_step = meta.epoch_step"],
+              "resume takes the global step (meta.step) for the steps done in the saved epoch: equal in the "
+              "first epoch, past the epoch's end in a later one",
+              unexpected=["resume started the epoch over"]),
         Wrong("snapshot_without_position", T06, [("    t->epoch_step = batches;\n", "")],
               "fault06_resume_mid_epoch", ["records 0 steps done", "does not record the position in the epoch"],
               "the snapshot inside the epoch is saved without the steps done in it (t->epoch_step)"),

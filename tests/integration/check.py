@@ -2326,39 +2326,57 @@ def fault06_barrier(tmp):
 
 
 def fault06_resume_mid_epoch(tmp):
-    """06_full at 2 ranks: a snapshot inside the epoch resumes at the next step, not at the epoch's start.
-    The --save_steps snapshot after step 6 of 16 (the run then stops at step 10 without saving) records
-    its position, and --resume auto runs steps 7..16, ending with the uninterrupted run's parameters."""
-    per_epoch = 2048 // 2 // 64
-    common = FAULT_SMALL + ["--epochs", "1", "--save_steps", "6", "--ckpt_dir", f"{tmp}/ck"]
-    run("06_full", FAULT_SMALL + ["--epochs", "1", "--metrics", f"{tmp}/a{{rank}}.jsonl"], np=2)
-    run("06_full", common + ["--max_steps", "10"], np=2)
+    """06_full at 2 ranks: a snapshot inside a later epoch resumes at the next step, not at the epoch's start.
+    2 epochs of 16 steps, a snapshot every 6 steps: the one after step 18, 2 steps into epoch 2 (the run then
+    stops at step 22 without saving), records its position, and --resume auto runs steps 19..32, ending with
+    the uninterrupted run's parameters. (Inside a later epoch the steps done in it, 2, and the global step,
+    18, differ: a resume that takes one for the other is seen.)"""
+    per_epoch, epochs, every, stop = 2048 // 2 // 64, 2, 6, 22
+    snap = stop // every * every  # the last snapshot before the stop: step 18
+    epoch, done = divmod(snap, per_epoch)  # epoch 1 (the second), 2 steps into it
+    total = per_epoch * epochs
+    common = FAULT_SMALL + ["--epochs", str(epochs), "--save_steps", str(every), "--ckpt_dir", f"{tmp}/ck"]
+    run("06_full", FAULT_SMALL + ["--epochs", str(epochs), "--metrics", f"{tmp}/a{{rank}}.jsonl"], np=2)
+    run("06_full", common + ["--max_steps", str(stop)], np=2)
     ck = f"{tmp}/ck/checkpoint.bin"
     if not os.path.exists(ck):
-        raise Failure("--save_steps 6 --max_steps 10 (--save_interval 0): no snapshot was written inside the "
-                      "epoch\nlikely cause: run_epoch saves no snapshot every --save_steps steps (snapshot_due, "
+        raise Failure(f"--save_steps {every} --max_steps {stop} (--save_interval 0): no snapshot was written inside "
+                      "an epoch\nlikely cause: run_epoch saves no snapshot every --save_steps steps (snapshot_due, "
                       "then save_checkpoint)")
     hdr, _ = read_checkpoint(ck)
-    if (hdr["epoch"], hdr["step"]) != (0, 6):
-        raise Failure(f"the snapshot taken after step 6 of epoch 0 records epoch {hdr['epoch']}, step {hdr['step']}")
-    if hdr["epoch_step"] != 6:
-        raise Failure(f"the snapshot taken after step 6 of epoch 0 records {hdr['epoch_step']} steps done in "
-                      "that epoch, not 6\nlikely cause: the snapshot does not record the position in the epoch: "
-                      "set t->epoch_step (the steps of this epoch done) before save_checkpoint")
+    if (hdr["epoch"], hdr["step"]) != (epoch, snap):
+        raise Failure(f"the snapshot taken after step {snap} ({done} steps into epoch {epoch + 1}) records epoch "
+                      f"{hdr['epoch']} (counted from 0), step {hdr['step']}")
+    if hdr["epoch_step"] != done:
+        raise Failure(f"the snapshot taken after step {snap}, {done} steps into epoch {epoch + 1}, records "
+                      f"{hdr['epoch_step']} steps done in that epoch, not {done}\nlikely cause: the snapshot does "
+                      "not record the position in the epoch: set t->epoch_step (the steps of this epoch done) "
+                      "before save_checkpoint")
     out, _ = run("06_full", common + ["--resume", "auto", "--metrics", f"{tmp}/b{{rank}}.jsonl"], np=2)
     steps, _, final = metrics(f"{tmp}/b0.jsonl")
     logged = [s["step"] for s in steps]
-    if final["steps"] != per_epoch:
-        raise Failure(f"resumed from the snapshot at step 6, the run ended at step {final['steps']}, the "
-                      f"uninterrupted one at {per_epoch}: {final['steps'] - 6} steps after the snapshot, a whole "
-                      f"epoch\nlikely cause: resume started the epoch over: take the steps already done in the "
-                      f"saved epoch from the checkpoint (t->epoch_step = meta.epoch_step)")
-    if logged != list(range(7, per_epoch + 1)):
-        raise Failure(f"the resumed run logged steps {logged}, expected 7..{per_epoch}")
+    if final["steps"] != total:
+        ran = final["steps"] - snap
+        if final["steps"] == snap + total - per_epoch * epoch:  # the saved epoch again from its first batch
+            cause = (f"{ran} steps after the snapshot: epoch {epoch + 1} again from its first batch, a whole epoch"
+                     f"\nlikely cause: resume started the "
+                     f"epoch over: take the steps already done in the saved epoch from the checkpoint "
+                     f"(t->epoch_step = meta.epoch_step)")
+        elif final["steps"] == snap + max(0, per_epoch - snap) + per_epoch * (epochs - 1 - epoch):
+            cause = (f"{ran} steps after the snapshot: the rest of epoch {epoch + 1} was skipped\nlikely cause: "
+                     f"resume took the global step (meta.step, {snap}) for the steps done in the saved epoch "
+                     f"({done}, meta.epoch_step): the two are equal only in the first epoch: "
+                     f"t->epoch_step = meta.epoch_step")
+        else:
+            cause = f"{ran} steps after the snapshot, not {total - snap}"
+        raise Failure(f"resumed from the snapshot at step {snap}, the run ended at step {final['steps']}, the "
+                      f"uninterrupted one at {total}: {cause}")
+    if logged != list(range(snap + 1, total + 1)):
+        raise Failure(f"the resumed run logged steps {logged}, expected {snap + 1}..{total}")
     if digests(f"{tmp}/a", 2) != digests(f"{tmp}/b", 2):
-        raise Failure(f"resumed at step 6: {digests(f'{tmp}/b', 2)}, uninterrupted: {digests(f'{tmp}/a', 2)}")
-    print(f"the snapshot at step 6 recorded epoch 0, 6 steps in; the resume ran steps 7..{per_epoch} and ended "
-          "with the uninterrupted run's parameters")
+        raise Failure(f"resumed at step {snap}: {digests(f'{tmp}/b', 2)}, uninterrupted: {digests(f'{tmp}/a', 2)}")
+    print(f"the snapshot at step {snap} recorded epoch {epoch} (counted from 0), {done} steps in; the resume ran "
+          f"steps {snap + 1}..{total} and ended with the uninterrupted run's parameters")
 
 
 def process_tree(pid):
