@@ -452,15 +452,76 @@ export DDP_CHECK_TMPDIR=$tmp/claim
 for c in $no_gloo_claims; do
   echo "SKIP $c: this build has no Gloo (libgloo-dev), so nothing runs under scripts/launch.sh"
 done
+# Every claim, whichever DDP_CLAIMS selects, checks that the program which ran is the one built here:
+# each process image records itself (tests/exercises/exe_record.c, preloaded by name from a folder of
+# its own, as LD_PRELOAD splits paths at spaces), and an image other than the learner's program in a
+# process that ran it (an exec), or a step program started below it, fails the claim. (The claim
+# stepNN_own_binary watches /proc as well, for a program that would drop LD_PRELOAD.)
+preload=()
+if [ -n "$claims" ]; then
+  if [[ $tmp != *:* ]] && mkdir "$tmp/preload" &&
+     ${CC:-cc} -shared -fPIC -O1 -o "$tmp/preload/ddp_exe_record.so" "$root/tests/exercises/exe_record.c" \
+       > "$tmp/preload.log" 2>&1; then
+    preload=(env "LD_PRELOAD=ddp_exe_record.so${LD_PRELOAD:+ $LD_PRELOAD}"
+             "LD_LIBRARY_PATH=$tmp/preload${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "DDP_EXE_RECORD=$tmp/exe.log")
+  else
+    echo "NOTE: no C compiler built tests/exercises/exe_record.c: only ${n:+step${n}_own_binary} checks that the program"
+    echo "      which runs is the one built from your file(s)"
+  fi
+fi
+# The images that ran instead of the learner's program during a claim (one line per program), from
+# the records above.
+other_programs() {
+  python3 - "$tmp/exe.log" "$tmp/bin/$step" <<'PY'
+import os, re, sys
+log, learner = sys.argv[1], os.path.realpath(sys.argv[2])
+records = []
+try:
+    with open(log, errors="replace") as f:
+        for line in f:
+            field = line.rstrip("\n").split(" ", 4)
+            if len(field) == 5:
+                records.append(((field[0], field[1]), (field[2], field[3]), re.sub(r" \(deleted\)$", "", field[4])))
+except OSError:
+    sys.exit(0)
+parent = {key: up for key, up, _ in records}
+learners, found = set(), []
+for key, up, exe in records:  # in the order written: an exec's image after the one it replaced
+    if exe == learner:
+        learners.add(key)
+        continue
+    if key in learners:  # the learner's process runs another program now
+        found.append(exe)
+        continue
+    seen = set()
+    while up not in learners and up in parent and up not in seen:  # started below the learner's program?
+        seen.add(up)
+        up = parent[up]
+    if up in learners and re.match(r"\d\d_", os.path.basename(exe)):
+        found.append(exe)
+for exe in dict.fromkeys(found):
+    print(exe)
+PY
+}
 for claim in $claims; do
   # CLAIM@launch: check.py's scenario CLAIM, its ranks started by scripts/launch.sh (Gloo)
   name=${claim%@*} how=()
   [ "$name" = "$claim" ] || how=(--launcher "${claim#*@}")
   # check.py's folder for the claim's files, inside ours: removed even when the claim is killed
   mkdir "$tmp/claim"
-  in_group "$limit" "$tmp/out" "$tmp/err" \
+  rm -f "$tmp/exe.log"
+  in_group "$limit" "$tmp/out" "$tmp/err" ${preload[@]+"${preload[@]}"} \
     python3 "$root/tests/integration/check.py" ${how[@]+"${how[@]}"} "$name"
   rm -rf "$tmp/claim"
+  others=""
+  [ ${#preload[@]} -eq 0 ] || others=$(other_programs)
+  if [ -n "$others" ]; then
+    failed=1
+    echo "FAIL $claim: the program that ran is $(head -n 1 <<< "$others"), not the one built from your file(s)"
+    echo "     ($tmp/bin/$step)"
+    echo "     likely cause: main starts another build's program (exec) instead of training itself"
+    continue
+  fi
   case $rc in
     0)
       echo "PASS $claim"

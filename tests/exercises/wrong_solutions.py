@@ -34,6 +34,28 @@ class Wrong:
         self.unexpected = unexpected  # words of a diagnosis that would point elsewhere
 
 
+def exec_reference(file, claims, expect):
+    """A main that only execs the main build's own program of the step (found next to the link to
+    01_single_gpu that the checker's bin/ holds): it passes every claim that compares numbers."""
+    step = file.split("/")[1]
+    return Wrong("exec_reference", file,
+                 [("#include <stdlib.h>\n", "#include <stdlib.h>\n#include <stdio.h>\n#include <string.h>\n#include <unistd.h>\n"),
+                  ("int main(int argc, char **argv) {\n",
+                   "int main(int argc, char **argv) {\n"
+                   "  char self[4096], ref[4096];  // the main build's program, next to the 01_single_gpu that bin/ links to\n"
+                   "  snprintf(self, sizeof self - 16, \"%s\", argv[0]);\n"
+                   "  char *slash = strrchr(self, '/');\n"
+                   "  ssize_t n = slash ? (strcpy(slash + 1, \"01_single_gpu\"), readlink(self, ref, sizeof ref - 16)) : -1;\n"
+                   "  if (n > 0 && (ref[n] = '\\0', slash = strrchr(ref, '/'))) {\n"
+                   f"    strcpy(slash + 1, \"{step}\");\n"
+                   "    execv(ref, argv);\n"
+                   "  }\n")],
+                 claims, expect, f"main only execs the main build's own {step}, which passes every claim that compares numbers")
+
+
+# The file whose unit tests the checker runs, per exercise (scripts/check_exercise.sh: unit_src)
+UNIT_TESTED = {"03": "sampler.c", "06": "reducer.c"}
+
 S03, S04, S05 = "steps/03_sampler/sampler.c", "steps/04_ddp_wrap/train.c", "steps/05_metrics_ckpt/train.c"
 S02, R06, T06 = "steps/02_init/train.c", "steps/06_full/reducer.c", "steps/06_full/train.c"
 R07, T07 = "steps/07_zero/reducer.c", "steps/07_zero/train.c"
@@ -55,20 +77,7 @@ WRONG = {
         Wrong("no_destroy", S02, [("  dist_destroy(&t->pg);  // [init] leave the process group\n", "")],
               "step02_redundant", ["call dist_destroy"],
               "the process group is never left (MPI_Finalize is never called)"),
-        Wrong("exec_reference", S02,
-              [("#include <stdlib.h>\n", "#include <stdlib.h>\n#include <stdio.h>\n#include <string.h>\n#include <unistd.h>\n"),
-               ("int main(int argc, char **argv) {\n",
-                "int main(int argc, char **argv) {\n"
-                "  char self[4096], ref[4096];  // the main build's 02_init, next to the 01_single_gpu that bin/ links to\n"
-                "  snprintf(self, sizeof self - 16, \"%s\", argv[0]);\n"
-                "  char *slash = strrchr(self, '/');\n"
-                "  ssize_t n = slash ? (strcpy(slash + 1, \"01_single_gpu\"), readlink(self, ref, sizeof ref - 16)) : -1;\n"
-                "  if (n > 0 && (ref[n] = '\\0', slash = strrchr(ref, '/'))) {\n"
-                "    strcpy(slash + 1, \"02_init\");\n"
-                "    execv(ref, argv);\n"
-                "  }\n")],
-              "step02_own_binary", ["not the one built from your file", "another build's program"],
-              "main only execs the main build's own 02_init, which passes every other claim"),
+        exec_reference(S02, "step02_own_binary", ["not the one built from your file", "another build's program"]),
     ],
     "03": [
         Wrong("no_reshuffle", S03, [("rng_permutation(s->perm, s->n, s->seed + (uint64_t)epoch);",
@@ -121,6 +130,8 @@ WRONG = {
               [("  for (int l = m->n_layers - 1; l >= 0; l--) {", "  for (int l = m->n_layers - 1; l > 0; l--) {")],
               "step04_replicas_np2", ["differ in layer 0's weight, layer 0's bias", "not averaged"],
               "the loop stops before layer 0: its gradients are not averaged"),
+        exec_reference(S04, "step04_broadcast", ["FAIL step04_broadcast", "not the one built from your file",
+                                                 "another build's program"]),
     ],
     "05": [
         Wrong("every_rank_saves", S05,
@@ -261,6 +272,8 @@ WRONG = {
                 "  dist_barrier(&t->pg);  // [ckpt] nobody goes on (or reads the file) before it is complete\n  }")],
               "fault06_barrier", ["only some ranks", "watchdog:"],
               "the barrier after the save is inside `if (rank == 0)`: rank 0 waits there for ever"),
+        exec_reference(T06, "fault06_barrier", ["FAIL fault06_barrier", "not the one built from your file",
+                                                "another build's program"]),
     ],
     "07": [
         Wrong("recv_at_bucket_start", R07,
