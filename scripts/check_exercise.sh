@@ -6,6 +6,7 @@
 #   scripts/check_exercise.sh --build-only N FILE [FILE...]   compile and link only, and keep the
 #                             program at work/build/bin/<step> (DDP_BUILD_OUT: instead of work/build),
 #                             to run it by hand (--trace, Fashion-MNIST, strace) as build/bin/<step>
+#   scripts/check_exercise.sh --claims N       print the claims that N runs (without DDP_CLAIMS), and exit
 #
 # N is the step (02 .. 08), or 06_fault: the extra exercise on step 06's snapshots and resume (its
 # file is step 06's train.c, its claims the fault drill's; no unit tests). Each FILE replaces the step's file of the same name (train.c, sampler.c,
@@ -191,8 +192,9 @@ trap 'interrupted INT 130' INT
 trap 'interrupted TERM 143' TERM
 trap 'interrupted HUP 129' HUP
 
-build_only=0
+build_only=0 list_claims=0
 [ "${1:-}" = --build-only ] && { build_only=1; shift; }
+[ "${1:-}" = --claims ] && { list_claims=1; shift; set -- "${1:-}" -; }
 [ $# -ge 2 ] || usage
 n=$1
 shift
@@ -217,6 +219,10 @@ esac
 [ "$exercise" = 06_fault ] && claims="fault06_drill fault06_one_writer fault06_barrier fault06_resume_mid_epoch"
 # First of all: the program that runs is the one built here from the learner's files.
 claims="step${n}_own_binary $claims"
+if [ $list_claims = 1 ]; then
+  echo $claims
+  exit 0
+fi
 claims=${DDP_CLAIMS:-$claims}
 no_claims_why=""
 [ "$claims" = none ] && claims="" no_claims_why="DDP_CLAIMS=none"

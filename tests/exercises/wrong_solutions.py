@@ -14,7 +14,8 @@ substitutions (old, new), each of which must match exactly once, as scripts/make
 describes its cuts: the wrong files are regenerated from the steps every time, so they follow any
 change elsewhere in the step, and a change to the lines they touch makes them fail loudly instead of
 going stale. Each names the claims that catch it (DDP_CLAIMS: "none" when the stage's unit tests do),
-which keeps the test short, and the words its diagnosis must contain (the likely cause, not only a
+which keeps the test short (and a wrong file that the unit tests do not test, e.g. 06's train.c, runs
+without them: DDP_UNIT=0), and the words its diagnosis must contain (the likely cause, not only a
 number), so that it is rejected for the right reason, and optionally the words of a misleading
 diagnosis it must not get.
 """
@@ -454,6 +455,9 @@ def main():
                 problems.append(str(e))
                 continue
             env = dict(os.environ, DDP_CLAIMS=w.claims)
+            if os.path.basename(w.file) != UNIT_TESTED.get(n):
+                # The unit tests test another file (the step's own): they prove nothing about this one
+                env["DDP_UNIT"] = "0"
             for attempt in (1, 2):
                 p = subprocess.run([os.path.join(ROOT, "scripts", "check_exercise.sh"), n, path],
                                    capture_output=True, text=True, env=env, cwd=ROOT)
