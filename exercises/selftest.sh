@@ -2,9 +2,19 @@
 # Proves that scripts/check_exercise.sh can tell a solution from an unsolved or wrong one (CTest
 # `exercise_checker_0N`, `exercise_checker_06_fault`):
 #   exercises/selftest.sh N CLAIM [CLAIM...]      (N: 02..08, or an extra exercise such as 06_fault)
-# step N's own files must pass every unit test and claim; the untouched exercise must fail, naming
-# each CLAIM; and every typical wrong solution of tests/exercises/wrong_solutions.py must fail with
-# its diagnosis.
+# step N's own files must pass the unit tests and the claims below; the untouched exercise must fail,
+# naming each CLAIM; and every typical wrong solution of tests/exercises/wrong_solutions.py must fail
+# with its diagnosis.
+#
+# What runs where, so that nothing is proven twice: the step's own files run, in the checker, the
+# unit tests, the stepNN_own_binary claim, the CLAIMs the untouched exercise must fail (the same
+# claims on both sides: the checker is shown to tell the two apart) and every CLAIM@launch (the
+# checker's launch.sh path). The step's other claims are the main suite's integration tests
+# (tests/integration/tests.cmake), which run the same scenarios of check.py on the same sources,
+# compiled with the same commands (the checker takes them from `ninja -t commands`): run here again,
+# they would prove nothing new. The untouched exercise runs only the CLAIMs, the claims this test
+# asserts on. The wrong solutions run as tests/exercises/wrong_solutions.py says (each with the claims
+# that catch it). A time per part is printed ([Ns]).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 n=$1
@@ -14,20 +24,25 @@ folder=$step  # an extra exercise (06_fault) has a folder of its own, from its s
 [ "$n" = "${n:0:2}" ] || folder=$n
 files=(exercises/"$folder"/*.c)
 reference=("${files[@]/#"exercises/$folder"/"steps/$step"}")
+all=$(scripts/check_exercise.sh --claims "$n") || exit 2
+ref_claims="step${n:0:2}_own_binary $*"
+for c in $all; do
+  [[ $c == *@* ]] && ref_claims+=" $c"
+done
 
-echo "== the reference solution: scripts/check_exercise.sh $n ${reference[*]}"
-scripts/check_exercise.sh "$n" "${reference[@]}"
+echo "[${SECONDS}s] == the reference solution: DDP_CLAIMS=\"$ref_claims\" scripts/check_exercise.sh $n ${reference[*]}"
+DDP_CLAIMS=$ref_claims scripts/check_exercise.sh "$n" "${reference[@]}"
 rc=$?
 [ $rc -eq 0 ] || { echo "selftest: the reference solution of exercise $n should pass, but exit status is $rc" >&2; exit 1; }
 
-echo "== the untouched exercise: scripts/check_exercise.sh $n ${files[*]}"
-out=$(scripts/check_exercise.sh "$n" "${files[@]}")
+echo "[${SECONDS}s] == the untouched exercise: DDP_CLAIMS=\"$*\" scripts/check_exercise.sh $n ${files[*]}"
+out=$(DDP_CLAIMS="$*" scripts/check_exercise.sh "$n" "${files[@]}")
 rc=$?
 echo "$out"
 [ $rc -eq 1 ] || { echo "selftest: the untouched exercise should fail (exit 1), but exit status is $rc" >&2; exit 1; }
 for claim in "$@"; do
   grep -q "^FAIL $claim: " <<< "$out" || { echo "selftest: expected 'FAIL $claim: ...' above" >&2; exit 1; }
 done
-echo "== the typical wrong solutions: tests/exercises/wrong_solutions.py $n"
+echo "[${SECONDS}s] == the typical wrong solutions: tests/exercises/wrong_solutions.py $n"
 python3 tests/exercises/wrong_solutions.py "$n" || { echo "selftest: a wrong solution of exercise $n was not rejected as it should be" >&2; exit 1; }
-echo "selftest: exercise $n's checker passes the reference, fails the untouched exercise on: $*, and rejects every typical wrong solution"
+echo "[${SECONDS}s] selftest: exercise $n's checker passes the reference, fails the untouched exercise on: $*, and rejects every typical wrong solution"

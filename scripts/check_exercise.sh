@@ -6,6 +6,7 @@
 #   scripts/check_exercise.sh --build-only N FILE [FILE...]   compile and link only, and keep the
 #                             program at work/build/bin/<step> (DDP_BUILD_OUT: instead of work/build),
 #                             to run it by hand (--trace, Fashion-MNIST, strace) as build/bin/<step>
+#   scripts/check_exercise.sh --claims N       print the claims that N runs (without DDP_CLAIMS), and exit
 #
 # N is the step (02 .. 08), or 06_fault: the extra exercise on step 06's snapshots and resume (its
 # file is step 06's train.c, its claims the fault drill's; no unit tests). Each FILE replaces the step's file of the same name (train.c, sampler.c,
@@ -191,8 +192,9 @@ trap 'interrupted INT 130' INT
 trap 'interrupted TERM 143' TERM
 trap 'interrupted HUP 129' HUP
 
-build_only=0
+build_only=0 list_claims=0
 [ "${1:-}" = --build-only ] && { build_only=1; shift; }
+[ "${1:-}" = --claims ] && { list_claims=1; shift; set -- "${1:-}" -; }
 [ $# -ge 2 ] || usage
 n=$1
 shift
@@ -217,6 +219,10 @@ esac
 [ "$exercise" = 06_fault ] && claims="fault06_drill fault06_one_writer fault06_barrier fault06_resume_mid_epoch"
 # First of all: the program that runs is the one built here from the learner's files.
 claims="step${n}_own_binary $claims"
+if [ $list_claims = 1 ]; then
+  echo $claims
+  exit 0
+fi
 claims=${DDP_CLAIMS:-$claims}
 no_claims_why=""
 [ "$claims" = none ] && claims="" no_claims_why="DDP_CLAIMS=none"
@@ -403,12 +409,34 @@ san = [l for l in out.splitlines() if l.startswith("SUMMARY: ") or "runtime erro
 if rc == 0 and not failed:
     print(f"PASS unit tests: {len(tests)} tests of {src}, {how}")
     sys.exit(0)
+
+
+def several_ready(test):
+    """The reducer's typical `if` for `while`: a check of started() in `test` found a non-empty proper
+    prefix of the buckets expected (one hook made several ready, and only the first started)."""
+    part = out.split(f"[ RUN      ] {test}", 1)[-1].split("[ RUN      ]", 1)[0]
+    for got, want in re.findall(r"started\(\)\n\s+Which is: \{ ([\d, ]*) \}\n.*\n\s+Which is: \{ ([\d, ]*) \}", part):
+        got, want = got.split(", "), want.split(", ")
+        if got != [""] and len(got) < len(want) and want[:len(got)] == got:
+            return (f"likely cause: one hook made buckets {', '.join(want[len(got) - 1:])} ready at once, and "
+                    f"mark_bucket_ready started only bucket {got[-1]}: in reducer.c it must start every ready bucket "
+                    "from r->next_bucket on, in order, one after the other (a `while` loop, not an `if`: one "
+                    "hook can complete several buckets), stopping at the first that is not ready")
+    return None
+
+
 for t in failed:
     print(f"FAIL unit {t}" + (f" ({where[t]})" if t in where else "") + ":")
-    print(f"     {causes.get(t, 'see the test in tests/unit/ for what it checks')}")
+    print(f"     {(src == 'reducer.c' and several_ready(t)) or causes.get(t, 'see the test in tests/unit/ for what it checks')}")
 if san or not failed:
     t = tests[-1] if tests else "?"
-    print(f"FAIL unit {t}: " + ("; ".join(san[:2]) if san else f"the test program ended with status {rc}"))
+    # The program's own last words (die: "error: ..."), when it ended in the middle of a test
+    died = [l for l in out.splitlines() if l.startswith("error: ")][-1:]
+    print(f"FAIL unit {t}" + (f" ({where[t]})" if t in where and not san else "") + ": " +
+          ("; ".join(san[:2]) if san else f"the test program ended with status {rc} in the middle of it" +
+           (f": {died[0]}" if died else "")))
+    if not san and ((src == "reducer.c" and several_ready(t)) or t in causes):
+        print(f"     {(src == 'reducer.c' and several_ready(t)) or causes[t]}")
     frames = [l.strip() for l in out.splitlines() if re.match(r"\s*#\d+ .* in .*" + re.escape(src), l)]
     if frames:
         print(f"     at {frames[0].split(' in ', 1)[1]}")
@@ -430,15 +458,76 @@ export DDP_CHECK_TMPDIR=$tmp/claim
 for c in $no_gloo_claims; do
   echo "SKIP $c: this build has no Gloo (libgloo-dev), so nothing runs under scripts/launch.sh"
 done
+# Every claim, whichever DDP_CLAIMS selects, checks that the program which ran is the one built here:
+# each process image records itself (tests/exercises/exe_record.c, preloaded by name from a folder of
+# its own, as LD_PRELOAD splits paths at spaces), and an image other than the learner's program in a
+# process that ran it (an exec), or a step program started below it, fails the claim. (The claim
+# stepNN_own_binary watches /proc as well, for a program that would drop LD_PRELOAD.)
+preload=()
+if [ -n "$claims" ]; then
+  if [[ $tmp != *:* ]] && mkdir "$tmp/preload" &&
+     ${CC:-cc} -shared -fPIC -O1 -o "$tmp/preload/ddp_exe_record.so" "$root/tests/exercises/exe_record.c" \
+       > "$tmp/preload.log" 2>&1; then
+    preload=(env "LD_PRELOAD=ddp_exe_record.so${LD_PRELOAD:+ $LD_PRELOAD}"
+             "LD_LIBRARY_PATH=$tmp/preload${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "DDP_EXE_RECORD=$tmp/exe.log")
+  else
+    echo "NOTE: no C compiler built tests/exercises/exe_record.c: only ${n:+step${n}_own_binary} checks that the program"
+    echo "      which runs is the one built from your file(s)"
+  fi
+fi
+# The images that ran instead of the learner's program during a claim (one line per program), from
+# the records above.
+other_programs() {
+  python3 - "$tmp/exe.log" "$tmp/bin/$step" <<'PY'
+import os, re, sys
+log, learner = sys.argv[1], os.path.realpath(sys.argv[2])
+records = []
+try:
+    with open(log, errors="replace") as f:
+        for line in f:
+            field = line.rstrip("\n").split(" ", 4)
+            if len(field) == 5:
+                records.append(((field[0], field[1]), (field[2], field[3]), re.sub(r" \(deleted\)$", "", field[4])))
+except OSError:
+    sys.exit(0)
+parent = {key: up for key, up, _ in records}
+learners, found = set(), []
+for key, up, exe in records:  # in the order written: an exec's image after the one it replaced
+    if exe == learner:
+        learners.add(key)
+        continue
+    if key in learners:  # the learner's process runs another program now
+        found.append(exe)
+        continue
+    seen = set()
+    while up not in learners and up in parent and up not in seen:  # started below the learner's program?
+        seen.add(up)
+        up = parent[up]
+    if up in learners and re.match(r"\d\d_", os.path.basename(exe)):
+        found.append(exe)
+for exe in dict.fromkeys(found):
+    print(exe)
+PY
+}
 for claim in $claims; do
   # CLAIM@launch: check.py's scenario CLAIM, its ranks started by scripts/launch.sh (Gloo)
   name=${claim%@*} how=()
   [ "$name" = "$claim" ] || how=(--launcher "${claim#*@}")
   # check.py's folder for the claim's files, inside ours: removed even when the claim is killed
   mkdir "$tmp/claim"
-  in_group "$limit" "$tmp/out" "$tmp/err" \
+  rm -f "$tmp/exe.log"
+  in_group "$limit" "$tmp/out" "$tmp/err" ${preload[@]+"${preload[@]}"} \
     python3 "$root/tests/integration/check.py" ${how[@]+"${how[@]}"} "$name"
   rm -rf "$tmp/claim"
+  others=""
+  [ ${#preload[@]} -eq 0 ] || others=$(other_programs)
+  if [ -n "$others" ]; then
+    failed=1
+    echo "FAIL $claim: the program that ran is $(head -n 1 <<< "$others"), not the one built from your file(s)"
+    echo "     ($tmp/bin/$step)"
+    echo "     likely cause: main starts another build's program (exec) instead of training itself"
+    continue
+  fi
   case $rc in
     0)
       echo "PASS $claim"

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """How scripts/check_exercise.sh itself behaves, beyond telling right from wrong (CTest
-`exercise_checker_interrupt`, `_timeout`, `_paths`):
+`exercise_checker_interrupt`, `_timeout`, `_paths`, `_drill_kill`):
 
     tests/exercises/checker_cases.py interrupt   Ctrl-C (SIGINT to the checker, then to its process
                                                  group, as a terminal sends it) on a hanging submission
@@ -12,12 +12,19 @@
     tests/exercises/checker_cases.py paths       the reference solution passes with a space in TMPDIR,
                                                  and from a checkout and a build folder reached through
                                                  symlinks whose names hold spaces
+    tests/exercises/checker_cases.py drill_kill  exercises/06_fault/README.md's drill by hand on a shared
+                                                 node: two participants run its commands, each from a
+                                                 checkout of their own, the second started later; the
+                                                 first one's kill line must kill one of the first one's
+                                                 ranks, not the second one's (whose command line is the
+                                                 same)
 
 The hanging submission is step 02's own train.c, stopped for ever (pause()) once its ranks have
 joined the process group. The processes are followed by pid (the checker runs in a session of its
 own, and every process it starts stays in that session), never by name.
 """
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -226,8 +233,128 @@ def paths(tmp):
     return bad
 
 
+def readme_drill():
+    """(the F= line, the supervised run's block, the kill's lines) of the 06_fault README's drill by hand."""
+    with open(os.path.join(ROOT, "exercises", "06_fault", "README.md")) as f:
+        blocks = re.findall(r"```sh\n(.*?)```", f.read(), re.S)
+    f_line = next(line for b in blocks for line in b.splitlines() if line.startswith("F="))
+    supervised = next(b for b in blocks if "scripts/restart.sh" in b)
+    kill = [line for b in blocks for line in b.splitlines() if line.startswith("kill -9")]
+    return f_line, supervised, kill
+
+
+def cwd_in(folder):
+    """Live processes whose working directory is in folder."""
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                where = os.readlink(f"/proc/{name}/cwd")
+            except OSError:
+                continue
+            if (where == folder or where.startswith(folder + "/")) and running(int(name)):
+                out.append(int(name))
+    return out
+
+
+def drill_kill(tmp):
+    """Two participants, A and B, each in a checkout of their own (here: a folder with scripts/ and
+    work/build/bin/06_full, links to this checkout's), run the README's supervised drill; B starts once
+    A has saved its first snapshot. A then runs the README's kill line, in the shell that started the
+    drill when the line uses that shell's $sup, else in a second shell (a second terminal) in A's
+    checkout. The kill must fail A's attempt 0, not B's."""
+    build = os.environ.get("DDP_BUILD_DIR", os.path.join(ROOT, "build"))
+    program = os.path.join(os.path.realpath(build), "bin", "06_full")
+    f_line, supervised, kill = readme_drill()
+    if not kill:
+        return ["exercises/06_fault/README.md has no `kill -9 ...` line in a ```sh block"]
+    env = dict(os.environ, STOP_GRACE="2", RESTART_DELAY="0.2", TMPDIR=os.path.join(tmp, "tmp"))
+    os.makedirs(env["TMPDIR"])
+    shells, outs = {}, {}
+    # The README's runs, 1 epoch, can end in a second or two here: many epochs keep both drills running
+    # until the kill (a later --epochs wins); both are stopped once it is seen.
+    prelude = f"source scripts/mpi_env.sh\n{f_line}\nF=\"$F --epochs 1000\"\n"
+    try:
+        for who in ("A", "B"):
+            home = os.path.join(tmp, who)
+            os.makedirs(os.path.join(home, "work", "build", "bin"))
+            os.symlink(os.path.join(ROOT, "scripts"), os.path.join(home, "scripts"))
+            os.symlink(program, os.path.join(home, "work", "build", "bin", "06_full"))
+            outs[who] = os.path.join(tmp, f"{who}.out")
+            with open(outs[who], "w") as out:
+                shells[who] = subprocess.Popen(["bash"], stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT,
+                                               cwd=home, env=env, text=True, start_new_session=True)
+            shells[who].stdin.write(prelude + supervised + "\n")
+            shells[who].stdin.flush()
+            if not wait_for_text(outs[who], "saved work/ck/checkpoint.bin (epoch 0, step 20)", 120):
+                return [f"participant {who}'s drill saved no snapshot at step 20 within 120 s:\n{read(outs[who])[-3000:]}"]
+        print(f"A and B run the README's drill (B started after A's snapshot at step 20); A kills: {' '.join(kill)}")
+        if any("$sup" in line for line in kill):  # in the shell that started A's drill
+            shells["A"].stdin.write("\n".join(kill) + "\n")
+            shells["A"].stdin.flush()
+        else:  # from a second terminal, in A's checkout
+            subprocess.run(["bash", "-c", prelude + "\n".join(kill)], cwd=os.path.join(tmp, "A"), env=env,
+                           capture_output=True, timeout=60)
+        failed = "restart.sh: attempt 0 failed"
+        deadline = time.time() + 60
+        while time.time() < deadline and not any(failed in read(outs[w]) for w in outs):
+            time.sleep(0.2)
+        time.sleep(1)
+        hit = [w for w in outs if failed in read(outs[w])]
+        print(f"attempt 0 failed for: {', '.join(hit) or 'nobody'}")
+        if hit == ["A"]:
+            return []
+        bad = [f"A's kill line failed the drill of: {', '.join(hit) or 'nobody'}, expected A only"
+               + (" (it killed a rank of B, another participant whose command line is the same)" if "B" in hit else "")]
+        for w in outs:
+            bad.append(f"--- {w}'s terminal:\n{read(outs[w])[-2000:]}")
+        return bad
+    finally:
+        # restart.sh stops its attempt on SIGTERM (its ranks get TERM, mpirun ends by itself); then
+        # whatever still runs in the participants' folders is killed, by pid.
+        for pid in cwd_in(tmp):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if b"restart.sh" in f.read():
+                        os.kill(pid, signal.SIGTERM)
+            except OSError:
+                pass
+        deadline = time.time() + 10
+        while time.time() < deadline and any("restart.sh" in cmdline(p) for p in cwd_in(tmp)):
+            time.sleep(0.2)
+        for pid in cwd_in(tmp):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        for sh in shells.values():
+            sh.wait()
+
+
+def read(path):
+    with open(path, errors="replace") as f:
+        return f.read()
+
+
+def cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def wait_for_text(path, text, within):
+    deadline = time.time() + within
+    while time.time() < deadline:
+        if text in read(path):
+            return True
+        time.sleep(0.2)
+    return False
+
+
 def main():
-    cases = {"interrupt": interrupt, "timeout": timeout, "paths": paths}
+    cases = {"interrupt": interrupt, "timeout": timeout, "paths": paths, "drill_kill": drill_kill}
     if len(sys.argv) != 2 or sys.argv[1] not in cases:
         print(f"usage: {sys.argv[0]} {'|'.join(cases)}", file=sys.stderr)
         return 2

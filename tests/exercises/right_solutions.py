@@ -21,7 +21,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from wrong_solutions import ROOT, S03, S05, R06, F08, write  # noqa: E402
+from wrong_solutions import ROOT, S03, S05, R06, T06, R07, F08, write  # noqa: E402
 
 
 class Right:
@@ -65,6 +65,23 @@ RIGHT = {
                 "  for (int i = 0; i < r->n_buckets; i++)\n"
                 "    if (r->work[i].active) dist_test(r->pg, &r->work[i]);  // every bucket in flight")],
               "step06_replicas_np2 step06_trace", "the hook tests every bucket in flight, not a prefix"),
+        Right("scale_one_division", T06,
+              [("    float scale = (float)b / B / t->world_size;",
+                "    float scale = (float)b / (float)(B * t->world_size);  // b / (B·W), one rounding")],
+              "step06_matches_step04_np2 step06_grad_accum",
+              "backward's scale as one float division, b / (B·W): no integer division, right with a short "
+              "micro-batch"),
+    ],
+    "07": [
+        Right("counts_computed_here", R07,
+              [("    float *mine = r->model->grads + (size_t)r->pg->rank * r->shard + b->shard_offset;\n",
+                "    float *mine = &r->model->grads[(size_t)r->pg->rank * r->shard + b->shard_offset];\n"
+                "    size_t counts[16];  // each rank's part of the bucket, computed here\n"
+                "    dist_shard_counts(b->offset, b->offset + b->count, r->shard, r->pg->world_size, counts);\n"),
+               ("mine, b->counts, DIST_FLOAT, DIST_SUM,", "mine, counts, DIST_FLOAT, DIST_SUM,")],
+              "step07_matches_step06_np2 step07_replicas_np3",
+              "the counts computed in the hook with dist_shard_counts, not read from b->counts; the receive "
+              "pointer written as an address of an element"),
     ],
     "08": [
         Right("other_words", F08,
@@ -80,13 +97,21 @@ RIGHT = {
                 "  dist_reduce_scatter_async(f->pg, g, mine, f->counts[l], DIST_FLOAT, DIST_SUM, &f->reduce[l]);")],
               "step08_matches_step06_np2 step08_trace",
               "another wording: the prefetch through a variable, != instead of <, the receive through a pointer"),
+        Right("wait_unless_unsharded", F08,
+              [("  if (f->state[l] == FSDP_GATHERING) dist_wait(f->pg, &f->gather[f->gather_pass[l]][l]);",
+                "  if (f->state[l] != FSDP_UNSHARDED)  // gathering: SHARDED was unsharded just above\n"
+                "    dist_wait(f->pg, &f->gather[f->gather_pass[l]][l]);"),
+               ("  dist_all_gather_async(f->pg, f->params + f->offset[l], f->full[l % 2],",
+                "  dist_all_gather_async(f->pg, &f->params[f->offset[l]], f->full[l % 2],")],
+              "step08_matches_step06_np2",
+              "the wait unless the layer is already gathered (!= FSDP_UNSHARDED), the shard's address as &params[...]"),
     ],
 }
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("exercise", nargs="?", help="02 .. 07 (default: all)")
+    ap.add_argument("exercise", nargs="?", help="02 .. 08 (default: all)")
     ap.add_argument("--only", help="run only this right solution")
     ap.add_argument("--check", action="store_true", help="only check that the substitutions apply")
     ap.add_argument("--write", metavar="DIR", help="write the files into DIR")

@@ -14,7 +14,8 @@ substitutions (old, new), each of which must match exactly once, as scripts/make
 describes its cuts: the wrong files are regenerated from the steps every time, so they follow any
 change elsewhere in the step, and a change to the lines they touch makes them fail loudly instead of
 going stale. Each names the claims that catch it (DDP_CLAIMS: "none" when the stage's unit tests do),
-which keeps the test short, and the words its diagnosis must contain (the likely cause, not only a
+which keeps the test short (and a wrong file that the unit tests do not test, e.g. 06's train.c, runs
+without them: DDP_UNIT=0), and the words its diagnosis must contain (the likely cause, not only a
 number), so that it is rejected for the right reason, and optionally the words of a misleading
 diagnosis it must not get.
 """
@@ -28,11 +29,39 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 class Wrong:
-    def __init__(self, name, file, subs, claims, expect, what, unexpected=()):
+    def __init__(self, name, file, subs, claims, expect, what, unexpected=(), env=None):
         self.name, self.file, self.subs, self.claims, self.expect, self.what = (
             name, file, subs, claims, expect, what)
         self.unexpected = unexpected  # words of a diagnosis that would point elsewhere
+        self.env = env or {}  # the checker's environment for this one
 
+
+# A wrong solution that hangs a collective is ended by the watchdog after DDP_RUN_TIMEOUT seconds (15
+# by default, for a learner's loaded machine); the diagnosis is the same after 6 s, 9 s sooner.
+QUICK_WATCHDOG = {"DDP_RUN_TIMEOUT": "6"}
+
+
+def exec_reference(file, claims, expect):
+    """A main that only execs the main build's own program of the step (found next to the link to
+    01_single_gpu that the checker's bin/ holds): it passes every claim that compares numbers."""
+    step = file.split("/")[1]
+    return Wrong("exec_reference", file,
+                 [("#include <stdlib.h>\n", "#include <stdlib.h>\n#include <stdio.h>\n#include <string.h>\n#include <unistd.h>\n"),
+                  ("int main(int argc, char **argv) {\n",
+                   "int main(int argc, char **argv) {\n"
+                   "  char self[4096], ref[4096];  // the main build's program, next to the 01_single_gpu that bin/ links to\n"
+                   "  snprintf(self, sizeof self - 16, \"%s\", argv[0]);\n"
+                   "  char *slash = strrchr(self, '/');\n"
+                   "  ssize_t n = slash ? (strcpy(slash + 1, \"01_single_gpu\"), readlink(self, ref, sizeof ref - 16)) : -1;\n"
+                   "  if (n > 0 && (ref[n] = '\\0', slash = strrchr(ref, '/'))) {\n"
+                   f"    strcpy(slash + 1, \"{step}\");\n"
+                   "    execv(ref, argv);\n"
+                   "  }\n")],
+                 claims, expect, f"main only execs the main build's own {step}, which passes every claim that compares numbers")
+
+
+# The file whose unit tests the checker runs, per exercise (scripts/check_exercise.sh: unit_src)
+UNIT_TESTED = {"03": "sampler.c", "06": "reducer.c"}
 
 S03, S04, S05 = "steps/03_sampler/sampler.c", "steps/04_ddp_wrap/train.c", "steps/05_metrics_ckpt/train.c"
 S02, R06, T06 = "steps/02_init/train.c", "steps/06_full/reducer.c", "steps/06_full/train.c"
@@ -55,20 +84,7 @@ WRONG = {
         Wrong("no_destroy", S02, [("  dist_destroy(&t->pg);  // [init] leave the process group\n", "")],
               "step02_redundant", ["call dist_destroy"],
               "the process group is never left (MPI_Finalize is never called)"),
-        Wrong("exec_reference", S02,
-              [("#include <stdlib.h>\n", "#include <stdlib.h>\n#include <stdio.h>\n#include <string.h>\n#include <unistd.h>\n"),
-               ("int main(int argc, char **argv) {\n",
-                "int main(int argc, char **argv) {\n"
-                "  char self[4096], ref[4096];  // the main build's 02_init, next to the 01_single_gpu that bin/ links to\n"
-                "  snprintf(self, sizeof self - 16, \"%s\", argv[0]);\n"
-                "  char *slash = strrchr(self, '/');\n"
-                "  ssize_t n = slash ? (strcpy(slash + 1, \"01_single_gpu\"), readlink(self, ref, sizeof ref - 16)) : -1;\n"
-                "  if (n > 0 && (ref[n] = '\\0', slash = strrchr(ref, '/'))) {\n"
-                "    strcpy(slash + 1, \"02_init\");\n"
-                "    execv(ref, argv);\n"
-                "  }\n")],
-              "step02_own_binary", ["not the one built from your file", "another build's program"],
-              "main only execs the main build's own 02_init, which passes every other claim"),
+        exec_reference(S02, "step02_own_binary", ["not the one built from your file", "another build's program"]),
     ],
     "03": [
         Wrong("no_reshuffle", S03, [("rng_permutation(s->perm, s->n, s->seed + (uint64_t)epoch);",
@@ -121,6 +137,8 @@ WRONG = {
               [("  for (int l = m->n_layers - 1; l >= 0; l--) {", "  for (int l = m->n_layers - 1; l > 0; l--) {")],
               "step04_replicas_np2", ["differ in layer 0's weight, layer 0's bias", "not averaged"],
               "the loop stops before layer 0: its gradients are not averaged"),
+        exec_reference(S04, "step04_broadcast", ["FAIL step04_broadcast", "not the one built from your file",
+                                                 "another build's program"]),
     ],
     "05": [
         Wrong("every_rank_saves", S05,
@@ -154,7 +172,7 @@ WRONG = {
                ("  dist_barrier(&t->pg);  // [ckpt] nobody goes on (or reads the file) before it is complete",
                 "  dist_barrier(&t->pg);  // [ckpt] nobody goes on (or reads the file) before it is complete\n  }")],
               "step05_resume", ["the job hung", "only some ranks", "watchdog:"],
-              "the barrier after saving is inside `if (rank == 0)`: rank 0 waits there for ever"),
+              "the barrier after saving is inside `if (rank == 0)`: rank 0 waits there for ever", env=QUICK_WATCHDOG),
         Wrong("save_to_ckpt_dir", S05,
               [("    ckpt_save_model(dir, &meta, &t->model, &t->opt, &t->ctx);",
                 "    ckpt_save_model(t->args.ckpt_dir, &meta, &t->model, &t->opt, &t->ctx);")],
@@ -213,11 +231,36 @@ WRONG = {
                 "        r->n_buckets - r->next_bucket, r->n_buckets);\n", "")],
               "none", ["FAIL unit ReducerHooks.FinalizeStopsWhenAHookWasMissed", "names what is missing"],
               "finalize waits without checking that every bucket started: it ends on dist_wait's own error"),
+        Wrong("if_not_while", R06,
+              [("  while (r->next_bucket < r->n_buckets && r->buckets[r->next_bucket].pending == 0) {",
+                "  if (r->next_bucket < r->n_buckets && r->buckets[r->next_bucket].pending == 0) {")],
+              "none", ["FAIL unit ReducerHooks.BucketsStartInBucketOrderAsBackwardRuns", "mark_bucket_ready",
+                       "several buckets", "while"],
+              "`if` instead of `while` in mark_bucket_ready: one hook starts one bucket at most, though it may make "
+              "several ready"),
+        Wrong("scale_one_over_k", T06,
+              [("    float scale = (float)b / B / t->world_size;", "    float scale = 1.0f / K / t->world_size;")],
+              "step06_grad_accum", ["FAIL step06_grad_accum", "short", "b / B", "1/K"],
+              "backward's scale is 1/(K·W), PyTorch's (loss / K).backward(): wrong when the last micro-batch is short"),
+        Wrong("scale_integer_division", T06,
+              [("    float scale = (float)b / B / t->world_size;", "    float scale = b / B / t->world_size;")],
+              "step06_matches_step04_np2 step06_grad_accum",
+              ["FAIL step06_matches_step04_np2", "FAIL step06_grad_accum", "no parameter moved",
+               "integer division", "(float)b / B / t->world_size"],
+              "backward's scale in integer arithmetic: b / B / W is 0, so no gradient is ever non-zero",
+              unexpected=["is every gradient tensor averaged"]),
     ],
     "06_fault": [
         Wrong("resume_restarts_epoch", T06, [("  t->epoch_step = (long long)meta.epoch_step;\n", "")],
               "fault06_resume_mid_epoch", ["a whole epoch", "resume started the epoch over", "meta.epoch_step"],
               "resume ignores the saved position in the epoch: the snapshot's epoch starts over"),
+        Wrong("resume_global_step", T06,
+              [("  t->epoch_step = (long long)meta.epoch_step;\n", "  t->epoch_step = (long long)meta.step;\n")],
+              "fault06_resume_mid_epoch", ["FAIL fault06_resume_mid_epoch", "meta.step", "global step",
+                                           "t->epoch_step = meta.epoch_step"],
+              "resume takes the global step (meta.step) for the steps done in the saved epoch: equal in the "
+              "first epoch, past the epoch's end in a later one",
+              unexpected=["resume started the epoch over"]),
         Wrong("snapshot_without_position", T06, [("    t->epoch_step = batches;\n", "")],
               "fault06_resume_mid_epoch", ["records 0 steps done", "does not record the position in the epoch"],
               "the snapshot inside the epoch is saved without the steps done in it (t->epoch_step)"),
@@ -235,25 +278,33 @@ WRONG = {
                ("  dist_barrier(&t->pg);  // [ckpt] nobody goes on (or reads the file) before it is complete",
                 "  dist_barrier(&t->pg);  // [ckpt] nobody goes on (or reads the file) before it is complete\n  }")],
               "fault06_barrier", ["only some ranks", "watchdog:"],
-              "the barrier after the save is inside `if (rank == 0)`: rank 0 waits there for ever"),
+              "the barrier after the save is inside `if (rank == 0)`: rank 0 waits there for ever", env=QUICK_WATCHDOG),
+        exec_reference(T06, "fault06_barrier", ["FAIL fault06_barrier", "not the one built from your file",
+                                                "another build's program"]),
     ],
     "07": [
         Wrong("recv_at_bucket_start", R07,
               [("    float *mine = r->model->grads + (size_t)r->pg->rank * r->shard + b->shard_offset;",
                 "    float *mine = r->model->grads + b->offset;")],
-              "step07_replicas_np2", ["exited 1", "recv overlaps send but is not this rank's chunk of it"],
-              "received where the bucket starts (the send buffer), not at this rank's chunk of it"),
+              "step07_replicas_np2", ["exited 1", "recv overlaps send but is not this rank's chunk of it",
+                                      "reducer.c the receive pointer", "grads + rank·S + b->shard_offset"],
+              "received where the bucket starts (the send buffer), not at this rank's chunk of it",
+              unexpected=["an equal share", "fsdp.c"]),
         Wrong("recv_without_shard_start", R07,
               [("    float *mine = r->model->grads + (size_t)r->pg->rank * r->shard + b->shard_offset;",
                 "    float *mine = r->model->grads + b->shard_offset;")],
-              "step07_replicas_np2", ["exited 1", "recv overlaps send but is not this rank's chunk of it"],
-              "received at b->shard_offset from the start of the buffer, not from the start of this rank's shard"),
+              "step07_replicas_np2", ["exited 1", "recv overlaps send but is not this rank's chunk of it",
+                                      "reducer.c the receive pointer", "grads + rank·S + b->shard_offset"],
+              "received at b->shard_offset from the start of the buffer, not from the start of this rank's shard",
+              unexpected=["an equal share", "fsdp.c"]),
         Wrong("recv_without_shard_offset", R07,
               [("    float *mine = r->model->grads + (size_t)r->pg->rank * r->shard + b->shard_offset;",
                 "    float *mine = r->model->grads + (size_t)r->pg->rank * r->shard;")],
-              "step07_matches_step06_np2", ["recv overlaps send but is not this rank's chunk of it"],
+              "step07_matches_step06_np2", ["recv overlaps send but is not this rank's chunk of it",
+                                            "reducer.c the receive pointer", "grads + rank·S + b->shard_offset"],
               "received at the start of this rank's shard, not where the bucket meets it: on the claims' "
-              "model a later bucket overlaps that place, so dist.c refuses the receive pointer"),
+              "model a later bucket overlaps that place, so dist.c refuses the receive pointer",
+              unexpected=["an equal share", "fsdp.c"]),
         Wrong("divided_twice", R07,
               [("mine, b->counts, DIST_FLOAT, DIST_SUM,", "mine, b->counts, DIST_FLOAT, DIST_AVG,")],
               "step07_matches_step06_np2", ["moved 1/2 as far as step 06's", "must sum (DIST_SUM)"],
@@ -282,6 +333,17 @@ WRONG = {
               [("  dev_copy(&t->ctx, my_shard(t, full.buf), t->opt.buf, t->shard * sizeof(float));\n", "")],
               "step07_checkpoints", ["no part of the saved momentum is a rank's momentum shard", "t->opt.buf"],
               "the momentum is all-gathered, but no rank copied its shard into the buffer first"),
+        Wrong("counts_from_bucket_count", R07,
+              [("    float *mine = r->model->grads + (size_t)r->pg->rank * r->shard + b->shard_offset;\n",
+                "    float *mine = r->model->grads + (size_t)r->pg->rank * r->shard + b->shard_offset;\n"
+                "    size_t even[16];  // each rank's part of the bucket: an equal share\n"
+                "    for (int j = 0; j < r->pg->world_size; j++) even[j] = b->count / r->pg->world_size;\n"),
+               ("mine, b->counts, DIST_FLOAT, DIST_SUM,", "mine, even, DIST_FLOAT, DIST_SUM,")],
+              "step07_matches_step06_np2", ["FAIL step07_matches_step06_np2", "reducer.c", "b->counts",
+                                            "b->count / W"],
+              "the counts split the bucket evenly (b->count / W each) instead of each rank's overlap with it "
+              "(b->counts)",
+              unexpected=["fsdp.c", "the receive pointer is not"]),
     ],
     "08": [
         Wrong("gather_not_waited", F08,
@@ -323,6 +385,19 @@ WRONG = {
                 "  if (l == 0) unshard(user, 0);  // the next step's first layer, early\n}")],
               "step08_matches_step06_np2", ["a prefetch never waited for", "no gather may be pending"],
               "the next step's layer 0 is prefetched at the end of backward: a gather left pending"),
+        Wrong("wait_unconditionally", F08,
+              [("  if (f->state[l] == FSDP_GATHERING) dist_wait(f->pg, &f->gather[f->gather_pass[l]][l]);",
+                "  dist_wait(f->pg, &f->gather[f->gather_pass[l]][l]);")],
+              "step08_matches_step06_np2", ["FAIL step08_matches_step06_np2", "fsdp.c", "wait_for_unshard",
+                                            "FSDP_GATHERING"],
+              "wait_for_unshard waits whatever the layer's state: a layer already gathered has no gather in flight",
+              unexpected=["reducer_finalize_backward", "wait for each bucket"]),
+        Wrong("gather_without_offset", F08,
+              [("  dist_all_gather_async(f->pg, f->params + f->offset[l], f->full[l % 2],",
+                "  dist_all_gather_async(f->pg, f->params, f->full[l % 2],")],
+              "step08_matches_step06_np2", ["FAIL step08_matches_step06_np2", "fsdp.c", "f->offset[l]",
+                                            "before any update"],
+              "each layer's all-gather sends from f->params (layer 0's shard) without f->offset[l]"),
     ],
 }
 
@@ -385,7 +460,10 @@ def main():
             except ValueError as e:
                 problems.append(str(e))
                 continue
-            env = dict(os.environ, DDP_CLAIMS=w.claims)
+            env = dict(os.environ, DDP_CLAIMS=w.claims, **w.env)
+            if os.path.basename(w.file) != UNIT_TESTED.get(n):
+                # The unit tests test another file (the step's own): they prove nothing about this one
+                env["DDP_UNIT"] = "0"
             for attempt in (1, 2):
                 p = subprocess.run([os.path.join(ROOT, "scripts", "check_exercise.sh"), n, path],
                                    capture_output=True, text=True, env=env, cwd=ROOT)

@@ -87,7 +87,10 @@ def small(base=None, **changes):
 
 
 # What a failed run's output most likely means, for the typical mistakes of the exercises: (text in
-# stdout or stderr, the likely cause). The first match is added to the failure's sentence.
+# stdout or stderr, the likely cause[, the steps it is about]). The first match for the failed run's
+# step is added to the failure's sentence: one message of dist.c (e.g. "dist_wait: no all-reduce in
+# flight") has a different cause in step 06's reducer than in step 08's fsdp.c. A cause may be a
+# function of the output, which runs the learner's program again to tell two causes apart.
 HINTS = [
     ("watchdog:", "the job hung and the watchdog ended it: likely a collective that only some ranks "
                   "reach (a dist_barrier or dist_all_reduce inside `if (rank == 0)`, or skipped on "
@@ -108,10 +111,21 @@ HINTS = [
                                     "backward); the next step's forward gathers layer 0 itself"),
     ("recv overlaps send but is not this rank's chunk", "the reduce-scatter receives, in place, outside "
      "this rank's own chunk of the send buffer: in fsdp.c rank r receives at g + r·f->shard[l] "
-     "(f->pg->rank, not another rank's chunk); in step 07's reducer at grads + rank·S + b->shard_offset"),
+     "(f->pg->rank, not another rank's chunk)", ("08",)),
+    ("recv overlaps send but is not this rank's chunk", lambda text: diagnose_zero_recv(), ("07",)),
+    ("recv overlaps send but is not this rank's chunk", "the reduce-scatter receives, in place, outside this "
+     "rank's own chunk of the send buffer, or its counts are not each rank's part of it: in fsdp.c rank r "
+     "receives at g + r·f->shard[l]; in step 07's reducer.c at grads + rank·S + b->shard_offset, counts b->counts"),
+    ("this handle is still in flight", "a layer's reduce-scatter was started again while its previous one was "
+                                       "never waited for: in fsdp.c, fold_gradient must dist_wait each layer's "
+                                       "reduce-scatter (f->reduce[l]) once per backward", ("08",)),
     ("this handle is still in flight", "an all-reduce was started on a bucket whose previous "
                                        "all-reduce was never waited for: reducer_finalize_backward must "
                                        "dist_wait every bucket, and each bucket is started once per step"),
+    ("no all-reduce in flight on this handle", "dist_wait on a handle with no collective in flight: in fsdp.c, "
+     "wait_for_unshard must dist_wait a layer's all-gather only while it is in flight (f->state[l] == "
+     "FSDP_GATHERING): a layer already UNSHARDED (the last layer, kept from forward for backward) has none; "
+     "and fold_gradient waits for each layer's reduce-scatter once", ("08",)),
     ("no all-reduce in flight on this handle", "dist_wait on a bucket that was not started, or was "
                                                "already waited for: wait for each bucket once, in "
                                                "reducer_finalize_backward"),
@@ -131,10 +145,11 @@ HINTS = [
 ]
 
 
-def hint(text):
-    for needle, cause in HINTS:
-        if needle in text:
-            return cause
+def hint(text, step=None):
+    """The likely cause of a failed run of `step` (a program's name, or None: any step) from its output."""
+    for needle, cause, *steps in HINTS:
+        if needle in text and (not steps or (step is not None and step[:2] in steps[0])):
+            return cause(text) if callable(cause) else cause
     return None
 
 
@@ -202,7 +217,7 @@ def run(step, args, np=1, expect_rc=0, tmp=None, launcher=None):
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp, env=env)
     stop_if_terminated()
     if expect_rc is not None and (p.returncode == 0) != (expect_rc == 0):
-        cause = hint(p.stdout + p.stderr) if expect_rc == 0 else None
+        cause = hint(p.stdout + p.stderr, step) if expect_rc == 0 else None
         first = f"likely cause: {cause}\n" if cause else ""
         watch = [l for l in p.stderr.splitlines() if "watchdog:" in l][:1]
         raise Failure(f"{first}{' '.join(cmd)} exited {p.returncode}, expected "
@@ -699,7 +714,7 @@ def step04_broadcast(tmp):
                         + dist_args(step))
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
             if p.returncode != 0:
-                cause = hint(p.stderr)
+                cause = hint(p.stderr, step)
                 raise Failure((f"likely cause: {cause}\n" if cause else "") +
                               f"{' '.join(cmd)} failed:\n{p.stderr}")
     d3 = digests(f"{tmp}/03_sampler_mixed_", 2)
@@ -927,6 +942,9 @@ def step06_replicas(np):
 def step06_matches_step04(np):
     def scenario(tmp):
         def diagnose(la, lb):
+            frozen = diagnose_frozen(tmp, "06_full", np, BUCKETED + ["--epochs", "2"])
+            if frozen:
+                return frozen
             return diagnose_losses(tmp, la, lb, np, "06_full", 128, ref="04_ddp_wrap", ref_args=[],
                                    model=BUCKETED).replace(
                 "without dividing by the world size?",
@@ -975,13 +993,46 @@ def step06_matches_step04(np):
     return scenario
 
 
+def diagnose_frozen(tmp, step, np, args):
+    """The likely cause when one step of `step` moves no parameter and leaves the momentum zero (every
+    gradient reached the optimizer as 0: backward's scale is 0), else None."""
+    args = with_flag(with_flag(args, "max_steps", 1), "save_interval", 1000)
+    try:
+        run(step, args + ["--save_init", f"{tmp}/frozen_init", "--ckpt_dir", f"{tmp}/frozen"], np=np)
+    except Failure:
+        return None
+    p0, _ = ckpt_params_momentum(f"{tmp}/frozen_init/checkpoint.bin")
+    p1, m1 = ckpt_params_momentum(f"{tmp}/frozen/checkpoint.bin")
+    if p0 != p1 or any(m1):
+        return None
+    return ("likely cause: after one step no parameter moved and the momentum is all zero: every gradient "
+            "reached the optimizer as 0, so backward's scale is 0: in train.c, b / B / t->world_size with int "
+            "operands is an integer division (16 / 64 is 0 in C): make it a float division, (float)b / B / "
+            "t->world_size")
+
+
+# 2,000 samples at 2 ranks: 1,000 per rank, 15 steps of 64 and a last one of 40 per epoch, which
+# --grad_accum 4 --batch_size 16 takes as micro-batches of 16, 16 and 8.
+ACCUM_SAMPLES = 2000
+
+
 def step06_grad_accum(tmp):
-    """--grad_accum 4 with batch 16 trains like batch 64 without accumulation (2 ranks)."""
-    common = SMALL + ["--epochs", "2"]
+    """--grad_accum 4 with batch 16 trains like step 04 at batch 64 (2 ranks), a short last micro-batch too.
+    One step from the same state, at the start and at an epoch's last step, whose last micro-batch is short
+    (2,000 samples: 40 per rank, micro-batches of 16, 16 and 8), agrees within float32 rounding."""
+    common = small(dataset_size=ACCUM_SAMPLES) + ["--epochs", "2"]
+    # Step 04 (no accumulation, the gradient averaged after backward) is the reference: a scale that is
+    # wrong for 06 at batch 64 as well (an integer division: 0) cannot pass by agreeing with itself.
+    ref = ("04_ddp_wrap", 2, ["--batch_size", "64"], None)
+    got = ("06_full", 2, ["--batch_size", "16", "--grad_accum", "4"], None)
 
     def diagnose():
-        run("06_full", common + ["--batch_size", "64", "--metrics", f"{tmp}/a{{rank}}.jsonl"], np=2)
-        run("06_full", common + ["--batch_size", "16", "--grad_accum", "4", "--metrics", f"{tmp}/b{{rank}}.jsonl"],
+        frozen = diagnose_frozen(tmp, "06_full", 2, common + got[2])
+        if frozen:
+            return f"grad_accum 4 x 16 vs batch 64\n{frozen}"
+        full = SMALL + ["--epochs", "2"]  # 2,048 samples: every micro-batch full
+        run("06_full", full + ["--batch_size", "64", "--metrics", f"{tmp}/a{{rank}}.jsonl"], np=2)
+        run("06_full", full + ["--batch_size", "16", "--grad_accum", "4", "--metrics", f"{tmp}/b{{rank}}.jsonl"],
             np=2)
         la, lb = global_losses(f"{tmp}/a", 2, 6), global_losses(f"{tmp}/b", 2, 6)
         # K micro-batches whose gradients are not weighed by b/B add up to K times the mean: the run
@@ -999,11 +1050,22 @@ def step06_grad_accum(tmp):
                      "micro-batch's backward must be b / B / W, and only the last one is reduced")
         return f"grad_accum 4 x 16 vs 64\nlikely cause: {cause}"
 
+    last = epoch_steps(2, 64, ACCUM_SAMPLES) - 1
+    short = ACCUM_SAMPLES // 2 - last * 64  # the last step's samples per rank
+    micro = [16] * (short // 16) + ([short % 16] if short % 16 else [])
+
+    def diagnose_short():
+        return (f"the steps whose micro-batches are all full agree; step {last + 1}, the epoch's last, whose last "
+                f"micro-batch is short ({short} samples per rank: {' + '.join(map(str, micro))}), does not\nlikely "
+                f"cause: each micro-batch's gradient must be weighed by its share of the step's samples, b / B "
+                f"({', '.join(f'{b}/{short}' for b in micro)}), not by 1/K (1/{len(micro)} each: PyTorch's "
+                f"(loss / K).backward() idiom, right only when every micro-batch is full): in train.c, scale = "
+                f"(float)b / B / t->world_size")
+
     # 4 micro-batch gradients summed against one GEMM over 64 samples: the error model, with the 4
-    # partial sums among its terms.
-    one_step_parity(tmp, "p", ("06_full", 2, ["--batch_size", "64"], None),
-                    ("06_full", 2, ["--batch_size", "16", "--grad_accum", "4"], None), common, 128 + 2 + 4,
-                    diagnose=lambda side: diagnose())
+    # partial sums among its terms. First the start (full micro-batches), then the short last step.
+    one_step_parity(tmp, "p", ref, got, common, 128 + 2 + 4, steps=(0,), diagnose=lambda side: diagnose())
+    one_step_parity(tmp, "q", ref, got, common, 128 + 2 + 4, steps=(last,), diagnose=lambda side: diagnose_short())
 
 
 def mpi_calls_library(tmp):
@@ -1494,6 +1556,35 @@ ZERO = small(hidden=63)
 # error model under "parity").
 ZERO_BUCKETED = small(hidden="15,10112", lr=0.01)
 
+# A model whose 2 buckets are exactly the 2 ranks' shards (784-444-766-10: 697,080 parameters, S =
+# 348,540; bucket 0, from the last layer back to layer 1's weight, is 348,540 floats, past the first 1 MiB
+# limit: it closes at layer 1's weight, where shard 1 starts; bucket 1 is the rest): each bucket lies in
+# one rank's shard from its start, so b->shard_offset is 0, and the receive pointer of every typical
+# mistake (grads + b->offset, + b->shard_offset, + rank·S) is the right one; the counts are [0, S] and
+# [S, 0], not equal shares.
+ZERO_ALIGNED = small(dataset_size=512, hidden="444,766") + ["--batch_size", "64", "--epochs", "1", "--max_steps", "2",
+                                                            "--bucket_cap_mb", "25"]
+
+
+def diagnose_zero_recv():
+    """Step 07's reduce-scatter was refused (recv overlaps send, not this rank's chunk of it): its
+    receive pointer, or its counts? On ZERO_ALIGNED the pointer of every typical mistake is right, the
+    counts must still be each rank's part of the bucket."""
+    _, err = run("07_zero", ZERO_ALIGNED, np=2, expect_rc=None)
+    if "recv overlaps send but is not this rank's chunk" in err:
+        return ("in reducer.c the counts are not each rank's part of the bucket: on a model whose 2 buckets are "
+                "exactly the 2 shards (each bucket's counts [0, S] or [S, 0]; the receive pointer is the start of "
+                "this rank's shard whatever its form), the reduce-scatter was still refused: the counts must be "
+                "b->counts (dist_shard_counts: how many of the bucket's floats lie in each rank's shard, uneven, "
+                "often 0), not an equal share such as b->count / W")
+    if "recv overlaps send" not in err and "error:" not in err:
+        return ("in reducer.c the receive pointer is not this rank's part of the bucket: it must be where that "
+                "part lies in the flat gradient buffer, grads + rank·S + b->shard_offset (r->pg->rank · r->shard "
+                "floats in, then b->shard_offset), with the counts b->counts (on a model whose buckets are exactly "
+                "the shards, where b->shard_offset is 0 and every bucket starts a shard, it works)")
+    return ("the reduce-scatter receives, in place, outside this rank's own chunk of the send buffer: in step 07's "
+            "reducer.c the receive pointer must be grads + rank·S + b->shard_offset and the counts b->counts")
+
 
 def ckpt_params_momentum(path):
     """(params, momentum) of a checkpoint, as float lists (the momentum follows the parameters)."""
@@ -1903,10 +1994,23 @@ def diagnose_fsdp_step(tmp, np, accum, batch):
     one = FSDP + ["--batch_size", batch, "--grad_accum", accum, "--epochs", "1", "--max_steps", "1",
                   "--save_interval", "1"]
     try:
-        run("06_full", one + ["--ckpt_dir", f"{tmp}/one06", "--save_init", f"{tmp}/init"], np=np)
-        run("08_fsdp", one + ["--ckpt_dir", f"{tmp}/one08"], np=np)
+        run("06_full", one + ["--ckpt_dir", f"{tmp}/one06", "--save_init", f"{tmp}/init",
+                              "--metrics", f"{tmp}/one06_{{rank}}.jsonl"], np=np)
+        run("08_fsdp", one + ["--ckpt_dir", f"{tmp}/one08", "--metrics", f"{tmp}/one08_{{rank}}.jsonl"], np=np)
     except Failure as e:
         return f"(a one-step run to find where the parameters differ failed: {str(e).splitlines()[0][:300]})"
+    # The first step's loss comes from a forward on the initial parameters, before any update: if it
+    # differs, the layers computed with other parameters than the model's (the gathers).
+    try:
+        l6, l8 = global_losses(f"{tmp}/one06_", np, 6)[0], global_losses(f"{tmp}/one08_", np, 8)[0]
+    except (Failure, IndexError) as e:
+        return f"(step 08's first step logged no global loss to compare: {e})"
+    if abs(l6 - l8) > 1e-5 * max(abs(l6), 1e-3):
+        return (f"likely cause: already the first step's loss differs from step 06's ({l8:.6f} vs {l6:.6f}), before "
+                "any update: the layers did not compute with the model's parameters: in fsdp.c each layer's "
+                "all-gather (unshard) must send this rank's shard of that layer, f->shard[l] floats at f->params + "
+                "f->offset[l] (not f->params: layer 0's shard), and receive all W shards into f->full[l % 2], "
+                "which the layer then runs on")
     _, p0 = read_checkpoint(f"{tmp}/init/checkpoint.bin")
     p6, _ = ckpt_params_momentum(f"{tmp}/one06/checkpoint.bin")
     p8, m8 = ckpt_params_momentum(f"{tmp}/one08/checkpoint.bin")
@@ -2079,7 +2183,7 @@ def fault06_drill(tmp):
     try:
         ref = rd.reference(a, tmp, "06_full", 2, args)
     except rd.Failure as e:
-        cause = hint(str(e))
+        cause = hint(str(e), "06_full")
         raise Failure(f"the uninterrupted run failed" + (f"\nlikely cause: {cause}" if cause else "") + f"\n{e}")
     job, ck = rd.supervised(a, tmp, "drill", "06_full", 2, args)
     try:
@@ -2107,8 +2211,8 @@ def fault06_drill(tmp):
                      f"the uninterrupted {per_epoch}: it trained the snapshot's epoch again from its first batch "
                      f"(resume must continue at the saved position, meta.epoch_step, and the snapshot must "
                      f"record it: t->epoch_step)")
-        elif hint(text):
-            cause = hint(text)
+        elif hint(text, "06_full"):
+            cause = hint(text, "06_full")
         raise Failure(first + (f"\nlikely cause: {cause}" if cause else "") + (f"\n{rest}" if rest else ""))
     if not m:
         raise Failure(f"after SIGKILL to rank {victim} at step {at}, attempt 1 started from the beginning: "
@@ -2205,7 +2309,7 @@ def fault06_barrier(tmp):
         with open(f"{tmp}/out") as f:
             text = f.read()
         if rc != 0:
-            cause = hint(text)
+            cause = hint(text, "06_full")
             raise Failure((f"likely cause: {cause}\n" if cause else "") +
                           f"{' '.join(cmd)} exited {rc}, expected 0\n--- output\n{text[-3000:]}")
         if writer is None:
@@ -2223,39 +2327,57 @@ def fault06_barrier(tmp):
 
 
 def fault06_resume_mid_epoch(tmp):
-    """06_full at 2 ranks: a snapshot inside the epoch resumes at the next step, not at the epoch's start.
-    The --save_steps snapshot after step 6 of 16 (the run then stops at step 10 without saving) records
-    its position, and --resume auto runs steps 7..16, ending with the uninterrupted run's parameters."""
-    per_epoch = 2048 // 2 // 64
-    common = FAULT_SMALL + ["--epochs", "1", "--save_steps", "6", "--ckpt_dir", f"{tmp}/ck"]
-    run("06_full", FAULT_SMALL + ["--epochs", "1", "--metrics", f"{tmp}/a{{rank}}.jsonl"], np=2)
-    run("06_full", common + ["--max_steps", "10"], np=2)
+    """06_full at 2 ranks: a snapshot inside a later epoch resumes at the next step, not at the epoch's start.
+    2 epochs of 16 steps, a snapshot every 6 steps: the one after step 18, 2 steps into epoch 2 (the run then
+    stops at step 22 without saving), records its position, and --resume auto runs steps 19..32, ending with
+    the uninterrupted run's parameters. (Inside a later epoch the steps done in it, 2, and the global step,
+    18, differ: a resume that takes one for the other is seen.)"""
+    per_epoch, epochs, every, stop = 2048 // 2 // 64, 2, 6, 22
+    snap = stop // every * every  # the last snapshot before the stop: step 18
+    epoch, done = divmod(snap, per_epoch)  # epoch 1 (the second), 2 steps into it
+    total = per_epoch * epochs
+    common = FAULT_SMALL + ["--epochs", str(epochs), "--save_steps", str(every), "--ckpt_dir", f"{tmp}/ck"]
+    run("06_full", FAULT_SMALL + ["--epochs", str(epochs), "--metrics", f"{tmp}/a{{rank}}.jsonl"], np=2)
+    run("06_full", common + ["--max_steps", str(stop)], np=2)
     ck = f"{tmp}/ck/checkpoint.bin"
     if not os.path.exists(ck):
-        raise Failure("--save_steps 6 --max_steps 10 (--save_interval 0): no snapshot was written inside the "
-                      "epoch\nlikely cause: run_epoch saves no snapshot every --save_steps steps (snapshot_due, "
+        raise Failure(f"--save_steps {every} --max_steps {stop} (--save_interval 0): no snapshot was written inside "
+                      "an epoch\nlikely cause: run_epoch saves no snapshot every --save_steps steps (snapshot_due, "
                       "then save_checkpoint)")
     hdr, _ = read_checkpoint(ck)
-    if (hdr["epoch"], hdr["step"]) != (0, 6):
-        raise Failure(f"the snapshot taken after step 6 of epoch 0 records epoch {hdr['epoch']}, step {hdr['step']}")
-    if hdr["epoch_step"] != 6:
-        raise Failure(f"the snapshot taken after step 6 of epoch 0 records {hdr['epoch_step']} steps done in "
-                      "that epoch, not 6\nlikely cause: the snapshot does not record the position in the epoch: "
-                      "set t->epoch_step (the steps of this epoch done) before save_checkpoint")
+    if (hdr["epoch"], hdr["step"]) != (epoch, snap):
+        raise Failure(f"the snapshot taken after step {snap} ({done} steps into epoch {epoch + 1}) records epoch "
+                      f"{hdr['epoch']} (counted from 0), step {hdr['step']}")
+    if hdr["epoch_step"] != done:
+        raise Failure(f"the snapshot taken after step {snap}, {done} steps into epoch {epoch + 1}, records "
+                      f"{hdr['epoch_step']} steps done in that epoch, not {done}\nlikely cause: the snapshot does "
+                      "not record the position in the epoch: set t->epoch_step (the steps of this epoch done) "
+                      "before save_checkpoint")
     out, _ = run("06_full", common + ["--resume", "auto", "--metrics", f"{tmp}/b{{rank}}.jsonl"], np=2)
     steps, _, final = metrics(f"{tmp}/b0.jsonl")
     logged = [s["step"] for s in steps]
-    if final["steps"] != per_epoch:
-        raise Failure(f"resumed from the snapshot at step 6, the run ended at step {final['steps']}, the "
-                      f"uninterrupted one at {per_epoch}: {final['steps'] - 6} steps after the snapshot, a whole "
-                      f"epoch\nlikely cause: resume started the epoch over: take the steps already done in the "
-                      f"saved epoch from the checkpoint (t->epoch_step = meta.epoch_step)")
-    if logged != list(range(7, per_epoch + 1)):
-        raise Failure(f"the resumed run logged steps {logged}, expected 7..{per_epoch}")
+    if final["steps"] != total:
+        ran = final["steps"] - snap
+        if final["steps"] == snap + total - per_epoch * epoch:  # the saved epoch again from its first batch
+            cause = (f"{ran} steps after the snapshot: epoch {epoch + 1} again from its first batch, a whole epoch"
+                     f"\nlikely cause: resume started the "
+                     f"epoch over: take the steps already done in the saved epoch from the checkpoint "
+                     f"(t->epoch_step = meta.epoch_step)")
+        elif final["steps"] == snap + max(0, per_epoch - snap) + per_epoch * (epochs - 1 - epoch):
+            cause = (f"{ran} steps after the snapshot: the rest of epoch {epoch + 1} was skipped\nlikely cause: "
+                     f"resume took the global step (meta.step, {snap}) for the steps done in the saved epoch "
+                     f"({done}, meta.epoch_step): the two are equal only in the first epoch: "
+                     f"t->epoch_step = meta.epoch_step")
+        else:
+            cause = f"{ran} steps after the snapshot, not {total - snap}"
+        raise Failure(f"resumed from the snapshot at step {snap}, the run ended at step {final['steps']}, the "
+                      f"uninterrupted one at {total}: {cause}")
+    if logged != list(range(snap + 1, total + 1)):
+        raise Failure(f"the resumed run logged steps {logged}, expected {snap + 1}..{total}")
     if digests(f"{tmp}/a", 2) != digests(f"{tmp}/b", 2):
-        raise Failure(f"resumed at step 6: {digests(f'{tmp}/b', 2)}, uninterrupted: {digests(f'{tmp}/a', 2)}")
-    print(f"the snapshot at step 6 recorded epoch 0, 6 steps in; the resume ran steps 7..{per_epoch} and ended "
-          "with the uninterrupted run's parameters")
+        raise Failure(f"resumed at step {snap}: {digests(f'{tmp}/b', 2)}, uninterrupted: {digests(f'{tmp}/a', 2)}")
+    print(f"the snapshot at step {snap} recorded epoch {epoch} (counted from 0), {done} steps in; the resume ran "
+          f"steps {snap + 1}..{total} and ended with the uninterrupted run's parameters")
 
 
 def process_tree(pid):
@@ -2304,7 +2426,7 @@ def own_binary(step):
         if p.returncode != 0:
             with open(f"{tmp}/out") as f:
                 text = f.read()
-            cause = hint(text)
+            cause = hint(text, step)
             raise Failure((f"likely cause: {cause}\n" if cause else "") +
                           f"{' '.join(cmd)} exited {p.returncode}, expected 0\n--- output\n{text}")
         if exe not in seen:
