@@ -79,8 +79,8 @@ WRONG = {
         Wrong("no_connect", S02,
               [("  dist_connect(&t->pg, &t->ctx);           // [init] the communicator, on this rank's GPU\n", "")],
               "step02_redundant@launch", ["FAIL step02_redundant@launch", "dist_connect was never called"],
-              "dist_connect is never called: fine under mpirun (MPI needs no communicator of the program's), "
-              "a crash under scripts/launch.sh (Gloo)"),
+              "dist_connect is never called: MPI needs no communicator of the program's and Gloo has none, "
+              "so the first collective ends the job naming dist_connect (before, a crash under launch.sh only)"),
         Wrong("no_destroy", S02, [("  dist_destroy(&t->pg);  // [init] leave the process group\n", "")],
               "step02_redundant", ["call dist_destroy"],
               "the process group is never left (MPI_Finalize is never called)"),
