@@ -198,7 +198,8 @@ static bool send_value(int fd, char tag, const char *value, uint32_t n) {
 }
 
 // Answers a get: waits for the key up to @p timeout_ms (CLOCK_MONOTONIC: see server_start). Once the
-// job is aborted every get answers 'X' and the reason.
+// job is aborted every get answers 'X' and the reason; a get still waiting when the server stops
+// answers 'E' (no rank of a finished job waits on a key: that one belongs to another job).
 static bool server_get(Server *sv, int fd, const char *key, uint32_t timeout_ms) {
   struct timespec until;
   clock_gettime(CLOCK_MONOTONIC, &until);
@@ -212,11 +213,12 @@ static bool server_get(Server *sv, int fd, const char *key, uint32_t timeout_ms)
     err = pthread_cond_timedwait(&sv->changed, &sv->lock, &until);
   // Entries and the reason are never removed or changed until the server is freed: answer unlocked.
   const char *reason = sv->abort_reason;
+  bool stopped = !e && sv->stopping;
   uint32_t n = e ? e->n : 0;
   const char *value = e ? e->value : NULL;
   pthread_mutex_unlock(&sv->lock);
   if (reason) return send_value(fd, 'X', reason, (uint32_t)strlen(reason));
-  if (!value) return send_all(fd, "-", 1);
+  if (!value) return send_all(fd, stopped ? "E" : "-", 1);
   return send_value(fd, '+', value, n);
 }
 
@@ -624,6 +626,11 @@ void *store_get(Store *s, const char *key, double timeout_s, size_t *n) {
     if (!reason) lost(s, "get", key);
     die(1, "the job stopped during the rendezvous: %s", reason);
   }
+  if (reply == 'E')
+    die(1,
+        "the rendezvous store at %s:%d stopped while this rank waited for '%s': its rank 0 finished "
+        "its job; two jobs share MASTER_ADDR:MASTER_PORT (give each job its own MASTER_PORT)",
+        s->host, s->port, key);
   if (reply != '+')
     die(1,
         "the rendezvous key '%s' did not appear within %g s (--timeout): a rank never "

@@ -12,7 +12,8 @@
  * - set: `'S' keylen key vallen val` → `'+'`; `'!'` when the key exists; `'F'`, and the connection
  *   closed, when it is beyond the caps below.
  * - get: `'G' keylen key timeout_ms` → `'+' vallen val`; `'-'` when the key did not appear within
- *   timeout_ms; `'X' len reason` once the job is aborted.
+ *   timeout_ms; `'X' len reason` once the job is aborted; `'E'` when the server stops while the get
+ *   waits (the job it serves has finished: the client is another job's).
  * - abort: `'A' len reason` → `'+'`.
  *
  * The server (rank 0) listens on the address MASTER_ADDR resolves to when it is this machine's (all
@@ -26,7 +27,8 @@
  * Failures end the job with a one-line reason naming the rank, the store's address and the key: a
  * port rank 0 cannot listen on, a server that does not answer within the timeout (clients retry the
  * connect with back-off until then), a key that never appears, a set beyond the caps, a rank started
- * with other settings than rank 0 (store_agree()).
+ * with other settings than rank 0 (store_agree()), a store that stops while a rank waits on it
+ * (another job's, on the same port).
  */
 #ifndef DDP_STORE_H
 #define DDP_STORE_H

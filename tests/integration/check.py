@@ -6,6 +6,7 @@ raises Failure with a sentence saying which claim broke; the process then exits 
 Standard library only, so a fresh machine needs nothing beyond python3.
 """
 import argparse
+import fcntl
 import json
 import math
 import os
@@ -162,16 +163,45 @@ def port_free(port):
             return False
 
 
+def ephemeral_ports():
+    """The kernel's range for outgoing connections' local ports (and bind to port 0)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo, hi = (int(x) for x in f.read().split())
+        return lo, hi
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+PORT_LOCKS = []  # the reservations this process holds, until it exits
+
+
 def free_master_port():
-    """A port p such that p and p + 1 are free: MASTER_PORT, and the bootstrap port after it (the
-    Gloo store's), so that launches running at the same time do not meet."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("", 0))
-            p = s.getsockname()[1]
-        if p < 65535 and port_free(p + 1):
+    """A port p such that p and p + 1 are free (MASTER_PORT, and the bootstrap port after it: the
+    Gloo store's), reserved for this test process. Launches of tests running at the same time must
+    never get the same pair: MASTER_PORT itself stays unbound under launch.sh (only p + 1 listens),
+    so asking the kernel for a free port (bind to 0) gave two tests the same p now and then, and one
+    job's rank reached the other's store (CI failed so once). Each pair is an even p below the
+    ephemeral range (where no outgoing connection takes p + 1 as its local port), held by an
+    exclusive lock on a file named after it for as long as this process lives."""
+    lo, _ = ephemeral_ports()
+    first, last = 20000, max(20002, lo - 2)
+    lock_dir = os.path.join(tempfile.gettempdir(), "ddp-in-c-ports")
+    os.makedirs(lock_dir, mode=0o1777, exist_ok=True)
+    rng = random.Random()
+    for _ in range(400):
+        p = rng.randrange(first, last, 2)
+        fd = os.open(os.path.join(lock_dir, str(p)), os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # another test holds it
+            os.close(fd)
+            continue
+        if port_free(p) and port_free(p + 1):
+            PORT_LOCKS.append(fd)
             return p
-    raise Failure("found no two free consecutive TCP ports for MASTER_PORT")
+        os.close(fd)  # in use by something else: leave it
+    raise Failure(f"found no two free consecutive TCP ports for MASTER_PORT in {first}..{last}")
 
 
 def env_launch_env():

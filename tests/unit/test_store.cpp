@@ -227,6 +227,28 @@ TEST(StoreServer, FindsEveryKeyAmongMany) {
   store_free(s0, "t/");
 }
 
+// A get that waits when the server stops is told so ('E'), not that its key never appeared ('-'):
+// a rank of one job that reached another job's store (two jobs on one MASTER_PORT) waits on a key
+// that job will never set, and the old answer made its message blame a slow rank and --timeout.
+TEST(StoreServer, AGetWaitingWhenTheServerStopsIsToldSo) {
+  int port = free_port();
+  Store *s0 = store_init("127.0.0.1", port, 0, 1, 5.0);
+  int fd = dial("127.0.0.1", port);
+  ASSERT_GE(fd, 0);
+  std::string b = "G";
+  put_u32(b, 4);
+  b += "none";
+  put_u32(b, 4000);  // longer than the test waits: only the stop can answer it
+  ASSERT_EQ(send(fd, b.data(), b.size(), MSG_NOSIGNAL), static_cast<ssize_t>(b.size()));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the get is waiting
+  std::thread stop([s0] { store_free(s0, "t/"); });
+  char reply = 0;
+  EXPECT_EQ(recv(fd, &reply, 1, 0), 1);
+  EXPECT_EQ(reply, 'E');
+  close(fd);
+  stop.join();
+}
+
 // Y3: with MASTER_ADDR 127.0.0.1 (or 127.0.0.2) the store listens on that address only, not on every
 // interface: another address of this machine (127.0.0.2, or 127.0.0.1) is refused.
 TEST(StoreServer, ListensOnMasterAddrOnly) {
