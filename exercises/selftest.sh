@@ -25,6 +25,11 @@ folder=$step  # an extra exercise (06_fault) has a folder of its own, from its s
 files=(exercises/"$folder"/*.c)
 reference=("${files[@]/#"exercises/$folder"/"steps/$step"}")
 all=$(scripts/check_exercise.sh --claims "$n") || exit 2
+# The main build's reference runs, the same in all three parts below, run once and are replayed after
+# (tests/integration/check.py says when a run is the same).
+DDP_REFERENCE_CACHE=$(mktemp -d "${TMPDIR:-/tmp}/selftest_$n.XXXXXX") || exit 2
+export DDP_REFERENCE_CACHE
+trap 'rm -rf "$DDP_REFERENCE_CACHE"' EXIT
 ref_claims="step${n:0:2}_own_binary $*"
 for c in $all; do
   [[ $c == *@* ]] && ref_claims+=" $c"

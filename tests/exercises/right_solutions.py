@@ -133,7 +133,9 @@ def main():
             if a.check or a.write:
                 continue
             print(f"== {n} {r.name}: {r.what} (claims: {r.claims or 'all'})", flush=True)
-            env = dict(os.environ)
+            # the main build's reference runs, run once and replayed after (check.py's REF_CACHE)
+            env = dict(os.environ, DDP_REFERENCE_CACHE=os.path.join(tmp, "reference_runs"))
+            os.makedirs(env["DDP_REFERENCE_CACHE"], exist_ok=True)
             env.pop("DDP_CLAIMS", None)
             if r.claims:
                 env["DDP_CLAIMS"] = r.claims

@@ -451,6 +451,10 @@ def main():
         ap.error(f"exercise must be one of {', '.join(WRONG)}")
     problems = []
     with tempfile.TemporaryDirectory(prefix=f"wrong_{n}_") as tmp:
+        # The main build's reference runs (step 06 as 07's and 08's reference, ...) are the same for
+        # every wrong solution: run once, replayed after (tests/integration/check.py, REF_CACHE).
+        cache = os.environ.get("DDP_REFERENCE_CACHE") or os.path.join(tmp, "reference_runs")
+        os.makedirs(cache, exist_ok=True)
         for w in WRONG[n]:
             if a.only and w.name != a.only:
                 continue
@@ -460,7 +464,7 @@ def main():
             except ValueError as e:
                 problems.append(str(e))
                 continue
-            env = dict(os.environ, DDP_CLAIMS=w.claims, **w.env)
+            env = dict(os.environ, DDP_CLAIMS=w.claims, DDP_REFERENCE_CACHE=cache, **w.env)
             if os.path.basename(w.file) != UNIT_TESTED.get(n):
                 # The unit tests test another file (the step's own): they prove nothing about this one
                 env["DDP_UNIT"] = "0"

@@ -339,7 +339,9 @@ def drill_torchrun(a, work):
         return 77
     ref = reference(a, work, a.step, 1, SMALL)
     ck = os.path.join(work, "torchrun")
-    cmd = [torchrun, "--nproc_per_node", "1", "--max_restarts", "3", "--redirects", "2", "--tee", "1",
+    # --monitor_interval 0.2: the agent notices the killed worker within 0.2 s instead of 5 (its default)
+    cmd = [torchrun, "--nproc_per_node", "1", "--max_restarts", "3", "--monitor_interval", "0.2",
+           "--redirects", "2", "--tee", "1",
            "--no_python", os.path.join(a.bin_dir, a.step), "--device", "cpu"] + SMALL + [
                "--resume", "auto", "--ckpt_dir", ck]
     job = Job(cmd, ck, work)

@@ -7,6 +7,8 @@ Standard library only, so a fresh machine needs nothing beyond python3.
 """
 import argparse
 import fcntl
+import functools
+import hashlib
 import json
 import math
 import os
@@ -213,14 +215,29 @@ def env_launch_env():
     return env
 
 
+# torchrun's agent looks at its workers every --monitor_interval seconds (5 by default): a launch
+# whose ranks finish in one second took six. The tests' launches ask it every 0.2 s.
+TORCHRUN_POLL = ["--monitor_interval", "0.2"]
+
+
+@functools.lru_cache(maxsize=None)
+def torchrun_works():
+    """torchrun's path when `torchrun --help` runs (PyTorch imports), else None; asked once (it
+    takes seconds: it imports torch)."""
+    exe = shutil.which("torchrun")
+    if not exe or subprocess.run([exe, "--help"], capture_output=True).returncode != 0:
+        return None
+    return exe
+
+
 def torchrun_cmd(np):
     """torchrun's command line for np ranks of a program, or None when PyTorch is not installed.
     --redirects 1 --tee 1: Debian's torch 1.13 on Python 3.11 crashes on the default "0" (its Std
     IntFlag has no member 0 to iterate); stdout still reaches the console, prefixed."""
-    exe = shutil.which("torchrun")
-    if not exe or subprocess.run([exe, "--help"], capture_output=True).returncode != 0:
+    exe = torchrun_works()
+    if not exe:
         return None
-    return [exe, "--standalone", "--nproc_per_node", str(np), "--redirects", "1", "--tee", "1",
+    return [exe, "--standalone", "--nproc_per_node", str(np), *TORCHRUN_POLL, "--redirects", "1", "--tee", "1",
             "--log_dir", tempfile.mkdtemp(prefix="torchrun-logs-"), "--no_python"]
 
 
@@ -237,8 +254,97 @@ def launch(cmd, np, launcher=None):
     return tr + cmd, env_launch_env()
 
 
+# ---- the exercise checker's cache of reference runs ---------------------------------------------------
+#
+# DDP_REFERENCE_CACHE=DIR (set by tests/exercises/wrong_solutions.py and exercises/selftest.sh for one
+# test): a successful run of a program of the main build (in the checker's bin/, a link out of it; the
+# learner's program is never cached) is kept in DIR, and the same run again is replayed from there:
+# its output and the files it wrote in the scenario's folder. "The same run" is the same program file
+# (path, size, time), the same command line and rank count and launcher, the same environment of the
+# programs, and the same files in the scenario's folder before it (path and content: a run that
+# resumes the learner's checkpoint is another run). The programs are deterministic (the tests prove
+# it bit for bit), so a replay is the run; it spares the checker's selftest running step 06 as the
+# reference of step 07 or 08 once per typical wrong solution.
+REF_CACHE = os.environ.get("DDP_REFERENCE_CACHE")
+SCENARIO_TMP = None  # the scenario's folder (main())
+PLACEHOLDER = "\0scenario\0"
+CACHE_ENV_SKIP = ("DDP_BIN_DIR", "DDP_CHECK_TMPDIR", "DDP_REFERENCE_CACHE", "DDP_EXE_RECORD")
+
+
+def tree_state(root):
+    """{relative path: (size, mtime_ns)} of every file under root."""
+    out = {}
+    for d, _, files in os.walk(root):
+        for f in files:
+            path = os.path.join(d, f)
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            out[os.path.relpath(path, root)] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+def cache_key(step, args, np, launcher):
+    """The key of a run (see above), or None when it is not a main-build program's."""
+    exe = os.path.join(BIN, step)
+    if not REF_CACHE or not SCENARIO_TMP or not os.path.islink(exe):
+        return None
+    real = os.path.realpath(exe)
+    st = os.stat(real)
+    h = hashlib.sha256()
+    env = sorted((k, v) for k, v in os.environ.items()
+                 if k.startswith(("DDP_", "OPENBLAS", "OMP_", "OMPI_MCA", "GLOO", "NCCL"))
+                 and k not in CACHE_ENV_SKIP)
+    h.update(json.dumps([real, st.st_size, st.st_mtime_ns, step, np, launcher or LAUNCHER,
+                         [a.replace(SCENARIO_TMP, PLACEHOLDER) for a in args], env]).encode())
+    for rel in sorted(tree_state(SCENARIO_TMP)):
+        h.update(rel.encode() + b"\0")
+        with open(os.path.join(SCENARIO_TMP, rel), "rb") as f:
+            h.update(hashlib.sha256(f.read()).digest())
+    return h.hexdigest()
+
+
+def cache_replay(key):
+    """(stdout, stderr) of a kept run, its files copied into the scenario's folder; None if not kept."""
+    entry = os.path.join(REF_CACHE, key)
+    try:
+        with open(os.path.join(entry, "run.json")) as f:
+            kept = json.load(f)
+    except (OSError, ValueError):
+        return None
+    for rel in kept["files"]:
+        dst = os.path.join(SCENARIO_TMP, rel)
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        shutil.copyfile(os.path.join(entry, "files", rel), dst)
+    return tuple(t.replace(PLACEHOLDER, SCENARIO_TMP) for t in (kept["stdout"], kept["stderr"]))
+
+
+def cache_keep(key, before, out, err):
+    """Keeps a successful run: its output and the files it wrote or changed in the scenario's folder."""
+    after = tree_state(SCENARIO_TMP)
+    files = [rel for rel, st in after.items() if before.get(rel) != st]
+    entry = os.path.join(REF_CACHE, key)
+    staging = tempfile.mkdtemp(dir=REF_CACHE)
+    for rel in files:
+        os.makedirs(os.path.dirname(os.path.join(staging, "files", rel)), exist_ok=True)
+        shutil.copyfile(os.path.join(SCENARIO_TMP, rel), os.path.join(staging, "files", rel))
+    with open(os.path.join(staging, "run.json"), "w") as f:
+        json.dump({"files": files, "stdout": out.replace(SCENARIO_TMP, PLACEHOLDER),
+                   "stderr": err.replace(SCENARIO_TMP, PLACEHOLDER)}, f)
+    try:
+        os.rename(staging, entry)  # whole or not at all
+    except OSError:  # kept meanwhile by another run
+        shutil.rmtree(staging, ignore_errors=True)
+
+
 def run(step, args, np=1, expect_rc=0, tmp=None, launcher=None):
     """Runs build/bin/<step> (under LAUNCHER, or @p launcher, when np > 1); returns (stdout, stderr)."""
+    key = cache_key(step, args, np, launcher) if expect_rc == 0 else None
+    kept = cache_replay(key) if key else None
+    if kept:
+        return kept
+    before = tree_state(SCENARIO_TMP) if key else None
     cmd = [os.path.join(BIN, step)] + list(args) + dist_args(step)
     env = None
     if np > 1:
@@ -246,6 +352,8 @@ def run(step, args, np=1, expect_rc=0, tmp=None, launcher=None):
     stop_if_terminated()
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp, env=env)
     stop_if_terminated()
+    if key and p.returncode == 0:
+        cache_keep(key, before, p.stdout, p.stderr)
     if expect_rc is not None and (p.returncode == 0) != (expect_rc == 0):
         cause = hint(p.stdout + p.stderr, step) if expect_rc == 0 else None
         first = f"likely cause: {cause}\n" if cause else ""
@@ -1267,7 +1375,7 @@ def launchers(tmp):
     torchrun = shutil.which("torchrun")
     if torchrun:
         # --redirects 2 --tee 1: Debian's torch 1.13 on Python 3.11 crashes on the default "0".
-        p = go("torchrun", [torchrun, "--nproc_per_node", "1", "--redirects", "2", "--tee", "1",
+        p = go("torchrun", [torchrun, "--nproc_per_node", "1", *TORCHRUN_POLL, "--redirects", "2", "--tee", "1",
                             "--no_python", prog] + args + ["--metrics", f"{tmp}/t{{rank}}.jsonl"])
         if metrics(f"{tmp}/t0.jsonl")[2]["world_size"] != 1:
             raise Failure("torchrun: wrong world size")
@@ -2614,7 +2722,7 @@ def docs06_launcher_digest(tmp):
 SCENARIOS[docs06_launcher_digest.__name__] = docs06_launcher_digest
 
 def main():
-    global LAUNCHER
+    global LAUNCHER, SCENARIO_TMP
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("scenario", choices=sorted(SCENARIOS))
     ap.add_argument("--launcher", choices=["mpirun", "launch", "torchrun"], default="mpirun",
@@ -2627,6 +2735,7 @@ def main():
     # DDP_CHECK_TMPDIR: where the scenario's folder goes (the exercise checker's own temporary folder,
     # which it removes even when it has to kill a scenario that hangs)
     tmp = tempfile.mkdtemp(prefix=a.scenario + "-", dir=os.environ.get("DDP_CHECK_TMPDIR") or None)
+    SCENARIO_TMP = tmp
     signal.signal(signal.SIGTERM, on_term)
     try:
         rc = SCENARIOS[a.scenario](tmp) or 0
