@@ -121,6 +121,7 @@ left() {  # seconds left before the deadline, less the reserve (a large number w
 }
 deadline_why=""  # set once the deadline is reached: every later row is SKIPPED with it
 section_skip=""  # set while a section runs that its share of the deadline left out
+left_out=()      # the sections it left out
 multi=""         # set while multi-rank rows are decided
 mr_why=""        # set when the smoke test failed: multi-rank rows then FAIL with it, unrun
 refresh_forced() {
@@ -142,6 +143,7 @@ section() {  # ID TITLE EST: a section starts, if its share of the deadline is l
   l=$(left)
   if [ -n "$DEADLINE" ] && [ -z "$deadline_why" ] && ! section_may_start "$l" "$DEADLINE" "$3" "$total_est"; then
     section_skip="deadline: not started at $(elapsed) s of $DEADLINE (its share, ~$((DEADLINE * $3 / total_est)) s, was not left)"
+    left_out+=("$1")
   fi
   refresh_forced
 }
@@ -593,5 +595,6 @@ if [ "${BENCH:-0}" -gt 0 ]; then
     fail "benchmark (gpu_bench.sh -r $BENCH)" "see logs.tar.gz (logs/${last_log##*/}, logs/bench/)"
   fi
 fi
+[ ${#left_out[@]} -eq 0 ] || deadline_why="${deadline_why:+$deadline_why; }the deadline left out section(s) ${left_out[*]}"
 finish "complete after $(elapsed) s${deadline_why:+ ($deadline_why)}"
 exit $failed

@@ -115,7 +115,7 @@ case $scenario in
     rc=$?
     pid=""
     want "exit status 1: its rows failed (it was $rc)" [ "$rc" -eq 1 ]
-    want "it says it completed" grep -qE '^# complete after [0-9]+ s \(deadline: ' "$S"
+    want "it says it completed, and what the deadline did" grep -qE '^# complete after [0-9]+ s \(.*deadline' "$S"
     want "rows SKIPPED \"deadline\"" grep -qE ' SKIPPED: deadline' "$S"
     want "section 5's row is SKIPPED" grep -qE '^several ranks \(steps 04-08\) +SKIPPED: ' "$S"
     for n in 0 1 1b 2 3 4 5; do want "section $n is in the table" grep -q "^## $n\. " "$S"; done
