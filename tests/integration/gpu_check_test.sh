@@ -119,8 +119,8 @@ case $scenario in
     want "rows SKIPPED \"deadline\"" grep -qE ' SKIPPED: deadline' "$S"
     want "section 5's row is SKIPPED" grep -qE '^several ranks \(steps 04-08\) +SKIPPED: ' "$S"
     for n in 0 1 1b 2 3 4 5; do want "section $n is in the table" grep -q "^## $n\. " "$S"; done
-    want "no row after the deadline ran: none FAILED after the first SKIPPED \"deadline\"" \
-      bash -c "! sed -n '/SKIPPED: deadline/,\$p' '$S' | grep -q ' FAILED: '"
+    want "nothing ran once the deadline was reached: no FAILED row after the first 'deadline: reached'" \
+      bash -c "! sed -n '/SKIPPED: deadline: reached/,\$p' '$S' | grep -q ' FAILED: '"
     want "the logs are packed" packed
     want "the stand-ins it started are gone" stubs_gone
     ;;
