@@ -202,7 +202,7 @@ launch_cmd() {
   while [ $# -gt 0 ]; do
     case $1 in -u) unset+=(-u "$2"); shift 2 ;; [A-Z]*=*) set+=("$1"); shift ;; *) break ;; esac
   done
-  cmd=(env "${unset[@]}" MASTER_PORT=$port "${set[@]}" scripts/launch.sh -n "$n" "$@")
+  cmd=(env "${unset[@]}" MASTER_PORT="$port" "${set[@]}" scripts/launch.sh -n "$n" "$@")
   port=$((port + 2))
 }
 # The variables of N ranks on K GPUs: several ranks on one GPU need NCCL >= 2.30 told so, and at most
