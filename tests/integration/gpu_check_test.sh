@@ -10,7 +10,8 @@
 #             table, the sections it could not reach SKIPPED "deadline";
 #   smoke     2 GPUs and a probe that fails: every multi-rank row FAILED "multi-rank NCCL does not
 #             work here", and none of those runs was started.
-# No timing is asserted: the guards below only stop a hung script (generous, 60 s).
+# No timing is asserted: the guards below only stop a hung script (generous, 60 s). SHOW=1 prints
+# the summary and the output even when every check holds.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 scenario=${1:?usage: gpu_check_test.sh killed|deadline|smoke}
