@@ -27,6 +27,13 @@
 # mean over the steps after W. Prints the medians over repetitions and the ratios PyTorch/ours
 # (> 1: ours is faster): 01 against torch, 06 against torch_ddp and torch_ddp_async.
 #
+# Results as they come: every run appends a line to BENCH_OUT/runs.tsv, and after every repetition
+# BENCH_OUT/results.md holds the tables over the repetitions done so far, so that a run stopped early
+# still leaves its figures. DDP_GPU_DEADLINE=S (seconds from its start, as scripts/gpu_check.sh's,
+# which passes on what it has left): a run starts only while RUN_EST seconds (default 30) are left,
+# each is cut at the deadline, and it ends with the tables of the repetitions it completed (none:
+# the GEMM bounds only) before S.
+#
 # Usage: bench/gpu_bench.sh [-r R] [-s S] [-w W] [BUILD_DIR]   (defaults 3, 200, 20, build-gpu-bench)
 # BUILD_DIR is its own (configured with the benchmarks, for CUDA_ARCHS): not scripts/gpu_check.sh's
 # build-gpu, which it would otherwise reconfigure for other architectures and maybe another NCCL.
@@ -37,6 +44,24 @@
 #        MODELS (default "course large").
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+T0=$SECONDS
+DEADLINE=${DDP_GPU_DEADLINE:-}
+if [ -n "$DEADLINE" ] && ! [[ $DEADLINE =~ ^[1-9][0-9]{0,6}$ ]]; then
+  echo "gpu_bench: DDP_GPU_DEADLINE must be a whole number of seconds, got '$DEADLINE'" >&2
+  exit 2
+fi
+RUN_EST=${RUN_EST:-30}
+left() {  # seconds left before the deadline, less 5 for the tables (a large number without one)
+  if [ -n "$DEADLINE" ]; then echo $((DEADLINE - (SECONDS - T0) - 5)); else echo 999999999; fi
+}
+bounded() {  # LIMIT CMD...: CMD under `timeout`, cut at the deadline too (exit status 124)
+  local lim=$1 l
+  shift
+  l=$(left)
+  if [ "$l" -lt "$lim" ]; then lim=$l; fi
+  [ "$lim" -ge 1 ] || return 124
+  timeout -k 2 "$lim" "$@"
+}
 R=3 S=200 W=20
 while getopts "r:s:w:" o; do
   case $o in r) R=$OPTARG ;; s) S=$OPTARG ;; w) W=$OPTARG ;; *) exit 2 ;; esac
@@ -49,6 +74,7 @@ BENCH_OUT=${BENCH_OUT:-$BUILD_DIR/gpu_bench}
 export MASTER_ADDR=127.0.0.1 MASTER_PORT=${MASTER_PORT:-29650}
 [ "$S" -gt $((W + 1)) ] || { echo "need S > W + 1" >&2; exit 2; }
 mkdir -p "$BENCH_OUT"
+rm -f "$BENCH_OUT/runs.tsv" "$BENCH_OUT/results.md"
 
 if ! nvidia-smi -L >/dev/null 2>&1; then
   echo "no NVIDIA GPU (nvidia-smi -L failed)" >&2
@@ -69,14 +95,14 @@ for sp in site.getsitepackages() + [site.getusersitepackages()]:
   if [ -n "${NCCL_ROOT:-}" ]; then nccl_hint=(-DNCCL_ROOT="$NCCL_ROOT")
   elif [ -n "$nccl_wheel" ]; then nccl_hint=(-DNCCL_ROOT="$nccl_wheel")
   fi
-  cmake -S "$ROOT" -B "$BUILD_DIR" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DDDP_BUILD_BENCH=ON \
+  bounded 900 cmake -S "$ROOT" -B "$BUILD_DIR" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DDDP_BUILD_BENCH=ON \
         -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS:-80;90}" \
         "${nccl_hint[@]}" > "$BENCH_OUT/configure.log" 2>&1 || { tail -30 "$BENCH_OUT/configure.log"; exit 1; }
   if ! grep -q '\[✓\] CUDA' "$BENCH_OUT/configure.log" || ! grep -q '\[✓\] NCCL' "$BENCH_OUT/configure.log"; then
     echo "the build has no CUDA or no NCCL: see $BENCH_OUT/configure.log" >&2
     exit 1
   fi
-  cmake --build "$BUILD_DIR" -j "$(nproc)" --target 01_single_gpu 06_full gemm_bound > "$BENCH_OUT/build.log" 2>&1 ||
+  bounded 1800 cmake --build "$BUILD_DIR" -j "$(nproc)" --target 01_single_gpu 06_full gemm_bound > "$BENCH_OUT/build.log" 2>&1 ||
     { tail -40 "$BENCH_OUT/build.log"; exit 1; }
 else
   [ -x "$BUILD_DIR/bin/06_full" ] || { echo "no nvcc and no prebuilt $BUILD_DIR/bin/06_full" >&2; exit 1; }
@@ -109,43 +135,50 @@ run_one() {  # model precision prog rep -> writes $BENCH_OUT/<model>.<precision>
                     --steps "$S" --warmup "$W" "${fmt[@]}")
   local f=$BENCH_OUT/$m.$q.$p.$rep
   MASTER_PORT=$((MASTER_PORT + 2))  # a fresh port pair each run (the store/NCCL port after it)
+  local rc=0
   case $p in
-    01) "$BIN/01_single_gpu" "${ours[@]}" --metrics "$f.jsonl" > "$f.log" 2>&1 ;;
-    06) "$ROOT/scripts/launch.sh" -n 1 "$BIN/06_full" "${ours[@]}" --backend nccl \
+    01) bounded 600 "$BIN/01_single_gpu" "${ours[@]}" --metrics "$f.jsonl" > "$f.log" 2>&1 ;;
+    06) bounded 600 "$ROOT/scripts/launch.sh" -n 1 "$BIN/06_full" "${ours[@]}" --backend nccl \
           --metrics "$f.jsonl" > "$f.log" 2>&1 ;;
-    torch) "$PY" "$ROOT/bench/torch_mlp.py" "${torch_args[@]}" > "$f.json" 2> "$f.log" ;;
-    torch_ddp) RANK=0 LOCAL_RANK=0 WORLD_SIZE=1 "$PY" "$ROOT/bench/torch_mlp.py" \
+    torch) bounded 600 "$PY" "$ROOT/bench/torch_mlp.py" "${torch_args[@]}" > "$f.json" 2> "$f.log" ;;
+    torch_ddp) RANK=0 LOCAL_RANK=0 WORLD_SIZE=1 bounded 600 "$PY" "$ROOT/bench/torch_mlp.py" \
           "${torch_args[@]}" --ddp > "$f.json" 2> "$f.log" ;;
-    torch_ddp_async) RANK=0 LOCAL_RANK=0 WORLD_SIZE=1 "$PY" "$ROOT/bench/torch_mlp.py" \
+    torch_ddp_async) RANK=0 LOCAL_RANK=0 WORLD_SIZE=1 bounded 600 "$PY" "$ROOT/bench/torch_mlp.py" \
           "${torch_args[@]}" --ddp --sync end > "$f.json" 2> "$f.log" ;;
-  esac || { echo "$m $q $p failed, see $f.log:" >&2; tail -20 "$f.log" >&2; exit 1; }
+  esac || rc=$?
+  printf '%s\t%s\t%s\t%s\t%s\n' "$m" "$q" "$p" "$rep" "$([ $rc -eq 0 ] && echo ok || echo "exit $rc")" \
+    >> "$BENCH_OUT/runs.tsv"
+  [ $rc -ne 0 ] || return 0
+  if [ $rc -eq 124 ] && [ "$(left)" -lt 1 ]; then return 124; fi  # cut at the deadline
+  echo "$m $q $p failed, see $f.log:" >&2
+  tail -20 "$f.log" >&2
+  exit 1
 }
 
+stopped=""  # why it stopped early (the deadline), if it did
 for m in "${MODELS[@]}"; do  # the GEMM bound, once per model and format
   for q in "${PRECS[@]}"; do
     fmt=(); [ "$q" = tf32 ] && fmt=(--tf32)
-    "$BIN/gemm_bound" --device cuda --sizes "784,${HIDDEN[$m]},10" --batch "${BATCH[$m]}" \
+    [ "$(left)" -ge "$RUN_EST" ] || { stopped="the deadline, before gemm_bound ($m, $q)"; break 2; }
+    rc=0
+    bounded 600 "$BIN/gemm_bound" --device cuda --sizes "784,${HIDDEN[$m]},10" --batch "${BATCH[$m]}" \
       --reps $((S - W)) --warmup "$W" "${fmt[@]}" > "$BENCH_OUT/$m.$q.gemm.json" 2> "$BENCH_OUT/$m.$q.gemm.log" ||
-      { echo "gemm_bound ($m, $q) failed, see $BENCH_OUT/$m.$q.gemm.log" >&2; exit 1; }
+      rc=$?
+    if [ $rc -eq 124 ] && [ "$(left)" -lt 1 ]; then
+      rm -f "$BENCH_OUT/$m.$q.gemm.json"
+      stopped="the deadline, in gemm_bound ($m, $q)"
+      break 2
+    fi
+    [ $rc -eq 0 ] || { echo "gemm_bound ($m, $q) failed, see $BENCH_OUT/$m.$q.gemm.log" >&2; exit 1; }
   done
 done
 
-for ((rep = 0; rep < R; rep++)); do
-  for m in "${MODELS[@]}"; do
-    for q in "${PRECS[@]}"; do
-      k=$((rep % ${#PROGS[@]}))
-      for p in "${PROGS[@]:k}" "${PROGS[@]:0:k}"; do
-        run_one "$m" "$q" "$p" "$rep"
-      done
-    done
-  done
-  echo "rep $((rep + 1))/$R done"
-done
-
-"$PY" - "$BENCH_OUT" "$R" "$W" "${MODELS[*]}" "${PRECS[*]}" <<'PYEOF'
-import json, statistics as st, sys
+# The tables over the first N repetitions (medians), written to results.md (then printed by the caller).
+cat > "$BENCH_OUT/tables.py" <<'PYEOF'
+import json, os, statistics as st, sys
 out, R, W = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 models, precs = sys.argv[4].split(), sys.argv[5].split()
+R_asked, stopped = int(sys.argv[6]), sys.argv[7]
 batch = {"course": 128, "large": 1024}
 desc = {"course": "784-1024-1024-10, batch 128", "large": "784-4096x4-10, batch 1024"}
 
@@ -164,11 +197,14 @@ names = {"01": "ours, step 01", "06": "ours, step 06 (NCCL, world 1)", "torch": 
          "torch_ddp": "PyTorch DDP (NCCL, world 1)",
          "torch_ddp_async": "PyTorch DDP, no read in the loop"}
 refs = {"01": ["torch"], "06": ["torch_ddp", "torch_ddp_async"]}
-print(f"\n1 GPU, synthetic data; medians over {R} interleaved runs, each the median step after {W} "
-      "warm-up steps (step 06 and PyTorch without reads in the loop: the mean step after them)\n")
-print("| model | format | program | step time (ms) | samples/s | PyTorch / ours |")
-print("| --- | --- | --- | --- | --- | --- |")
-for m in models:
+if stopped:
+    print(f"\nStopped early by {stopped}: {R} of the {R_asked} repetitions done.")
+if R > 0:
+    print(f"\n1 GPU, synthetic data; medians over {R} interleaved runs, each the median step after {W} "
+          "warm-up steps (step 06 and PyTorch without reads in the loop: the mean step after them)\n")
+    print("| model | format | program | step time (ms) | samples/s | PyTorch / ours |")
+    print("| --- | --- | --- | --- | --- | --- |")
+for m in models if R > 0 else []:
     for q in precs:
         t = {p: [step_s(m, q, p, r) for r in range(R)] for p in names}
         for p in names:
@@ -181,9 +217,39 @@ print("\n| model | format | GEMM bound (ms, cuBLAS alone) | GFLOP/s | step 01 (m
 print("| --- | --- | --- | --- | --- | --- |")
 for m in models:
     for q in precs:
+        if not os.path.exists(f"{out}/{m}.{q}.gemm.json"):
+            continue  # not measured: the deadline came before it
         with open(f"{out}/{m}.{q}.gemm.json") as fh:
             g = json.load(fh)
+        if R == 0:
+            print(f"| {desc[m]} | {q} | {g['median_step_s'] * 1e3:.3f} | {g['gflops']:.0f} | - | - |")
+            continue
         s01 = st.median(step_s(m, q, "01", r) for r in range(R))
         print(f"| {desc[m]} | {q} | {g['median_step_s'] * 1e3:.3f} | {g['gflops']:.0f} | "
               f"{s01 * 1e3:.3f} | {g['median_step_s'] / s01:.2f} |")
 PYEOF
+tables() {  # N: results.md over the first N repetitions
+  "$PY" "$BENCH_OUT/tables.py" "$BENCH_OUT" "$1" "$W" "${MODELS[*]}" "${PRECS[*]}" "$R" "$stopped" \
+    > "$BENCH_OUT/results.md.tmp" && mv "$BENCH_OUT/results.md.tmp" "$BENCH_OUT/results.md"
+}
+
+done_reps=0
+tables 0  # the GEMM bounds, before any repetition
+for ((rep = 0; rep < R; rep++)); do
+  for m in "${MODELS[@]}"; do
+    for q in "${PRECS[@]}"; do
+      k=$((rep % ${#PROGS[@]}))
+      for p in "${PROGS[@]:k}" "${PROGS[@]:0:k}"; do
+        [ -z "$stopped" ] || break 3
+        if [ "$(left)" -lt "$RUN_EST" ]; then stopped="the deadline, in repetition $((rep + 1))"; break 3; fi
+        run_one "$m" "$q" "$p" "$rep" || stopped="the deadline, in repetition $((rep + 1))"
+      done
+    done
+  done
+  [ -z "$stopped" ] || break
+  done_reps=$((rep + 1))
+  echo "rep $done_reps/$R done"
+  tables $done_reps  # the tables so far
+done
+tables $done_reps
+cat "$BENCH_OUT/results.md"

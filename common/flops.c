@@ -21,17 +21,19 @@ void flops_count(double n) { g_total += n; }
 double flops_total(void) { return g_total; }
 
 // Dense (no sparsity) peaks in TFLOP/s from NVIDIA's data sheets: the H200 and H100 Tensor Core GPU
-// data sheets, the A100 data sheet (fp32 19.5, TF32 156), the L40S, L40, L4 and A10 data sheets. The data
-// sheets print the TF32 figures "with sparsity"; the dense rate is half of that, which is what is
-// listed. More specific keys come first ("H100 NVL" and "H100 PCIe" before "H100",
-// "A100" before "A10", "L40S" and "L40" before "L4").
+// data sheets (nvidia.com/en-us/data-center/h200/ and /h100/: SXM FP32 67, TF32 989; NVL FP32 60, TF32
+// 835 — the H200 NVL and H100 NVL alike; H100 PCIe FP32 51, TF32 756), the A100 data sheet (fp32 19.5,
+// TF32 156), the L40S, L40, L4 and A10 data sheets. The data sheets print the TF32 figures "with
+// sparsity"; the dense rate is half of that, which is what is listed. More specific keys come first
+// ("H200 NVL" and "GH200" before "H200", "H100 NVL" and "H100 PCIe" before "H100", "A100" before "A10",
+// "L40S" and "L40" before "L4").
 static const struct {
   const char *key;
   double fp32, tf32;
 } PEAKS[] = {
-    {"H200", 67.0, 494.5}, {"GH200", 67.0, 494.5}, {"H100 NVL", 60.0, 417.5}, {"H100 PCIe", 51.0, 378.0},
-    {"H100", 67.0, 494.5}, {"A100", 19.5, 156.0},  {"L40S", 91.6, 183.0},     {"L40", 90.5, 90.5},
-    {"L4", 30.3, 60.0},    {"A10", 31.2, 62.5},
+    {"H200 NVL", 60.0, 417.5},  {"GH200", 67.0, 494.5}, {"H200", 67.0, 494.5}, {"H100 NVL", 60.0, 417.5},
+    {"H100 PCIe", 51.0, 378.0}, {"H100", 67.0, 494.5},  {"A100", 19.5, 156.0}, {"L40S", 91.6, 183.0},
+    {"L40", 90.5, 90.5},        {"L4", 30.3, 60.0},     {"A10", 31.2, 62.5},
 };
 
 double flops_gpu_peak(const char *name, bool tf32) {

@@ -1,33 +1,48 @@
 #!/usr/bin/env bash
-# GPU checks, for a machine with an NVIDIA GPU (DESIGN §8), in a few minutes, with no network and no
-# package installs:
-#   0. first, in a second: does the libnccl.so.2 the programs will load carry every collective the
-#      code calls (scripts/nccl_caps.py; a library built with a subset runs a missing one as an
-#      empty kernel, with no error)? Its result is the first line printed;
-#   1. configure and build (only the programs it runs) with CUDA and NCCL (MPI when present); report
-#      the NCCL it linked and the one it loads;
-#   2. the `gpu` tests: every CUDA op against its CPU reference, the MLP on both devices, (with
-#      an NCCL that can put 2 ranks on one GPU) the order of step 06's bucket all-reduce, and the
-#      reduce-scatter and in-place all-gather on GPU buffers (NCCL; MPI through the host);
+# GPU checks, for a machine with NVIDIA GPUs (DESIGN §8), with no network and no package installs.
+# It may get one try on a borrowed machine, so every row of its table is written the moment it is
+# decided, and whatever stops it (a deadline, Ctrl-C, SIGTERM) leaves the table so far and the logs.
+#   0. the GPU (nvidia-smi) and, in a second, whether the libnccl.so.2 the programs will load carries
+#      every collective the code calls (scripts/nccl_caps.py: a library built with a subset runs a
+#      missing one as an empty kernel, with no error);
+#   1. configure and build (only the programs it runs) with CUDA and NCCL (MPI when present); the
+#      NCCL it linked and the one it loads; the GPUs CUDA sees;
+#  1b. a smoke test of multi-rank NCCL: build/bin/probe at 2 ranks (2 GPUs, or 2 ranks on one GPU
+#      with NCCL >= 2.30), 1 MiB at most, NCCL_DEBUG=INFO, under `timeout 45`. When it fails, every
+#      later multi-rank row is FAILED "multi-rank NCCL does not work here" without running;
+#   2. the `gpu` tests: every CUDA op against its CPU reference, the MLP on both devices, the order of
+#      step 06's bucket all-reduce, and the reduce-scatter and in-place all-gather on GPU buffers;
 #   3. step 01 on the GPU against the CPU, same seed and data order;
-#   4. the process group over NCCL at world size 1: step 05's exact resume; step 06 = step 05;
-#      step 07 = step 06; step 08 = step 06; two ranks on one GPU without NCCL_MULTI_RANK_GPU_ENABLE end with a clear
-#      message (any NCCL refuses them);
-#   5. with NCCL >= 2.30 loaded: steps 04-08 at 2 ranks on one GPU (NCCL_MULTI_RANK_GPU_ENABLE=1,
-#      scripts/launch.sh): replicas identical, step 06 = step 05, steps 07 and 08 = step 06, the GPU tracks
-#      the CPU; the ncclAvg fallback; an IPv6 bootstrap address (SKIPPED where ::1 cannot be bound);
-#      then the same at 4 ranks.
-# Every multi-rank run is bounded three ways: `timeout` around it (RUN_LIMIT seconds, default 300),
-# the trainer's --timeout 60 (its watchdog), and NCCL_MAX_CTAS=2 (NCCL documents "up to 2 ranks per
-# GPU" with its default resources, and warns that running out of them hangs).
-# Every line of the table it prints can fail; the exit status is 1 when any line FAILED (a machine
-# without a GPU: every GPU line fails, but the refusal of two ranks on one GPU is SKIPPED), else 0. SKIPPED lines (e.g. NCCL < 2.30) do not fail it. The
-# verdicts are in scripts/gpu_verdict.sh (tested on CPUs with made-up logs).
+#   4. the process group over NCCL at world size 1: step 05's exact resume; steps 06 = 05, 07 = 06,
+#      08 = 06; two ranks on one GPU without NCCL_MULTI_RANK_GPU_ENABLE end with a clear message;
+#   5. when NCCL >= 2.30 is loaded or the node has 2 or more GPUs: steps 04-08 at np = 2, 4 and the
+#      number of GPUs (each rank its own GPU; above the GPU count only with NCCL >= 2.30, every rank
+#      on GPU 0 with NCCL_MULTI_RANK_GPU_ENABLE=1), rows "N ranks on K GPUs": replicas identical
+#      (steps 04-06), steps 06 = 05, 07 = 06, 08 = 06 (bit-identical at 2 ranks, within 1e-5 above),
+#      the GPU tracks the CPU; at 2 ranks the ncclAvg fallback and an IPv6 bootstrap; on a node of 2
+#      or more GPUs, the probe's bus-bandwidth table over all of them;
+#   6. with BENCH=R: bench/gpu_bench.sh -r R, under the same deadline.
+# Every run is bounded: `timeout` around it (RUN_LIMIT seconds, default 300, or what is left before
+# the deadline), the trainer's --timeout 60 (its watchdog), and, where ranks share a GPU,
+# NCCL_MAX_CTAS=2 (NCCL documents "up to 2 ranks per GPU" with its default resources and warns that
+# running out of them hangs).
+# The table: summary.txt in DDP_GPU_OUT, one row per check, "ok", "FAILED" or "SKIPPED" (a check this
+# machine cannot run, or one the deadline left out), "## N." lines where a section starts, and a last
+# line that says how it ended: complete, or stopped (by which signal, at what second, in which section
+# and run). Exit status 1 when any row FAILED (a machine without a GPU: every GPU row fails), else 0;
+# 128 + the signal when stopped by one. The verdicts are in scripts/gpu_verdict.sh (tested on CPUs
+# with made-up logs, and this script with a stand-in for the programs: tests/integration/).
 #
-# Usage: [NCCL_ROOT=...] [DDP_DEPS_PREFIX=...] [DDP_GPU_OUT=...] [BENCH=R] scripts/gpu_check.sh [BUILD_DIR]
+# Usage: [DDP_GPU_DEADLINE=S] [DDP_GPU_OUT=...] [NCCL_ROOT=...] [BENCH=R] scripts/gpu_check.sh [BUILD_DIR]
 #   BUILD_DIR        build folder (default build-gpu)
-#   DDP_GPU_OUT      output folder (default BUILD_DIR/gpu_check): summary.txt (the table) and
-#                    logs.tar.gz (every log and metrics file); nothing else
+#   DDP_GPU_DEADLINE seconds from the start by which it must have ended, summary written: a section
+#                    starts only while its share of S (in proportion to its estimated time, EST_*
+#                    below) is left, else its rows say SKIPPED "deadline"; runs are cut at S. Unset:
+#                    nothing is skipped
+#   DDP_GPU_OUT      output folder (default BUILD_DIR/gpu_check): summary.txt (the table, written as
+#                    it goes) and logs.tar.gz (every log and metrics file; while it runs, and after a
+#                    SIGKILL, the logs are in DDP_GPU_OUT/logs/); nothing else
+#   DDP_GPU_REUSE_BUILD=1  use BUILD_DIR as it is: no configure, no build (a build made before)
 #   NCCL_ROOT        an NCCL install (include/nccl.h + lib/libnccl.so*), e.g. NCCL 2.30 unpacked;
 #                    its lib/ is put first on LD_LIBRARY_PATH
 #   DDP_DEPS_PREFIX  Debian packages unpacked by scripts/gpu_deps.sh (OpenBLAS, GoogleTest,
@@ -35,28 +50,168 @@
 #   CUDA_ARCHS       CUDA architectures to build (default 90: Hopper)
 #   BENCH=R          then run bench/gpu_bench.sh -r R (needs PyTorch; its own build folder,
 #                    BUILD_DIR-bench, with the same NCCL and CUDA_ARCHS)
-#   RUN_LIMIT        seconds each multi-rank run may take before `timeout` ends it (default 300)
+#   RUN_LIMIT        seconds each run may take before `timeout` ends it (default 300)
 # CUDA libraries may also come from PyTorch's pip wheels (nvidia-*): NCCL is taken from the wheel when
 # neither NCCL_ROOT nor the toolkit has one.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
+T0=$SECONDS
 BUILD_DIR=${1:-build-gpu}
 DDP_GPU_OUT=${DDP_GPU_OUT:-$BUILD_DIR/gpu_check}
+DEADLINE=${DDP_GPU_DEADLINE:-}
+if [ -n "$DEADLINE" ] && ! [[ $DEADLINE =~ ^[1-9][0-9]{0,6}$ ]]; then
+  echo "gpu_check: DDP_GPU_DEADLINE must be a whole number of seconds (1..9999999), got '$DEADLINE'" >&2
+  exit 2
+fi
+RESERVE=5  # seconds kept before the deadline: a run's 2 s to die, the last lines, the logs' archive
 mkdir -p "$DDP_GPU_OUT" || exit 1
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-LOG=$work/logs
-mkdir -p "$LOG"
-. scripts/gpu_verdict.sh  # rows, ok/fail/skip, the verdict_* functions, table
-finish() {
+rm -rf "$DDP_GPU_OUT/logs" "$DDP_GPU_OUT/logs.tar.gz" "$DDP_GPU_OUT/summary.txt"
+LOG=$DDP_GPU_OUT/logs
+mkdir -p "$LOG" || exit 1
+work=$(mktemp -d)  # data made here, checkpoints: not kept
+. scripts/gpu_verdict.sh  # rows, ok/fail/skip, the verdict_* functions, tally
+SUMMARY=$DDP_GPU_OUT/summary.txt
+ECHO_ROWS=1
+
+# ---- how it ends: complete, or stopped; either way the counts, then the logs packed ----------------
+where="start-up"  # the section and run in progress, for a stopped run's last line
+child=""          # the `timeout` process of the run in progress
+finished=0
+stop_child() {  # `timeout` passes the signal on to its whole process group (the run's processes)
+  [ -n "$child" ] || return 0
+  kill -TERM "$child" 2> /dev/null
+  wait "$child" 2> /dev/null  # at most its -k grace
+  child=""
+}
+finish() {  # LAST_LINE
+  [ $finished -eq 0 ] || return 0
+  finished=1
+  trap '' INT TERM HUP
+  stop_child
   {
-    table "# GPU check $(date -u +%Y-%m-%dT%H:%MZ): ${gpu_name:-no GPU}; build $BUILD_DIR"
+    tally
+    echo "# $1"
     echo "# logs in $DDP_GPU_OUT/logs.tar.gz"
-  } > "$DDP_GPU_OUT/summary.txt"
-  tar -czf "$DDP_GPU_OUT/logs.tar.gz" -C "$work" logs
+  } >> "$SUMMARY"
+  tar -czf "$DDP_GPU_OUT/logs.tar.gz" -C "$DDP_GPU_OUT" logs && rm -rf "$LOG"
+  rm -rf "$work"
   echo
-  cat "$DDP_GPU_OUT/summary.txt"
-  exit $failed
+  cat "$SUMMARY"
+}
+elapsed() { echo $((SECONDS - T0)); }
+on_signal() {  # NAME NUMBER
+  finish "STOPPED by SIG$1 after $(elapsed) s, in $where; the rows above are those decided by then"
+  exit $((128 + $2))
+}
+trap 'on_signal INT 2' INT
+trap 'on_signal TERM 15' TERM
+trap 'on_signal HUP 1' HUP
+trap 'finish "ended early (exit status $?) after $(elapsed) s, in $where"' EXIT
+
+# ---- the deadline ------------------------------------------------------------------------------------
+# Estimated seconds of each section on one H200 (16 cores): what the deadline is shared by. Estimates,
+# not measurements (nothing has run on a GPU yet); section 5's is per world size.
+EST_BUILD=90 EST_SMOKE=15 EST_GPU_TESTS=60 EST_STEP01=30 EST_WS1=60 EST_MULTI=45 EST_BENCH=150
+# the sum over the sections of this run (section 5's world sizes are added once CUDA has counted the
+# GPUs; until then it counts one)
+total_est=$((1 + EST_BUILD + EST_SMOKE + EST_GPU_TESTS + EST_STEP01 + EST_WS1 + EST_MULTI))
+[ "${BENCH:-0}" -gt 0 ] && total_est=$((total_est + EST_BENCH * BENCH))
+left() {  # seconds left before the deadline, less the reserve (a large number without one)
+  if [ -n "$DEADLINE" ]; then echo $((DEADLINE - $(elapsed) - RESERVE)); else echo 999999999; fi
+}
+deadline_why=""  # set once the deadline is reached: every later row is SKIPPED with it
+section_skip=""  # set while a section runs that its share of the deadline left out
+left_out=()      # the sections it left out
+multi=""         # set while multi-rank rows are decided
+mr_why=""        # set when the smoke test failed: multi-rank rows then FAIL with it, unrun
+refresh_forced() {
+  if [ -n "$multi" ] && [ -n "$mr_why" ]; then forced="FAILED"$'\t'"$mr_why"
+  elif [ -n "$deadline_why" ]; then forced="SKIPPED"$'\t'"$deadline_why"
+  elif [ -n "$section_skip" ]; then forced="SKIPPED"$'\t'"$section_skip"
+  else forced=""
+  fi
+}
+multi_rows() {  # on|off: the rows that follow are multi-rank ones
+  if [ "$1" = on ]; then multi=1; else multi=""; fi
+  refresh_forced
+}
+section() {  # ID TITLE EST: a section starts, if its share of the deadline is left
+  local l
+  where="section $1 ($2), at $(elapsed) s"
+  printf '## %s. %s (at %s s)\n' "$1" "$2" "$(elapsed)" | tee -a "$SUMMARY"
+  section_skip=""
+  l=$(left)
+  if [ -n "$DEADLINE" ] && [ -z "$deadline_why" ] && ! section_may_start "$l" "$DEADLINE" "$3" "$total_est"; then
+    section_skip="deadline: not started at $(elapsed) s of $DEADLINE (its share, ~$((DEADLINE * $3 / total_est)) s, was not left)"
+    left_out+=("$1")
+  fi
+  refresh_forced
+}
+
+# A run: name, then the command (`launch N ...` for scripts/launch.sh); its output goes to
+# $LOG/<nn>_<name>.log (last_log), its exit status to last_rc. True when it exited 0. Bounded by
+# `timeout` (RUN_LIMIT, or LIMIT=seconds before the name, or what is left before the deadline: then
+# a run cut at the deadline, and every later one, is SKIPPED "deadline", not a hang); run
+# in the background and waited for, so that a signal is handled at once. Not run while rows are
+# forced (true then: the rows that follow take the forced verdict).
+n_run=0
+run() {
+  local limit=${RUN_LIMIT:-300} name l
+  case $1 in LIMIT=*) limit=${1#LIMIT=}; shift ;; esac
+  name=$1
+  shift
+  n_run=$((n_run + 1))
+  last_log="$LOG/$(printf '%02d' $n_run)_$(echo "$name" | tr -c 'A-Za-z0-9\n' '_').log"
+  last_rc=0
+  [ -z "$forced" ] || { last_log=/dev/null; return 0; }
+  l=$(left)
+  if [ "$l" -lt 1 ]; then
+    deadline_why="deadline: reached at $(elapsed) s of $DEADLINE; not run"
+    refresh_forced
+    last_log=/dev/null
+    return 0
+  fi
+  [ "$l" -lt "$limit" ] && limit=$l
+  [ "$1" = launch ] && { shift; launch_cmd "$@"; set -- "${cmd[@]}"; }
+  where="${where%%, running *}, running $name (logs/${last_log##*/}) since $(elapsed) s"
+  timeout -k 2 "$limit" "$@" < /dev/null > "$last_log" 2>&1 &
+  child=$!
+  wait "$child"
+  last_rc=$?
+  child=""
+  [ $last_rc -eq 0 ] && return 0
+  echo "exit status $last_rc" >> "$last_log"
+  if { [ $last_rc -eq 124 ] || [ $last_rc -eq 137 ]; } && [ "$(left)" -lt 1 ]; then
+    echo "stopped at the deadline (DDP_GPU_DEADLINE=$DEADLINE) after $limit s" >> "$last_log"
+    deadline_why="deadline: reached at $(elapsed) s of $DEADLINE (${name} stopped)"
+    refresh_forced
+    last_rc=0
+    return 0
+  fi
+  return 1
+}
+last_error() { first_error "$last_log"; }  # the first error line of the latest run's log
+
+# launch_cmd N [VAR=VALUE | -u VAR]... PROGRAM ARGS...: cmd=(scripts/launch.sh on a fresh pair of ports
+# (MASTER_PORT, + 1), with those variables set or unset)
+export MASTER_ADDR=127.0.0.1
+port=29512
+launch_cmd() {
+  local n=$1 unset=() set=()
+  shift
+  while [ $# -gt 0 ]; do
+    case $1 in -u) unset+=(-u "$2"); shift 2 ;; [A-Z]*=*) set+=("$1"); shift ;; *) break ;; esac
+  done
+  cmd=(env "${unset[@]}" MASTER_PORT="$port" "${set[@]}" scripts/launch.sh -n "$n" "$@")
+  port=$((port + 2))
+}
+# The variables of N ranks on K GPUs: several ranks on one GPU need NCCL >= 2.30 told so, and at most
+# 2 CTAs each; ranks on GPUs of their own must not have NCCL_MULTI_RANK_GPU_ENABLE (it would limit
+# them too).
+placement() {  # N K: sets place=(...)
+  if [ "$1" -gt "$2" ]; then place=(NCCL_MULTI_RANK_GPU_ENABLE=1 NCCL_MAX_CTAS=2 CUDA_VISIBLE_DEVICES=0)
+  else place=(-u NCCL_MULTI_RANK_GPU_ENABLE)
+  fi
 }
 
 wheel_dir() {  # the first site-packages/nvidia/<name> folder, if any
@@ -70,14 +225,22 @@ for sp in site.getsitepackages() + [site.getusersitepackages()]:
 PY
 }
 
-# ---- 0. the GPU ------------------------------------------------------------------------------------
-gpu_name=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)
-nvidia-smi > "$LOG/nvidia-smi.txt" 2>&1
-nvidia-smi topo -m >> "$LOG/nvidia-smi.txt" 2>&1
+# ---- 0. the GPU and the NCCL it will load ------------------------------------------------------------
+gpu_name=$(timeout 20 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)
+{
+  echo "# GPU check $(date -u +%Y-%m-%dT%H:%MZ): ${gpu_name:-no GPU}; build $BUILD_DIR;" \
+       "deadline ${DEADLINE:-none}${DEADLINE:+ s}"
+  printf '%-52s %s\n' "check" "result"
+} | tee "$SUMMARY"
+section 0 "the GPU and the NCCL it will load" 1
+{ timeout 20 nvidia-smi; timeout 20 nvidia-smi topo -m; } > "$LOG/nvidia-smi.txt" 2>&1
+if [ -n "$gpu_name" ]; then
+  ok "nvidia-smi" "$(timeout 20 nvidia-smi -L 2> /dev/null | grep -c '^GPU') GPU(s): $gpu_name"
+else
+  fail "nvidia-smi" "no GPU listed (nvidia-smi missing or failing; see logs/nvidia-smi.txt)"
+fi
 
-# ---- 1. build ------------------------------------------------------------------------------------
 nvcc=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null || true)
-[ -n "$nvcc" ] || { fail "configure + build" "no nvcc (CUDA toolkit) found"; finish; }
 cmake_args=(-DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER="$nvcc"
             -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS:-90}" -DDDP_FETCH_GTEST=OFF)
 command -v mpicc > /dev/null || cmake_args+=(-DDDP_ENABLE_MPI=OFF)
@@ -104,7 +267,6 @@ if [ -n "${DDP_DEPS_PREFIX:-}" ]; then
   [ -f "$P/include/libdeflate.h" ] && cmake_args+=(-DLIBDEFLATE_ROOT="$P")
   export LD_LIBRARY_PATH="$L/openblas-pthread:$L${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
-# ---- NCCL's device functions, first of all ------------------------------------------------------------
 # The library the programs will load, in the dynamic loader's order: LD_LIBRARY_PATH, then the
 # folder the build links from (its RUNPATH), then ldconfig's cache. After the build, ldd says which
 # one was loaded, and the row is checked again if that is another.
@@ -116,47 +278,70 @@ nccl_to_load() {
   done
   /sbin/ldconfig -p 2> /dev/null | awk '/libnccl\.so\.2 / {print $NF; exit}'
 }
-caps_row() {  # LIB: the row "NCCL carries every collective the code calls"
+caps_row() {  # NAME LIB: the row "NCCL carries every collective the code calls"
   local line="" rc=2
-  [ -n "$1" ] && { line=$(scripts/nccl_caps.py "$1"); rc=$?; }
-  caps_lib=$1
-  caps_verdict=$(verdict_caps "$1" $rc "$line")
-  echo "NCCL device functions: ${caps_verdict/$'\t'/: }"
+  [ -n "$2" ] && { line=$(timeout 60 scripts/nccl_caps.py "$2"); rc=$?; }
+  caps_lib=$2
+  verdict "$1" "$(verdict_caps "$2" $rc "$line")"
 }
-caps_row "$(nccl_to_load)"
+caps_row "NCCL carries every collective the code calls" "$(nccl_to_load)"
 
-t0=$SECONDS
-if ! cmake -S . -B "$BUILD_DIR" "${cmake_args[@]}" > "$LOG/configure.log" 2>&1; then
-  fail "configure + build" "configure failed: $(grep -m1 -A2 'CMake Error' "$LOG/configure.log" | tr '\n' ' ')"
-  finish
+# ---- 1. build ------------------------------------------------------------------------------------------
+section 1 "configure and build" $EST_BUILD
+built=0
+if [ "${DDP_GPU_REUSE_BUILD:-0}" = 1 ]; then
+  if [ -d "$BUILD_DIR/bin" ]; then
+    ok "configure + build" "reused $BUILD_DIR as it is (DDP_GPU_REUSE_BUILD=1): not configured, not built"
+    built=1
+  else
+    fail "configure + build" "DDP_GPU_REUSE_BUILD=1, but $BUILD_DIR/bin does not exist"
+  fi
+elif [ -z "$nvcc" ]; then
+  fail "configure + build" "no nvcc (CUDA toolkit) found"
+elif ! run LIMIT=900 configure cmake -S . -B "$BUILD_DIR" "${cmake_args[@]}"; then
+  fail "configure + build" "configure failed: $(grep -m1 -A2 'CMake Error' "$last_log" | tr '\n' ' ')"
+elif [ -n "$forced" ]; then
+  skip "configure + build" "not finished"  # takes the forced verdict: the deadline
+else
+  features=$(grep -oE '\[(✓|✗)\] [A-Za-z+ ]+' "$last_log" | sed 's/ *$//' | paste -sd, -)
+  configure_log=$last_log
+  # only what this script runs: the steps, gpu_count, the probe, the gpu tests' programs
+  targets=(01_single_gpu 04_ddp_wrap 05_metrics_ckpt 06_full 07_zero 08_fsdp gpu_count probe test_order_nccl
+           test_dist_gpu)
+  grep -q '\[✓\] GoogleTest' "$configure_log" && targets+=(gpu_tests)
+  t_build=$SECONDS
+  if ! grep -q '\[✓\] CUDA' "$configure_log" || ! grep -q '\[✓\] NCCL' "$configure_log"; then
+    fail "configure + build" "no CUDA or no NCCL in the build (set NCCL_ROOT): $features"
+  elif ! run LIMIT=1800 build cmake --build "$BUILD_DIR" -j "$(nproc)" --target "${targets[@]}"; then
+    fail "configure + build" "build failed: $(grep -m1 -E 'error' "$last_log")"
+  elif [ -n "$forced" ]; then
+    skip "configure + build" "not finished"
+  else
+    ok "configure + build" "built in $((SECONDS - t_build)) s; $features"
+    built=1
+  fi
 fi
-features=$(grep -oE '\[(✓|✗)\] [A-Za-z+ ]+' "$LOG/configure.log" | sed 's/ *$//' | paste -sd, -)
-if ! grep -q '\[✓\] CUDA' "$LOG/configure.log" || ! grep -q '\[✓\] NCCL' "$LOG/configure.log"; then
-  fail "configure + build" "no CUDA or no NCCL in the build (set NCCL_ROOT): $features"
-  finish
+if [ $built -eq 0 ]; then
+  if [ -z "$forced" ]; then
+    finish "ended after $(elapsed) s: no build, nothing else to check"
+    exit 1
+  fi
+  # the deadline stopped the build, or left no time to start it: every later row says so
+  deadline_why=${deadline_why:-"deadline: no build (its share of the deadline was not left)"}
+  refresh_forced
 fi
-# only what this script runs: the steps, gpu_count, the gpu tests' programs (and the benchmark's)
-targets=(01_single_gpu 04_ddp_wrap 05_metrics_ckpt 06_full 07_zero 08_fsdp gpu_count test_order_nccl test_dist_gpu)
-grep -q '\[✓\] GoogleTest' "$LOG/configure.log" && targets+=(gpu_tests)
-if ! cmake --build "$BUILD_DIR" -j "$(nproc)" --target "${targets[@]}" > "$LOG/build.log" 2>&1; then
-  fail "configure + build" "build failed: $(grep -m1 -E 'error' "$LOG/build.log")"
-  finish
-fi
-ok "configure + build" "$((SECONDS - t0)) s; $features"
 BIN=$BUILD_DIR/bin
 
-# ---- NCCL: linked and loaded ------------------------------------------------------------------------
-# linked: the version in the nccl.h the build compiled against, and the library it linked
-nccl_inc=$(sed -n 's/^NCCL_INCLUDE_DIR:[A-Z]*=//p' "$BUILD_DIR/CMakeCache.txt")
-nccl_lib=$(sed -n 's/^NCCL_LIBRARY:[A-Z]*=//p' "$BUILD_DIR/CMakeCache.txt")
+# the NCCL linked (the nccl.h the build compiled against, and the library it linked) and loaded
+nccl_inc=$(sed -n 's/^NCCL_INCLUDE_DIR:[A-Z]*=//p' "$BUILD_DIR/CMakeCache.txt" 2> /dev/null)
+nccl_lib=$(sed -n 's/^NCCL_LIBRARY:[A-Z]*=//p' "$BUILD_DIR/CMakeCache.txt" 2> /dev/null)
 linked="$(awk '/^#define NCCL_(MAJOR|MINOR|PATCH) / {v = v (v ? "." : "") $3} END {print v}' \
           "$nccl_inc/nccl.h" 2>/dev/null) ($nccl_lib)"
 loaded_path=$(ldd "$BIN/05_metrics_ckpt" 2>/dev/null | awk '/libnccl/ {print $3; exit}')
 if [ -n "$loaded_path" ] && [ "$(readlink -f "$loaded_path")" != "$(readlink -f "${caps_lib:-/}")" ]; then
-  caps_row "$loaded_path"  # not the library predicted above: check the one that loads
+  caps_row "NCCL that loads carries every collective" "$loaded_path"  # not the one predicted above
 fi
-verdict "NCCL carries every collective the code calls" "$caps_verdict"
-loaded=$(python3 - "$loaded_path" 2>/dev/null <<'PY'
+loaded=$([ -n "$loaded_path" ] && timeout 20 python3 - "$loaded_path" 2>/dev/null <<'PY'
 import ctypes, sys
 v = ctypes.c_int(0)
 ctypes.CDLL(sys.argv[1]).ncclGetVersion(ctypes.byref(v))
@@ -166,7 +351,7 @@ PY
 )
 nccl_code=0
 if [ -z "$loaded" ]; then
-  fail "NCCL linked / loaded" "linked $linked; the loaded library ($loaded_path) did not answer ncclGetVersion"
+  fail "NCCL linked / loaded" "linked $linked; the loaded library (${loaded_path:-none}) did not answer ncclGetVersion"
 else
   IFS=. read -r ma mi pa <<< "$loaded"
   nccl_code=$((ma * 10000 + mi * 100 + pa))
@@ -176,46 +361,61 @@ else
     fail "NCCL linked / loaded" "header and library differ: linked $linked; loaded $loaded ($loaded_path)"
   fi
 fi
-
-# ---- comparisons (one line each: ok|FAILED, a tab, the detail) --------------------------------------
-compare() { verdict "$1" "$(python3 scripts/gpu_compare.py "${@:2}")"; }
-
-# A run: name, then the command; its output goes to $LOG/<nn>_<name>.log (last_log), its exit status
-# to last_rc. True when it exited 0.
-n_run=0
-run() {
-  local name=$1; shift
-  n_run=$((n_run + 1))
-  last_log="$LOG/$(printf '%02d' $n_run)_$(echo "$name" | tr -c 'A-Za-z0-9\n' '_').log"
-  "$@" > "$last_log" 2>&1
-  last_rc=$?
-  [ $last_rc -eq 0 ] && return 0
-  echo "exit status $last_rc" >> "$last_log"
-  return 1
-}
-last_error() { first_error "$last_log"; }  # the first error line of the latest run's log
-
-# ---- 2. the gpu tests ---------------------------------------------------------------------------------
-ngpu=$("$BIN/gpu_count" 2>/dev/null || echo 0)
+ngpu=$(timeout 30 "$BIN/gpu_count" 2>/dev/null || echo 0)
+[[ $ngpu =~ ^[0-9]+$ ]] || ngpu=0
 if [ "$ngpu" -gt 0 ]; then
-  ok "GPU visible to CUDA" "$ngpu: $gpu_name"
+  ok "GPU visible to CUDA" "$ngpu: ${gpu_name:-(nvidia-smi names none)}"
 else
   fail "GPU visible to CUDA" "cudaGetDeviceCount finds none (nvidia-smi: ${gpu_name:-not found})"
 fi
-NCCL_MAX_CTAS=2 ctest --test-dir "$BUILD_DIR" -L gpu --output-on-failure > "$LOG/ctest_gpu.log" 2>&1
-verdict "gpu tests (CUDA vs CPU, every op; MLP)" "$(verdict_gpu_tests "$LOG/ctest_gpu.log")"
-verdict "bucket all-reduce order, 2 ranks (gpu test)" "$(verdict_order "$LOG/ctest_gpu.log" "$ngpu")"
-verdict "reduce-scatter, all-gather in place (gpu tests)" "$(verdict_dist "$LOG/ctest_gpu.log" "$ngpu")"
+plan=$(multi_rank_plan "$ngpu" "$nccl_code")
+n_np=$(grep -c . <<< "$plan")
+[ "$n_np" -gt 1 ] && total_est=$((total_est + EST_MULTI * (n_np - 1)))
 
-# ---- 3. step 01, GPU against CPU --------------------------------------------------------------------
+# ---- 1b. multi-rank NCCL, bounded: the probe at 2 ranks ---------------------------------------------------
+section 1b "smoke test: multi-rank NCCL (the probe, 2 ranks)" $EST_SMOKE
+smoke="NCCL smoke test: probe, 2 ranks"
+if [ "$ngpu" -eq 1 ] && [ "$nccl_code" -lt 23000 ]; then
+  skip "$smoke" "2 ranks need 2 GPUs, or NCCL >= 2.30 to share one (loaded ${loaded:-unknown})"
+else
+  if [ "$ngpu" -ge 2 ]; then k=2; else k=1; fi
+  placement 2 $k
+  if run LIMIT=45 probe_smoke launch 2 "${place[@]}" NCCL_DEBUG=INFO "$BIN/probe" --device cuda \
+       --backend nccl --timeout 30 --max_bytes 1M; then
+    verdict "$smoke" "$(verdict_probe 0 "$last_log" 2)"
+  else
+    verdict "$smoke" "$(verdict_probe "$last_rc" "$last_log" 2)"
+  fi
+  if [ "${rows[-1]}" != "${rows[-1]/ FAILED: /}" ]; then
+    mr_why="multi-rank NCCL does not work here (the 2-rank probe failed: logs/${last_log##*/}); not run"
+  fi
+fi
+
+# ---- 2. the gpu tests ----------------------------------------------------------------------------------
+section 2 "the gpu tests (ctest -L gpu)" $EST_GPU_TESTS
+# --timeout: the tests without their own TIMEOUT (GoogleTest's); the NCCL ones have 60 s, their
+# process group's watchdog 45 s. Without multi-rank NCCL, the multi-rank tests are not run.
+excl=()
+[ -n "$mr_why" ] && excl=(-E '^(nccl_bucket_order|dist_gpu_.*)$')
+run LIMIT=600 ctest_gpu ctest --test-dir "$BUILD_DIR" -L gpu --timeout 60 "${excl[@]}" --output-on-failure
+ctest_log=$last_log
+[ -f "$ctest_log" ] || : > "$ctest_log"
+verdict "gpu tests (CUDA vs CPU, every op; MLP)" "$(verdict_gpu_tests "$ctest_log")"
+multi_rows on
+verdict "bucket all-reduce order, 2 ranks (gpu test)" "$(verdict_order "$ctest_log" "$ngpu")"
+verdict "reduce-scatter, all-gather in place (gpu tests)" "$(verdict_dist "$ctest_log" "$ngpu")"
+multi_rows off
+
+# ---- 3. step 01, GPU against CPU ---------------------------------------------------------------------
+section 3 "step 01 on the GPU against the CPU" $EST_STEP01
 # Real Fashion-MNIST when installed; otherwise IDX files made here (learnable: each class lights its
 # own rows of the image), so that the 8-bit pixel path (ops_gather_pixels) runs on the GPU as well.
 data=()
 data_name="Fashion-MNIST"
-fmnist=$(sed -n 's/^DDP_FASHION_MNIST_DIR:[A-Z]*=//p' "$BUILD_DIR/CMakeCache.txt")  # the build's
+fmnist=$(sed -n 's/^DDP_FASHION_MNIST_DIR:[A-Z]*=//p' "$BUILD_DIR/CMakeCache.txt" 2> /dev/null)  # the build's
 if [ ! -f "$fmnist/train-images-idx3-ubyte.gz" ]; then
   data_name="IDX files made here"
-  python3 - "$work/idx" <<'PY'
+  cat > "$work/make_idx.py" <<'PY'
 import gzip, os, random, struct, sys
 out = sys.argv[1]
 os.makedirs(out, exist_ok=True)
@@ -223,17 +423,23 @@ rng = random.Random(1337)
 for split, n in (("train", 16384), ("t10k", 2000)):
     labels = [i % 10 for i in range(n)]
     noise = rng.randbytes(784 * n)
-    pixels = bytearray(b % 200 for b in noise)
-    for i, k in enumerate(labels):
-        for p in range(784 * i + 28 * (2 * k + 4), 784 * i + 28 * (2 * k + 6)):
-            pixels[p] = min(255, pixels[p] + 30)
+    pixels = bytearray(noise.translate(bytes(b % 200 for b in range(256))))  # each byte % 200
+    plus30 = bytes(min(255, b + 30) for b in range(256))
+    for i, k in enumerate(labels):  # the rows 2k+4 and 2k+5 of the image, 30 brighter
+        a, b = 784 * i + 28 * (2 * k + 4), 784 * i + 28 * (2 * k + 6)
+        pixels[a:b] = pixels[a:b].translate(plus30)
     with gzip.open(f"{out}/{split}-images-idx3-ubyte.gz", "wb", compresslevel=1) as f:
         f.write(struct.pack(">IIII", 2051, n, 28, 28) + bytes(pixels))
     with gzip.open(f"{out}/{split}-labels-idx1-ubyte.gz", "wb", compresslevel=1) as f:
         f.write(struct.pack(">II", 2049, n) + bytes(labels))
 PY
+  run make_idx python3 "$work/make_idx.py" "$work/idx" || fail "IDX files made here" "$(last_error)"
   data=(--data fashion-mnist --data_dir "$work/idx")
 fi
+# A comparison of two runs' metrics files (scripts/gpu_compare.py): one row; not run while forced.
+compare() {
+  if [ -n "$forced" ]; then ok "$1" "-"; else verdict "$1" "$(timeout 60 python3 scripts/gpu_compare.py "${@:2}")"; fi
+}
 # hidden 256,256: the CPU side may be the plain C GEMM (no OpenBLAS), which must stay quick
 s01=(--epochs 1 --max_steps 200 --batch_size 128 --hidden 256,256 --save_interval 0 --log_interval 100 "${data[@]}")
 for dev in cuda cpu; do
@@ -247,23 +453,8 @@ run "step01_tf32" "$BIN/01_single_gpu" --device cuda --tf32 "${s01[@]}" --metric
 compare "step 01 --tf32 tracks fp32 on the GPU" gpu_cpu "$LOG/step01_tf32.jsonl" "$LOG/step01_cuda.jsonl" 10 2e-2 0.05
 
 # ---- 4. the process group over NCCL, world size 1 ---------------------------------------------------
+section 4 "the process group over NCCL, world size 1" $EST_WS1
 small=(--device cuda --backend nccl --data synthetic --dataset_size 16384 --log_interval 100)
-export MASTER_ADDR=127.0.0.1
-port=29512
-# N [VAR=VALUE | -u VAR]... PROGRAM ARGS...: scripts/launch.sh on a fresh pair of ports (MASTER_PORT,
-# + 1), with those variables set or unset, NCCL_MAX_CTAS=2, and ended by `timeout` after RUN_LIMIT
-# seconds (exit status 124; 137 when it had to kill), whatever the trainer's own watchdog does.
-launch() {
-  local n=$1 rc unset=() set=(); shift
-  while [ $# -gt 0 ]; do
-    case $1 in -u) unset+=(-u "$2"); shift 2 ;; [A-Z]*=*) set+=("$1"); shift ;; *) break ;; esac
-  done
-  env "${unset[@]}" NCCL_MAX_CTAS=2 MASTER_PORT=$port "${set[@]}" \
-    timeout -k 10 "${RUN_LIMIT:-300}" scripts/launch.sh -n "$n" "$@"
-  rc=$?
-  port=$((port + 2))
-  return $rc
-}
 run "step05_2epochs" launch 1 "$BIN/05_metrics_ckpt" "${small[@]}" --epochs 2 --save_interval 0 \
   --metrics "$LOG/s05a_{rank}.jsonl" || fail "step 05, 1 rank, 2 epochs" "$(last_error)"
 run "step05_1epoch" launch 1 "$BIN/05_metrics_ckpt" "${small[@]}" --epochs 1 --save_interval 1 \
@@ -271,8 +462,7 @@ run "step05_1epoch" launch 1 "$BIN/05_metrics_ckpt" "${small[@]}" --epochs 1 --s
 run "step05_resumed" launch 1 "$BIN/05_metrics_ckpt" "${small[@]}" --epochs 2 --save_interval 0 \
   --resume "$work/ck05/checkpoint.bin" --metrics "$LOG/s05c_{rank}.jsonl" ||
   fail "step 05, 1 rank, resumed" "$(last_error)"
-compare "step 05, 1 rank: resume is exact" digest \
-  "$LOG/s05a_0.jsonl" "$LOG/s05c_0.jsonl"
+compare "step 05, 1 rank: resume is exact" digest "$LOG/s05a_0.jsonl" "$LOG/s05c_0.jsonl"
 run "step06_1rank" launch 1 "$BIN/06_full" "${small[@]}" --epochs 1 --bucket_cap_mb 1 --save_interval 0 \
   --metrics "$LOG/s06_{rank}.jsonl" || fail "step 06, 1 rank" "$(last_error)"
 # world size 1: step 06 (buckets, a sum, losses read back asynchronously) trains exactly as step 05
@@ -290,92 +480,121 @@ run "step06_trace" launch 1 "$BIN/06_full" "${small[@]}" --epochs 1 --bucket_cap
   --max_steps 30 --trace "$LOG/trace06_{rank}.json" || fail "step 06, 1 rank, --trace" "$(last_error)"
 compare "step 06 --trace: backward and all-reduce spans" trace "$LOG/trace06_0.json"
 if command -v torchrun > /dev/null; then
-  if run "step06_torchrun" timeout -k 10 "${RUN_LIMIT:-300}" torchrun --nproc_per_node 1 --master_port $port --redirects 3 --tee 3 \
-       --no_python "$BIN/06_full" \
-       "${small[@]}" --epochs 1 --max_steps 30 --save_interval 0; then
+  if run "step06_torchrun" torchrun --nproc_per_node 1 --master_port $port --redirects 3 --tee 3 \
+       --no_python "$BIN/06_full" "${small[@]}" --epochs 1 --max_steps 30 --save_interval 0; then
     ok "step 06 under torchrun, 1 rank" "$(grep -h 'done:' "$last_log" | tail -1)"
   else
     fail "step 06 under torchrun, 1 rank" "$(last_error)"
   fi
+  port=$((port + 2))
 else
   skip "step 06 under torchrun, 1 rank" "no torchrun here"
 fi
-
 # Two ranks on one GPU without NCCL_MULTI_RANK_GPU_ENABLE: every NCCL refuses them (< 2.30 always,
 # >= 2.30 without the variable), so this runs wherever there is a GPU, and must end with our
 # message, not hang.
 refusal_rc=0
+refusal_log=/dev/null
 if [ "$ngpu" -gt 0 ]; then
   run "duplicate_gpu" launch 2 -u NCCL_MULTI_RANK_GPU_ENABLE CUDA_VISIBLE_DEVICES=0 "$BIN/05_metrics_ckpt" \
     --device cuda --backend nccl --data synthetic --dataset_size 8192 --max_steps 5 --timeout 60
   refusal_rc=$last_rc
+  refusal_log=$last_log
 fi
-verdict "2 ranks on one GPU without NCCL_MULTI_RANK_GPU_ENABLE" \
-  "$(verdict_refusal "$ngpu" "$refusal_rc" "${last_log:-/dev/null}")"
-
-# ---- 5. several ranks on one GPU (NCCL >= 2.30) -------------------------------------------------------
-multi="several ranks on one GPU"
-if [ "$nccl_code" -lt 23000 ]; then
-  skip "$multi (steps 04-08, 2 and 4 ranks)" "needs NCCL >= 2.30 loaded (loaded ${loaded:-unknown}); set NCCL_ROOT to one"
+if [ -n "$forced" ]; then skip "2 ranks on one GPU without NCCL_MULTI_RANK_GPU_ENABLE" "-"
 else
-  export NCCL_MULTI_RANK_GPU_ENABLE=1
-  # 1 epoch of 8192 synthetic samples, batch 64 per rank, hidden 256,256: 64 steps at 2 ranks, 32 at
-  # 4. The CPU reference is step 01 with the global batch W·64 (steps 04-06 train exactly as it does,
-  # tests/integration/check.py matches_baseline); several CPU ranks would need MPI. --timeout 60:
-  # the trainer's watchdog ends a rank stuck in a collective (launch's `timeout` ends the rest).
-  mr=(--data synthetic --dataset_size 8192 --epochs 1 --batch_size 64 --hidden 256,256 --save_interval 0
-      --log_interval 1000)
-  nccl=(--device cuda --backend nccl --timeout 60)
-  ipv6=$(ipv6_bindable)
-  for np in 2 4; do  # every 2-rank run before the first 4-rank one
-    run "cpu_ref_np$np" "$BIN/01_single_gpu" --device cpu "${mr[@]}" --batch_size $((64 * np)) \
-      --metrics "$LOG/ref$np.jsonl" || fail "CPU reference for $np ranks (step 01, batch $((64 * np)))" "$(last_error)"
-    for s in 04_ddp_wrap 05_metrics_ckpt 06_full 07_zero 08_fsdp; do
-      n=${s%%_*}
-      if ! run "step${n}_np$np" launch $np "$BIN/$s" "${nccl[@]}" "${mr[@]}" \
-             --metrics "$LOG/m${n}_np${np}_{rank}.jsonl"; then
-        verdict "step $n, $np ranks on one GPU" "$(verdict_run "$last_rc" "$last_log" "")"
-        continue
-      fi
-      compare "step $n, $np ranks on one GPU: replicas identical" replicas "$LOG/m${n}_np${np}_" $np
-    done
-    # step 06 = step 05: at 2 ranks a sum of two values has one order, so bit-identical; at 4 the
-    # order NCCL sums in may differ between step 05's per-tensor calls and step 06's buckets.
-    if [ $np -eq 2 ]; then tol=0; else tol=1e-5; fi
-    compare "step 06 = step 05, $np ranks" same "$LOG/m05_np${np}_0.jsonl" "$LOG/m06_np${np}_0.jsonl" $tol
-    # step 07 (ZeRO-1: reduce-scatter, shard update, all-gather; 269,322 parameters, padded at 4 ranks)
-    compare "step 07 = step 06, $np ranks" same "$LOG/m06_np${np}_0.jsonl" "$LOG/m07_np${np}_0.jsonl" $tol
-    # step 08 (FSDP: each layer gathered, its gradient reduce-scattered; a sum of two is order-free)
-    compare "step 08 = step 06, $np ranks" same "$LOG/m06_np${np}_0.jsonl" "$LOG/m08_np${np}_0.jsonl" $tol
-    for n in 05 06; do  # the global loss (all-reduced) is logged from step 05 on
-      compare "step $n, $np ranks: GPU tracks CPU (step 01, batch $((64 * np)))" gpu_cpu \
-        "$LOG/m${n}_np${np}_0.jsonl" "$LOG/ref$np.jsonl" 10 1e-4 0.02
-    done
-    [ $np -eq 2 ] || continue
+  verdict "2 ranks on one GPU without NCCL_MULTI_RANK_GPU_ENABLE" \
+    "$(verdict_refusal "$ngpu" "$refusal_rc" "$refusal_log")"
+fi
+
+# ---- 5. several ranks: 2, 4 and every GPU of the node ------------------------------------------------
+section 5 "several ranks: np in {2, 4, GPUs}" $((EST_MULTI * (n_np > 0 ? n_np : 1)))
+multi_rows on
+if [ -z "$plan" ]; then
+  skip "several ranks (steps 04-08)" "needs NCCL >= 2.30 loaded or 2 or more GPUs ($ngpu GPU(s), NCCL ${loaded:-unknown})"
+fi
+# 1 epoch of 8192 synthetic samples, batch 64 per rank, hidden 256,256: 8192 / (64 np) steps. The CPU
+# reference is step 01 with the global batch 64 np (steps 04-06 train exactly as it does,
+# tests/integration/check.py matches_baseline); several CPU ranks would need MPI. --timeout 60: the
+# trainer's watchdog ends a rank stuck in a collective (`timeout` ends the rest).
+mr=(--data synthetic --dataset_size 8192 --epochs 1 --batch_size 64 --hidden 256,256 --save_interval 0
+    --log_interval 1000)
+nccl=(--device cuda --backend nccl --timeout 60)
+ipv6=$(ipv6_bindable)
+while read -r np k; do  # smallest world size first
+  [ -n "$np" ] || continue
+  on=$(ranks_on "$np" "$k")
+  placement "$np" "$k"
+  run "cpu_ref_np$np" "$BIN/01_single_gpu" --device cpu "${mr[@]}" --batch_size $((64 * np)) \
+    --metrics "$LOG/ref$np.jsonl" || fail "CPU reference for $np ranks (step 01, batch $((64 * np)))" "$(last_error)"
+  for s in 04_ddp_wrap 05_metrics_ckpt 06_full 07_zero 08_fsdp; do
+    n=${s%%_*}
+    if ! run "step${n}_np$np" launch "$np" "${place[@]}" "$BIN/$s" "${nccl[@]}" "${mr[@]}" \
+           --metrics "$LOG/m${n}_np${np}_{rank}.jsonl"; then
+      verdict "step $n, $on" "$(verdict_run "$last_rc" "$last_log" "")"
+      continue
+    fi
+    replicas_row "$n" || continue  # 07, 08: identical by construction; checked as "= step 06" below
+    if [ -n "$forced" ]; then compare "step $n, $on: replicas identical"; continue; fi
+    line=$(python3 scripts/gpu_compare.py replicas "$LOG/m${n}_np${np}_" "$np")
+    # step 06 also says its GEMM rate against the peak: the ranks' sum where they share a GPU
+    [ "$n" = 06 ] && line="$line; $(python3 scripts/gpu_compare.py mfu "$LOG/m${n}_np${np}_" "$np" "$k")"
+    verdict "step $n, $on: replicas identical" "$line"
+  done
+  # step 06 = step 05: at 2 ranks a sum of two values has one order, so bit-identical; above, the
+  # order NCCL sums in may differ between step 05's per-tensor calls and step 06's buckets: fp32
+  # sums of np terms in another order, a few ulps of the loss (1e-5 on losses ~ 2).
+  if [ "$np" -eq 2 ]; then tol=0; else tol=1e-5; fi
+  compare "step 06 = step 05, $on" same "$LOG/m05_np${np}_0.jsonl" "$LOG/m06_np${np}_0.jsonl" $tol
+  # step 07 (ZeRO-1: reduce-scatter, shard update, all-gather; 269,322 parameters, padded above 2)
+  compare "step 07 = step 06, $on" same "$LOG/m06_np${np}_0.jsonl" "$LOG/m07_np${np}_0.jsonl" $tol
+  # step 08 (FSDP: each layer gathered, its gradient reduce-scattered)
+  compare "step 08 = step 06, $on" same "$LOG/m06_np${np}_0.jsonl" "$LOG/m08_np${np}_0.jsonl" $tol
+  for n in 05 06; do  # the global loss (all-reduced) is logged from step 05 on
+    compare "step $n, $on: GPU tracks CPU (step 01, batch $((64 * np)))" gpu_cpu \
+      "$LOG/m${n}_np${np}_0.jsonl" "$LOG/ref$np.jsonl" 10 1e-4 0.02
+  done
+  if [ "$np" -eq 2 ]; then
     # DIST_AVG without ncclAvg (NCCL < 2.10): a sum, then a division on the stream, inside the group
-    run "step05_no_avg" launch 2 DDP_NCCL_NO_AVG=1 "$BIN/05_metrics_ckpt" "${nccl[@]}" "${mr[@]}" \
-      --metrics "$LOG/noavg_{rank}.jsonl" ||
-      fail "step 05, 2 ranks, sum + divide (no ncclAvg)" "$(last_error)"
-    compare "step 05, 2 ranks, sum + divide = ncclAvg" same "$LOG/m05_np2_0.jsonl" "$LOG/noavg_0.jsonl" 1e-5
+    run "step05_no_avg" launch 2 "${place[@]}" DDP_NCCL_NO_AVG=1 "$BIN/05_metrics_ckpt" "${nccl[@]}" "${mr[@]}" \
+      --metrics "$LOG/noavg_{rank}.jsonl" || fail "step 05, $on, sum + divide (no ncclAvg)" "$(last_error)"
+    compare "step 05, $on, sum + divide = ncclAvg" same "$LOG/m05_np2_0.jsonl" "$LOG/noavg_0.jsonl" 1e-5
     # NCCL's bootstrap over an IPv6 literal (NCCL_COMM_ID=[::1]:port)
     ipv6_rc=0
+    ipv6_log=/dev/null
     if [ "$ipv6" -eq 1 ]; then
-      run "step05_ipv6" launch 2 MASTER_ADDR=::1 "$BIN/05_metrics_ckpt" "${nccl[@]}" "${mr[@]}" \
+      run "step05_ipv6" launch 2 "${place[@]}" MASTER_ADDR=::1 "$BIN/05_metrics_ckpt" "${nccl[@]}" "${mr[@]}" \
         --max_steps 5
       ipv6_rc=$last_rc
+      ipv6_log=$last_log
     fi
-    verdict "bootstrap on MASTER_ADDR=::1, 2 ranks" "$(verdict_ipv6 "$ipv6" "$ipv6_rc" "${last_log:-/dev/null}")"
-  done
-fi
+    if [ -n "$forced" ]; then skip "bootstrap on MASTER_ADDR=::1, $on" "-"
+    else verdict "bootstrap on MASTER_ADDR=::1, $on" "$(verdict_ipv6 "$ipv6" "$ipv6_rc" "$ipv6_log")"
+    fi
+  fi
+  if [ "$np" -eq "$ngpu" ] && [ "$np" -eq "$k" ]; then
+    # the whole node: the probe's table, 1 KiB to 256 MiB (nccl-tests' columns, busbw)
+    run "probe_np$np" launch "$np" "${place[@]}" "$BIN/probe" --device cuda --backend nccl --timeout 60
+    verdict "probe, $on: bus bandwidth" "$(verdict_probe "$last_rc" "$last_log" "$np")"
+  fi
+done <<< "$plan"
+multi_rows off
 
+# ---- 6. the benchmark ------------------------------------------------------------------------------------
 if [ "${BENCH:-0}" -gt 0 ]; then
+  section 6 "the benchmark (bench/gpu_bench.sh -r $BENCH)" $((EST_BENCH * BENCH))
   # its own build folder (with the benchmarks), the same NCCL (NCCL_ROOT, exported above) and
-  # architectures; the deps prefix's libdeflate through CMAKE_PREFIX_PATH
-  if BENCH_OUT="$LOG/bench" CUDA_ARCHS="${CUDA_ARCHS:-90}" CMAKE_PREFIX_PATH="${P:-}" \
-       bench/gpu_bench.sh -r "$BENCH" "$BUILD_DIR-bench" > "$LOG/bench.log" 2>&1; then
-    ok "benchmark (gpu_bench.sh -r $BENCH)" "tables in logs.tar.gz (logs/bench.log)"
+  # architectures; the deps prefix's libdeflate through CMAKE_PREFIX_PATH; what is left of the
+  # deadline as its own (it stops starting runs past it and writes its tables as it goes)
+  bench_deadline=$(left)
+  [ -n "$DEADLINE" ] || bench_deadline=""
+  if run LIMIT=36000 bench env BENCH_OUT="$LOG/bench" CUDA_ARCHS="${CUDA_ARCHS:-90}" CMAKE_PREFIX_PATH="${P:-}" \
+       DDP_GPU_DEADLINE="$bench_deadline" bench/gpu_bench.sh -r "$BENCH" "$BUILD_DIR-bench"; then
+    ok "benchmark (gpu_bench.sh -r $BENCH)" "tables in logs.tar.gz (logs/bench/results.md)"
   else
-    fail "benchmark (gpu_bench.sh -r $BENCH)" "see logs/bench.log"
+    fail "benchmark (gpu_bench.sh -r $BENCH)" "see logs.tar.gz (logs/${last_log##*/}, logs/bench/)"
   fi
 fi
-finish
+[ ${#left_out[@]} -eq 0 ] || deadline_why="${deadline_why:+$deadline_why; }the deadline left out section(s) ${left_out[*]}"
+finish "complete after $(elapsed) s${deadline_why:+ ($deadline_why)}"
+exit $failed

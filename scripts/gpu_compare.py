@@ -2,8 +2,8 @@
 """scripts/gpu_check.sh's comparisons of two runs' metrics files (scripts/gpu_verdict.sh calls it).
 
 Usage: gpu_compare.py gpu_cpu GPU.jsonl CPU.jsonl K TOL ACC_TOL | replicas PREFIX W |
-       same A.jsonl B.jsonl TOL | digest A.jsonl B.jsonl | trace TRACE.json
-Prints one line: ok|FAILED, a tab, the detail.
+       same A.jsonl B.jsonl TOL | digest A.jsonl B.jsonl | trace TRACE.json | mfu PREFIX W K
+Prints one line: ok|FAILED, a tab, the detail; mfu prints a phrase only (for another row's detail).
 """
 import json, sys
 
@@ -14,7 +14,24 @@ def recs(path, kind):
 def say(good, detail):
     print(("ok" if good else "FAILED") + "\t" + detail)
 
+def mfu(prefix, w, k):
+    """The last epoch's MFU of W ranks on K GPUs. Each rank's figure is its own GEMM rate against the
+    whole GPU's peak (common/flops.c), so where ranks share a GPU the GPU's is their sum."""
+    try:
+        last = [recs(f"{prefix}{r}.jsonl", "epoch")[-1] for r in range(w)]
+    except (OSError, IndexError, ValueError, KeyError):
+        return "MFU: no epoch record"
+    if any("mfu" not in e for e in last):
+        return "MFU: unknown (this GPU's peak is not in common/flops.c)"
+    u = [100 * e["mfu"] for e in last]
+    if w > k:
+        return (f"MFU of the {k} GPU(s) {sum(u) / k:.2f}% (the sum over the {w} ranks sharing them; "
+                f"each rank's own figure, against the whole GPU, is 1/{w // k} of it or so)")
+    return f"MFU per GPU {sum(u) / w:.2f}% (mean over the {w} ranks; min {min(u):.2f}%, max {max(u):.2f}%)"
+
 def main(cmd, *a):
+    if cmd == "mfu":  # prefix W K
+        return print(mfu(a[0], int(a[1]), int(a[2])))
     try:
         if cmd == "gpu_cpu":  # gpu.jsonl cpu.jsonl K tol acc_tol
             # fp32 on both devices, different summation orders: the losses agree to ~1e-6 at first;

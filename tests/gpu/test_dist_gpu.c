@@ -56,7 +56,7 @@ int main(int argc, char **argv) {
 
   Ctx ctx;
   ProcessGroup pg;
-  dist_init(&pg, backend, DEVICE_CUDA, 120.0);
+  dist_init(&pg, backend, DEVICE_CUDA, 45.0);  // the watchdog: 45 s, within CTest's 60
   device_init(&ctx, DEVICE_CUDA, pg.local_rank % gpus);
   dist_connect(&pg, &ctx);
   if (pg.rank == 0)

@@ -54,6 +54,15 @@ expect FAILED "dist, one failed" "$(verdict_dist "$tmp/g_ok" 1)"
 ctest_log "$tmp/d_skip" "1/1 Test #1: dist_gpu_nccl_np2 ... $S"
 expect SKIPPED "dist, all skipped" "$(verdict_dist "$tmp/d_skip" 1)"
 expect FAILED "dist, not built" "$(verdict_dist "$tmp/g_nogtest" 1)"
+# every NCCL case skipped, the MPI one passed: NCCL was not tested, and the row must not say ok
+ctest_log "$tmp/d_mpi" "1/3 Test #1: dist_gpu_nccl_np2 ... $S" "2/3 Test #2: dist_gpu_nccl_np3 ... $S" \
+  "3/3 Test #3: dist_gpu_mpi_np3 ...   $P"
+line=$(verdict_dist "$tmp/d_mpi" 1)
+expect SKIPPED "dist, NCCL all skipped, MPI passed" "$line"
+[[ "$line" == *"NCCL not tested"* ]] || { echo "WRONG   dist: no 'NCCL not tested' in '$line'"; bad=1; }
+expect FAILED "dist, NCCL skipped without a GPU" "$(verdict_dist "$tmp/d_mpi" 0)"
+ctest_log "$tmp/d_mpionly" "1/1 Test #1: dist_gpu_mpi_np3 ...   $P"
+expect FAILED "dist, no NCCL case built" "$(verdict_dist "$tmp/d_mpionly" 1)"
 
 # ---- a run, the refusal of two ranks on one GPU, the IPv6 bootstrap ----
 echo "[NCCL ERROR] rank 1 at dist_nccl.c:42: unhandled system error" > "$tmp/run_fail"
@@ -72,6 +81,73 @@ expect ok "ipv6" "$(verdict_ipv6 1 0 "$tmp/run_fail")"
 expect FAILED "ipv6" "$(verdict_ipv6 1 1 "$tmp/run_fail")"
 expect SKIPPED "ipv6, ::1 not bindable" "$(verdict_ipv6 0 0 /dev/null)"
 case $(ipv6_bindable) in 0 | 1) ;; *) echo "WRONG   ipv6_bindable: not 0 or 1"; bad=1 ;; esac
+
+# ---- the smoke test and the probe table (NCCL_DEBUG=INFO logs) ----
+{
+  echo "host:1:1 [0] NCCL INFO Bootstrap: Using eth0:10.0.0.1<0>"
+  echo "[h rank 0/2 local 0 device cuda:0] ok"
+  echo "[h rank 1/2 local 1 device cuda:1] ok"
+  echo "# backend nccl: NCCL 2.28.9; device cuda; launcher env"
+  echo "# #wrong in all: 0 OK"
+  echo "# Avg bus bandwidth    : 12.345 GB/s (mean over the 6 sizes)"
+} > "$tmp/p_ok"
+line=$(verdict_probe 0 "$tmp/p_ok" 2)
+expect ok "probe" "$line"
+[[ "$line" == *"12.345 GB/s"* ]] || { echo "WRONG   probe: no bus bandwidth in '$line'"; bad=1; }
+expect FAILED "probe, 8 ranks expected, 2 ok lines" "$(verdict_probe 0 "$tmp/p_ok" 8)"
+sed 's/1\/2 local 1 device cuda:1\] ok/1\/2 local 1 device cuda:1] broken: expected 3, got 4 at 3 (1 of 1024 wrong)/;
+     s/0 OK/1 FAILED/' "$tmp/p_ok" > "$tmp/p_broken"
+expect FAILED "probe, a rank broken" "$(verdict_probe 0 "$tmp/p_broken" 2)"
+{
+  echo "host:1:1 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.1<0>"
+  echo "host:1:1 [0] transport.cc:197 NCCL WARN Cuda failure 'peer access is not supported between these two devices'"
+  echo "host:1:1 [0] NCCL WARN something later"
+} > "$tmp/p_warn"
+line=$(verdict_probe 1 "$tmp/p_warn" 2)
+expect FAILED "probe, exit 1" "$line"
+[[ "$line" == *"NCCL WARN Cuda failure 'peer access"* ]] ||
+  { echo "WRONG   probe: NCCL's first WARN is not the reason: '$line'"; bad=1; }
+line=$(verdict_probe 124 "$tmp/p_warn" 2)
+expect FAILED "probe, hung" "$line"
+[[ "$line" == *"a hang"* ]] || { echo "WRONG   probe: a timeout is not called a hang: '$line'"; bad=1; }
+echo "error: rank 1: --device cuda: no usable CUDA GPU" >> "$tmp/p_warn"
+line=$(verdict_probe 1 "$tmp/p_warn" 2)
+[[ "$line" == *"no usable CUDA GPU"* ]] || { echo "WRONG   probe: our error line is not the reason: '$line'"; bad=1; }
+
+# ---- section 5: which world sizes, on how many GPUs; which rows ----
+plan() { multi_rank_plan "$1" "$2" | paste -sd, -; }
+want_plan() {  # NGPU NCCL EXPECTED
+  local got
+  got=$(plan "$1" "$2")
+  if [ "$got" = "$3" ]; then echo "ok      plan: $1 GPU(s), NCCL $2: '$got'"
+  else echo "WRONG   plan: $1 GPU(s), NCCL $2: expected '$3', got '$got'"; bad=1
+  fi
+}
+want_plan 0 22809 ""                 # no GPU
+want_plan 0 23000 ""
+want_plan 1 22809 ""                 # one H200 with the stock NCCL: nothing at 2 ranks or more
+want_plan 1 23000 "2 1,4 1"          # one H200 with NCCL 2.30: 2 and 4 ranks on it
+want_plan 2 22809 "2 2"
+want_plan 2 23000 "2 2,4 1"          # above the GPU count: every rank on GPU 0
+want_plan 3 22809 "2 2,3 3"
+want_plan 4 22809 "2 2,4 4"
+want_plan 8 22809 "2 2,4 4,8 8"      # an 8-GPU node with the stock NCCL: every GPU used
+want_plan 8 23001 "2 2,4 4,8 8"
+[ "$(ranks_on 4 1)" = "4 ranks on 1 GPU" ] && [ "$(ranks_on 8 8)" = "8 ranks on 8 GPUs" ] ||
+  { echo "WRONG   ranks_on: '$(ranks_on 4 1)', '$(ranks_on 8 8)'"; bad=1; }
+for n in 04 05 06; do replicas_row $n || { echo "WRONG   step $n has no replicas row"; bad=1; }; done
+for n in 07 08; do  # identical by construction (the digest hashes all-gathered parameters)
+  ! replicas_row $n || { echo "WRONG   step $n has a replicas row, which cannot fail"; bad=1; }
+done
+
+# ---- the deadline's shares ----
+may() { if section_may_start "$@"; then echo yes; else echo no; fi; }
+for c in "130 600 60 300 yes" "119 600 60 300 no" "120 600 60 300 yes" "0 600 1 300 no" "14 20 60 301 yes" \
+         "3 20 60 301 no"; do
+  set -- $c
+  [ "$(may "$1" "$2" "$3" "$4")" = "$5" ] && echo "ok      share: left $1 of $2, est $3 of $4: $5" ||
+    { echo "WRONG   share: left $1 of $2, est $3 of $4: expected $5"; bad=1; }
+done
 
 # ---- the comparisons of metrics files ----
 metrics() {  # FILE DIGEST LOSS...
@@ -99,6 +175,20 @@ expect ok "digest" "$(cmp digest "$tmp/a_0.jsonl" "$tmp/a_1.jsonl")"
 expect FAILED "digest" "$(cmp digest "$tmp/a_0.jsonl" "$tmp/b_0.jsonl")"
 expect FAILED "gpu_cpu, too few steps" "$(cmp gpu_cpu "$tmp/a_0.jsonl" "$tmp/b_0.jsonl" 10 1e-4 0.02)"
 expect ok "gpu_cpu" "$(cmp gpu_cpu "$tmp/a_0.jsonl" "$tmp/b_0.jsonl" 3 1e-4 0.02)"
+# MFU: each rank's figure is against the whole GPU; where ranks share one, the GPU's is their sum
+for r in 0 1 2 3; do
+  echo '{"type": "epoch", "epoch": 0, "gflops": 500, "mfu": 0.025}' > "$tmp/u_$r.jsonl"
+  echo '{"type": "epoch", "epoch": 0, "gflops": 500}' > "$tmp/v_$r.jsonl"
+done
+line=$(cmp mfu "$tmp/u_" 4 1)
+[[ "$line" == "MFU of the 1 GPU(s) 10.00% (the sum over the 4 ranks sharing them"* ]] ||
+  { echo "WRONG   mfu, 4 ranks on 1 GPU: '$line'"; bad=1; }
+line=$(cmp mfu "$tmp/u_" 4 4)
+[[ "$line" == "MFU per GPU 2.50% (mean over the 4 ranks"* ]] || { echo "WRONG   mfu, 4 ranks on 4 GPUs: '$line'"; bad=1; }
+line=$(cmp mfu "$tmp/v_" 4 1)
+[[ "$line" == "MFU: unknown"* ]] || { echo "WRONG   mfu, no peak: '$line'"; bad=1; }
+line=$(cmp mfu "$tmp/none_" 2 1)
+[[ "$line" == "MFU: no epoch record" ]] || { echo "WRONG   mfu, no file: '$line'"; bad=1; }
 echo '{"traceEvents": [{"ph": "X", "name": "backward", "dur": 5}, {"ph": "X", "name": "all-reduce b0", "dur": 3}]}' > "$tmp/t.json"
 expect ok "trace" "$(cmp trace "$tmp/t.json")"
 echo '{"traceEvents": [{"ph": "X", "name": "backward", "dur": 5}]}' > "$tmp/t0.json"
@@ -115,5 +205,23 @@ t=$(table "# title")
 for want in "^a +ok: x$" "^b +SKIPPED: " "^c +FAILED: " "^# 1 ok, 1 failed, 1 skipped$"; do
   grep -qE "$want" <<< "$t" || { echo "WRONG   table: no line matching '$want' in:"; echo "$t"; bad=1; }
 done
+# rows written as they are decided; a forced verdict (a check not run) replaces any other
+rows=() failed=0 SUMMARY=$tmp/summary.txt
+: > "$SUMMARY"
+ok "d" "fine"
+[ "$(cat "$SUMMARY")" = "$(printf '%-52s %s' d 'ok: fine')" ] || { echo "WRONG   summary: row d not written at once"; bad=1; }
+forced="SKIPPED"$'\t'"deadline"
+fail "e" "would fail"
+verdict "f" "$(say ok "would pass")"
+forced=""
+[ $failed -eq 0 ] || { echo "WRONG   forced SKIPPED: a row failed the check"; bad=1; }
+grep -qE '^e +SKIPPED: deadline$' "$SUMMARY" && grep -qE '^f +SKIPPED: deadline$' "$SUMMARY" ||
+  { echo "WRONG   forced SKIPPED rows:"; cat "$SUMMARY"; bad=1; }
+forced="FAILED"$'\t'"multi-rank NCCL does not work here"
+ok "g" "would pass"
+forced=""
+grep -qE '^g +FAILED: multi-rank NCCL does not work here$' "$SUMMARY" && [ $failed -eq 1 ] ||
+  { echo "WRONG   forced FAILED row:"; cat "$SUMMARY"; bad=1; }
+SUMMARY=""
 [ $bad -eq 0 ] && echo "every verdict as expected"
 exit $bad

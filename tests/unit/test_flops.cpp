@@ -37,6 +37,11 @@ TEST(Flops, GpuPeaksFromTheTable) {
   EXPECT_DOUBLE_EQ(flops_gpu_peak("NVIDIA H100 80GB HBM3", false), 67e12);
   EXPECT_DOUBLE_EQ(flops_gpu_peak("NVIDIA H100 PCIe", false), 51e12);  // not the SXM figure
   EXPECT_DOUBLE_EQ(flops_gpu_peak("NVIDIA H200", true), 494.5e12);
+  EXPECT_DOUBLE_EQ(flops_gpu_peak("NVIDIA H200 NVL", false), 60e12);  // its own, not the SXM's 67
+  EXPECT_DOUBLE_EQ(flops_gpu_peak("NVIDIA H200 NVL", true), 417.5e12);
+  EXPECT_DOUBLE_EQ(flops_gpu_peak("NVIDIA H100 NVL", false), 60e12);
+  EXPECT_DOUBLE_EQ(flops_gpu_peak("NVIDIA H100 NVL", true), 417.5e12);
+  EXPECT_DOUBLE_EQ(flops_gpu_peak("NVIDIA GH200 480GB", false), 67e12);
   EXPECT_DOUBLE_EQ(flops_gpu_peak("NVIDIA A100-SXM4-80GB", true), 156e12);
   EXPECT_DOUBLE_EQ(flops_gpu_peak("NVIDIA A10", false), 31.2e12);   // not the A100
   EXPECT_DOUBLE_EQ(flops_gpu_peak("NVIDIA L40S", false), 91.6e12);  // not the L4

@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# scripts/gpu_check.sh itself on a CPU, with a stand-in for the GPU programs (no build, no GPU):
+# DDP_GPU_REUSE_BUILD=1 on a folder whose bin/ holds one small script under every program's name,
+# which sleeps STUB_SLEEP seconds and fails (gpu_count prints STUB_GPUS), and nvidia-smi and
+# torchrun stand-ins on PATH. Scenarios:
+#   killed    SIGTERM while the smoke test's run is in flight: the summary keeps the rows decided so
+#             far and says where it stopped, the logs are packed, the run's processes are gone, and
+#             it ends at once (not when the run would have), with status 143;
+#   deadline  DDP_GPU_DEADLINE=20 with runs that would take longer: it ends by itself with the whole
+#             table, the sections it could not reach SKIPPED "deadline";
+#   smoke     2 GPUs and a probe that fails: every multi-rank row FAILED "multi-rank NCCL does not
+#             work here", and none of those runs was started.
+# No timing is asserted: the guards below only stop a hung script (generous, 60 s). SHOW=1 prints
+# the summary and the output even when every check holds.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+scenario=${1:?usage: gpu_check_test.sh killed|deadline|smoke}
+tmp=$(mktemp -d)
+pid=""
+trap '[ -n "$pid" ] && kill -KILL "$pid" 2> /dev/null; rm -rf "$tmp"' EXIT
+bad=0
+want() {  # DESCRIPTION COMMAND...: the command must succeed
+  local what=$1
+  shift
+  if "$@"; then echo "ok      $what"; else echo "WRONG   $what"; bad=1; fi
+}
+
+# ---- the stand-in build ----
+B=$tmp/build
+mkdir -p "$B/bin"
+: > "$B/CMakeCache.txt"
+cat > "$B/bin/stub" <<'EOF'
+#!/bin/sh
+# stand-in for a GPU program: takes STUB_SLEEP seconds, then fails as it would without a GPU
+echo $$ >> "$STUB_PIDS"
+sleep "${STUB_SLEEP:-1}"
+echo "error: stand-in for $(basename "$0"): no GPU here" >&2
+exit 1
+EOF
+printf '#!/bin/sh\necho "${STUB_GPUS:-0}"\n' > "$B/bin/gpu_count"
+chmod +x "$B/bin/stub" "$B/bin/gpu_count"
+for p in 01_single_gpu 04_ddp_wrap 05_metrics_ckpt 06_full 07_zero 08_fsdp probe; do
+  ln -s stub "$B/bin/$p"
+done
+# nvidia-smi and torchrun too, first on PATH (torchrun would take seconds to start the stand-in)
+mkdir -p "$tmp/path"
+cat > "$tmp/path/nvidia-smi" <<'EOF'
+#!/bin/sh
+case "$*" in
+  *--query-gpu*) echo "NVIDIA H200 (stand-in), 570.00, 143771 MiB" ;;
+  -L) i=0; while [ $i -lt "${STUB_GPUS:-0}" ]; do echo "GPU $i: NVIDIA H200 (stand-in)"; i=$((i + 1)); done ;;
+  *) echo "stand-in nvidia-smi $*" ;;
+esac
+EOF
+printf '#!/bin/sh\necho "error: stand-in torchrun" >&2\nexit 1\n' > "$tmp/path/torchrun"
+chmod +x "$tmp/path/"*
+export PATH=$tmp/path:$PATH STUB_PIDS=$tmp/pids DDP_GPU_REUSE_BUILD=1 DDP_GPU_OUT=$tmp/out
+: > "$STUB_PIDS"
+S=$tmp/out/summary.txt
+
+finished() {  # PID GUARD_SECONDS: waits for it to end; false (and kills it) if it has not by then
+  local i
+  for ((i = 0; i < $2 * 10; i++)); do
+    kill -0 "$1" 2> /dev/null || return 0
+    sleep 0.1
+  done
+  kill -KILL "$1" 2> /dev/null
+  return 1
+}
+packed() {  # the logs: archived, the folder gone; the archive holds FILE (a pattern) when given
+  local list
+  [ -f "$tmp/out/logs.tar.gz" ] && [ ! -e "$tmp/out/logs" ] && list=$(tar -tzf "$tmp/out/logs.tar.gz") &&
+    grep -qE "^logs/${1:-nvidia-smi.txt}$" <<< "$list"
+}
+stubs_gone() {  # every stand-in process has ended
+  local p
+  for p in $(cat "$STUB_PIDS"); do kill -0 "$p" 2> /dev/null && return 1; done
+  return 0
+}
+rows() { grep -cE ' (ok|FAILED|SKIPPED): ' "$S"; }
+
+case $scenario in
+  killed)
+    STUB_GPUS=2 STUB_SLEEP=40 "$root/scripts/gpu_check.sh" "$B" > "$tmp/stdout" 2>&1 &
+    pid=$!
+    for ((i = 0; i < 600; i++)); do  # until the smoke test's probe is running (its log exists)
+      ls "$tmp/out/logs/"*probe_smoke* > /dev/null 2>&1 && [ -s "$STUB_PIDS" ] && break
+      kill -0 "$pid" 2> /dev/null || break
+      sleep 0.1
+    done
+    kill -TERM "$pid"
+    want "it ends soon after SIGTERM, though its run had 40 s to go" finished "$pid" 30
+    wait "$pid"
+    rc=$?
+    pid=""
+    want "exit status 128 + 15 (it was $rc)" [ "$rc" -eq 143 ]
+    want "the summary exists" [ -f "$S" ]
+    want "the rows decided before the signal are there: nvidia-smi" \
+      grep -qE '^nvidia-smi +ok: 2 GPU.*H200 \(stand-in\)' "$S"
+    want "... and the GPU count" grep -qE '^GPU visible to CUDA +ok: 2' "$S"
+    want "$(rows) rows, at least 4" [ "$(rows)" -ge 4 ]
+    want "the smoke test, stopped, has no row" bash -c "! grep -q '^NCCL smoke test' '$S'"
+    want "it says it was stopped, when and where" \
+      grep -qE '^# STOPPED by SIGTERM after [0-9]+ s, in section 1b .*running probe_smoke \(logs/[0-9]+_probe_smoke\.log\)' "$S"
+    want "the counts come before it" grep -qE '^# [0-9]+ ok, [0-9]+ failed, [0-9]+ skipped$' "$S"
+    want "the logs are packed, with the stopped run's" packed '[0-9]+_probe_smoke\.log'
+    want "the stand-ins it started are gone" stubs_gone
+    ;;
+  deadline)
+    # 1 GPU, an NCCL < 2.30 (none answers): no smoke test, no section 5 runs. Each run takes 2 s, and
+    # sections 3 and 4 hold 10 of them plus torchrun: more than 20 s
+    STUB_GPUS=1 STUB_SLEEP=2 DDP_GPU_DEADLINE=20 "$root/scripts/gpu_check.sh" "$B" > "$tmp/stdout" 2>&1 &
+    pid=$!
+    want "it ends by itself (guard: 60 s)" finished "$pid" 60
+    wait "$pid"
+    rc=$?
+    pid=""
+    want "exit status 1: its rows failed (it was $rc)" [ "$rc" -eq 1 ]
+    want "it says it completed, and what the deadline did" grep -qE '^# complete after [0-9]+ s \(.*deadline' "$S"
+    want "rows SKIPPED \"deadline\"" grep -qE ' SKIPPED: deadline' "$S"
+    want "section 5's row is SKIPPED" grep -qE '^several ranks \(steps 04-08\) +SKIPPED: ' "$S"
+    for n in 0 1 1b 2 3 4 5; do want "section $n is in the table" grep -q "^## $n\. " "$S"; done
+    want "nothing ran once the deadline was reached: no FAILED row after the first 'deadline: reached'" \
+      bash -c "! sed -n '/SKIPPED: deadline: reached/,\$p' '$S' | grep -q ' FAILED: '"
+    want "the logs are packed" packed
+    want "the stand-ins it started are gone" stubs_gone
+    ;;
+  smoke)
+    STUB_GPUS=2 STUB_SLEEP=0 "$root/scripts/gpu_check.sh" "$B" > "$tmp/stdout" 2>&1 &
+    pid=$!
+    want "it ends by itself (guard: 60 s)" finished "$pid" 60
+    wait "$pid"
+    pid=""
+    mr="FAILED: multi-rank NCCL does not work here"
+    want "the smoke test FAILED" grep -qE '^NCCL smoke test: probe, 2 ranks +FAILED: exit 1: error: stand-in' "$S"
+    want "the bucket-order row: $mr" grep -qE "^bucket all-reduce order.* $mr" "$S"
+    want "the collectives row: $mr" grep -qE "^reduce-scatter, all-gather in place.* $mr" "$S"
+    want "section 5's rows are those of 2 ranks on 2 GPUs, each $mr" \
+      grep -qE "^step 06 = step 05, 2 ranks on 2 GPUs +$mr" "$S"
+    want "section 5: no other verdict" bash -c "! sed -n '/^## 5\./,\$p' '$S' | grep -E ' (ok|SKIPPED): '"
+    want "section 5: no run started (no log)" bash -c "! tar -tzf '$tmp/out/logs.tar.gz' | grep -E 'np[0-9]'"
+    want "the world-size-1 rows ran (not multi-rank)" grep -qE '^step 05, 1 rank, 2 epochs +FAILED: error: stand-in' "$S"
+    want "it says it completed" grep -qE '^# complete after [0-9]+ s$' "$S"
+    ;;
+  *) echo "unknown scenario $scenario" >&2; exit 2 ;;
+esac
+if [ $bad -ne 0 ] || [ -n "${SHOW:-}" ]; then
+  echo "---- summary.txt"
+  cat "$S" 2> /dev/null
+  echo "---- stdout"
+  cat "$tmp/stdout"
+fi
+exit $bad
