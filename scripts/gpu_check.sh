@@ -447,6 +447,18 @@ for dev in cuda cpu; do
     fail "step 01 on $dev ($data_name)" "$(last_error)"
 done
 compare "step 01: GPU tracks CPU ($data_name)" gpu_cpu "$LOG/step01_cuda.jsonl" "$LOG/step01_cpu.jsonl" 10 1e-4 0.02
+# One step from the same state (the CPU's initial parameters, resumed on the GPU): two summation
+# orders, which one step does not amplify, within the tests' float32 error model (check.py): sums of
+# 128 samples and the 784 inputs of layer 0 (the trajectories above part after a few steps anyway).
+one=(--lr 0.05 --momentum 0.9 --max_steps 1 --save_interval 1000)
+run "step01_one_cpu" "$BIN/01_single_gpu" --device cpu "${s01[@]}" "${one[@]}" --save_init "$work/one_init" \
+  --ckpt_dir "$work/one_cpu" --metrics "$LOG/one_cpu.jsonl" || fail "step 01 on cpu, one step" "$(last_error)"
+run "step01_one_cuda" "$BIN/01_single_gpu" --device cuda "${s01[@]}" "${one[@]}" \
+  --resume "$work/one_init/checkpoint.bin" --ckpt_dir "$work/one_cuda" --metrics "$LOG/one_cuda.jsonl" ||
+  fail "step 01 on cuda, one step" "$(last_error)"
+compare "step 01: one step on the GPU from the CPU's state, within float32 rounding" one_step \
+  "$work/one_init/checkpoint.bin" "$work/one_cpu/checkpoint.bin" "$LOG/one_cpu.jsonl" \
+  "$work/one_cuda/checkpoint.bin" "$LOG/one_cuda.jsonl" 0.05 0.9 912
 run "step01_tf32" "$BIN/01_single_gpu" --device cuda --tf32 "${s01[@]}" --metrics "$LOG/step01_tf32.jsonl" ||
   fail "step 01 on cuda --tf32" "$(last_error)"
 # TF32 rounds each GEMM input to 10 mantissa bits (2^-11 relative): ~1e-3 on the loss, not 1e-1.

@@ -2,10 +2,14 @@
 """scripts/gpu_check.sh's comparisons of two runs' metrics files (scripts/gpu_verdict.sh calls it).
 
 Usage: gpu_compare.py gpu_cpu GPU.jsonl CPU.jsonl K TOL ACC_TOL | replicas PREFIX W |
-       same A.jsonl B.jsonl TOL | digest A.jsonl B.jsonl | trace TRACE.json | mfu PREFIX W K
+       same A.jsonl B.jsonl TOL | digest A.jsonl B.jsonl | trace TRACE.json | mfu PREFIX W K |
+       one_step START.bin REF.bin REF.jsonl GOT.bin GOT.jsonl LR MU N_TERMS
 Prints one line: ok|FAILED, a tab, the detail; mfu prints a phrase only (for another row's detail).
 """
-import json, sys
+import json, os, sys
+
+# one_step's error model is the tests' own (tests/integration/check.py, step_within_rounding)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "integration"))
 
 def recs(path, kind):
     with open(path) as f:
@@ -48,6 +52,18 @@ def main(cmd, *a):
             good = d < tol and abs(ga - ca) < acc_tol
             say(good, f"{len(g)} steps; first {k}: max |loss diff| {d:.1e} (< {tol:g}); "
                       f"final test accuracy GPU {ga:.4f}, CPU {ca:.4f} (|diff| < {acc_tol:g})")
+        elif cmd == "one_step":  # start.bin ref.bin ref.jsonl got.bin got.jsonl lr mu n_terms
+            # Both runs resumed START and took one step on the same batch: they differ only by the
+            # order of their float32 sums (cuBLAS's and the CPU GEMM's), which one step does not
+            # amplify; the bound is the tests' error model, n_terms the additions on the way.
+            import check
+            m0 = check.ckpt_params_momentum(a[0])[1]
+            sizes = check.read_checkpoint(a[1])[0]["sizes"]
+            ref = (recs(a[2], "step")[-1]["loss"],) + tuple(check.ckpt_params_momentum(a[1]))
+            got = (recs(a[4], "step")[-1]["loss"],) + tuple(check.ckpt_params_momentum(a[3]))
+            ratios, text = check.step_within_rounding(m0, ref, got, float(a[5]), float(a[6]), int(a[7]), sizes)
+            say(not text, text or "difference/bound at most " + ", ".join(f"{k} {v:.2g}" for k, v in ratios.items())
+                + f" (float32 sums of {a[7]} terms in another order)")
         elif cmd == "replicas":  # prefix W
             d = [recs(f"{a[0]}{r}.jsonl", "final")[0]["param_digest"] for r in range(int(a[1]))]
             say(len(set(d)) == 1, f"{a[1]} ranks, digests {' '.join(sorted(set(d)))}"

@@ -700,31 +700,43 @@ def one_step_from(tmp, tag, ref, gots, common, start, step, n_terms):
             raise Failure(f"{side_name(side)} resumed at step {step} did not log step {step + 1}")
         loss = global_losses(prefix, np, int(side[0][:2]))[-1]
         out.append((loss,) + ckpt_params_momentum(f"{tmp}/{name}/checkpoint.bin"))
-    p0, m0 = ckpt_params_momentum(start or f"{tmp}/{tag}init/checkpoint.bin")
-    la, pa, ma = out[0]
+    m0 = ckpt_params_momentum(start or f"{tmp}/{tag}init/checkpoint.bin")[1]
     lr, mu = float(flag(common, "lr")), float(flag(common, "momentum"))
+    sizes = read_checkpoint(f"{tmp}/{tag}0/checkpoint.bin")[0]["sizes"]
+    worst = {"loss": 0.0, "parameters": 0.0, "momentum": 0.0}
+    for side, got in zip(gots, out[1:]):
+        ratios, text = step_within_rounding(m0, out[0], got, lr, mu, n_terms, sizes)
+        if text:
+            raise Mismatch(
+                f"one step from the same state (step {step} -> {step + 1}, seed {flag(common, 'seed')}): "
+                f"{side_name(side)} differs from {side_name(ref)} beyond rounding: {text}", side)
+        worst = {k: max(v, ratios[k]) for k, v in worst.items()}
+    return worst
+
+
+def step_within_rounding(m0, ref, got, lr, mu, n_terms, sizes):
+    """The error model above, for one step from the same state (its momentum m0; the parameters are
+    the same too) of two runs: ref and got are (step loss, parameters, momentum) after it. Returns
+    ({"loss", "parameters", "momentum"}: the largest difference over its bound, and "" or a sentence
+    saying where a difference is beyond its bound). Also scripts/gpu_compare.py's (GPU against CPU)."""
+    la, pa, ma = ref
+    lb, pb, mb = got
     G = max(abs(a - mu * b) for a, b in zip(ma, m0))
     dg = 2 * gamma(n_terms) * KAPPA * G
     mbound = [dg + f32_ulp(m) for m in ma]
-    pbound = [lr * mb * (1 + U) + f32_ulp(p) for p, mb in zip(pa, mbound)]
-    worst = {"loss": 0.0, "parameters": 0.0, "momentum": 0.0}
-    for side, (lb, pb, mb) in zip(gots, out[1:]):
-        ratios = {"loss": abs(la - lb) / (2 * gamma(n_terms) * KAPPA * abs(la))}
-        wm = max(range(len(ma)), key=lambda i: abs(ma[i] - mb[i]) / mbound[i])
-        wp = max(range(len(pa)), key=lambda i: abs(pa[i] - pb[i]) / pbound[i])
-        ratios["momentum"] = abs(ma[wm] - mb[wm]) / mbound[wm]
-        ratios["parameters"] = abs(pa[wp] - pb[wp]) / pbound[wp]
-        if max(ratios.values()) > 1:
-            sizes = read_checkpoint(f"{tmp}/{tag}0/checkpoint.bin")[0]["sizes"]
-            where = next(name for name, a, b in tensor_slices(sizes) if a <= wp < b)
-            raise Mismatch(
-                f"one step from the same state (step {step} -> {step + 1}, seed {flag(common, 'seed')}): "
-                f"{side_name(side)} differs from {side_name(ref)} beyond rounding: loss {la:.8g} vs {lb:.8g}; "
-                f"parameters at {where} {pa[wp]:.8g} vs {pb[wp]:.8g} (bound {pbound[wp]:.2g}); momentum "
-                f"{ma[wm]:.8g} vs {mb[wm]:.8g} (bound {mbound[wm]:.2g}); largest difference/bound "
-                f"{max(ratios.values()):.3g} (the error model is in tests/integration/check.py)", side)
-        worst = {k: max(v, ratios[k]) for k, v in worst.items()}
-    return worst
+    pbound = [lr * m * (1 + U) + f32_ulp(p) for p, m in zip(pa, mbound)]
+    ratios = {"loss": abs(la - lb) / (2 * gamma(n_terms) * KAPPA * abs(la))}
+    wm = max(range(len(ma)), key=lambda i: abs(ma[i] - mb[i]) / mbound[i])
+    wp = max(range(len(pa)), key=lambda i: abs(pa[i] - pb[i]) / pbound[i])
+    ratios["momentum"] = abs(ma[wm] - mb[wm]) / mbound[wm]
+    ratios["parameters"] = abs(pa[wp] - pb[wp]) / pbound[wp]
+    if max(ratios.values()) <= 1:
+        return ratios, ""
+    where = next(name for name, a, b in tensor_slices(sizes) if a <= wp < b)
+    return ratios, (f"loss {la:.8g} vs {lb:.8g}; parameters at {where} {pa[wp]:.8g} vs {pb[wp]:.8g} (bound "
+                    f"{pbound[wp]:.2g}); momentum {ma[wm]:.8g} vs {mb[wm]:.8g} (bound {mbound[wm]:.2g}); "
+                    f"largest difference/bound {max(ratios.values()):.3g} (the error model is in "
+                    "tests/integration/check.py)")
 
 
 def one_step_parity(tmp, tag, ref, gots, common, n_terms, steps=(0, PARITY_K), diagnose=None):

@@ -223,5 +223,27 @@ forced=""
 grep -qE '^g +FAILED: multi-rank NCCL does not work here$' "$SUMMARY" && [ $failed -eq 1 ] ||
   { echo "WRONG   forced FAILED row:"; cat "$SUMMARY"; bad=1; }
 SUMMARY=""
+
+# ---- one step from the same state (gpu_compare.py one_step), on real checkpoints of the CPU build ----
+# The CPU resumed from the CPU's own start stands in for the GPU: identical, within the bound; with a
+# learning rate 2% off (a wrong step, not rounding) it must fail.
+b=${DDP_BIN_DIR:-$root/build/bin}/01_single_gpu
+if [ -x "$b" ]; then
+  a=(--device cpu --data synthetic --dataset_size 512 --hidden 64 --batch_size 128 --momentum 0.9 --epochs 1
+     --log_interval 100 --max_steps 1 --save_interval 1000)
+  OPENBLAS_NUM_THREADS=1 "$b" "${a[@]}" --lr 0.05 --save_init "$tmp/o_init" --ckpt_dir "$tmp/o_ref" \
+    --metrics "$tmp/o_ref.jsonl" > /dev/null
+  for lr in 0.05 0.051; do
+    OPENBLAS_NUM_THREADS=1 "$b" "${a[@]}" --lr $lr --resume "$tmp/o_init/checkpoint.bin" --ckpt_dir "$tmp/o_$lr" \
+      --metrics "$tmp/o_$lr.jsonl" > /dev/null
+  done
+  one() { python3 "$root/scripts/gpu_compare.py" one_step "$tmp/o_init/checkpoint.bin" "$tmp/o_ref/checkpoint.bin" \
+            "$tmp/o_ref.jsonl" "$tmp/o_$1/checkpoint.bin" "$tmp/o_$1.jsonl" 0.05 0.9 912; }
+  expect ok "one step, the same arithmetic" "$(one 0.05)"
+  expect FAILED "one step, lr 2% off" "$(one 0.051)"
+else
+  echo "WRONG   no $b: the one-step comparison was not tested (build the steps first)"
+  bad=1
+fi
 [ $bad -eq 0 ] && echo "every verdict as expected"
 exit $bad
