@@ -29,8 +29,9 @@
 # The table: summary.txt in DDP_GPU_OUT, one row per check, "ok", "FAILED" or "SKIPPED" (a check this
 # machine cannot run, or one the deadline left out), "## N." lines where a section starts, and a last
 # line that says how it ended: complete, or stopped (by which signal, at what second, in which section
-# and run). Exit status 1 when any row FAILED (a machine without a GPU: every GPU row fails), else 0;
-# 128 + the signal when stopped by one. The verdicts are in scripts/gpu_verdict.sh (tested on CPUs
+# and run). Exit status 1 when any row FAILED (a machine without a GPU: every GPU row fails), else 3
+# when the deadline cut a run or left a section out (a partial table), else 0; 128 + the signal when
+# stopped by one (SIGINT too when started in the background, where a shell ignores it: see below). The verdicts are in scripts/gpu_verdict.sh (tested on CPUs
 # with made-up logs, and this script with a stand-in for the programs: tests/integration/).
 #
 # Usage: [DDP_GPU_DEADLINE=S] [DDP_GPU_OUT=...] [NCCL_ROOT=...] [BENCH=R] scripts/gpu_check.sh [BUILD_DIR]
@@ -44,7 +45,8 @@
 #                    SIGKILL, the logs are in DDP_GPU_OUT/logs/); nothing else
 #   DDP_GPU_REUSE_BUILD=1  use BUILD_DIR as it is: no configure, no build (a build made before)
 #   NCCL_ROOT        an NCCL install (include/nccl.h + lib/libnccl.so*), e.g. NCCL 2.30 unpacked;
-#                    its lib/ is put first on LD_LIBRARY_PATH
+#                    its lib/ is put first on LD_LIBRARY_PATH. Unset: deps/nccl-*.tar.xz, when there,
+#                    is unpacked into deps/nccl and used
 #   DDP_DEPS_PREFIX  Debian packages unpacked by scripts/gpu_deps.sh (OpenBLAS, GoogleTest,
 #                    libdeflate) for a machine without them; deps/debs/*.deb are unpacked when present
 #   CUDA_ARCHS       CUDA architectures to build (default 90: Hopper)
@@ -54,6 +56,13 @@
 # CUDA libraries may also come from PyTorch's pip wheels (nvidia-*): NCCL is taken from the wheel when
 # neither NCCL_ROOT nor the toolkit has one.
 set -uo pipefail
+# A shell ignores SIGINT in a job it starts in the background (`gpu_check.sh &`), and bash cannot trap
+# a signal ignored at its start: started so, it would not stop on `kill -INT`. Once, it starts itself
+# again with SIGINT back to its default, so that the trap below has it.
+if [ -z "${DDP_GPU_CHECK_SIGINT:-}" ] && [ "$(trap -p INT)" = "trap -- '' SIGINT" ] && command -v python3 > /dev/null; then
+  export DDP_GPU_CHECK_SIGINT=1
+  exec python3 -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv("/bin/bash", ["bash"] + sys.argv[1:])' "$0" "$@"
+fi
 cd "$(dirname "$0")/.." || exit 1
 T0=$SECONDS
 BUILD_DIR=${1:-build-gpu}
@@ -135,8 +144,10 @@ multi_rows() {  # on|off: the rows that follow are multi-rank ones
   if [ "$1" = on ]; then multi=1; else multi=""; fi
   refresh_forced
 }
+section_est=$EST_BUILD  # the estimate of the section in progress
 section() {  # ID TITLE EST: a section starts, if its share of the deadline is left
   local l
+  section_est=$3
   where="section $1 ($2), at $(elapsed) s"
   printf '## %s. %s (at %s s)\n' "$1" "$2" "$(elapsed)" | tee -a "$SUMMARY"
   section_skip=""
@@ -172,6 +183,11 @@ run() {
     return 0
   fi
   [ "$l" -lt "$limit" ] && limit=$l
+  if [ -n "$DEADLINE" ]; then  # one hang must not eat the sections after it
+    local cap=$((2 * DEADLINE * section_est / total_est))
+    [ "$cap" -lt 60 ] && cap=60
+    [ "$cap" -lt "$limit" ] && limit=$cap
+  fi
   [ "$1" = launch ] && { shift; launch_cmd "$@"; set -- "${cmd[@]}"; }
   where="${where%%, running *}, running $name (logs/${last_log##*/}) since $(elapsed) s"
   timeout -k 2 "$limit" "$@" < /dev/null > "$last_log" 2>&1 &
@@ -179,6 +195,7 @@ run() {
   wait "$child"
   last_rc=$?
   child=""
+  where=${where%%, running *}
   [ $last_rc -eq 0 ] && return 0
   echo "exit status $last_rc" >> "$last_log"
   if { [ $last_rc -eq 124 ] || [ $last_rc -eq 137 ]; } && [ "$(left)" -lt 1 ]; then
@@ -245,6 +262,15 @@ cmake_args=(-DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER="$nvcc"
             -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS:-90}" -DDDP_FETCH_GTEST=OFF)
 command -v mpicc > /dev/null || cmake_args+=(-DDDP_ENABLE_MPI=OFF)
 command -v ninja > /dev/null && [ ! -f "$BUILD_DIR/CMakeCache.txt" ] && cmake_args+=(-G Ninja)
+# An NCCL >= 2.30 carried in deps/ (an ignored folder: deps/nccl-*.tar.xz, unpacked into deps/nccl/)
+# comes first: it runs several ranks on one GPU, which the stock 2.28 refuses.
+if [ -z "${NCCL_ROOT:-}" ]; then
+  tarball=$(ls deps/nccl-*.tar.xz 2> /dev/null | tail -n 1)
+  if [ -n "$tarball" ] && [ ! -f deps/nccl/include/nccl.h ]; then
+    mkdir -p deps/nccl && timeout 120 tar -xJf "$tarball" -C deps/nccl > "$LOG/nccl_unpack.log" 2>&1
+  fi
+  [ -f deps/nccl/include/nccl.h ] && export NCCL_ROOT=$PWD/deps/nccl
+fi
 if [ -z "${NCCL_ROOT:-}" ] && [ ! -f /usr/local/cuda/include/nccl.h ]; then
   w=$(wheel_dir nccl); [ -n "$w" ] && export NCCL_ROOT=$w
 fi
@@ -380,12 +406,15 @@ if [ "$ngpu" -eq 1 ] && [ "$nccl_code" -lt 23000 ]; then
 else
   if [ "$ngpu" -ge 2 ]; then k=2; else k=1; fi
   placement 2 $k
-  if run LIMIT=45 probe_smoke launch 2 "${place[@]}" NCCL_DEBUG=INFO "$BIN/probe" --device cuda \
-       --backend nccl --timeout 30 --max_bytes 1M; then
-    verdict "$smoke" "$(verdict_probe 0 "$last_log" 2)"
-  else
-    verdict "$smoke" "$(verdict_probe "$last_rc" "$last_log" 2)"
-  fi
+  # NCCL's INFO and WARN lines to files of their own, which NCCL line-buffers: on stdout they wait in
+  # a block buffer that a watchdog's _exit or timeout's SIGKILL throws away (a hang's explanation
+  # with it), and a rank's partial block could split the probe's own lines. Appended to the log after.
+  nccl_files="$LOG/probe_smoke_nccl"
+  run LIMIT=45 probe_smoke launch 2 "${place[@]}" NCCL_DEBUG=INFO NCCL_DEBUG_FILE="$nccl_files.%h.%p.txt" \
+    "$BIN/probe" --device cuda --backend nccl --timeout 30 --max_bytes 1M
+  smoke_rc=$last_rc
+  for f in "$nccl_files".*; do [ -f "$f" ] && { echo "--- $f"; cat "$f"; } >> "$last_log"; done
+  verdict "$smoke" "$(verdict_probe "$smoke_rc" "$last_log" 2)"
   if [ "${rows[-1]}" != "${rows[-1]/ FAILED: /}" ]; then
     mr_why="multi-rank NCCL does not work here (the 2-rank probe failed: logs/${last_log##*/}); not run"
   fi
@@ -466,7 +495,7 @@ compare "step 01 --tf32 tracks fp32 on the GPU" gpu_cpu "$LOG/step01_tf32.jsonl"
 
 # ---- 4. the process group over NCCL, world size 1 ---------------------------------------------------
 section 4 "the process group over NCCL, world size 1" $EST_WS1
-small=(--device cuda --backend nccl --data synthetic --dataset_size 16384 --log_interval 100)
+small=(--device cuda --backend nccl --data synthetic --dataset_size 16384 --log_interval 100 --timeout 60)
 run "step05_2epochs" launch 1 "$BIN/05_metrics_ckpt" "${small[@]}" --epochs 2 --save_interval 0 \
   --metrics "$LOG/s05a_{rank}.jsonl" || fail "step 05, 1 rank, 2 epochs" "$(last_error)"
 run "step05_1epoch" launch 1 "$BIN/05_metrics_ckpt" "${small[@]}" --epochs 1 --save_interval 1 \
@@ -609,4 +638,6 @@ if [ "${BENCH:-0}" -gt 0 ]; then
 fi
 [ ${#left_out[@]} -eq 0 ] || deadline_why="${deadline_why:+$deadline_why; }the deadline left out section(s) ${left_out[*]}"
 finish "complete after $(elapsed) s${deadline_why:+ ($deadline_why)}"
+# 1: a row FAILED; 3: none did, but the deadline cut a run or left a section out (the table is partial)
+[ "$failed" -eq 0 ] && [ -n "$deadline_why" ] && exit 3
 exit $failed

@@ -141,10 +141,13 @@ ipv6_bindable() {  # prints 1 when a socket can be bound to ::1, else 0
 # The world sizes of section 5 on a node of NGPU GPUs with the NCCL of version code NCCL (e.g. 22809):
 # np in {2, 4, NGPU}, each on its own GPU when np <= NGPU; above NGPU only with NCCL >= 2.30, and then
 # every rank on GPU 0 (the trainers refuse more ranks than GPUs unless they see exactly one). Prints
-# one line "NP K" (K: the GPUs used) per world size, smallest first; nothing when none can run.
+# one line "NP K" (K: the GPUs used) per world size; nothing when none can run. On a node of 2 or more
+# GPUs the whole node comes first (what such a node reports; a deadline drops the last ones), then the
+# others, smallest first.
 multi_rank_plan() {  # NGPU NCCL
-  local np
-  for np in $(printf '%s\n' 2 4 "$1" | sort -nu); do
+  local np first=""
+  [ "$1" -ge 2 ] && first=$1
+  for np in $first $(printf '%s\n' 2 4 "$1" | sort -nu | grep -vx "${first:-x}"); do
     if [ "$np" -lt 2 ]; then continue
     elif [ "$np" -le "$1" ]; then echo "$np $np"
     elif [ "$2" -ge 23000 ] && [ "$1" -ge 1 ]; then echo "$np 1"

@@ -6,6 +6,8 @@
 #   killed    SIGTERM while the smoke test's run is in flight: the summary keeps the rows decided so
 #             far and says where it stopped, the logs are packed, the run's processes are gone, and
 #             it ends at once (not when the run would have), with status 143;
+#   interrupted  the same with SIGINT, to the script started in the background (where a shell
+#             ignores SIGINT): status 130;
 #   deadline  DDP_GPU_DEADLINE=20 with runs that would take longer: it ends by itself with the whole
 #             table, the sections it could not reach SKIPPED "deadline";
 #   smoke     2 GPUs and a probe that fails: every multi-rank row FAILED "multi-rank NCCL does not
@@ -80,7 +82,11 @@ stubs_gone() {  # every stand-in process has ended
 rows() { grep -cE ' (ok|FAILED|SKIPPED): ' "$S"; }
 
 case $scenario in
-  killed)
+  killed | interrupted)
+    # SIGTERM, or SIGINT (Ctrl-C), to a gpu_check.sh started in the background, where the shell
+    # ignores SIGINT in it: it must stop on either
+    sig=TERM num=15
+    [ "$scenario" = interrupted ] && sig=INT num=2
     STUB_GPUS=2 STUB_SLEEP=40 "$root/scripts/gpu_check.sh" "$B" > "$tmp/stdout" 2>&1 &
     pid=$!
     for ((i = 0; i < 600; i++)); do  # until the smoke test's probe is running (its log exists)
@@ -88,12 +94,12 @@ case $scenario in
       kill -0 "$pid" 2> /dev/null || break
       sleep 0.1
     done
-    kill -TERM "$pid"
-    want "it ends soon after SIGTERM, though its run had 40 s to go" finished "$pid" 30
+    kill -$sig "$pid"
+    want "it ends soon after SIG$sig, though its run had 40 s to go" finished "$pid" 30
     wait "$pid"
     rc=$?
     pid=""
-    want "exit status 128 + 15 (it was $rc)" [ "$rc" -eq 143 ]
+    want "exit status 128 + $num (it was $rc)" [ "$rc" -eq $((128 + num)) ]
     want "the summary exists" [ -f "$S" ]
     want "the rows decided before the signal are there: nvidia-smi" \
       grep -qE '^nvidia-smi +ok: 2 GPU.*H200 \(stand-in\)' "$S"
@@ -101,7 +107,7 @@ case $scenario in
     want "$(rows) rows, at least 4" [ "$(rows)" -ge 4 ]
     want "the smoke test, stopped, has no row" bash -c "! grep -q '^NCCL smoke test' '$S'"
     want "it says it was stopped, when and where" \
-      grep -qE '^# STOPPED by SIGTERM after [0-9]+ s, in section 1b .*running probe_smoke \(logs/[0-9]+_probe_smoke\.log\)' "$S"
+      grep -qE '^# STOPPED by SIG'$sig' after [0-9]+ s, in section 1b .*running probe_smoke \(logs/[0-9]+_probe_smoke\.log\)' "$S"
     want "the counts come before it" grep -qE '^# [0-9]+ ok, [0-9]+ failed, [0-9]+ skipped$' "$S"
     want "the logs are packed, with the stopped run's" packed '[0-9]+_probe_smoke\.log'
     want "the stand-ins it started are gone" stubs_gone

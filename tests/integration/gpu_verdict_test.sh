@@ -129,10 +129,10 @@ want_plan 1 22809 ""                 # one H200 with the stock NCCL: nothing at 
 want_plan 1 23000 "2 1,4 1"          # one H200 with NCCL 2.30: 2 and 4 ranks on it
 want_plan 2 22809 "2 2"
 want_plan 2 23000 "2 2,4 1"          # above the GPU count: every rank on GPU 0
-want_plan 3 22809 "2 2,3 3"
-want_plan 4 22809 "2 2,4 4"
-want_plan 8 22809 "2 2,4 4,8 8"      # an 8-GPU node with the stock NCCL: every GPU used
-want_plan 8 23001 "2 2,4 4,8 8"
+want_plan 3 22809 "3 3,2 2"
+want_plan 4 22809 "4 4,2 2"
+want_plan 8 22809 "8 8,2 2,4 4"      # an 8-GPU node with the stock NCCL: every GPU used, the whole node first
+want_plan 8 23001 "8 8,2 2,4 4"
 [ "$(ranks_on 4 1)" = "4 ranks on 1 GPU" ] && [ "$(ranks_on 8 8)" = "8 ranks on 8 GPUs" ] ||
   { echo "WRONG   ranks_on: '$(ranks_on 4 1)', '$(ranks_on 8 8)'"; bad=1; }
 for n in 04 05 06; do replicas_row $n || { echo "WRONG   step $n has no replicas row"; bad=1; }; done
