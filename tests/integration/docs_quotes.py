@@ -28,6 +28,7 @@ continuations are the command, not output; a line `…` stands for any number of
   (measured between the Zen and Haswell kernels on the chapters' runs: at most 0.0015 on a loss or an
   accuracy, with 0.87 accuracy, well inside 0.0087 + 0.0002).
 `--selftest` checks the comparison itself on a stale line (no program runs); `--pastes` runs it first.
+`--only=TEXT` re-runs the pastes of the chapters whose file name contains TEXT (`--only=08`).
 Never sets OPENBLAS_CORETYPE: the kernel is whatever this machine's OpenBLAS picks.
 """
 import pathlib
@@ -243,7 +244,10 @@ def check_pastes():
     want = docs_kernel()
     failed = ran = 0
     kernel_seen = None  # a paste without a start-up line (a grep of a metrics file) keeps the last run's
+    only = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--only=")), "")
     for md in sorted((root / "docs").glob("*.md")):
+        if only not in md.name:
+            continue
         text = md.read_text()
         shown = shell_commands(text)
         marked = pastes(md)
@@ -278,6 +282,11 @@ def check_pastes():
                     print("    --- the run printed:\n    " + "\n    ".join(got[-40:]))
                 else:
                     print(f"{where}: ok ({how}; {time.time() - t0:.1f} s, {len(pasted)} lines)")
+                    if not same:  # what the other kernel changed, within the tolerance
+                        for a in pasted:
+                            b = next((g for g in got if same_line(a, g, False)), None)
+                            if b is not None and mask(a, False) != mask(b, False):
+                                print(f"    within rounding: {mask(a, False)!r} / {mask(b, False)!r}")
     print(f"docs_pastes: {ran} pasted outputs re-run, {failed} stale")
     if ran == 0:
         print("no marked paste found: the markers are `<!-- paste: COMMAND -->`")
