@@ -25,11 +25,13 @@ continuations are the command, not output; a line `…` stands for any number of
 - on any other kernel the GEMMs add in another order (another blocking, other FMA use), so the
   parameters differ in their last bits, training amplifies that a little every step, and the digests
   differ: digests and the kernel's name and version are masked, integers must be equal, and each
-  printed decimal must agree within 2 units of its last digit plus 1 % of its value. Measured on the
+  printed decimal must agree within 2 units of its last digit plus 1 % of its value, and the start-up
+  warning of a generic fallback kernel (chapter 01) is left out of the run's lines. Measured on the
   build VM: with its own Zen kernel every loss and accuracy of the chapters' pastes equals the Haswell
   paste to the last printed digit (only the digests differ), as docs/README.md reports for five
-  kernels of step 06; the margin is for kernels and builds not tried: one test sample more or fewer
-  moves an accuracy over 2,000 samples by 0.0005, five units of its last digit, inside the 1 %.
+  kernels of step 06; with Prescott, chapter 04's run ends at train loss 0.2630 and test accuracy
+  0.8930 against the paste's 0.2629 and 0.8925 (one test sample: 0.0005 over 2,000, five units of
+  the last digit, inside the 1 %); chapter 08's equals the paste.
 `--selftest` checks the comparison itself on a stale line (no program runs); `--pastes` runs it first.
 `--only=TEXT` re-runs the pastes of the chapters whose file name contains TEXT (`--only=08`).
 Never sets OPENBLAS_CORETYPE: the kernel is whatever this machine's OpenBLAS picks.
@@ -114,6 +116,7 @@ KERNEL_DEPENDENT = [
     (re.compile(r"param_digest\W+[0-9a-f]{16}"), "param_digest D"),
     (re.compile(r"^((?:\[default\d+\]:)?blas: )\S+ \S+, kernel \S+,"), r"\1B, kernel K,"),
 ]
+FALLBACK = re.compile(r"^(?:\[default\d+\]:)?blas: kernel \S+ is a generic fallback")
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 
 
@@ -273,7 +276,8 @@ def check_pastes():
                 p = subprocess.run(["bash", "-c", cmd], cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                    text=True, timeout=300)
                 ran += 1
-                got = p.stdout.splitlines()
+                # the warning for a generic fallback kernel belongs to this machine, not to the paste
+                got = [g for g in p.stdout.splitlines() if not FALLBACK.match(g)]
                 kernel = run_kernel(p.stdout) or kernel_seen
                 kernel_seen = kernel
                 same = kernel is not None and kernel == want
