@@ -4,6 +4,7 @@ runs step 06 at each cap, and prints the measured and the predicted step time si
 
     bench/bucket_sweep.py [--np 2] [--device cpu] [--hidden 1024,1024] [--caps 0.001,0.01,...]
                           [--steps 12] [--png docs/img/bucket_sweep_cpu.png]
+    bench/bucket_sweep.py --replot SWEEP.txt --png docs/img/bucket_sweep_cpu.png
     bench/bucket_sweep.py --selftest
 
 The model, in the terms of chapter 06:
@@ -25,7 +26,10 @@ The model, in the terms of chapter 06:
 Measured step time: the median of the metrics file's step-to-step times on rank 0 after the first
 three steps. The runs are short (--steps optimizer steps on synthetic data): a few minutes in all on 2
 cores. Prints a table and the measured and the predicted best cap; --png draws both curves
-(matplotlib). --selftest checks the bucket rule against the table and the simulation's two limits on
+(matplotlib), on a y axis from 0, with caps that make the same buckets joined by a band, so that
+jumps between caps with the same buckets read as the machine's noise, not as the cap's effect;
+--replot draws that figure again from a saved output of the script (its table), running nothing.
+--selftest checks the bucket rule against the table and the simulation's two limits on
 synthetic inputs, runs nothing, and exits 0 or 1.
 """
 import argparse
@@ -196,10 +200,15 @@ def main():
     ap.add_argument("--caps", default=DEFAULT_CAPS, help=f"caps in MiB (default {DEFAULT_CAPS})")
     ap.add_argument("--bin", default=os.path.join(ROOT, "build", "bin"), help="where probe and 06_full are")
     ap.add_argument("--png", help="draw measured and predicted step time against the cap here")
+    ap.add_argument("--replot", metavar="SWEEP.txt", help="draw --png from a saved output; run nothing")
     ap.add_argument("--selftest", action="store_true", help="check the bucket rule and the simulation; run nothing")
     o = ap.parse_args()
     if o.selftest:
         return selftest()
+    if o.replot:
+        if not o.png:
+            sys.exit("--replot needs --png")
+        return replot(o.replot, o.png)
     sizes = [784] + [int(x) for x in o.hidden.split(",")] + [10]
     caps = sorted(float(x) for x in o.caps.split(","))
     pts = probe(o)
@@ -229,19 +238,56 @@ def main():
     print(f"best cap: measured {best_m[0]:g} MiB ({best_m[2]:.2f} ms), predicted {best_p[0]:g} MiB "
           f"({best_p[3]:.2f} ms)")
     if o.png:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        fig, ax = plt.subplots(figsize=(6.4, 3.6))
-        ax.semilogx([r[0] for r in rows], [r[2] for r in rows], "o-", label="measured")
-        ax.semilogx([r[0] for r in rows], [r[3] for r in rows], "s--", label="predicted (a + c·n model)")
-        ax.set_xlabel("bucket cap (MiB)")
-        ax.set_ylabel("step time (ms)")
-        ax.set_title(f"step 06, {o.np} ranks, {o.device}, 784,{o.hidden},10")
-        ax.legend()
-        fig.tight_layout()
-        fig.savefig(o.png, dpi=110)
-        print(f"wrote {o.png}")
+        plot(rows, o.png, f"step 06, {o.np} ranks, {o.device}, 784,{o.hidden},10")
+    return 0
+
+
+def plot(rows, png, title):
+    """rows: (cap MiB, buckets, measured ms, predicted ms, exposed ms). Caps with the same number of
+    buckets in a row are one band: between them only the machine's noise changes the measurement."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    groups, start = [], 0
+    for i in range(1, len(rows) + 1):
+        if i == len(rows) or rows[i][1] != rows[start][1]:
+            groups.append(rows[start:i])
+            start = i
+    for k, g in enumerate(groups):
+        lo, hi = g[0][0] / 1.4, g[-1][0] * 1.4
+        ax.axvspan(lo, hi, color="0.93" if k % 2 == 0 else "0.85", zorder=0)
+        top = max(r[2] for r in rows) * 1.25
+        ax.text((lo * hi) ** 0.5, top * 0.95, f"{g[0][1]} buckets at every cap here", ha="center", va="top",
+                fontsize=8)
+    ax.semilogx([r[0] for r in rows], [r[2] for r in rows], "o", label="measured (one run per cap)")
+    ax.semilogx([r[0] for r in rows], [r[3] for r in rows], "s--", label="predicted (a + c·n model)")
+    ax.set_ylim(0, max(r[2] for r in rows) * 1.25)
+    ax.set_xlabel("bucket cap (MiB)")
+    ax.set_ylabel("step time (ms)")
+    ax.set_title(title + "\nthe same buckets in each band: the spread inside a band is the shared machine",
+                 fontsize=9)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    print(f"wrote {png}")
+
+
+def replot(path, png):
+    """Draws the figure from a saved output of this script (the table and its title line)."""
+    rows, title = [], "step 06"
+    for line in open(path):
+        f = line.split()
+        if line.startswith("$ ") and "--hidden" in f:
+            title = f"step 06, 2 ranks, cpu, 784,{f[f.index('--hidden') + 1]},10"
+        if len(f) == 5:
+            try:
+                rows.append((float(f[0]), int(f[1]), float(f[2]), float(f[3]), float(f[4])))
+            except ValueError:
+                pass
+    if not rows:
+        sys.exit(f"{path}: no table rows (cap, buckets, measured, predicted, exposed)")
+    plot(rows, png, title)
     return 0
 
 

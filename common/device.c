@@ -4,10 +4,20 @@
 #define _POSIX_C_SOURCE 200809L
 #include "device.h"
 
+#include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #include "device_backend.h"
 #include "flops.h"
+#include "log.h"
+
+#ifdef HAVE_OPENBLAS
+// OpenBLAS's own queries (its cblas.h declares them; declared here so that no other header is needed).
+char *openblas_get_config(void);
+char *openblas_get_corename(void);
+int openblas_get_num_threads(void);
+#endif
 
 int device_cuda_count(void) {
 #if HAVE_CUDA
@@ -32,11 +42,55 @@ int device_parse(const char *name, Device *out) {
 
 const char *device_name(Device dev) { return dev == DEVICE_CUDA ? "cuda" : "cpu"; }
 
+bool device_blas_kernel_is_fallback(const char *kernel, bool cpu_has_avx2) {
+  // OpenBLAS's x86-64 kernels that use AVX2 (and FMA); any other one leaves them unused.
+  static const char *const AVX2_KERNELS[] = {"Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids"};
+  if (!cpu_has_avx2 || kernel == NULL) return false;
+  for (size_t i = 0; i < sizeof AVX2_KERNELS / sizeof AVX2_KERNELS[0]; i++)
+    if (strcasecmp(kernel, AVX2_KERNELS[i]) == 0) return false;
+  return true;
+}
+
+#ifdef HAVE_OPENBLAS
+// Whether this CPU has AVX2 and FMA, what OpenBLAS's Haswell kernel needs.
+static bool cpu_has_avx2(void) {
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+  return false;
+#endif
+}
+#endif
+
+// The start-up line naming the CPU's GEMM library, its kernel and threads, and one more line when
+// OpenBLAS runs a generic kernel on a CPU it does not know. OPENBLAS_CORETYPE is only suggested:
+// some OpenBLAS builds crash or compute wrongly with a kernel the CPU does not fit.
+static void log_blas(void) {
+#ifdef HAVE_OPENBLAS
+  char name[16] = "OpenBLAS", version[32] = "";  // openblas_get_config(): "OpenBLAS 0.3.21 NO_LAPACKE ..."
+  const char *config = openblas_get_config();
+  if (config) sscanf(config, "%15s %31s", name, version);
+  const char *kernel = openblas_get_corename();
+  int threads = openblas_get_num_threads();
+  log0("blas: %s %s, kernel %s, %d thread%s\n", name, version, kernel ? kernel : "unknown", threads,
+       threads == 1 ? "" : "s");
+  const char *hint = "choose one with OPENBLAS_CORETYPE, e.g. OPENBLAS_CORETYPE=Haswell";
+  if (device_blas_kernel_is_fallback(kernel, cpu_has_avx2()))
+    log0(
+        "blas: kernel %s is a generic fallback that leaves this CPU's AVX2 unused (GEMMs several times "
+        "slower); %s\n",
+        kernel, hint);
+#else
+  log0("blas: none, plain C GEMMs (built without OpenBLAS: several times slower)\n");
+#endif
+}
+
 void device_init(Ctx *c, Device dev, int gpu) {
   memset(c, 0, sizeof *c);
   c->dev = dev;
   c->gpu = -1;
   if (dev == DEVICE_CPU) flops_set_device("cpu", false);  // the MFU's peak: DDP_CPU_PEAK_GFLOPS, if set
+  if (dev == DEVICE_CPU) log_blas();
   if (dev == DEVICE_CUDA) WITH_CUDA(device_init_cuda(c, gpu));
   (void)gpu;  // (unused in a build without CUDA)
 }

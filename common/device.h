@@ -53,9 +53,27 @@ int device_parse(const char *name, Device *out);
 const char *device_name(Device dev);
 
 /**
+ * @brief Whether an OpenBLAS kernel is a generic fallback that leaves a CPU's AVX2 unused.
+ *
+ * OpenBLAS picks its kernel from the CPU's model at load time; a release that does not know the CPU
+ * (Debian 12's 0.3.21 and AMD Zen 5, for one) falls back to an old generic kernel such as Prescott
+ * (SSE3), whose GEMMs are several times slower. For a CPU of the CPU path, device_init() prints the
+ * library, its kernel and its threads, and one more line when this returns true.
+ * @param[in] kernel       the kernel's name, as `openblas_get_corename()` gives it (e.g. "Prescott",
+ *                         "Haswell"); NULL counts as no fallback.
+ * @param[in] cpu_has_avx2 whether the CPU has AVX2 and FMA.
+ * @return true when the CPU has AVX2 and @p kernel is none of OpenBLAS's AVX2 kernels (Haswell, Zen,
+ *         SkylakeX, Cooperlake, SapphireRapids), compared without regard to case.
+ */
+bool device_blas_kernel_is_fallback(const char *kernel, bool cpu_has_avx2);
+
+/**
  * @brief Creates a context on @p dev. For CUDA: selects GPU @p gpu, creates a non-blocking stream and a
  * cuBLAS handle on it with plain fp32 math (no TF32). Ends the job with a clear message when the GPU
- * does not exist or the program was built without CUDA.
+ * does not exist or the program was built without CUDA. For the CPU: rank 0 prints the start-up line
+ * `blas: OpenBLAS 0.3.21, kernel Haswell, 1 thread` (the GEMM library, its kernel and its threads), and
+ * a second one when the kernel is a generic fallback (device_blas_kernel_is_fallback()) saying how to
+ * choose one (`OPENBLAS_CORETYPE`, which is never set here).
  * @param[out] c   the context.
  * @param[in]  dev the device kind.
  * @param[in]  gpu the GPU ordinal (the local rank in a multi-GPU job); ignored for the CPU.

@@ -30,6 +30,15 @@
       mpirun -np 2 build/bin/06_full --device cpu --data synthetic --hidden 128,128 --epochs 1 \
         --max_steps 4 --save_interval 0 --batch_size 32 --bucket_cap_mb 100 --trace 'out/one_{rank}.json'
 
+  scripts/concept_figures.py fsdp 'TRACE_{rank}.json' docs/img/step08_fsdp_step.png [STEP] [RANK]
+      chapter 08: one optimizer step of step 08 on one rank (default step 3, rank 0), from its own
+      trace: forward and backward per layer, and per layer its forward all-gather, its backward
+      all-gather (all but the last layer) and its reduce-scatter, each bar from the moment the
+      collective was started to the moment it was seen complete; colour = layer, and each gather
+      names the buffer (layer mod 2) it fills:
+      mpirun -np 2 build/bin/08_fsdp --device cpu --data synthetic --epochs 1 --max_steps 6 \
+        --save_interval 0 --log_interval 1 --trace 'out/f8_{rank}.json'
+
   scripts/concept_figures.py hang LOG.txt docs/img/step05_barrier_hang.png
       chapter 05: the two-rank sequence of the barrier hang, every label a line of LOG.txt: the last
       epoch record both ranks reached, rank 0's "saved" line, and each rank's watchdog line, which
@@ -310,6 +319,54 @@ def ddpstep(pattern, png, step="2"):
     print(f"wrote {png}")
 
 
+def fsdp(pattern, png, step="3", rank="0"):
+    import json
+    plt = plt_or_exit()
+    step, rank = int(step), int(rank)
+    path = pattern.replace("{rank}", str(rank))
+    spans = [e for e in json.load(open(path))["traceEvents"]
+             if e["ph"] == "X" and e["args"].get("step") == step]
+    if not spans:
+        sys.exit(f"{path} has no spans of step {step}")
+    t0 = min(e["ts"] for e in spans)
+    rows = ["forward", "all-gather (forward)", "backward", "all-gather (backward)", "reduce-scatter"]
+    kinds = [("forward", r"forward layer (\d+)$"), ("all-gather (forward)", r"all-gather layer (\d+) \(forward\)"),
+             ("backward", r"backward layer (\d+)$"), ("all-gather (backward)", r"all-gather layer (\d+) \(backward\)"),
+             ("reduce-scatter", r"reduce-scatter layer (\d+)")]
+    cmap = plt.get_cmap("tab10")
+    fig, ax = plt.subplots(figsize=(9.0, 3.4))
+    layers, bars = set(), []
+    for e in spans:
+        for row, pat in kinds:
+            m = re.match(pat, e["name"])
+            if not m:
+                continue
+            l = int(m[1])
+            layers.add(l)
+            y = len(rows) - 1 - rows.index(row)
+            x0, w = (e["ts"] - t0) / 1e3, e["dur"] / 1e3
+            ax.add_patch(plt.Rectangle((x0, y - 0.35), w, 0.7, facecolor=cmap(l), edgecolor="black",
+                                       linewidth=0.5, alpha=0.9 if "layer" in row or row in ("forward", "backward") else 0.75))
+            bars.append((x0, w, y, f"L{l}" + (f" → buf {l % 2}" if row.startswith("all-gather") else "")))
+            break
+    t1 = max((e["ts"] + e["dur"] - t0) / 1e3 for e in spans)
+    for x0, w, y, label in bars:  # a label where its bar is wide enough to hold it
+        if w > 0.0075 * t1 * len(label):
+            ax.text(x0 + w / 2, y, label, ha="center", va="center", fontsize=7)
+        elif w > 0.012 * t1 * 2:
+            ax.text(x0 + w / 2, y, label.split()[0], ha="center", va="center", fontsize=7)
+    ax.set_xlim(0, t1 * 1.01)
+    ax.set_ylim(-0.7, len(rows) - 0.3)
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels(list(reversed(rows)), fontsize=8)
+    ax.set_xlabel(f"ms since the step's first span (rank {rank}'s clock)")
+    ax.set_title(f"step 08, one optimizer step (step {step}, rank {rank}): {len(layers)} layers, "
+                 "prefetch depth 1, the last layer kept after forward", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(png, dpi=90)
+    print(f"wrote {png}")
+
+
 def hang(log, png):
     import textwrap
     plt = plt_or_exit()
@@ -368,6 +425,8 @@ if __name__ == "__main__":
         accum(*sys.argv[2:])
     elif len(sys.argv) in (4, 5) and sys.argv[1] == "ddpstep":
         ddpstep(*sys.argv[2:])
+    elif len(sys.argv) in (4, 5, 6) and sys.argv[1] == "fsdp":
+        fsdp(*sys.argv[2:])
     elif len(sys.argv) == 4 and sys.argv[1] == "hang":
         hang(*sys.argv[2:])
     else:

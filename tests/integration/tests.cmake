@@ -335,8 +335,8 @@ ddp_integration(step08_eval_uneven PROCESSORS 2 LAUNCHER launch)
 # preempt_stuck: SIGTERM to a rank stuck in a collective ends it within the watchdog's short grace
 # (WATCHDOG_SIGNAL_GRACE_S), a second SIGTERM at once (it waited for --timeout or SIGKILL).
 ddp_integration(preempt_stuck PROCESSORS 2)
-# docs06_launcher_digest: the param_digest docs/06_full.md pastes for torchrun, mpirun and launch.sh is
-# the one the commands end at with the chapters' OpenBLAS kernel (it pasted a stale one).
+# docs06_launcher_digest: mpirun and launch.sh end at one param_digest, and where the machine's OpenBLAS
+# runs the chapters' kernel, at the one docs/06_full.md pastes for torchrun (it pasted a stale one).
 ddp_integration(docs06_launcher_digest PROCESSORS 2 GLOO NEEDS_MPI)
 
 # The Gloo ranks' rendezvous store (tests/integration/store_check.py, labels integration and gloo;
