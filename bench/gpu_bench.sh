@@ -60,7 +60,10 @@ bounded() {  # LIMIT CMD...: CMD under `timeout`, cut at the deadline too (exit 
   l=$(left)
   if [ "$l" -lt "$lim" ]; then lim=$l; fi
   [ "$lim" -ge 1 ] || return 124
-  timeout -k 2 "$lim" "$@"
+  local rc=0
+  timeout -k 2 "$lim" "$@" || rc=$?
+  [ $rc -eq 137 ] && rc=124  # it needed the SIGKILL after the TERM: cut all the same
+  return $rc
 }
 R=3 S=200 W=20
 while getopts "r:s:w:" o; do
@@ -253,3 +256,5 @@ for ((rep = 0; rep < R; rep++)); do
 done
 tables $done_reps
 cat "$BENCH_OUT/results.md"
+# 3: stopped early by the deadline (results.md holds the repetitions done, and says so)
+[ -z "$stopped" ] || exit 3

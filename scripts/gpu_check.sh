@@ -632,6 +632,9 @@ if [ "${BENCH:-0}" -gt 0 ]; then
   if run LIMIT=36000 bench env BENCH_OUT="$LOG/bench" CUDA_ARCHS="${CUDA_ARCHS:-90}" CMAKE_PREFIX_PATH="${P:-}" \
        DDP_GPU_DEADLINE="$bench_deadline" bench/gpu_bench.sh -r "$BENCH" "$BUILD_DIR-bench"; then
     ok "benchmark (gpu_bench.sh -r $BENCH)" "tables in logs.tar.gz (logs/bench/results.md)"
+  elif [ "$last_rc" -eq 3 ]; then  # the deadline stopped it: the repetitions done are in its tables
+    skip "benchmark (gpu_bench.sh -r $BENCH)" "deadline: stopped early; the repetitions done are in logs/bench/results.md"
+    deadline_why="${deadline_why:+$deadline_why; }the benchmark stopped early"
   else
     fail "benchmark (gpu_bench.sh -r $BENCH)" "see logs.tar.gz (logs/${last_log##*/}, logs/bench/)"
   fi
