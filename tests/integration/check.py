@@ -176,6 +176,9 @@ def ephemeral_ports():
 
 
 PORT_LOCKS = []  # the reservations this process holds, until it exits
+# One place for every test, whatever its TMPDIR (tests give the exercise checker TMPDIRs of their
+# own, and check that nothing is left in them): /tmp, not tempfile's.
+PORT_LOCK_DIR = "/tmp/ddp-in-c-ports"
 
 
 def free_master_port():
@@ -185,15 +188,20 @@ def free_master_port():
     so asking the kernel for a free port (bind to 0) gave two tests the same p now and then, and one
     job's rank reached the other's store (CI failed so once). Each pair is an even p below the
     ephemeral range (where no outgoing connection takes p + 1 as its local port), held by an
-    exclusive lock on a file named after it for as long as this process lives."""
+    exclusive lock on a file named after it (in PORT_LOCK_DIR) for as long as this process lives."""
     lo, _ = ephemeral_ports()
     first, last = 20000, max(20002, lo - 2)
-    lock_dir = os.path.join(tempfile.gettempdir(), "ddp-in-c-ports")
-    os.makedirs(lock_dir, mode=0o1777, exist_ok=True)
+    lock_dir = PORT_LOCK_DIR if os.access("/tmp", os.W_OK) else os.path.join(tempfile.gettempdir(), "ddp-in-c-ports")
+    if not os.path.isdir(lock_dir):
+        os.makedirs(lock_dir, exist_ok=True)
+        os.chmod(lock_dir, 0o1777)  # every user's tests share it (ports are the machine's)
     rng = random.Random()
     for _ in range(400):
         p = rng.randrange(first, last, 2)
-        fd = os.open(os.path.join(lock_dir, str(p)), os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fd = os.open(os.path.join(lock_dir, str(p)), os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError:  # another user's reservation
+            continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:  # another test holds it
