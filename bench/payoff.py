@@ -46,7 +46,7 @@ slowlink  Two nodes as two network namespaces (tests/multinode/nodes.sh) joined 
           Needs root, ip and tc (iproute2): without them one line says so and no rows are made.
           The namespaces and their qdiscs are removed by this script, also on failure.
 memory    Peak resident memory and optimizer-state bytes per rank for steps 06, 07 and 08 at 1-4
-          ranks (mpirun), on a model of several comparable layers and on one of about the same size
+          ranks (mpirun; --quick: 1, 2 and 4), on a model of several comparable layers and on one of about the same size
           dominated by a single layer. Rows {"program", "ranks", "model", "peak_rss_kib",
           "optimizer_state_bytes"}:
             peak_rss_kib           the largest over the ranks of the metrics "final" record's
@@ -91,13 +91,13 @@ SIZES = {
     "full": dict(
         sp_hidden="1024,1024", sp_batch=256, sp_epochs=4, sp_target=0.85, sp_dataset=0,
         sl_hidden="512,512,512,512,512", sl_steps=20, sl_warmup=4, sl_caps=[0.25, 1.5, 1000], sl_iters=10, sl_batch=None,
-        sl_links=LINKS, mem_models={"comparable": "2048,2048,2048", "one layer": "12800"},
+        sl_links=LINKS, mem_models={"comparable": "4096,4096,4096", "one layer": "47000"},
         mem_ranks=[1, 2, 3, 4], mem_steps=4),
     "quick": dict(
         sp_hidden="256", sp_batch=256, sp_epochs=2, sp_target=0.80, sp_dataset=0,
-        sl_hidden="512,512,512", sl_steps=5, sl_warmup=1, sl_caps=[0.25, 1000], sl_iters=3, sl_batch=None,
-        sl_links=LINKS, mem_models={"comparable": "512,512,512", "one layer": "1152"},
-        mem_ranks=[1, 2, 3, 4], mem_steps=2),
+        sl_hidden="512,512,512", sl_steps=4, sl_warmup=1, sl_caps=[0.25, 1000], sl_iters=2, sl_batch=None,
+        sl_links=LINKS, mem_models={"comparable": "2048,2048,2048", "one layer": "12800"},
+        mem_ranks=[1, 2, 4], mem_steps=1),
     "selftest": dict(
         sp_hidden="64", sp_batch=128, sp_epochs=2, sp_target=0.60, sp_dataset=4096,
         sl_hidden="512,512,512", sl_steps=3, sl_warmup=0, sl_caps=[1000], sl_iters=2, sl_batch=64,
@@ -448,7 +448,7 @@ def memory(o, z, tmp):
             for w in z["mem_ranks"]:
                 log(f"memory: {p}, {w} ranks, {model} ({hidden}) ...")
                 tag = f"mem{p}{w}{hidden.replace(',', '_')}"
-                batch, steps = 64, z["mem_steps"]
+                batch, steps = 32, z["mem_steps"]
                 data = ["--data", "synthetic", "--dataset_size", str(w * batch * steps)]
                 out = run(["mpirun", "-np", str(w), os.path.join(o.bin, p)]
                           + train_args(hidden, batch, tmp, tag, steps, extra=data), cpu_ddp.base_env(), o.timeout)
@@ -459,7 +459,7 @@ def memory(o, z, tmp):
                 rows.append({"program": p, "ranks": w, "model": model, "peak_rss_kib": peak,
                              "optimizer_state_bytes": int(m.group(1)) if m else 4 * n})
     title = ("memory: peak RSS per rank (largest over the ranks) and optimizer state per rank; synthetic data, "
-             "batch 64, " + "; ".join(f"{m} = --hidden {h} ({n_params(sizes_of(h)):,} parameters)"
+             "batch 32, " + "; ".join(f"{m} = --hidden {h} ({n_params(sizes_of(h)):,} parameters)"
                                       for m, h in z["mem_models"].items()))
     table(title, rows, FIELDS["memory"])
     return rows, {"models": z["mem_models"], "title": title}
@@ -543,26 +543,25 @@ def draw(plt, what, rows, info, path, command):
 
 
 def check(rows, what, o, z):
-    bad = []
-    for r in rows:
-        if list(r) != FIELDS[what]:
-            bad.append(f"{what}: fields {list(r)} != {FIELDS[what]}")
+    bad = [f"{what}: fields {list(r)} != {FIELDS[what]}" for r in rows if list(r) != FIELDS[what]]
+    if bad:  # the values are checked only where the fields are right
+        rows = [r for r in rows if list(r) == FIELDS[what]]
     if what == "speedup":
         names = [r["config"] for r in rows]
         want = ["1 process, 1 thread", "1 process, 2 threads", "2 ranks, 1 thread each"]
         if names[:3] != want:
             bad.append(f"speedup: configurations {names}, expected {want} first")
         for r in rows:
-            if not r["samples_per_s"] > 0 or not 0 < r["accuracy"] <= 1:
+            if not r["samples_per_s"] > 0 or r["accuracy"] is None or not 0 < r["accuracy"] <= 1:
                 bad.append(f"speedup: {r}: samples/s must be > 0, accuracy in (0, 1]")
             t = r["seconds_to_accuracy"]
-            if (t is not None and not t > 0) or (t is None and r["accuracy"] >= z["sp_target"]):
+            if (t is not None and not t > 0) or (t is None and (r["accuracy"] or 0) >= z["sp_target"]):
                 bad.append(f"speedup: {r}: a time to the target > 0 where the last epoch reached it")
     elif what == "slowlink":
         want = [(b, l, p, c) for l, _ in z["sl_links"] for b in ("gloo", "mpi") for p in PROGRAMS
                 for c in (z["sl_caps"] if p == "06_full" else [25] if p == "07_zero" else [None])]
         got = [(r["backend"], r["link"], r["program"], r["cap_mb"]) for r in rows]
-        if rows and sorted(got, key=str) != sorted(want, key=str):
+        if (rows or bad) and sorted(got, key=str) != sorted(want, key=str):
             bad.append(f"slowlink: rows {got}, expected {want}")
         for r in rows:
             if not r["ms_per_step"] > 0 or not r["predicted_ms"] > 0:
