@@ -54,6 +54,8 @@ memory    Peak resident memory and optimizer-state bytes per rank for steps 06, 
             optimizer_state_bytes  steps 07 and 08 print it ("optimizer state: N floats per rank,
                                    B bytes"); step 06 keeps the whole momentum buffer, 4 bytes per
                                    parameter of its "model: ... N parameters" line
+          The floor, what a rank holds whatever the model (libraries, MPI, data: step 06 with 16
+          hidden units), is printed and drawn beside them.
 
 The machine is shared: the load average is printed first and last. Timings vary; nothing here is
 asserted about a time.
@@ -441,28 +443,36 @@ def slowlink(o, z, tmp):
 # memory
 
 
+def peak_kib(o, program, w, hidden, steps, tmp, tag):
+    """Runs `program` at w ranks for `steps` steps of batch 32; returns (its stdout, the largest peak
+    RSS over the ranks in KiB)."""
+    data = ["--data", "synthetic", "--dataset_size", str(w * 32 * steps)]
+    out = run(["mpirun", "-np", str(w), os.path.join(o.bin, program)]
+              + train_args(hidden, 32, tmp, tag, steps, extra=data), cpu_ddp.base_env(), o.timeout)
+    return out, max(next(r["peak_rss_kib"] for r in records(os.path.join(tmp, f"{tag}.m{k}.jsonl"))
+                         if r["type"] == "final") for k in range(w))
+
+
 def memory(o, z, tmp):
     rows = []
+    # The floor: what a rank holds whatever the model (libraries, MPI, the data): step 06 with 16
+    # hidden units. Printed and drawn, not a row.
+    floor = {w: peak_kib(o, "06_full", w, "16", 1, tmp, f"floor{w}")[1] for w in z["mem_ranks"]}
     for model, hidden in z["mem_models"].items():
         for p in ["06_full", "07_zero", "08_fsdp"]:
             for w in z["mem_ranks"]:
                 log(f"memory: {p}, {w} ranks, {model} ({hidden}) ...")
-                tag = f"mem{p}{w}{hidden.replace(',', '_')}"
-                batch, steps = 32, z["mem_steps"]
-                data = ["--data", "synthetic", "--dataset_size", str(w * batch * steps)]
-                out = run(["mpirun", "-np", str(w), os.path.join(o.bin, p)]
-                          + train_args(hidden, batch, tmp, tag, steps, extra=data), cpu_ddp.base_env(), o.timeout)
-                peak = max(next(r["peak_rss_kib"] for r in records(os.path.join(tmp, f"{tag}.m{r}.jsonl"))
-                                if r["type"] == "final") for r in range(w))
+                out, peak = peak_kib(o, p, w, hidden, z["mem_steps"], tmp, f"mem{p}{w}{hidden.replace(',', '_')}")
                 m = re.search(r"optimizer state: \d+ floats per rank, (\d+) bytes", out)
                 n = int(re.search(r"model: \d+ layers, (\d+) parameters", out).group(1))
                 rows.append({"program": p, "ranks": w, "model": model, "peak_rss_kib": peak,
                              "optimizer_state_bytes": int(m.group(1)) if m else 4 * n})
     title = ("memory: peak RSS per rank (largest over the ranks) and optimizer state per rank; synthetic data, "
              "batch 32, " + "; ".join(f"{m} = --hidden {h} ({n_params(sizes_of(h)):,} parameters)"
-                                      for m, h in z["mem_models"].items()))
+                                      for m, h in z["mem_models"].items())
+             + "; the floor (--hidden 16) at " + ", ".join(f"{w} ranks {k} KiB" for w, k in floor.items()))
     table(title, rows, FIELDS["memory"])
-    return rows, {"models": z["mem_models"], "title": title}
+    return rows, {"models": z["mem_models"], "title": title, "floor": floor}
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -519,15 +529,19 @@ def draw(plt, what, rows, info, path, command):
         fig, axs = plt.subplots(len(models), 2, figsize=(9, 3.2 * len(models)), squeeze=False)
         axs = axs.flatten()
         for i, m in enumerate(models):
-            for p, col in zip(["06_full", "07_zero", "08_fsdp"], ["tab:blue", "tab:orange", "tab:green"]):
+            for p, col, sty in zip(["06_full", "07_zero", "08_fsdp"], ["tab:blue", "tab:orange", "tab:green"],
+                                   ["o-", "s--", "^:"]):
                 rs = [r for r in rows if r["program"] == p and r["model"] == m]
                 w = [r["ranks"] for r in rs]
-                axs[2 * i].plot(w, [r["peak_rss_kib"] / 1024 for r in rs], "o-", color=col, label=p)
-                axs[2 * i + 1].plot(w, [r["optimizer_state_bytes"] / MIB for r in rs], "o-", color=col, label=p)
+                axs[2 * i].plot(w, [r["peak_rss_kib"] / 1024 for r in rs], sty, color=col, label=p)
+                axs[2 * i + 1].plot(w, [r["optimizer_state_bytes"] / MIB for r in rs], sty, color=col, label=p)
+            fl = sorted(info["floor"].items())
+            axs[2 * i].plot([w for w, _ in fl], [k / 1024 for _, k in fl], "-", color="gray", label="floor (--hidden 16)")
             axs[2 * i].set_title(f"{m}: peak RSS per rank", fontsize=10)
             axs[2 * i].set_ylabel("MiB")
             axs[2 * i + 1].set_title(f"{m}: optimizer state per rank", fontsize=10)
             for a in axs[2 * i:2 * i + 2]:
+                a.set_ylim(bottom=0)
                 a.set_xlabel("ranks")
                 a.set_xticks(sorted({r["ranks"] for r in rows}))
         axs[0].legend(fontsize=8)
