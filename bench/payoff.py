@@ -91,12 +91,12 @@ DELAY = "0.25ms"
 # What each size runs: --quick (about a minute each), --selftest (the smallest), and the full run.
 SIZES = {
     "full": dict(
-        sp_hidden="1024,1024", sp_batch=256, sp_epochs=4, sp_target=0.85, sp_dataset=0,
+        sp_hidden="1024,1024", sp_batch=256, sp_epochs=4, sp_target=0.87, sp_dataset=0,
         sl_hidden="512,512,512,512,512", sl_steps=20, sl_warmup=4, sl_caps=[0.25, 1.5, 1000], sl_iters=10, sl_batch=None,
         sl_links=LINKS, mem_models={"comparable": "4096,4096,4096", "one layer": "47000"},
         mem_ranks=[1, 2, 3, 4], mem_steps=4),
     "quick": dict(
-        sp_hidden="256", sp_batch=256, sp_epochs=2, sp_target=0.80, sp_dataset=0,
+        sp_hidden="256", sp_batch=256, sp_epochs=2, sp_target=0.85, sp_dataset=0,
         sl_hidden="512,512,512", sl_steps=4, sl_warmup=1, sl_caps=[0.25, 1000], sl_iters=2, sl_batch=None,
         sl_links=LINKS, mem_models={"comparable": "2048,2048,2048", "one layer": "12800"},
         mem_ranks=[1, 2, 4], mem_steps=1),
@@ -510,20 +510,22 @@ def draw(plt, what, rows, info, path, command):
         for a in ax:
             a.invert_yaxis()
     elif what == "slowlink":
-        combos = [(b, l) for l in info["links"] for b in ("gloo", "mpi")]
-        fig, axs = plt.subplots(1, len(combos), figsize=(4.2 * len(combos), 4), squeeze=False)
-        for ax, (b, l) in zip(axs[0], combos):
+        links = list(info["links"])
+        fig, axs = plt.subplots(len(links), 2, figsize=(9, 3.8 * len(links)), squeeze=False)
+        sizes = sizes_of(info["hidden"])
+        for ax, (b, l) in zip(axs.flatten(), [(b, l) for l in links for b in ("gloo", "mpi")]):
             rs = [r for r in rows if r["backend"] == b and r["link"] == l]
-            lab = [r["program"][:2] + (f" {r['cap_mb']:g}" if r["program"] == "06_full" else "") for r in rs]
+            lab = [r["program"][:2] + (f" cap {r['cap_mb']:g}: {len(bucket_sweep.assign(sizes, int(r['cap_mb'] * MIB)))} b."
+                                       if r["program"] == "06_full" else "") for r in rs]
             x = range(len(rs))
             ax.bar(x, [r["ms_per_step"] for r in rs], color="tab:blue", label="measured")
             ax.plot(x, [r["predicted_ms"] for r in rs], "o", color="tab:red", label="predicted")
             ax.set_xticks(list(x))
             ax.set_xticklabels(lab, rotation=45, ha="right")
-            ax.set_xlabel("step (06: --bucket_cap_mb)")
+            ax.set_xlabel("step (06: --bucket_cap_mb, and the buckets it makes)", fontsize=8)
             ax.set_title(f"{b}, {l} (batch {info['links'][l]['batch']})", fontsize=10)
             ax.set_ylabel("ms per step")
-        axs[0][0].legend(fontsize=8)
+        axs[0][0].legend(fontsize=8, loc="lower left")
     else:
         models = list(info["models"])
         fig, axs = plt.subplots(len(models), 2, figsize=(9, 3.2 * len(models)), squeeze=False)
@@ -622,7 +624,6 @@ def main():
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so that every clean-up below runs
     z = SIZES["selftest" if o.selftest else "quick" if o.quick else "full"]
     whats = [o.what] if o.what else ["speedup", "slowlink", "memory"]
-    cmd = "bench/payoff.py" + "".join(f" {x}" for x in [o.what, "--quick" if o.quick else None] if x)
     print(f"payoff: {', '.join(whats)}; {'selftest' if o.selftest else 'quick' if o.quick else 'full'} sizes; "
           f"{os.cpu_count()} CPUs; load average {cpu_ddp.uptime()}", flush=True)
     tmp = tempfile.mkdtemp(prefix="payoff.")
@@ -634,7 +635,8 @@ def main():
             rows, info = {"speedup": speedup, "slowlink": slowlink, "memory": memory}[w](o, z, tmp)
             out[w] = rows
             if plt and rows:
-                draw(plt, w, rows, info, os.path.join(img, f"payoff_{w}.png"), cmd if o.what else cmd + f" ({w})")
+                draw(plt, w, rows, info, os.path.join(img, f"payoff_{w}.png"),
+                     f"bench/payoff.py {w}{' --quick' if o.quick else ''}")
             elif not plt:
                 print("figures: matplotlib is missing (apt-get install python3-matplotlib): none drawn")
             if o.selftest:
