@@ -92,7 +92,8 @@ DELAY = "0.25ms"
 SIZES = {
     "full": dict(
         sp_hidden="1024,1024", sp_batch=256, sp_epochs=4, sp_target=0.87, sp_dataset=0,
-        sl_hidden="512,512,512,512,512", sl_steps=20, sl_warmup=4, sl_caps=[0.25, 1.5, 1000], sl_iters=10, sl_batch=None,
+        sl_hidden="512,512,512,512,512", sl_steps=20, sl_warmup=4, sl_caps=[0.25, 1.5, 1000], sl_iters=10,
+        sl_batch=None,
         sl_links=LINKS, mem_models={"comparable": "4096,4096,4096", "one layer": "47000"},
         mem_ranks=[1, 2, 3, 4], mem_steps=4),
     "quick": dict(
@@ -139,8 +140,8 @@ def step_ms(recs, warmup):
     return st.median(gaps[warmup:] or gaps)
 
 
-def train_args(hidden, batch, tmp, tag, steps=None, epochs=1, extra=()):
-    a = ["--device", "cpu", "--hidden", hidden, "--batch_size", str(batch), "--epochs", str(epochs),
+def train_args(hidden, batch, tmp, tag, steps=None, epochs=1, extra=(), device="cpu"):
+    a = ["--device", device, "--hidden", hidden, "--batch_size", str(batch), "--epochs", str(epochs),
          "--save_interval", "0", "--log_interval", "1000000", "--ckpt_dir", os.path.join(tmp, "ckpt"),
          "--metrics", os.path.join(tmp, f"{tag}.m{{rank}}.jsonl")]
     if steps is not None:
@@ -192,8 +193,7 @@ def speedup(o, z, tmp):
     bin06 = os.path.join(o.bin, "06_full")
 
     def args(batch, tag, device="cpu"):
-        a = train_args(z["sp_hidden"], batch, tmp, tag, epochs=z["sp_epochs"], extra=extra)
-        return a[:1] + [device] + a[2:]
+        return train_args(z["sp_hidden"], batch, tmp, tag, epochs=z["sp_epochs"], extra=extra, device=device)
 
     env1 = cpu_ddp.base_env()
     env2 = dict(env1, OPENBLAS_NUM_THREADS="2", OMP_NUM_THREADS="2")
@@ -515,8 +515,10 @@ def draw(plt, what, rows, info, path, command):
         sizes = sizes_of(info["hidden"])
         for ax, (b, l) in zip(axs.flatten(), [(b, l) for l in links for b in ("gloo", "mpi")]):
             rs = [r for r in rows if r["backend"] == b and r["link"] == l]
-            lab = [r["program"][:2] + (f" cap {r['cap_mb']:g}: {len(bucket_sweep.assign(sizes, int(r['cap_mb'] * MIB)))} b."
-                                       if r["program"] == "06_full" else "") for r in rs]
+            lab = [r["program"][:2] for r in rs]
+            for k, r in enumerate(rs):
+                if r["program"] == "06_full":
+                    lab[k] += f" cap {r['cap_mb']:g}: {len(bucket_sweep.assign(sizes, int(r['cap_mb'] * MIB)))} b."
             x = range(len(rs))
             ax.bar(x, [r["ms_per_step"] for r in rs], color="tab:blue", label="measured")
             ax.plot(x, [r["predicted_ms"] for r in rs], "o", color="tab:red", label="predicted")
@@ -538,7 +540,8 @@ def draw(plt, what, rows, info, path, command):
                 axs[2 * i].plot(w, [r["peak_rss_kib"] / 1024 for r in rs], sty, color=col, label=p)
                 axs[2 * i + 1].plot(w, [r["optimizer_state_bytes"] / MIB for r in rs], sty, color=col, label=p)
             fl = sorted(info["floor"].items())
-            axs[2 * i].plot([w for w, _ in fl], [k / 1024 for _, k in fl], "-", color="gray", label="floor (--hidden 16)")
+            axs[2 * i].plot([w for w, _ in fl], [k / 1024 for _, k in fl], "-", color="gray",
+                            label="floor (--hidden 16)")
             axs[2 * i].set_title(f"{m}: peak RSS per rank", fontsize=10)
             axs[2 * i].set_ylabel("MiB")
             axs[2 * i + 1].set_title(f"{m}: optimizer state per rank", fontsize=10)
