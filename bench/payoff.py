@@ -7,8 +7,9 @@ with --json PATH as {"speedup": [...], "slowlink": [...], "memory": [...]}, one 
 
 No subcommand runs all three. --quick: about a minute each on a 2-core machine. --selftest (with
 --quick): the smallest sizes, then checks that the rows and their fields are there and sane (never
-a time); exits 1 on any failure. The figures go to --img DIR (default docs/img: payoff_speedup.png,
-payoff_slowlink.png, payoff_memory.png; matplotlib, installed from Debian where missing and root);
+a time); exits 1 on any failure. The figures go to --img DIR (default docs/img, with --quick out/:
+payoff_speedup.png, payoff_slowlink.png, payoff_memory.png; matplotlib, installed from Debian where
+missing and root: run the script itself, whose interpreter is Debian's /usr/bin/python3);
 --selftest draws into a temporary folder, and only where matplotlib is already installed.
 
 speedup   The same global batch trained by 1 process with 1 BLAS thread, 1 process with 2 BLAS
@@ -615,7 +616,8 @@ def main():
     ap.add_argument("--quick", action="store_true", help="about a minute each on 2 cores")
     ap.add_argument("--selftest", action="store_true", help="with --quick: the smallest sizes, and check the rows")
     ap.add_argument("--json", metavar="PATH", help='write {"speedup": [...], "slowlink": [...], "memory": [...]}')
-    ap.add_argument("--img", default=os.path.join(ROOT, "docs", "img"), help="where the figures go (default docs/img)")
+    ap.add_argument("--img", help="where the figures go (default docs/img; with --quick out/, so that a quick "
+                    "run leaves the docs' figures alone)")
     ap.add_argument("--bin", default=os.path.join(ROOT, "build", "bin"), help="the built programs (default build/bin)")
     ap.add_argument("--timeout", type=int, default=900, help="seconds any one run may take (default 900)")
     o = ap.parse_args()
@@ -630,7 +632,9 @@ def main():
     print(f"payoff: {', '.join(whats)}; {'selftest' if o.selftest else 'quick' if o.quick else 'full'} sizes; "
           f"{os.cpu_count()} CPUs; load average {cpu_ddp.uptime()}", flush=True)
     tmp = tempfile.mkdtemp(prefix="payoff.")
-    img = tempfile.mkdtemp(prefix="payoff-img.") if o.selftest else o.img
+    img = tempfile.mkdtemp(prefix="payoff-img.") if o.selftest else o.img or os.path.join(
+        ROOT, "out" if o.quick else os.path.join("docs", "img"))
+    os.makedirs(img, exist_ok=True)
     plt = pyplot(install=not o.selftest)
     out, ok = {}, True
     try:
