@@ -102,8 +102,12 @@ def mpirun(np_, args):
 
 
 def probe(o):
-    out = mpirun(o.np, [os.path.join(o.bin, "probe"), "--device", o.device, "--min_bytes", "4K",
-                        "--max_bytes", "8M", "--factor", "2", "--iters", "20"])
+    return parse_probe(mpirun(o.np, [os.path.join(o.bin, "probe"), "--device", o.device, "--min_bytes",
+                                     "4K", "--max_bytes", "8M", "--factor", "2", "--iters", "20"]))
+
+
+def parse_probe(out):
+    """(bytes, ms) of each row of build/bin/probe's table."""
     pts = []
     for line in out.splitlines():
         f = line.split()

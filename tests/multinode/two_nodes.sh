@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Two nodes on one machine (label `multinode`): two network namespaces joined by a veth pair, each
-# with its own address (10.213.N.1 and .2, N from this shell's pid, inside namespaces this test makes),
-# its own host name (a UTS namespace: nodea, nodeb) and its own private checkpoint disk (a mount
-# namespace binds <tmp>/disk-<node> on <tmp>/ckpt). mpirun runs on nodea; Open MPI's rsh launch agent
-# is a script that enters the namespaces of the host it is given, as ssh would log in to it.
+# Two nodes on one machine (label `multinode`): tests/multinode/nodes.sh's two network namespaces
+# joined by a veth pair, each with its own address (10.213.N.1 and .2, N from this shell's pid), its
+# own host name (nodea, nodeb) and its own private checkpoint disk (<tmp>/ckpt). mpirun runs on nodea;
+# Open MPI's rsh launch agent is nodes.sh's `enter` script, which enters the namespaces of the host it
+# is given, as ssh would log in to it.
 #   tests/multinode/two_nodes.sh BIN_DIR
 # Checks, with 2 nodes x 2 ranks of step 06 on CPUs (MPI over TCP between the namespaces):
 #   - ranks 0,1 run on nodea and 2,3 on nodeb, with local ranks 0 and 1 on each node, as the
@@ -13,59 +13,26 @@
 #   - a resume from node-local disks, where only nodea's disk holds the checkpoint: every rank reads
 #     the file itself, so the ranks of nodeb stop the job, naming the file (what happens today; see
 #     docs/clusters.md).
-# Stops what it started: the namespaces (and with them the veths) by name, in a trap.
-# Without root, ip, unshare or the right to make namespaces: one line, exit 77 (CTest's skip).
+# The nodes are tests/multinode/nodes.sh's; it removes them (the namespaces, and with them the veths)
+# in a trap. Without root, ip, unshare or the right to make namespaces: one line, exit 77 (CTest's skip).
 set -euo pipefail
 BIN=$(cd "${1:?usage: $0 BIN_DIR}" && pwd)
 MPIEXEC=${DDP_MPIEXEC:-mpiexec}
-skip() { echo "multinode: skipped: $*"; exit 77; }
-[ "$(id -u)" -eq 0 ] || skip "namespaces need root, and this is uid $(id -u)"
-command -v ip >/dev/null || skip "ip not found (Debian's iproute2)"
-command -v unshare >/dev/null || skip "unshare not found (util-linux)"
-
+fail() { echo "FAILED multinode: $*" >&2; exit 1; }
+NODES=$(dirname "$0")/nodes.sh
 id=$$
-nsa=ddpmn-$id-a nsb=ddpmn-$id-b
-va=ddpa$id vb=ddpb$id
-net=10.213.$((id % 250))
 tmp=$(mktemp -d /tmp/ddp-multinode.XXXXXX)
-made=()
 cleanup() {
-  local ns pid
-  for ns in "${made[@]}"; do
-    for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$pid" 2>/dev/null || true; done
-    ip netns del "$ns" 2>/dev/null || true
-  done
-  ip link del "$va" 2>/dev/null || true
+  "$NODES" down "$id" "$tmp"
   rm -rf "$tmp"
 }
 trap cleanup EXIT
 trap 'exit 143' TERM INT  # so that the EXIT trap runs when CTest stops the test
-ip netns add "$nsa" 2>/dev/null || skip "cannot make a network namespace here (ip netns add)"
-made+=("$nsa")
-ip netns add "$nsb"
-made+=("$nsb")
-ip link add "$va" type veth peer name "$vb"
-ip link set "$va" netns "$nsa"
-ip link set "$vb" netns "$nsb"
-ip -n "$nsa" addr add "$net.1/24" dev "$va"
-ip -n "$nsb" addr add "$net.2/24" dev "$vb"
-for ns in "$nsa" "$nsb"; do ip -n "$ns" link set lo up; done
-ip -n "$nsa" link set "$va" up
-ip -n "$nsb" link set "$vb" up
-mkdir -p "$tmp/ckpt" "$tmp/disk-nodea" "$tmp/disk-nodeb"
-
-# enter NODE CMD...: run CMD on NODE (its network, host name and private checkpoint disk).
-cat >"$tmp/enter" <<EOF
-#!/bin/bash
-node=\$1; shift
-case "\$node" in nodea|$net.1) ns=$nsa node=nodea ;; nodeb|$net.2) ns=$nsb node=nodeb ;;
-  *) echo "enter: no node \$node" >&2; exit 1 ;; esac
-exec ip netns exec "\$ns" unshare --uts --mount --propagation private \\
-  sh -c "hostname \$node && mount --bind $tmp/disk-\$node $tmp/ckpt && exec sh -c \\"\\\$0\\"" "\$*"
-EOF
-chmod +x "$tmp/enter"
-printf '%s slots=2\n%s slots=2\n' "$net.1" "$net.2" >"$tmp/hosts"
-printf '%s slots=2\n%s slots=2\n' "$net.2" "$net.1" >"$tmp/hosts_ba"
+rc=0
+"$NODES" up "$id" "$tmp" || rc=$?
+[ "$rc" -eq 77 ] && exit 77  # nodes.sh said why
+[ "$rc" -eq 0 ] || fail "tests/multinode/nodes.sh up failed ($rc)"
+source "$tmp/nodes.env"  # nsa nsb va vb net
 
 FLAGS=(--device cpu --data synthetic --dataset_size 2048 --hidden 64 --lr 0.05 --momentum 0.9
        --log_interval 1000 --epochs 1)
@@ -79,7 +46,6 @@ on_nodes() {
     timeout 120 "$MPIEXEC" -np 4 --hostfile "$hosts" "$BIN/06_full" "$@"
 }
 
-fail() { echo "FAILED multinode: $*" >&2; exit 1; }
 t0=$(date +%s.%N)
 out=$(on_nodes "$tmp/hosts" "${FLAGS[@]}" --ckpt_dir "$tmp/ckpt" --save_interval 1 \
       --metrics "$tmp/m{rank}.jsonl" 2>&1) || fail "2 nodes x 2 ranks exited non-zero:"$'\n'"$out"

@@ -1,0 +1,665 @@
+#!/usr/bin/python3
+"""What each stage buys: three measurements, each printed as a table, drawn as a PNG and written
+with --json PATH as {"speedup": [...], "slowlink": [...], "memory": [...]}, one object per row.
+
+    bench/payoff.py [speedup|slowlink|memory] [--quick] [--selftest] [--json PATH] [--img DIR]
+                    [--bin build/bin]
+
+No subcommand runs all three. --quick: about a minute each on a 2-core machine. --selftest (with
+--quick): the smallest sizes, then checks that the rows and their fields are there and sane (never
+a time); exits 1 on any failure. The figures go to --img DIR (default docs/img, with --quick out/:
+payoff_speedup.png, payoff_slowlink.png, payoff_memory.png; matplotlib, installed from Debian where
+missing and root: run the script itself, whose interpreter is Debian's /usr/bin/python3);
+--selftest draws into a temporary folder, and only where matplotlib is already installed.
+
+speedup   The same global batch trained by 1 process with 1 BLAS thread, 1 process with 2 BLAS
+          threads, and 2 ranks with 1 thread each (mpirun; step 06 for all three), on Fashion-MNIST;
+          where GPUs are visible (build/bin/gpu_count), also 1 GPU and N GPUs (scripts/launch.sh,
+          NCCL). Rows {"config", "samples_per_s", "seconds_to_accuracy", "accuracy"}:
+            samples_per_s        global batch / rank 0's median step-to-step time (after 3 steps)
+            seconds_to_accuracy  rank 0's metrics "time" at the last step of the first epoch whose
+                                 test accuracy reaches the target (so it counts the earlier epochs'
+                                 evaluations, not the start-up); null if never reached
+            accuracy             the test accuracy after the last epoch
+slowlink  Two nodes as two network namespaces (tests/multinode/nodes.sh) joined by a veth pair whose
+          two ends are shaped with tc to 1 Gbit/s, then to 100 Mbit/s (netem with a 0.25 ms delay
+          where the kernel has it, else tbf: the rate alone; the header says which), one rank per
+          node, on Gloo (an environment launch, MASTER_ADDR on node a, as scripts/launch.sh) and on
+          MPI over TCP (mpirun on node a, node b reached through nodes.sh's `enter` as ssh would).
+          Steps 04, 06 at several --bucket_cap_mb, 07 and 08, at a per-rank batch chosen per link so
+          that compute and the gradient all-reduce take about as long (from the probe and a 1-rank
+          run). Rows {"backend", "link", "program", "cap_mb", "ms_per_step", "predicted_ms"}:
+            ms_per_step   rank 0's median step-to-step time (after the first steps)
+            predicted_ms  chapter 06's alpha-beta model: T(n) = a + c*n per all-reduce of n bytes,
+                          a and c fitted (bench/bucket_sweep.py's fit) to build/bin/probe's table
+                          over the same link and backend; a reduce-scatter or all-gather of n bytes
+                          at 2 ranks moves half of it, a + c*n/2. Compute: the program's own median
+                          step at 1 rank (no communication), and the per-layer forward and backward
+                          times of step 08's 1-rank --trace. Then
+              04  base + T(S)                                 (one all-reduce after backward)
+              06  base + exposed(buckets) + a                 (bucket_sweep.py's simulation: each
+                                                               bucket starts when ready and the
+                                                               previous one is done; + the loss)
+              07  base + exposed(buckets, c/2) + a + c*S/2 + a  (reduce-scatters, the all-gather
+                                                               of the updated shards, the loss)
+              08  base + exposed(per-layer gathers and reduce-scatters, one at a time, prefetch
+                  depth 1, as fsdp.h says) + a
+          Needs root, ip and tc (iproute2): without them one line says so and no rows are made.
+          The namespaces and their qdiscs are removed by this script, also on failure.
+memory    Peak resident memory and optimizer-state bytes per rank for steps 06, 07 and 08 at 1-4
+          ranks (mpirun; --quick: 1, 2 and 4), on a model of several comparable layers and on one of about the same size
+          dominated by a single layer. Rows {"program", "ranks", "model", "peak_rss_kib",
+          "optimizer_state_bytes"}:
+            peak_rss_kib           the largest over the ranks of the metrics "final" record's
+                                   peak_rss_kib (getrusage's ru_maxrss)
+            optimizer_state_bytes  steps 07 and 08 print it ("optimizer state: N floats per rank,
+                                   B bytes"); step 06 keeps the whole momentum buffer, 4 bytes per
+                                   parameter of its "model: ... N parameters" line
+          The floor, what a rank holds whatever the model (libraries, MPI, data: step 06 with 16
+          hidden units), is printed and drawn beside them.
+
+The machine is shared: the load average is printed first and last. Timings vary; nothing here is
+asserted about a time.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import statistics as st
+import subprocess
+import sys
+import tempfile
+
+BENCH = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, BENCH)
+import bucket_sweep  # noqa: E402  (same directory): assign, simulate, fit, parse_probe, layer_times
+import cpu_ddp  # noqa: E402  base_env (scripts/mpi_env.sh's settings, one thread per rank), uptime
+
+ROOT = cpu_ddp.ROOT
+NODES = os.path.join(ROOT, "tests", "multinode", "nodes.sh")
+MIB = bucket_sweep.MIB
+FIELDS = {
+    "speedup": ["config", "samples_per_s", "seconds_to_accuracy", "accuracy"],
+    "slowlink": ["backend", "link", "program", "cap_mb", "ms_per_step", "predicted_ms"],
+    "memory": ["program", "ranks", "model", "peak_rss_kib", "optimizer_state_bytes"],
+}
+PROGRAMS = ["04_ddp_wrap", "06_full", "07_zero", "08_fsdp"]
+LINKS = [("1gbit", "64kb"), ("100mbit", "32kb")]  # tc's rate, and tbf's burst where netem is missing
+DELAY = "0.25ms"
+
+# What each size runs: --quick (about a minute each), --selftest (the smallest), and the full run.
+SIZES = {
+    "full": dict(
+        sp_hidden="1024,1024", sp_batch=256, sp_epochs=4, sp_target=0.87, sp_dataset=0,
+        sl_hidden="512,512,512,512,512", sl_steps=20, sl_warmup=4, sl_caps=[0.25, 1.5, 1000], sl_iters=10,
+        sl_batch=None,
+        sl_links=LINKS, mem_models={"comparable": "4096,4096,4096", "one layer": "47000"},
+        mem_ranks=[1, 2, 3, 4], mem_steps=4),
+    "quick": dict(
+        sp_hidden="256", sp_batch=256, sp_epochs=2, sp_target=0.85, sp_dataset=0,
+        sl_hidden="512,512,512", sl_steps=4, sl_warmup=1, sl_caps=[0.25, 1000], sl_iters=2, sl_batch=None,
+        sl_links=LINKS, mem_models={"comparable": "2048,2048,2048", "one layer": "12800"},
+        mem_ranks=[1, 2, 4], mem_steps=1),
+    "selftest": dict(
+        sp_hidden="64", sp_batch=128, sp_epochs=2, sp_target=0.60, sp_dataset=4096,
+        sl_hidden="512,512,512", sl_steps=3, sl_warmup=0, sl_caps=[1000], sl_iters=2, sl_batch=64,
+        sl_links=LINKS[:1], mem_models={"comparable": "256,256,256", "one layer": "512"},
+        mem_ranks=[2], mem_steps=1),
+}
+
+
+class Failed(Exception):
+    """A run failed: the message says which and how; the caller's clean-up still runs."""
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def run(cmd, env, timeout, cwd=ROOT):
+    """Runs cmd; returns its stdout; raises Failed with its output on failure or timeout."""
+    try:
+        r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=cwd)
+    except subprocess.TimeoutExpired as e:
+        raise Failed(f"timed out after {timeout} s: {' '.join(cmd)}\n{e.stdout or ''}{e.stderr or ''}")
+    if r.returncode != 0:
+        raise Failed(f"exit {r.returncode}: {' '.join(cmd)}\n{r.stdout[-3000:]}{r.stderr[-3000:]}")
+    return r.stdout
+
+
+def records(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def step_ms(recs, warmup):
+    """Median step-to-step time (ms) of one rank's metrics records, after `warmup` gaps."""
+    t = [r["time"] for r in recs if r["type"] == "step"]
+    gaps = [1e3 * (b - a) for a, b in zip(t, t[1:])]
+    return st.median(gaps[warmup:] or gaps)
+
+
+def train_args(hidden, batch, tmp, tag, steps=None, epochs=1, extra=(), device="cpu"):
+    a = ["--device", device, "--hidden", hidden, "--batch_size", str(batch), "--epochs", str(epochs),
+         "--save_interval", "0", "--log_interval", "1000000", "--ckpt_dir", os.path.join(tmp, "ckpt"),
+         "--metrics", os.path.join(tmp, f"{tag}.m{{rank}}.jsonl")]
+    if steps is not None:
+        a += ["--max_steps", str(steps)]
+    return a + list(extra)
+
+
+def sizes_of(hidden):
+    return [784] + [int(x) for x in hidden.split(",")] + [10]
+
+
+def n_params(sizes):
+    return sum(sizes[l + 1] * sizes[l] + sizes[l + 1] for l in range(len(sizes) - 1))
+
+
+def table(title, rows, cols):
+    print(f"\n{title}")
+    w = [max(len(c), *(len(fmt(r[c])) for r in rows)) if rows else len(c) for c in cols]
+    print("  ".join(c.rjust(x) for c, x in zip(cols, w)))
+    for r in rows:
+        print("  ".join(fmt(r[c]).rjust(x) for c, x in zip(cols, w)))
+
+
+def fmt(v):
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.4g}" if abs(v) < 1000 else f"{v:.0f}"
+    return str(v)
+
+
+# ---------------------------------------------------------------------------------------------------
+# speedup
+
+
+def gpu_count(o):
+    exe = os.path.join(o.bin, "gpu_count")
+    if not os.path.exists(exe):
+        return 0
+    try:
+        return int(run([exe], None, 30).split()[0])
+    except (Failed, ValueError, IndexError):
+        return 0
+
+
+def speedup(o, z, tmp):
+    gb = z["sp_batch"]
+    extra = ["--dataset_size", str(z["sp_dataset"])] if z["sp_dataset"] else []
+    bin06 = os.path.join(o.bin, "06_full")
+
+    def args(batch, tag, device="cpu"):
+        return train_args(z["sp_hidden"], batch, tmp, tag, epochs=z["sp_epochs"], extra=extra, device=device)
+
+    env1 = cpu_ddp.base_env()
+    env2 = dict(env1, OPENBLAS_NUM_THREADS="2", OMP_NUM_THREADS="2")
+    runs = [("1 process, 1 thread", [bin06] + args(gb, "s1"), env1, "s1"),
+            ("1 process, 2 threads", [bin06] + args(gb, "s2"), env2, "s2"),
+            ("2 ranks, 1 thread each", ["mpirun", "-np", "2", bin06] + args(gb // 2, "s3"), env1, "s3")]
+    g = gpu_count(o)
+    if g >= 1:
+        runs.append(("1 GPU", [bin06] + args(gb, "g1", "cuda"), env1, "g1"))
+    if g >= 2:
+        launch = [os.path.join(ROOT, "scripts", "launch.sh"), "-n", str(g), bin06]
+        runs.append((f"{g} GPUs", launch + args(gb // g, "gn", "cuda"), dict(env1, MASTER_PORT="29710"), "gn"))
+    rows = []
+    for config, cmd, env, tag in runs:
+        log(f"speedup: {config} ...")
+        run(cmd, env, o.timeout)
+        recs = records(os.path.join(tmp, f"{tag}.m0.jsonl"))
+        end = {}
+        for r in recs:
+            if r["type"] == "step":
+                end[r["epoch"]] = r["time"]
+        acc = [(r["epoch"], r["test_acc"]) for r in recs if r["type"] == "epoch" and "test_acc" in r]
+        hit = next((end[e] for e, a in acc if a >= z["sp_target"]), None)
+        rows.append({"config": config, "samples_per_s": gb / step_ms(recs, 3) * 1e3,
+                     "seconds_to_accuracy": hit, "accuracy": acc[-1][1] if acc else None})
+    subset = f" ({z['sp_dataset']} samples)" if z["sp_dataset"] else ""
+    title = (f"speedup: step 06, --hidden {z['sp_hidden']}, global batch {gb}, {z['sp_epochs']} epochs of "
+             f"Fashion-MNIST{subset}, target test accuracy {z['sp_target']}")
+    table(title, rows, FIELDS["speedup"])
+    return rows, {"target": z["sp_target"], "title": title}
+
+
+# ---------------------------------------------------------------------------------------------------
+# slowlink
+
+
+class Nodes:
+    """tests/multinode/nodes.sh's two nodes, and the tc qdiscs on their veth ends; close() removes
+    them (only what this object made: the namespaces are named by this process's id)."""
+
+    def __init__(self, tmp):
+        self.id, self.dir, self.up = os.getpid() % 10**7, os.path.join(tmp, "nodes"), False
+        r = subprocess.run([NODES, "up", str(self.id), self.dir], capture_output=True, text=True)
+        if r.returncode == 77:
+            raise Skip(r.stdout.strip().replace("multinode: skipped: ", ""))
+        self.up = True  # nodes.sh removes what it made when `up` fails half-way; down is harmless
+        if r.returncode != 0:
+            raise Failed(f"tests/multinode/nodes.sh up failed ({r.returncode}):\n{r.stdout}{r.stderr}")
+        with open(os.path.join(self.dir, "nodes.env")) as f:
+            v = dict(line.strip().split("=", 1) for line in f if "=" in line)
+        self.ends = [(v["nsa"], v["va"]), (v["nsb"], v["vb"])]
+        self.net, self.enter = v["net"], os.path.join(self.dir, "enter")
+        self.addr = {"nodea": v["net"] + ".1", "nodeb": v["net"] + ".2"}
+        self.shaper, self.errors = None, []
+
+    def shape(self, rate, burst):
+        """Both ends to `rate`: netem with DELAY where the kernel has it, else tbf (the rate alone)."""
+        kinds = [("netem", ["netem", "rate", rate, "delay", DELAY]),
+                 ("tbf", ["tbf", "rate", rate, "burst", burst, "latency", "100ms"])]
+        for kind, q in kinds:
+            if self.shaper not in (None, kind):
+                continue
+            ok = True
+            for ns, dev in self.ends:
+                r = subprocess.run(["tc", "-n", ns, "qdisc", "replace", "dev", dev, "root"] + q,
+                                   capture_output=True, text=True)
+                if r.returncode != 0:
+                    ok = False
+                    self.errors.append(f"tc qdisc replace ... root {' '.join(q)}: {r.stderr.strip()}")
+                    break
+            if ok:
+                self.shaper = kind
+                return kind
+        raise Failed("cannot shape the link: " + "; ".join(self.errors))
+
+    def close(self):
+        if not self.up:
+            return
+        for ns, dev in getattr(self, "ends", []):
+            subprocess.run(["tc", "-n", ns, "qdisc", "del", "dev", dev, "root"], capture_output=True)
+        subprocess.run([NODES, "down", str(self.id), self.dir], capture_output=True)
+        self.up = False
+
+    def mpi_env(self):
+        return dict(cpu_ddp.base_env(), OMPI_MCA_btl="self,vader,tcp",
+                    OMPI_MCA_btl_tcp_if_include=f"{self.net}.0/24",
+                    OMPI_MCA_oob_tcp_if_include=f"{self.net}.0/24", OMPI_MCA_plm_rsh_agent=self.enter)
+
+    def launch(self, backend, cmd, timeout):
+        """One rank per node: mpirun on node a over MPI, or an environment launch per node (Gloo).
+        Returns rank 0's stdout."""
+        if backend == "mpi":
+            hosts = os.path.join(self.dir, "hosts1")
+            with open(hosts, "w") as f:
+                f.write(f"{self.addr['nodea']} slots=1\n{self.addr['nodeb']} slots=1\n")
+            return run([self.enter, "nodea", "mpirun", "-np", "2", "--hostfile", hosts] + cmd
+                       + ["--backend", "mpi"], self.mpi_env(), timeout)
+        procs = []
+        try:
+            for rank, node in enumerate(["nodea", "nodeb"]):
+                env = dict(cpu_ddp.base_env(), RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK="0",
+                           LOCAL_WORLD_SIZE="1", MASTER_ADDR=self.addr["nodea"], MASTER_PORT="29500")
+                procs.append(subprocess.Popen([self.enter, node] + cmd + ["--backend", "gloo"], env=env,
+                                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+            outs = [p.communicate(timeout=timeout)[0] for p in procs]
+        except subprocess.TimeoutExpired:
+            raise Failed(f"timed out after {timeout} s: {' '.join(cmd)} (gloo, one rank per node)")
+        finally:
+            for p in procs:  # exactly the ranks started here (a failed one makes its peer fail too)
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+        for rank, (p, out) in enumerate(zip(procs, outs)):
+            if p.returncode != 0:
+                raise Failed(f"rank {rank} exit {p.returncode}: {' '.join(cmd)} (gloo)\n{out[-3000:]}")
+        return outs[0]
+
+
+class Skip(Exception):
+    """slowlink cannot run here; the message says why."""
+
+
+def fsdp_exposed(fwd, bwd, layer_bytes, a, c):
+    """Step 08's communication left over after compute (ms): fsdp.h's order, one collective at a
+    time. Forward: gather layer 0, then at each layer l wait for its gather, start l+1's, compute.
+    Backward from the last layer (still gathered): wait for l's gather, start l-1's, compute, then
+    reduce-scatter l. A gather or reduce-scatter of n bytes at 2 ranks: a + c*n/2."""
+    coll = [a + c * n / 2 for n in layer_bytes]
+    L, t, ch = len(fwd), 0.0, 0.0
+    ready = [0.0] * L
+    ready[0] = ch = coll[0]
+    for l in range(L):
+        t = max(t, ready[l])
+        if l + 1 < L:
+            ready[l + 1] = ch = max(ch, t) + coll[l + 1]
+        t += fwd[l]
+    for l in reversed(range(L)):
+        if l < L - 1:
+            t = max(t, ready[l])
+        if l > 0:
+            ready[l - 1] = ch = max(ch, t) + coll[l - 1]
+        t += bwd[l]
+        ch = max(ch, t) + coll[l]
+    return max(t, ch) - sum(fwd) - sum(bwd)
+
+
+def predict(program, cap, sizes, base, fwd, bwd, a, c):
+    S = 4 * n_params(sizes)
+    if program == "04_ddp_wrap":
+        return base + a + c * S
+    if program == "06_full":
+        return base + bucket_sweep.simulate(bwd, bucket_sweep.assign(sizes, int(cap * MIB)), a, c) + a
+    if program == "07_zero":
+        b = bucket_sweep.assign(sizes, int(cap * MIB))
+        return base + bucket_sweep.simulate(bwd, b, a, c / 2) + (a + c * S / 2) + a
+    layer_bytes = [4 * (sizes[l + 1] * sizes[l] + sizes[l + 1]) for l in range(len(sizes) - 1)]
+    return base + fsdp_exposed(fwd, bwd, layer_bytes, a, c) + a
+
+
+def layer_ms(tmp, tag, n_layers):
+    """Median forward and backward time per layer (ms) of step 08's 1-rank --trace, after step 1."""
+    ev = [e for e in json.load(open(os.path.join(tmp, f"{tag}.t0.json")))["traceEvents"] if e.get("ph") == "X"]
+    fwd = {l: [] for l in range(n_layers)}
+    for e in ev:
+        m = re.match(r"forward layer (\d+)$", e["name"])
+        if m and e["args"]["step"] >= 2:
+            fwd[int(m.group(1))].append(e["dur"] / 1000.0)
+    return [st.median(fwd[l]) for l in range(n_layers)], bucket_sweep.layer_times(ev, n_layers)
+
+
+def slowlink(o, z, tmp):
+    if os.geteuid() != 0:
+        print(f"slowlink: skipped: network namespaces and tc need root, and this is uid {os.geteuid()}")
+        return [], {}
+    if not shutil.which("tc") or not shutil.which("ip"):
+        print("slowlink: skipped: tc or ip not found (Debian's iproute2)")
+        return [], {}
+    hidden, steps, warm = z["sl_hidden"], z["sl_steps"], z["sl_warmup"]
+    sizes = sizes_of(hidden)
+    S = 4 * n_params(sizes)
+    env1 = cpu_ddp.base_env()
+    rows, info = [], {"links": {}}
+    try:
+        nodes = Nodes(tmp)
+    except Skip as e:
+        print(f"slowlink: skipped: {e}")
+        return [], {}
+    try:
+        if not z["sl_batch"]:  # compute per sample at 1 rank (step 04, 128 samples): each link's batch
+            cal = train_args(hidden, 128, tmp, "cal", steps=steps, extra=["--data", "synthetic", "--dataset_size",
+                                                                           str(128 * (steps + 1))])
+            run([os.path.join(o.bin, "04_ddp_wrap")] + cal, env1, o.timeout)
+            ms_per_sample = step_ms(records(os.path.join(tmp, "cal.m0.jsonl")), warm) / 128
+        for rate, burst in z["sl_links"]:
+            kind = nodes.shape(rate, burst)
+            how = f"netem rate {rate} delay {DELAY}" if kind == "netem" else \
+                f"tbf rate {rate} burst {burst}, no delay (netem: {nodes.errors[0].split(': ', 1)[-1]})"
+            fits, top = {}, 4096
+            while top < S:  # the probe's sizes: 4 KiB, 16 KiB, ... up to the whole model's gradients
+                top *= 4
+            for backend in ("gloo", "mpi"):
+                log(f"slowlink: {rate}, {backend}: probe ...")
+                probe = [os.path.join(o.bin, "probe"), "--device", "cpu", "--min_bytes", "4K", "--max_bytes",
+                         str(top), "--factor",
+                         "4", "--iters", str(z["sl_iters"]), "--timeout", "120"]
+                fits[backend] = bucket_sweep.fit(bucket_sweep.parse_probe(nodes.launch(backend, probe, o.timeout)))
+            a0, c0 = fits["gloo"]
+            batch = z["sl_batch"] or max(16, min(4096, int(round((a0 + c0 * S) / ms_per_sample / 16.0)) * 16))
+            data = ["--data", "synthetic", "--dataset_size", str(2 * batch * (steps + 1))]
+            base = {}
+            for p in PROGRAMS:  # compute alone: 1 rank, the same per-rank batch
+                extra = data + (["--trace", os.path.join(tmp, f"b{rate}.t{{rank}}.json")] if p == "08_fsdp" else [])
+                run([os.path.join(o.bin, p)] + train_args(hidden, batch, tmp, f"b{rate}{p}", steps, extra=extra),
+                    env1, o.timeout)
+                base[p] = step_ms(records(os.path.join(tmp, f"b{rate}{p}.m0.jsonl")), warm)
+            fwd, bwd = layer_ms(tmp, f"b{rate}", len(sizes) - 1)
+            info["links"][rate] = {"how": how, "batch": batch, "fits": fits, "base": base}
+            log(f"slowlink: {rate} ({how}): batch {batch} per rank; compute alone (ms): "
+                + ", ".join(f"{p} {v:.1f}" for p, v in base.items()))
+            for backend in ("gloo", "mpi"):
+                a, c = fits[backend]
+                log(f"slowlink: {rate}, {backend}: a = {a * 1e3:.0f} us, 1/c = {1e-6 / c:.3f} GB/s; runs ...")
+                for p in PROGRAMS:
+                    for cap in (z["sl_caps"] if p == "06_full" else [25] if p == "07_zero" else [None]):
+                        tag = f"r{rate}{backend}{p}{cap}"
+                        extra = data + (["--bucket_cap_mb", f"{cap:g}"] if cap is not None else [])
+                        nodes.launch(backend, [os.path.join(o.bin, p)] + train_args(hidden, batch, tmp, tag, steps,
+                                                                                    extra=extra), o.timeout)
+                        ms = step_ms(records(os.path.join(tmp, f"{tag}.m0.jsonl")), warm)
+                        rows.append({"backend": backend, "link": rate, "program": p, "cap_mb": cap,
+                                     "ms_per_step": ms,
+                                     "predicted_ms": predict(p, cap if cap is not None else 25, sizes,
+                                                             base[p], fwd, bwd, a, c)})
+    finally:
+        nodes.close()
+    for rate, v in info["links"].items():
+        title = (f"slowlink: 2 nodes (network namespaces), one rank each, {v['how']}; --hidden {hidden} "
+                 f"({S / MIB:.2f} MiB of gradients), batch {v['batch']} per rank, {steps} steps; probe fit: "
+                 + ", ".join(f"{b} a = {f[0] * 1e3:.0f} us, 1/c = {1e-6 / f[1]:.3f} GB/s" for b, f in v["fits"].items())
+                 + "; compute alone (1 rank, ms): " + ", ".join(f"{p} {x:.1f}" for p, x in v["base"].items()))
+        table(title, [r for r in rows if r["link"] == rate], FIELDS["slowlink"])
+    info["hidden"] = hidden
+    return rows, info
+
+
+# ---------------------------------------------------------------------------------------------------
+# memory
+
+
+def peak_kib(o, program, w, hidden, steps, tmp, tag):
+    """Runs `program` at w ranks for `steps` steps of batch 32; returns (its stdout, the largest peak
+    RSS over the ranks in KiB)."""
+    data = ["--data", "synthetic", "--dataset_size", str(w * 32 * steps)]
+    out = run(["mpirun", "-np", str(w), os.path.join(o.bin, program)]
+              + train_args(hidden, 32, tmp, tag, steps, extra=data), cpu_ddp.base_env(), o.timeout)
+    return out, max(next(r["peak_rss_kib"] for r in records(os.path.join(tmp, f"{tag}.m{k}.jsonl"))
+                         if r["type"] == "final") for k in range(w))
+
+
+def memory(o, z, tmp):
+    rows = []
+    # The floor: what a rank holds whatever the model (libraries, MPI, the data): step 06 with 16
+    # hidden units. Printed and drawn, not a row.
+    floor = {w: peak_kib(o, "06_full", w, "16", 1, tmp, f"floor{w}")[1] for w in z["mem_ranks"]}
+    for model, hidden in z["mem_models"].items():
+        for p in ["06_full", "07_zero", "08_fsdp"]:
+            for w in z["mem_ranks"]:
+                log(f"memory: {p}, {w} ranks, {model} ({hidden}) ...")
+                out, peak = peak_kib(o, p, w, hidden, z["mem_steps"], tmp, f"mem{p}{w}{hidden.replace(',', '_')}")
+                m = re.search(r"optimizer state: \d+ floats per rank, (\d+) bytes", out)
+                n = int(re.search(r"model: \d+ layers, (\d+) parameters", out).group(1))
+                rows.append({"program": p, "ranks": w, "model": model, "peak_rss_kib": peak,
+                             "optimizer_state_bytes": int(m.group(1)) if m else 4 * n})
+    title = ("memory: peak RSS per rank (largest over the ranks) and optimizer state per rank; synthetic data, "
+             "batch 32, " + "; ".join(f"{m} = --hidden {h} ({n_params(sizes_of(h)):,} parameters)"
+                                      for m, h in z["mem_models"].items())
+             + "; the floor (--hidden 16) at " + ", ".join(f"{w} ranks {k} KiB" for w, k in floor.items()))
+    table(title, rows, FIELDS["memory"])
+    return rows, {"models": z["mem_models"], "title": title, "floor": floor}
+
+
+# ---------------------------------------------------------------------------------------------------
+# figures
+
+
+def pyplot(install):
+    try:
+        import matplotlib
+    except ImportError:
+        if not install or os.geteuid() != 0 or not shutil.which("apt-get"):
+            return None
+        log("payoff: installing python3-matplotlib (Debian) for the figures")
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        subprocess.run(["apt-get", "update", "-qq"], env=env)
+        subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", "python3-matplotlib"], env=env)
+        try:
+            import matplotlib
+        except ImportError:
+            return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def draw(plt, what, rows, info, path, command):
+    if what == "speedup":
+        fig, ax = plt.subplots(1, 2, figsize=(10, 3.6))
+        names = [r["config"] for r in rows]
+        ax[0].barh(names, [r["samples_per_s"] for r in rows], color="tab:blue")
+        ax[0].set_xlabel("samples/s (global)")
+        ax[1].barh(names, [r["seconds_to_accuracy"] or 0 for r in rows], color="tab:green")
+        ax[1].set_xlabel(f"seconds to test accuracy {info['target']}")
+        ax[1].set_yticklabels([])
+        for a in ax:
+            a.invert_yaxis()
+    elif what == "slowlink":
+        links = list(info["links"])
+        fig, axs = plt.subplots(len(links), 2, figsize=(9, 3.8 * len(links)), squeeze=False)
+        sizes = sizes_of(info["hidden"])
+        for ax, (b, l) in zip(axs.flatten(), [(b, l) for l in links for b in ("gloo", "mpi")]):
+            rs = [r for r in rows if r["backend"] == b and r["link"] == l]
+            lab = [r["program"][:2] for r in rs]
+            for k, r in enumerate(rs):
+                if r["program"] == "06_full":
+                    lab[k] += f" cap {r['cap_mb']:g}: {len(bucket_sweep.assign(sizes, int(r['cap_mb'] * MIB)))} b."
+            x = range(len(rs))
+            ax.bar(x, [r["ms_per_step"] for r in rs], color="tab:blue", label="measured")
+            ax.plot(x, [r["predicted_ms"] for r in rs], "o", color="tab:red", label="predicted")
+            ax.set_xticks(list(x))
+            ax.set_xticklabels(lab, rotation=45, ha="right")
+            ax.set_xlabel("step (06: --bucket_cap_mb, and the buckets it makes)", fontsize=8)
+            ax.set_title(f"{b}, {l} (batch {info['links'][l]['batch']})", fontsize=10)
+            ax.set_ylabel("ms per step")
+        axs[0][0].legend(fontsize=8, loc="lower left")
+    else:
+        models = list(info["models"])
+        fig, axs = plt.subplots(len(models), 2, figsize=(9, 3.2 * len(models)), squeeze=False)
+        axs = axs.flatten()
+        for i, m in enumerate(models):
+            for p, col, sty in zip(["06_full", "07_zero", "08_fsdp"], ["tab:blue", "tab:orange", "tab:green"],
+                                   ["o-", "s--", "^:"]):
+                rs = [r for r in rows if r["program"] == p and r["model"] == m]
+                w = [r["ranks"] for r in rs]
+                axs[2 * i].plot(w, [r["peak_rss_kib"] / 1024 for r in rs], sty, color=col, label=p)
+                axs[2 * i + 1].plot(w, [r["optimizer_state_bytes"] / MIB for r in rs], sty, color=col, label=p)
+            fl = sorted(info["floor"].items())
+            axs[2 * i].plot([w for w, _ in fl], [k / 1024 for _, k in fl], "-", color="gray",
+                            label="floor (--hidden 16)")
+            axs[2 * i].set_title(f"{m}: peak RSS per rank", fontsize=10)
+            axs[2 * i].set_ylabel("MiB")
+            axs[2 * i + 1].set_title(f"{m}: optimizer state per rank", fontsize=10)
+            for a in axs[2 * i:2 * i + 2]:
+                a.set_ylim(bottom=0)
+                a.set_xlabel("ranks")
+                a.set_xticks(sorted({r["ranks"] for r in rows}))
+        axs[0].legend(fontsize=8)
+    fig.suptitle(command, fontsize=8, family="monospace")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    print(f"figure: {os.path.relpath(path, ROOT)}")
+
+
+# ---------------------------------------------------------------------------------------------------
+# selftest
+
+
+def check(rows, what, o, z):
+    bad = [f"{what}: fields {list(r)} != {FIELDS[what]}" for r in rows if list(r) != FIELDS[what]]
+    if bad:  # the values are checked only where the fields are right
+        rows = [r for r in rows if list(r) == FIELDS[what]]
+    if what == "speedup":
+        names = [r["config"] for r in rows]
+        want = ["1 process, 1 thread", "1 process, 2 threads", "2 ranks, 1 thread each"]
+        if names[:3] != want:
+            bad.append(f"speedup: configurations {names}, expected {want} first")
+        for r in rows:
+            if not r["samples_per_s"] > 0 or r["accuracy"] is None or not 0 < r["accuracy"] <= 1:
+                bad.append(f"speedup: {r}: samples/s must be > 0, accuracy in (0, 1]")
+            t = r["seconds_to_accuracy"]
+            if (t is not None and not t > 0) or (t is None and (r["accuracy"] or 0) >= z["sp_target"]):
+                bad.append(f"speedup: {r}: a time to the target > 0 where the last epoch reached it")
+    elif what == "slowlink":
+        want = [(b, l, p, c) for l, _ in z["sl_links"] for b in ("gloo", "mpi") for p in PROGRAMS
+                for c in (z["sl_caps"] if p == "06_full" else [25] if p == "07_zero" else [None])]
+        got = [(r["backend"], r["link"], r["program"], r["cap_mb"]) for r in rows]
+        if (rows or bad) and sorted(got, key=str) != sorted(want, key=str):
+            bad.append(f"slowlink: rows {got}, expected {want}")
+        for r in rows:
+            if not r["ms_per_step"] > 0 or not r["predicted_ms"] > 0:
+                bad.append(f"slowlink: {r}: both times must be > 0")
+    else:
+        for model, hidden in z["mem_models"].items():
+            sizes = sizes_of(hidden)
+            n = n_params(sizes)
+            per_layer = [sizes[l + 1] * sizes[l] + sizes[l + 1] for l in range(len(sizes) - 1)]
+            for w in z["mem_ranks"]:
+                # The shard rules the programs print and document: step 06 keeps all n floats of
+                # momentum; step 07 pads n to a multiple of W (ceil(n/W) each); step 08 pads each layer.
+                want = {"06_full": 4 * n, "07_zero": 4 * -(-n // w), "08_fsdp": 4 * sum(-(-x // w) for x in per_layer)}
+                for p, b in want.items():
+                    r = [r for r in rows if (r["program"], r["ranks"], r["model"]) == (p, w, model)]
+                    if len(r) != 1:
+                        bad.append(f"memory: {len(r)} rows for {p}, {w} ranks, {model}")
+                    elif r[0]["optimizer_state_bytes"] != b or not r[0]["peak_rss_kib"] > 0:
+                        bad.append(f"memory: {r[0]}: expected {b} optimizer-state bytes and a peak RSS > 0")
+    for b in bad:
+        print("FAIL " + b)
+    print(f"selftest {what}: {len(rows)} rows, {'ok' if not bad else f'{len(bad)} failures'}")
+    return not bad
+
+
+# ---------------------------------------------------------------------------------------------------
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("what", nargs="?", choices=["speedup", "slowlink", "memory"], help="one measurement (default: all)")
+    ap.add_argument("--quick", action="store_true", help="about a minute each on 2 cores")
+    ap.add_argument("--selftest", action="store_true", help="with --quick: the smallest sizes, and check the rows")
+    ap.add_argument("--json", metavar="PATH", help='write {"speedup": [...], "slowlink": [...], "memory": [...]}')
+    ap.add_argument("--img", help="where the figures go (default docs/img; with --quick out/, so that a quick "
+                    "run leaves the docs' figures alone)")
+    ap.add_argument("--bin", default=os.path.join(ROOT, "build", "bin"), help="the built programs (default build/bin)")
+    ap.add_argument("--timeout", type=int, default=900, help="seconds any one run may take (default 900)")
+    o = ap.parse_args()
+    if o.selftest and not o.quick:
+        ap.error("--selftest goes with --quick")
+    for p in PROGRAMS + ["probe"]:
+        if not os.access(os.path.join(o.bin, p), os.X_OK):
+            sys.exit(f"payoff: {os.path.join(o.bin, p)} is missing: build first (scripts/setup.sh)")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so that every clean-up below runs
+    z = SIZES["selftest" if o.selftest else "quick" if o.quick else "full"]
+    whats = [o.what] if o.what else ["speedup", "slowlink", "memory"]
+    print(f"payoff: {', '.join(whats)}; {'selftest' if o.selftest else 'quick' if o.quick else 'full'} sizes; "
+          f"{os.cpu_count()} CPUs; load average {cpu_ddp.uptime()}", flush=True)
+    tmp = tempfile.mkdtemp(prefix="payoff.")
+    img = tempfile.mkdtemp(prefix="payoff-img.") if o.selftest else o.img or os.path.join(
+        ROOT, "out" if o.quick else os.path.join("docs", "img"))
+    os.makedirs(img, exist_ok=True)
+    plt = pyplot(install=not o.selftest)
+    out, ok = {}, True
+    try:
+        for w in whats:
+            rows, info = {"speedup": speedup, "slowlink": slowlink, "memory": memory}[w](o, z, tmp)
+            out[w] = rows
+            if plt and rows:
+                draw(plt, w, rows, info, os.path.join(img, f"payoff_{w}.png"),
+                     f"bench/payoff.py {w}{' --quick' if o.quick else ''}")
+            elif not plt:
+                print("figures: matplotlib is missing (apt-get install python3-matplotlib): none drawn")
+            if o.selftest:
+                ok &= check(rows, w, o, z)
+    except Failed as e:
+        sys.exit(f"payoff: a run failed: {e}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if o.selftest:
+            shutil.rmtree(img, ignore_errors=True)
+    print(f"load average at the end: {cpu_ddp.uptime()}")
+    if o.json:
+        with open(o.json, "w") as f:
+            json.dump({k: out.get(k, []) for k in FIELDS}, f, indent=1)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
