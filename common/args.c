@@ -130,7 +130,7 @@ static const struct {
     {ARGS_SAMPLER, "the distributed sampler in step 03"},
     {ARGS_REDUCER, "the bucketed reducer in step 06"},
     {ARGS_FAULT, "the restarts in step 06"},
-    {ARGS_HOOKS, "DDP's communication hooks in step 06 (steps 07 and 08 reduce-scatter shards: no hooks)"},
+    {ARGS_HOOKS, "step 06's DDP communication hooks; steps 07 and 08 reduce-scatter shards and take none"},
 };
 
 // ---- usage ------------------------------------------------------------------------------------------

@@ -100,11 +100,11 @@ static void mark_bucket_ready(Reducer *r) {
     if (r->check_finite) check_bucket_finite(r, i);  // --check_finite: before it can spread
     if (r->hook) {  // --comm_hook: the registered hook decides what goes on the wire
       comm_hook_run(r->hook, i, r->model->grads, b->offset, b->count, &r->work[i]);
-      continue;
+    } else {
+      // a sum: backward ran on the loss times 1/W, so the gradients are already divided by W
+      dist_all_reduce_async(r->pg, r->model->grads + b->offset, b->count, DIST_FLOAT, DIST_SUM, &r->work[i]);
+      r->bytes += (long long)(b->count * sizeof(float));  // allreduce_bytes in the metrics file
     }
-    // a sum: backward ran on the loss times 1/W, so the gradients are already divided by W
-    dist_all_reduce_async(r->pg, r->model->grads + b->offset, b->count, DIST_FLOAT, DIST_SUM, &r->work[i]);
-    r->bytes += (long long)(b->count * sizeof(float));  // allreduce_bytes in the metrics file
   }
 }
 

@@ -40,6 +40,11 @@
  * times 1/W (mlp_backward's scale), so the gradients arrive divided by W and their sum is the average,
  * with no pass over the gradients for the division (PyTorch divides as it copies each gradient into
  * its bucket, a pass that buckets which are the gradients do not need).
+ *
+ * What real trainers add (docs/hooks_and_clipping.md): a communication hook (--comm_hook,
+ * reducer_register_comm_hook, PyTorch's register_comm_hook) replaces the bucket's all-reduce; PyTorch's
+ * hooks divide by W themselves, so with one the trainer's backward leaves the 1/W out. --check_finite
+ * checks each bucket for NaN and infinity before its collective.
  */
 #ifndef REDUCER_H
 #define REDUCER_H

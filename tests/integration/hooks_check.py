@@ -193,6 +193,18 @@ def first_step_momentum(tmp, tag, step, np, args):
     return ckpt_params_momentum(f"{tmp}/{tag}/checkpoint.bin")[1], step_records(f"{tmp}/{tag}")[0]
 
 
+def norm_diagnosis(ref, got, W):
+    """The likely cause of a sharded trainer's grad_norm `got` where the whole gradient's is `ref`."""
+    r = got / ref
+    if r < 1:
+        return ("the norm is smaller than the whole gradient's: each rank clips by its own shard's norm (a "
+                "local norm): the ranks' sums of squares must be added (all-reduced, DIST_SUM) before the root")
+    if abs(r - math.sqrt(W)) < 1e-3 * math.sqrt(W):
+        return (f"the norm is sqrt({W}) times the whole gradient's: the sums of squares were added {W} times over "
+                "(all-reduced twice, or a full gradient's sums all-reduced)")
+    return "a sharded trainer must add every rank's sums of squares (all-reduce), then take the root"
+
+
 def clip_steps_np2(tmp):
     """With --clip_grad_norm active, steps 06, 07 and 08 at 2 ranks train bit for bit alike (losses,
     grad_norm, digests; with and without --grad_accum), and the step's gradient is scaled by exactly
@@ -239,8 +251,7 @@ def clip_steps_np2(tmp):
             if got[2] != ref[2]:
                 k = next(k for k, (a, b) in enumerate(zip(ref[2], got[2])) if a != b)
                 raise Failure(f"{' '.join(extra)}: {step}'s grad_norm at step {k + 1} is {got[2][k]!r}, step 06's "
-                              f"{ref[2][k]!r}: a sharded trainer must add every rank's sums of squares "
-                              f"(all-reduce), not clip by its own shard's norm")
+                              f"{ref[2][k]!r}\nlikely cause: {norm_diagnosis(ref[2][k], got[2][k], 2)}")
             if got != ref:
                 raise Failure(f"{' '.join(extra)}: {step} logs step 06's norms but its losses or digest differ "
                               f"({got[0]} vs {ref[0]}): is every shard scaled by the factor?")
@@ -280,8 +291,8 @@ def clip_norm_np3(tmp):
         got = out[step][0]
         if abs(got - ref) > bound:
             raise Failure(f"step {k + 1} from the same state at {np} ranks: {step}'s grad_norm {got!r}, step 06's "
-                          f"{ref!r}: {abs(got - ref):.3g} apart, more than rounding ({bound:.3g}); a local norm "
-                          f"(this rank's shard only) is about {ref / math.sqrt(np):.4g}")
+                          f"{ref!r}: {abs(got - ref):.3g} apart, more than rounding ({bound:.3g})\nlikely cause: "
+                          f"{norm_diagnosis(ref, got, np)}")
         print(f"{step}: grad_norm {got!r} vs step 06's {ref!r}: {abs(got - ref) / bound:.2g} of the bound {bound:.2g}")
 
 
