@@ -232,7 +232,7 @@ def clip_steps_np2(tmp):
     # batches first, then the ranks): another order, so there only 06 and 07 are compared.
     for extra, steps in ((["--batch_size", "64"], ("06_full", "07_zero", "08_fsdp")),
                          (["--batch_size", "32", "--grad_accum", "2"], ("06_full", "07_zero"))):
-        common = CLIP + extra + ["--epochs", "2", "--clip_grad_norm", repr(mx)]
+        common = CLIP + extra + ["--epochs", "1", "--clip_grad_norm", repr(mx)]
         seen = {}
         for step in steps:
             run(step, common + ["--metrics", f"{tmp}/{step}{{rank}}.jsonl"], np=2)
