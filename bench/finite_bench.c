@@ -41,9 +41,12 @@ int main(int argc, char **argv) {
     if (t1 - t0 < best_check) best_check = t1 - t0;
     if (t2 - t1 < best_sums) best_sums = t2 - t1;
   }
-  printf("# %zu floats (%.1f MB) on %s, best of %d\n", n, n * 4 / 1e6, dev == DEVICE_CUDA ? "cuda" : "cpu", reps);
-  printf("check_finite (count + read back)  %9.3f ms  %6.2f GB/s\n", best_check * 1e3, n * 4 / best_check / 1e9);
-  printf("clip sums of squares              %9.3f ms  %6.2f GB/s\n", best_sums * 1e3, n * 4 / best_sums / 1e9);
+  printf("# %zu floats (%.1f MB) on %s, best of %d\n", n, n * 4 / 1e6, dev == DEVICE_CUDA ? "cuda" : "cpu",
+         reps);
+  printf("check_finite (count + read back)  %9.3f ms  %6.2f GB/s\n", best_check * 1e3,
+         n * 4 / best_check / 1e9);
+  printf("clip sums of squares              %9.3f ms  %6.2f GB/s\n", best_sums * 1e3,
+         n * 4 / best_sums / 1e9);
   clip_free(&k, &c);
   dev_free(&c, count);
   dev_free(&c, g);

@@ -112,8 +112,8 @@ static const Flag FLAGS[] = {
      "allreduce|fp16|bf16|powersgd", "NAME", "what each gradient bucket sends (DDP's register_comm_hook)"},
     {"powersgd_rank", ARGS_HOOKS, KIND_INT, F(powersgd_rank), "1", RANGE_GE, 1, 1024, NULL, "R",
      "PowerSGD's matrix_approximation_rank"},
-    {"powersgd_start_iter", ARGS_HOOKS, KIND_INT, F(powersgd_start_iter), "1000", RANGE_GE, 0, MAX_STEPS,
-     NULL, "N", "PowerSGD's start_powerSGD_iter: plain all-reduce for the first N iterations"},
+    {"powersgd_start_iter", ARGS_HOOKS, KIND_INT, F(powersgd_start_iter), "1000", RANGE_GE, 2, MAX_STEPS,
+     NULL, "N", "PowerSGD's start_powerSGD_iter: plain all-reduce for the first N iterations (PyTorch: > 1)"},
     {"check_finite", ARGS_HOOKS, KIND_BOOL, F(check_finite), NULL, RANGE_NONE, 0, NO_MAX, NULL, NULL,
      "before a bucket's collective, end the job if this rank's gradients hold a NaN or an infinity"},
 };
@@ -372,6 +372,12 @@ void args_parse(Args *a, int argc, char **argv, unsigned groups, const char *abo
   if ((long long)a->batch_size * a->grad_accum > MAX_STEP_SAMPLES)
     FAIL(&c, "--batch_size %d x --grad_accum %d = %lld samples per optimizer step, more than %d",
          a->batch_size, a->grad_accum, (long long)a->batch_size * a->grad_accum, MAX_STEP_SAMPLES);
+  // PowerSGD's state (each rank's error feedback, the Qs) is not in the checkpoint yet: a resumed run
+  // would start it afresh, and not continue as the interrupted one would have.
+  if (a->resume && a->comm_hook && strcmp(a->comm_hook, "powersgd") == 0)
+    FAIL(&c,
+         "--resume with --comm_hook powersgd: PowerSGD's state (error feedback, Q) is not saved in "
+         "checkpoints yet, so the run would not continue exactly");
   // Both files are opened for writing: one path would leave the trace where the metrics were.
   if (a->metrics && a->trace && strcmp(a->metrics, a->trace) == 0)
     FAIL(&c,

@@ -23,17 +23,26 @@ int comm_hook_parse(const char *name, CommHookKind *kind) {
   return -1;
 }
 
-void comm_hook_init(CommHook *h, ProcessGroup *pg, CommHookKind kind, size_t n) {
+void comm_hook_init(CommHook *h, ProcessGroup *pg, CommHookKind kind, size_t n, int psgd_rank, int psgd_start,
+                    uint64_t seed) {
   memset(h, 0, sizeof *h);
   h->kind = kind;
   h->pg = pg;
   h->n = n;
-  if (kind == COMM_HOOK_POWERSGD)
-    die(2, "--comm_hook powersgd is not implemented yet (allreduce, fp16 and bf16 are): see issue 35");
+  if (kind == COMM_HOOK_POWERSGD) powersgd_init(&h->psgd, pg, n, psgd_rank, psgd_start, seed);
   if (kind == COMM_HOOK_FP16 || kind == COMM_HOOK_BF16) h->narrow = dev_alloc(pg->ctx, n * sizeof *h->narrow);
 }
 
+void comm_hook_add_tensor(CommHook *h, int bucket, size_t offset, int rows, int cols) {
+  if (h->kind == COMM_HOOK_POWERSGD) powersgd_add_tensor(&h->psgd, bucket, offset, rows, cols);
+}
+
+void comm_hook_layout(CommHook *h) {
+  if (h->kind == COMM_HOOK_POWERSGD) powersgd_layout(&h->psgd);
+}
+
 void comm_hook_free(CommHook *h) {
+  if (h->kind == COMM_HOOK_POWERSGD) powersgd_free(&h->psgd);
   if (h->narrow) dev_free(h->pg->ctx, h->narrow);
   memset(h, 0, sizeof *h);
 }
@@ -41,7 +50,10 @@ void comm_hook_free(CommHook *h) {
 bool comm_hook_divides(const CommHook *h) { return h->kind != COMM_HOOK_ALLREDUCE; }
 
 void comm_hook_run(CommHook *h, int bucket, float *grads, size_t offset, size_t count, DistWork *w) {
-  (void)bucket;
+  if (h->kind == COMM_HOOK_POWERSGD) {  // synchronous: nothing left in flight on w
+    powersgd_hook(&h->psgd, bucket, grads);
+    return;
+  }
   if (h->kind == COMM_HOOK_ALLREDUCE) {  // the gradients arrive divided by W: their sum is the mean
     dist_all_reduce_async(h->pg, grads + offset, count, DIST_FLOAT, DIST_SUM, w);
     h->bytes += (long long)(count * sizeof(float));
@@ -55,20 +67,24 @@ void comm_hook_run(CommHook *h, int bucket, float *grads, size_t offset, size_t 
 
 void comm_hook_wait(CommHook *h, int bucket, float *grads, size_t offset, size_t count, DistWork *w) {
   (void)bucket;
+  if (h->kind == COMM_HOOK_POWERSGD) return;  // done in comm_hook_run
   dist_wait(h->pg, w);
   if (h->kind == COMM_HOOK_FP16 || h->kind == COMM_HOOK_BF16)  // PyTorch's decompress: copy_ back
     comm_hook_decompress(h->pg->ctx, h->kind == COMM_HOOK_BF16, h->narrow + offset, grads + offset, count);
 }
 
 long long comm_hook_take_bytes(CommHook *h) {
-  long long b = h->bytes;
+  long long b = h->bytes + h->psgd.bytes;
   h->bytes = 0;
+  h->psgd.bytes = 0;
   return b;
 }
 
 void comm_hook_compress(const Ctx *c, bool bf16, const float *src, uint16_t *dst, size_t n, int W) {
   IMPL(c, comm_hook_compress)(c, bf16, src, dst, n, W);
 }
+
+void comm_hook_divide(const Ctx *c, float *x, size_t n, int W) { IMPL(c, comm_hook_divide)(c, x, n, W); }
 
 void comm_hook_decompress(const Ctx *c, bool bf16, const uint16_t *src, float *dst, size_t n) {
   IMPL(c, comm_hook_decompress)(c, bf16, src, dst, n);
@@ -82,6 +98,12 @@ void comm_hook_compress_cpu(const Ctx *c, bool bf16, const float *src, uint16_t 
   for (size_t i = 0; i < n; i++)  // `bucket.to(dtype).div_(world_size)`: two roundings, as PyTorch's
     dst[i] = bf16 ? bf16_from_float(bf16_to_float(bf16_from_float(src[i])) / w)
                   : half_from_float(half_to_float(half_from_float(src[i])) / w);
+}
+
+void comm_hook_divide_cpu(const Ctx *c, float *x, size_t n, int W) {
+  (void)c;
+  float w = (float)W;
+  for (size_t i = 0; i < n; i++) x[i] /= w;
 }
 
 void comm_hook_decompress_cpu(const Ctx *c, bool bf16, const uint16_t *src, float *dst, size_t n) {

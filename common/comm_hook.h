@@ -17,6 +17,9 @@
  *   float32, rounded once to the 16-bit type (half.h): that is the correctly rounded 16-bit sum, the
  *   same as NCCL's (and as PyTorch on Gloo) for each pair; with 3 or more ranks the order of the pairs
  *   is the backend's, as in PyTorch.
+ * - `powersgd`: PyTorch's `powerSGD_hook` with its defaults (powersgd.h): low-rank factors of each
+ *   weight gradient instead of the gradient, error feedback, warm start. It needs the bucket's tensors
+ *   (PyTorch's GradBucket.gradients()): comm_hook_add_tensor() for each, then comm_hook_layout().
  * comm_hook_divides() says whether the hook divides by W itself (the trainer then must not).
  * Every hook counts the bytes it hands to collectives: the metrics file's `allreduce_bytes`.
  */
@@ -29,6 +32,7 @@
 
 #include "device.h"
 #include "dist.h"
+#include "powersgd.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -49,6 +53,7 @@ typedef struct CommHook {
   uint16_t *narrow;   ///< device, (n): fp16/bf16: the buckets cast to 16 bits, at the gradients' offsets
   size_t n;           ///< floats of the gradient buffer the buckets are slices of
   long long bytes;    ///< bytes handed to collectives since the last comm_hook_take_bytes()
+  PowerSgd psgd;      ///< powersgd: its state
 } CommHook;
 
 /**
@@ -63,10 +68,36 @@ int comm_hook_parse(const char *name, CommHookKind *kind);
  * @brief Sets up a hook for buckets that are slices of a gradient buffer of @p n floats.
  * @param[out] h  the hook.
  * @param[in] pg  the process group (connected: its context is where the buffers go).
- * @param[in] kind which hook (COMM_HOOK_POWERSGD: not implemented yet, ends the job saying so).
+ * @param[in] kind which hook.
  * @param[in] n   floats in the gradient buffer.
+ * @param[in] psgd_rank  powersgd: matrix_approximation_rank (`--powersgd_rank`).
+ * @param[in] psgd_start powersgd: start_powerSGD_iter (`--powersgd_start_iter`).
+ * @param[in] seed       powersgd: the initial Qs' seed (`--seed`: the same on every rank).
  */
-void comm_hook_init(CommHook *h, ProcessGroup *pg, CommHookKind kind, size_t n);
+void comm_hook_init(CommHook *h, ProcessGroup *pg, CommHookKind kind, size_t n, int psgd_rank, int psgd_start,
+                    uint64_t seed);
+
+/**
+ * @brief Tells the hook one tensor of a bucket (PyTorch's GradBucket.gradients()); only powersgd
+ * uses them. Then comm_hook_layout().
+ * @param[in,out] h  the hook.
+ * @param[in] bucket the bucket's index.
+ * @param[in] offset the tensor's first float in the gradient buffer.
+ * @param[in] rows,cols its matrix view (a weight: out × in; a bias: its length × 1).
+ */
+void comm_hook_add_tensor(CommHook *h, int bucket, size_t offset, int rows, int cols);
+
+/** @brief After the last comm_hook_add_tensor(): the hook's per-bucket state is allocated. */
+void comm_hook_layout(CommHook *h);
+
+/**
+ * @brief `x = x / W`, elementwise (PyTorch's `tensor.div_(world_size)`: a division, rounded once).
+ * @param[in] c     context.
+ * @param[in,out] x device, (n).
+ * @param[in] n     elements.
+ * @param[in] W     the world size.
+ */
+void comm_hook_divide(const Ctx *c, float *x, size_t n, int W);
 
 /** @brief True when the hook divides by the world size itself (fp16, bf16), as PyTorch's hooks do. */
 bool comm_hook_divides(const CommHook *h);

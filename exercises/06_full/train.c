@@ -163,7 +163,8 @@ static void build_model(Trainer *t) {
   // --comm_hook (PyTorch: ddp_model.register_comm_hook(state, hook)): what each bucket sends
   CommHookKind hook;
   if (comm_hook_parse(t->args.comm_hook, &hook) != 0) die(2, "unknown --comm_hook '%s'", t->args.comm_hook);
-  comm_hook_init(&t->hook, &t->pg, hook, t->model.n_params);
+  comm_hook_init(&t->hook, &t->pg, hook, t->model.n_params, t->args.powersgd_rank,
+                 t->args.powersgd_start_iter, t->args.seed);
   // the default, allreduce, is the reducer's own all-reduce: a hook is registered for the others
   reducer_register_comm_hook(&t->reducer, hook == COMM_HOOK_ALLREDUCE ? NULL : &t->hook,
                              t->args.check_finite);

@@ -91,7 +91,8 @@ TEST_F(HooksCuda, SixteenBitCastsEqualTheCpu) {
       comm_hook_compress_cuda(&gpu_, bf16, d, h, n, W);
       dev_download(&gpu_, got.data(), h, n * sizeof(uint16_t));
       size_t bad = 0;
-      for (size_t i = 0; i < n; i++) bad += got[i] != want[i] && !((want[i] & 0x7fff) > (bf16 ? 0x7f80 : 0x7c00));
+      for (size_t i = 0; i < n; i++)
+        bad += got[i] != want[i] && !((want[i] & 0x7fff) > (bf16 ? 0x7f80 : 0x7c00));
       EXPECT_EQ(bad, 0u) << (bf16 ? "bf16" : "fp16") << " compress, W " << W;
       std::vector<float> back(n), back_gpu(n);
       comm_hook_decompress_cpu(&cpu_, bf16, want.data(), back.data(), n);

@@ -374,6 +374,57 @@ def hook_bytes_np2(tmp):
               f"{losses[0]:.4f} -> {losses[-1]:.4f}, digest {digest}")
 
 
+def powersgd_vs_torch(tmp):
+    """--comm_hook powersgd (common/powersgd.c) against PyTorch's own powerSGD_hook at 2 ranks, from the
+    same initial Q, two iterations (the second with error feedback and warm start): the uncompressed
+    tensors bit for bit, the compressed ones within float32 rounding; the bytes are the factors'."""
+    W, n = 2, 784 * 64 + 64 + 640 + 10
+    rng = random.Random(f"psgd-{SEED}")
+    scales = [(50176, 1e-2), (64, 1e-1), (640, 3e-2), (10, 1.0)]
+    for it in (1, 2):
+        for r in range(W):
+            g = []
+            for count, scale in scales:
+                g += [f32(rng.gauss(0, scale)) for _ in range(count)]
+            write_floats(f"{tmp}/g{it}_{r}.bin", g)
+    write_floats(f"{tmp}/q.bin", [f32(rng.gauss(0, 1)) for _ in range(784 + 64)])
+    cmd = [check.MPIEXEC, "-n", str(W), PROBE, "powersgd", f"{tmp}/q.bin", f"{tmp}/g1_{{rank}}.bin",
+           f"{tmp}/g2_{{rank}}.bin", f"{tmp}/ours{{iter}}_{{rank}}.bin"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    if p.returncode != 0:
+        raise Failure(f"{' '.join(cmd)} exited {p.returncode}\n{p.stdout}\n{p.stderr}")
+    nbytes = int(p.stdout.split("bytes ")[1].split()[0])
+    want_bytes = 2 * 4 * ((64 + 10) + (64 + 10) + (784 + 64))  # per iteration: biases, Ps, Qs
+    if nbytes != want_bytes:
+        raise Failure(f"powersgd handed {nbytes} bytes to its collectives in two iterations, expected {want_bytes}")
+    torch_run("powersgd", W, f"{tmp}/q.bin", f"{tmp}/g1_{{rank}}.bin", f"{tmp}/g2_{{rank}}.bin",
+              f"{tmp}/torch{{iter}}_{{rank}}.bin", check.free_master_port())
+    # The error model: P = M·Q sums 784 products, the norms of P's and Q's columns 64 and 784 squares,
+    # Q = Mᵀ·P 64 products; each is within gamma_784 of its exact value relative to the sum of the
+    # absolute terms (Higham §3.1), and the estimate P·Qᵀ chains four of them: within 4·gamma_784 of
+    # PyTorch's, relative to its largest element, per iteration; the second adds the first's error
+    # (error feedback): 8·gamma_784. The biases are all-reduced as they are: two terms, bit for bit.
+    bound = 8 * gamma(784)
+    biases = list(range(50176, 50240)) + list(range(50880, 50890))
+    for it in (1, 2):
+        for r in range(W):
+            ours, theirs = floats(f"{tmp}/ours{it}_{r}.bin"), floats(f"{tmp}/torch{it}_{r}.bin")
+            if bits([ours[i] for i in biases]) != bits([theirs[i] for i in biases]):
+                raise Failure(f"iteration {it}, rank {r}: the biases (not compressed: all-reduced, divided by W) "
+                              f"differ from powerSGD_hook's")
+            top = max(abs(x) for x in theirs)
+            worst = max(range(n), key=lambda i: abs(ours[i] - theirs[i]))
+            ratio = abs(ours[worst] - theirs[worst]) / (bound * top)
+            if ratio > 1:
+                raise Failure(f"iteration {it}, rank {r}: element {worst} is {ours[worst]!r}, powerSGD_hook's "
+                              f"{theirs[worst]!r}: {ratio:.3g} times the bound {bound:.2g} x {top:.3g}"
+                              + ("; the first iteration agrees: is the error fed back (added before, kept "
+                                 "after), and the Q kept for the next iteration (warm start)?" if it == 2 else ""))
+            print(f"iteration {it}, rank {r}: largest difference {abs(ours[worst] - theirs[worst]):.3g}, "
+                  f"{ratio:.2g} of the bound; biases bit for bit")
+    print(f"{nbytes} bytes in two iterations (a float32 all-reduce: {2 * 4 * n})")
+
+
 # ---- the finite check -----------------------------------------------------------------------------
 
 def nan_run(tmp, tag, extra, at=3):
@@ -416,7 +467,7 @@ def check_finite_nan_np2(tmp):
 
 
 SCENARIOS = {f.__name__: f for f in (clip_vs_torch, clip_steps_np2, clip_norm_np3, hook_vs_torch,
-                                     hook_bytes_np2, check_finite_nan_np2)}
+                                     hook_bytes_np2, powersgd_vs_torch, check_finite_nan_np2)}
 
 
 def main():

@@ -12,6 +12,12 @@
 //     runs the communication hook NAME on it as one bucket (comm_hook_run, comm_hook_wait; MPI
 //     backend, CPU) and writes the bucket it gets back to OUT ({rank} replaced); prints the bytes the
 //     hook handed to the collective.
+//   mpirun -np W hooks_probe powersgd Q IN1 IN2 OUT
+//     PowerSGD (rank 1) on one bucket laid out as a 784-64-10 MLP's gradient (W0 64×784, b0, W1
+//     10×64, b1), compressing from the first iteration, its initial Q read from Q (raw float32, the
+//     bucket's Q memory: 784 then 64 floats) so that PyTorch's hook can start from the same; two
+//     iterations, on IN1 then IN2 ({rank} replaced); writes each iteration's bucket to OUT with
+//     {rank} and {iter} (1, 2) replaced.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,7 +101,7 @@ static int hook_probe(int argc, char **argv) {
   size_t n;
   float *g = read_floats(path, &n);
   CommHook h;
-  comm_hook_init(&h, &pg, kind, n);
+  comm_hook_init(&h, &pg, kind, n, 1, 2, 42);
   DistWork w;
   dist_work_init(&pg, &w);
   comm_hook_run(&h, 0, g, 0, n, &w);
@@ -111,8 +117,64 @@ static int hook_probe(int argc, char **argv) {
   return 0;
 }
 
+// path with "{rank}" and "{iter}" replaced
+static void iter_path(char *out, size_t len, const char *tmpl, int rank, int iter) {
+  char tmp[4096];
+  const char *at = strstr(tmpl, "{iter}");
+  if (!at) die(2, "%s: no {iter} in the path", tmpl);
+  snprintf(tmp, sizeof tmp, "%.*s%d%s", (int)(at - tmpl), tmpl, iter, at + strlen("{iter}"));
+  rank_path(out, len, tmp, rank);
+}
+
+static int powersgd_probe(int argc, char **argv) {
+  if (argc != 6) die(2, "usage: hooks_probe powersgd Q IN1 IN2 OUT");
+  ProcessGroup pg;
+  dist_init(&pg, "mpi", DEVICE_CPU, 60.0f);
+  Ctx c;
+  device_init(&c, DEVICE_CPU, 0);
+  dist_connect(&pg, &c);
+  const int sizes[3] = {784, 64, 10};
+  size_t n = 784 * 64 + 64 + 64 * 10 + 10, off = 0;
+  CommHook h;
+  comm_hook_init(&h, &pg, COMM_HOOK_POWERSGD, n, 1, 2, 42);
+  for (int l = 0; l < 2; l++) {
+    comm_hook_add_tensor(&h, 0, off, sizes[l + 1], sizes[l]);
+    off += (size_t)sizes[l + 1] * sizes[l];
+    comm_hook_add_tensor(&h, 0, off, sizes[l + 1], 1);
+    off += (size_t)sizes[l + 1];
+  }
+  comm_hook_layout(&h);
+  h.psgd.iter = h.psgd.start_iter;  // compress from the first call
+  size_t nq;
+  float *q = read_floats(argv[2], &nq);
+  if (nq != h.psgd.b[0].q_len) die(2, "%s: %zu floats, the Q memory has %zu", argv[2], nq, h.psgd.b[0].q_len);
+  powersgd_set_q(&h.psgd, 0, q);
+  DistWork w;
+  dist_work_init(&pg, &w);
+  char path[4096];
+  for (int it = 1; it <= 2; it++) {
+    rank_path(path, sizeof path, argv[2 + it], pg.rank);
+    size_t m;
+    float *g = read_floats(path, &m);
+    if (m != n) die(2, "%s: %zu floats, expected %zu", path, m, n);
+    comm_hook_run(&h, 0, g, 0, n, &w);
+    comm_hook_wait(&h, 0, g, 0, n, &w);
+    iter_path(path, sizeof path, argv[5], pg.rank, it);
+    write_floats(path, NULL, 0, g, n);
+    free(g);
+  }
+  if (pg.rank == 0) printf("bytes %lld\n", comm_hook_take_bytes(&h));
+  dist_work_free(&pg, &w);
+  comm_hook_free(&h);
+  free(q);
+  dist_destroy(&pg);
+  device_free(&c);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "clip") == 0) return clip_probe(argc, argv);
   if (argc > 1 && strcmp(argv[1], "hook") == 0) return hook_probe(argc, argv);
+  if (argc > 1 && strcmp(argv[1], "powersgd") == 0) return powersgd_probe(argc, argv);
   die(2, "usage: hooks_probe clip MAX IN OUT SHARDS | hooks_probe hook NAME IN OUT");
 }

@@ -112,11 +112,62 @@ def hook_all(name, W, src, out, port):
     mp.spawn(hook_rank, args=(name, int(W), src, out, int(port)), nprocs=int(W))
 
 
+class PsgdBucket:
+    """What powerSGD_hook uses of DDP's GradBucket: the flat buffer, its index, the gradients (views of
+    the buffer, in its order) and whether it is the iteration's last."""
+    SHAPES = [(64, 784), (64,), (10, 64), (10,)]
+
+    def __init__(self, t):
+        self.t, self.views, at = t, [], 0
+        for s in self.SHAPES:
+            n = math.prod(s)
+            self.views.append(t[at:at + n].view(s))
+            at += n
+
+    def buffer(self):
+        return self.t
+
+    def index(self):
+        return 0
+
+    def gradients(self):
+        return self.views
+
+    def is_last(self):
+        return True
+
+
+def psgd_rank(rank, W, qpath, in1, in2, out, port):
+    import os
+    import torch.distributed as dist
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as ph
+    torch.set_num_threads(1)
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=W)
+    state = ph.PowerSGDState(process_group=None, matrix_approximation_rank=1, start_powerSGD_iter=2)
+    state.iter = 2  # compress from the first call, as the C side does
+    data = open(qpath, "rb").read()
+    q = torch.tensor(struct.unpack(f"<{len(data) // 4}f", data), dtype=torch.float32)
+    state.q_memory_dict[0] = q.clone()  # warm start from the same Q: it is orthogonalised first
+    state.p_memory_dict[0] = torch.empty(64 + 10)
+    for it, src in ((1, in1), (2, in2)):
+        data = open(src.replace("{rank}", str(rank)), "rb").read()
+        g = torch.tensor(struct.unpack(f"<{len(data) // 4}f", data), dtype=torch.float32)
+        res = ph.powerSGD_hook(state, PsgdBucket(g)).wait()
+        with open(out.replace("{rank}", str(rank)).replace("{iter}", str(it)), "wb") as f:
+            f.write(struct.pack(f"<{res.numel()}f", *res.tolist()))
+    dist.destroy_process_group()
+
+
 if __name__ == "__main__":
     torch.set_num_threads(1)
     if sys.argv[1] == "clip":
         clip_all(sys.argv[2])
     elif sys.argv[1] == "hook":
         hook_all(*sys.argv[2:7])
+    elif sys.argv[1] == "powersgd":  # powersgd W Q IN1 IN2 OUT PORT: as hooks_probe powersgd
+        import torch.multiprocessing as mp
+        W = int(sys.argv[2])
+        mp.spawn(psgd_rank, args=(W, *sys.argv[3:7], int(sys.argv[7])), nprocs=W)
     else:
         sys.exit(f"unknown command {sys.argv[1]}")
