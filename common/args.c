@@ -372,12 +372,6 @@ void args_parse(Args *a, int argc, char **argv, unsigned groups, const char *abo
   if ((long long)a->batch_size * a->grad_accum > MAX_STEP_SAMPLES)
     FAIL(&c, "--batch_size %d x --grad_accum %d = %lld samples per optimizer step, more than %d",
          a->batch_size, a->grad_accum, (long long)a->batch_size * a->grad_accum, MAX_STEP_SAMPLES);
-  // PowerSGD's state (each rank's error feedback, the Qs) is not in the checkpoint yet: a resumed run
-  // would start it afresh, and not continue as the interrupted one would have.
-  if (a->resume && a->comm_hook && strcmp(a->comm_hook, "powersgd") == 0)
-    FAIL(&c,
-         "--resume with --comm_hook powersgd: PowerSGD's state (error feedback, Q) is not saved in "
-         "checkpoints yet, so the run would not continue exactly");
   // Both files are opened for writing: one path would leave the trace where the metrics were.
   if (a->metrics && a->trace && strcmp(a->metrics, a->trace) == 0)
     FAIL(&c,

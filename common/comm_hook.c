@@ -1,4 +1,5 @@
 // comm_hook.c: DDP's communication hooks (comm_hook.h), and the CPU reference of their casts.
+#include <stdio.h>
 #include <string.h>
 
 #include "check.h"
@@ -39,6 +40,22 @@ void comm_hook_add_tensor(CommHook *h, int bucket, size_t offset, int rows, int 
 
 void comm_hook_layout(CommHook *h) {
   if (h->kind == COMM_HOOK_POWERSGD) powersgd_layout(&h->psgd);
+}
+
+void comm_hook_save(const CommHook *h, const char *dir, int rank) {
+  if (h->kind != COMM_HOOK_POWERSGD) return;
+  char path[4096];
+  snprintf(path, sizeof path, "%s/powersgd.rank%d.bin", dir, rank);
+  powersgd_save(&h->psgd, path);
+}
+
+void comm_hook_load(CommHook *h, const char *ckpt_path, int rank) {
+  if (h->kind != COMM_HOOK_POWERSGD) return;
+  const char *slash = strrchr(ckpt_path, '/');
+  char path[4096];
+  snprintf(path, sizeof path, "%.*s/powersgd.rank%d.bin", slash ? (int)(slash - ckpt_path) : 1,
+           slash ? ckpt_path : ".", rank);
+  powersgd_load(&h->psgd, path);
 }
 
 void comm_hook_free(CommHook *h) {

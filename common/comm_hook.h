@@ -122,6 +122,24 @@ void comm_hook_wait(CommHook *h, int bucket, float *grads, size_t offset, size_t
 /** @brief The bytes handed to collectives since the previous call (or comm_hook_init()); resets them. */
 long long comm_hook_take_bytes(CommHook *h);
 
+/**
+ * @brief Saves the hook's state beside a checkpoint (powersgd: `DIR/powersgd.rank<R>.bin`, every rank
+ * its own; the other hooks have none).
+ * @param[in] h    the hook.
+ * @param[in] dir  the checkpoint's folder.
+ * @param[in] rank this process's rank.
+ */
+void comm_hook_save(const CommHook *h, const char *dir, int rank);
+
+/**
+ * @brief Loads what comm_hook_save() wrote beside the checkpoint file @p ckpt_path (its folder);
+ * ends the job when it is missing or does not fit (powersgd only).
+ * @param[in,out] h     the hook (after comm_hook_layout()).
+ * @param[in] ckpt_path the checkpoint file resumed from.
+ * @param[in] rank      this process's rank.
+ */
+void comm_hook_load(CommHook *h, const char *ckpt_path, int rank);
+
 /** @brief Releases the hook's buffers. */
 void comm_hook_free(CommHook *h);
 

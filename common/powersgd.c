@@ -1,9 +1,15 @@
 // powersgd.c: PowerSGD, PyTorch's powerSGD_hook step for step (powersgd.h).
+#define _POSIX_C_SOURCE 200809L  // fsync, fileno
 #include "powersgd.h"
 
+#include <errno.h>
+#include <libdeflate.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "comm_hook.h"
@@ -178,4 +184,134 @@ void powersgd_hook(PowerSgd *s, int bucket, float *grads) {
   dev_copy(c, err, cp, b->count * sizeof(float));  // error = copy - the bucket's new contents
   ops_axpy(c, err, g, b->count, -1.0f);
   if (bucket == s->n_buckets - 1) s->iter++;
+}
+
+// ---- the state's file ----------------------------------------------------------------------------
+
+#define PSGD_MAGIC "DDPPSGD"
+#define PSGD_VERSION 1u
+
+typedef struct Out {  // a file being written, with the CRC of what was written so far
+  FILE *f;
+  uint32_t crc;
+  const char *path;
+} Out;
+
+static void put(Out *o, const void *x, size_t bytes) {
+  if (fwrite(x, 1, bytes, o->f) != bytes) die(1, "cannot write %s: %s", o->path, strerror(errno));
+  o->crc = libdeflate_crc32(o->crc, x, bytes);
+}
+
+// The state's device arrays, through the host scratch in chunks (the error is n floats).
+static void put_device(Out *o, const PowerSgd *s, const float *x, size_t n, float *buf, size_t cap) {
+  for (size_t at = 0; at < n; at += cap) {
+    size_t k = n - at < cap ? n - at : cap;
+    dev_download(s->pg->ctx, buf, x + at, k * sizeof(float));
+    put(o, buf, k * sizeof(float));
+  }
+}
+
+static void make_parent(const char *path) {
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s", path);
+  for (char *p = dir + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = '\0';
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) die(1, "cannot create %s: %s", dir, strerror(errno));
+    *p = '/';
+  }
+}
+
+void powersgd_save(const PowerSgd *s, const char *path) {
+  char tmp[4200];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  make_parent(path);
+  Out o = {fopen(tmp, "wb"), 0, tmp};
+  if (!o.f) die(1, "cannot create %s: %s", tmp, strerror(errno));
+  uint32_t version = PSGD_VERSION, nb = (uint32_t)s->n_buckets;
+  uint64_t iter = (uint64_t)s->iter, n = s->n;
+  put(&o, PSGD_MAGIC, 8);
+  put(&o, &version, 4);
+  put(&o, &iter, 8);
+  put(&o, &n, 8);
+  put(&o, &nb, 4);
+  for (int i = 0; i < s->n_buckets; i++) {
+    uint64_t q_len = s->b[i].q_len;
+    uint32_t warm = s->b[i].warm;
+    put(&o, &q_len, 8);
+    put(&o, &warm, 4);
+  }
+  float buf[4096];
+  put_device(&o, s, s->error, s->n, buf, 4096);
+  for (int i = 0; i < s->n_buckets; i++) put_device(&o, s, s->b[i].q, s->b[i].q_len, buf, 4096);
+  uint32_t crc = o.crc;
+  put(&o, &crc, 4);
+  if (fflush(o.f) != 0 || fsync(fileno(o.f)) != 0 || fclose(o.f) != 0)
+    die(1, "cannot write %s: %s", tmp, strerror(errno));
+  if (rename(tmp, path) != 0) die(1, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+}
+
+typedef struct In {  // a file read whole
+  unsigned char *buf;
+  size_t size, at;
+  const char *path;
+} In;
+
+static void get(In *in, void *x, size_t bytes) {
+  if (in->size - in->at < bytes) die(1, "%s: truncated (%zu bytes)", in->path, in->size);
+  memcpy(x, in->buf + in->at, bytes);
+  in->at += bytes;
+}
+
+static void get_device(In *in, const PowerSgd *s, float *x, size_t n) {
+  if (in->size - in->at < n * sizeof(float)) die(1, "%s: truncated (%zu bytes)", in->path, in->size);
+  dev_upload(s->pg->ctx, x, in->buf + in->at, n * sizeof(float));
+  in->at += n * sizeof(float);
+}
+
+void powersgd_load(PowerSgd *s, const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    die(1,
+        "--comm_hook powersgd: cannot open %s (%s): PowerSGD's state (each rank's error feedback, Q) "
+        "is saved beside the checkpoint by a run with --comm_hook powersgd, one file per rank: resume such "
+        "a checkpoint at the same world size",
+        path, strerror(errno));
+  In in = {NULL, 0, 0, path};
+  fseek(f, 0, SEEK_END);
+  in.size = (size_t)ftell(f);
+  fseek(f, 0, SEEK_SET);
+  in.buf = mallocCheck(in.size + 1);
+  if (fread(in.buf, 1, in.size, f) != in.size) die(1, "cannot read %s", path);
+  fclose(f);
+  uint32_t crc;
+  if (in.size < 36) die(1, "%s: truncated (%zu bytes)", path, in.size);
+  memcpy(&crc, in.buf + in.size - 4, 4);
+  if (memcmp(in.buf, PSGD_MAGIC, 8) != 0) die(1, "%s: not a PowerSGD state file", path);
+  if (libdeflate_crc32(0, in.buf, in.size - 4) != crc) die(1, "%s: CRC mismatch (damaged)", path);
+  in.at = 8;
+  uint32_t version, nb;
+  uint64_t iter, n;
+  get(&in, &version, 4);
+  get(&in, &iter, 8);
+  get(&in, &n, 8);
+  get(&in, &nb, 4);
+  if (version != PSGD_VERSION) die(1, "%s: version %u, this program reads %u", path, version, PSGD_VERSION);
+  if (n != s->n || nb != (uint32_t)s->n_buckets)
+    die(1, "%s: %llu gradients in %u buckets, this run has %zu in %d (another model or --bucket_cap_mb)",
+        path, (unsigned long long)n, nb, s->n, s->n_buckets);
+  for (int i = 0; i < s->n_buckets; i++) {
+    uint64_t q_len;
+    uint32_t warm;
+    get(&in, &q_len, 8);
+    get(&in, &warm, 4);
+    if (q_len != s->b[i].q_len)
+      die(1, "%s: bucket %d has %llu Q floats, this run %zu (another --powersgd_rank?)", path, i,
+          (unsigned long long)q_len, s->b[i].q_len);
+    s->b[i].warm = warm != 0;
+  }
+  get_device(&in, s, s->error, s->n);
+  for (int i = 0; i < s->n_buckets; i++) get_device(&in, s, s->b[i].q, s->b[i].q_len);
+  s->iter = (long long)iter;
+  free(in.buf);
 }

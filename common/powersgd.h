@@ -21,8 +21,9 @@
  * PyTorch draws its own with torch.randn). The hook is synchronous: its three all-reduces run one
  * after the other when the bucket is ready (PyTorch chains them as futures).
  *
- * The state (each rank's error, the Qs, the iteration) is not saved in checkpoints yet: `--resume`
- * with `--comm_hook powersgd` is refused (args.c), since a resumed run would not continue exactly.
+ * The state is saved beside each checkpoint, one file per rank (each rank's error feedback is its
+ * own): `powersgd.rank<R>.bin` in the checkpoint's folder (powersgd_save()), so that a resumed run
+ * continues exactly (powersgd_load(), at the same world size).
  */
 #ifndef DDP_POWERSGD_H
 #define DDP_POWERSGD_H
@@ -125,6 +126,24 @@ void powersgd_hook(PowerSgd *s, int bucket, float *grads);
  * @param[in] q host, (q_len).
  */
 void powersgd_set_q(PowerSgd *s, int bucket, const float *q);
+
+/**
+ * @brief Writes this rank's state to @p path: `DDPPSGD` + NUL, u32 version 1, u64 iteration, u64 n,
+ * u32 buckets, per bucket u64 Q floats and u32 warm, then f32 error[n], each bucket's Q, and a CRC-32
+ * of all that (little-endian). Written to `PATH.tmp` and renamed, so a crash never leaves half a
+ * file; the folder is created if missing. Ends the job when it cannot be written.
+ * @param[in] s    the state.
+ * @param[in] path the file.
+ */
+void powersgd_save(const PowerSgd *s, const char *path);
+
+/**
+ * @brief Reads this rank's state back from @p path; ends the job, saying what does not match, when
+ * the file is missing, damaged, or of another layout (another model, bucket cap or rank).
+ * @param[in,out] s the state (after powersgd_layout()).
+ * @param[in] path  the file.
+ */
+void powersgd_load(PowerSgd *s, const char *path);
 
 /** @brief Releases the state. */
 void powersgd_free(PowerSgd *s);

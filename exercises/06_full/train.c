@@ -294,6 +294,8 @@ static void save_checkpoint(Trainer *t, const char *dir, int epochs_done) {
   CkptMeta meta = checkpoint_meta(t, epochs_done);
   if (t->rank == 0)  // [ckpt] one writer: the replicas are equal
     ckpt_save_model(dir, &meta, &t->model, &t->opt, &t->ctx);
+  // --comm_hook powersgd: every rank saves its own state (its error feedback), beside the checkpoint
+  comm_hook_save(&t->hook, dir, t->rank);
   dist_barrier(&t->pg);  // [ckpt] nobody goes on (or reads the file) before it is complete
 }
 
@@ -302,6 +304,7 @@ static void resume(Trainer *t) {
   if (!path) return;
   CkptMeta expect = checkpoint_meta(t, 0), meta;
   ckpt_load_model(path, &expect, &meta, &t->model, &t->opt, &t->ctx);
+  comm_hook_load(&t->hook, path, t->rank);  // --comm_hook powersgd: this rank's state, from beside it
   t->epoch0 = (int)meta.epoch;
   t->step = (long long)meta.step;
   t->epoch_step = (long long)meta.epoch_step;

@@ -425,6 +425,32 @@ def powersgd_vs_torch(tmp):
     print(f"{nbytes} bytes in two iterations (a float32 all-reduce: {2 * 4 * n})")
 
 
+def powersgd_resume_np2(tmp):
+    """--comm_hook powersgd at 2 ranks: a run resumed from a checkpoint (inside an epoch, after
+    PowerSGD started) ends bit for bit where the uninterrupted run ends (each rank's error feedback
+    and the Qs are saved beside the checkpoint); without those files the resume is refused."""
+    common = CLIP + ["--batch_size", "64", "--epochs", "2", "--comm_hook", "powersgd", "--powersgd_start_iter", "3"]
+    run("06_full", common + ["--save_interval", "0", "--metrics", f"{tmp}/a{{rank}}.jsonl"], np=2)
+    run("06_full", common + ["--max_steps", "7", "--save_interval", "1000", "--ckpt_dir", f"{tmp}/ck"], np=2)
+    run("06_full", common + ["--save_interval", "0", "--resume", f"{tmp}/ck/checkpoint.bin",
+                             "--metrics", f"{tmp}/b{{rank}}.jsonl"], np=2)
+    a, b = digests(f"{tmp}/a", 2), digests(f"{tmp}/b", 2)
+    if a != b:
+        raise Failure(f"resumed at step 7: digests {b}, uninterrupted {a}: is PowerSGD's state (error feedback, "
+                      "Q, iteration) saved with the checkpoint and loaded on resume, on every rank?")
+    la = [r["loss"] for r in step_records(f"{tmp}/a")][7:]
+    lb = [r["loss"] for r in step_records(f"{tmp}/b")]
+    if la != lb:
+        raise Failure("resumed at step 7: the digests agree but the per-step losses after it do not")
+    os.remove(f"{tmp}/ck/powersgd.rank1.bin")
+    _, err = run("06_full", common + ["--save_interval", "0", "--resume", f"{tmp}/ck/checkpoint.bin"], np=2,
+                 expect_rc=None)
+    if "powersgd.rank1.bin" not in err:
+        raise Failure(f"a resume without rank 1's PowerSGD state should be refused naming the file:\n{err}")
+    print(f"resumed at step 7 (PowerSGD from step 3): {len(lb)} more steps, digest {b[0]} as uninterrupted; "
+          "without powersgd.rank1.bin: refused")
+
+
 # ---- the finite check -----------------------------------------------------------------------------
 
 def nan_run(tmp, tag, extra, at=3):
@@ -467,7 +493,8 @@ def check_finite_nan_np2(tmp):
 
 
 SCENARIOS = {f.__name__: f for f in (clip_vs_torch, clip_steps_np2, clip_norm_np3, hook_vs_torch,
-                                     hook_bytes_np2, powersgd_vs_torch, check_finite_nan_np2)}
+                                     hook_bytes_np2, powersgd_vs_torch, powersgd_resume_np2,
+                                     check_finite_nan_np2)}
 
 
 def main():
