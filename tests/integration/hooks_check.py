@@ -67,7 +67,8 @@ def write_floats(path, xs):
 
 
 def bits(xs):
-    return [struct.pack("<f", x) for x in xs]
+    """The float32 bytes of xs, to compare bit for bit (NaNs included) in one comparison."""
+    return struct.pack(f"<{len(xs)}f", *xs)
 
 
 def step_records(prefix, rank=0):
@@ -93,14 +94,15 @@ def gradients(rng):
 def clip_cases(tmp, cases, shards=5):
     """hooks_probe's clip of each (tag, g, MAX, shapes) against torch's clip_grad_norm_ on the same numbers;
     returns {tag: (our norm, our clipped gradients, torch's results)}."""
-    jobs, ours = [], {}
+    jobs, ours, cmd = [], {}, [PROBE, "clip"]
     for tag, g, max_norm, shapes in cases:
         write_floats(f"{tmp}/{tag}.in", g)
-        p = subprocess.run([PROBE, "clip", repr(max_norm), f"{tmp}/{tag}.in", f"{tmp}/{tag}.out", str(shards)],
-                           capture_output=True, text=True)
-        if p.returncode != 0:
-            raise Failure(f"hooks_probe clip: the sums of squares over {shards} shards differ from the whole "
-                          f"gradient's (they must be exact, clip.c):\n{p.stderr}{p.stdout}")
+        cmd += [repr(max_norm), f"{tmp}/{tag}.in", f"{tmp}/{tag}.out", str(shards)]
+    p = subprocess.run(cmd, capture_output=True, text=True)  # one process: loading the libraries takes time
+    if p.returncode != 0:
+        raise Failure(f"hooks_probe clip: the sums of squares over {shards} shards differ from the whole "
+                      f"gradient's (they must be exact, clip.c):\n{p.stderr}{p.stdout}")
+    for tag, g, max_norm, shapes in cases:
         out = floats(f"{tmp}/{tag}.out")
         ours[tag] = out[0], out[1:]
         jobs.append([f"{tmp}/{tag}.in", shapes, max_norm, repr(out[0]), f"{tmp}/{tag}.t"])

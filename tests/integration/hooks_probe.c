@@ -2,7 +2,7 @@
 // gradients read from a file, for tests/integration/hooks_check.py, which compares the results with
 // PyTorch's own functions on the same numbers.
 //
-//   hooks_probe clip MAX IN OUT SHARDS
+//   hooks_probe clip MAX IN OUT SHARDS [MAX IN OUT SHARDS ...]  (several cases: one process)
 //     IN: raw float32 gradients. Sums their squares whole (clip_sum_squares) and again as SHARDS
 //     uneven contiguous pieces whose sums are added (as the ranks of a sharded trainer add theirs):
 //     the two must be equal bit for bit (exit 1 naming the first word that differs). Then clips the
@@ -48,12 +48,21 @@ static void write_floats(const char *path, const float *head, size_t nh, const f
     die(2, "cannot write %s", path);
 }
 
+static int clip_one(char **argv);
+
 static int clip_probe(int argc, char **argv) {
-  if (argc != 6) die(2, "usage: hooks_probe clip MAX IN OUT SHARDS");
-  float max_norm = strtof(argv[2], NULL);
-  int shards = atoi(argv[5]);
+  if (argc < 6 || (argc - 2) % 4 != 0) die(2, "usage: hooks_probe clip MAX IN OUT SHARDS [...]");
+  for (int i = 2; i < argc; i += 4)
+    if (clip_one(argv + i) != 0) return 1;
+  return 0;
+}
+
+// One case: argv = MAX IN OUT SHARDS.
+static int clip_one(char **argv) {
+  float max_norm = strtof(argv[0], NULL);
+  int shards = atoi(argv[3]);
   size_t n;
-  float *g = read_floats(argv[3], &n);
+  float *g = read_floats(argv[1], &n);
   Ctx c;
   device_init(&c, DEVICE_CPU, 0);
   Clip k;
@@ -73,7 +82,7 @@ static int clip_probe(int argc, char **argv) {
       return 1;
     }
   clip_scale(&k, &c, g, n);
-  write_floats(argv[4], k.norm, 1, g, n);
+  write_floats(argv[2], k.norm, 1, g, n);
   clip_free(&k, &c);
   device_free(&c);
   free(g);
