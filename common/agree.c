@@ -80,6 +80,7 @@ void agree_args(Agreement *a, const Args *g) {
   add_float(a, "--lr", g->lr);
   add_float(a, "--momentum", g->momentum);
   add_float(a, "--weight_decay", g->weight_decay);
+  add_float(a, "--clip_grad_norm", g->clip_grad_norm);
   agree_add(a, "--dataset_size", "%d", g->dataset_size);
   agree_add(a, "--data", "%s", g->data);
   agree_add(a, "--seed", "%llu", (unsigned long long)g->seed);
@@ -93,6 +94,10 @@ void agree_args(Agreement *a, const Args *g) {
   agree_add(a, "--trace", "%s", g->trace ? "on" : "off");
   agree_add(a, "--save_init", "%s", g->save_init ? "on" : "off");  // a save has a barrier from step 05
   agree_add(a, "--save_steps", "%d", g->save_steps);               // so do snapshots (step 06)
+  agree_add(a, "--comm_hook", "%s", g->comm_hook ? g->comm_hook : "allreduce");
+  agree_add(a, "--powersgd_rank", "%d", g->powersgd_rank);
+  agree_add(a, "--powersgd_start_iter", "%d", g->powersgd_start_iter);
+  agree_add(a, "--check_finite", "%s", g->check_finite ? "on" : "off");
   agree_add(a, "--resume auto", "%s", g->resume && strcmp(g->resume, ARGS_RESUME_AUTO) == 0 ? "on" : "off");
 }
 

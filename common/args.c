@@ -91,6 +91,8 @@ static const Flag FLAGS[] = {
      "stop after N optimizer steps, 0 = no limit"},
     {"log_interval", ARGS_TRAIN, KIND_INT, F(log_interval), "50", RANGE_GE, 1, MAX_STEPS, NULL, "N",
      "optimizer steps between progress lines"},
+    {"clip_grad_norm", ARGS_TRAIN, KIND_FLOAT, F(clip_grad_norm), "0", RANGE_GE, 0, NO_MAX, NULL, "MAX",
+     "scale the gradient to a global 2-norm of at most MAX (clip_grad_norm_), 0 = off"},
     {"backend", ARGS_DIST, KIND_STR, F(backend), "auto", RANGE_NONE, 0, NO_MAX, "auto|nccl|mpi|gloo", "NAME",
      "communication backend"},
     {"timeout", ARGS_DIST, KIND_FLOAT, F(timeout), "300", RANGE_GT, 0, MAX_TIMEOUT, NULL, "SECONDS",
@@ -106,6 +108,14 @@ static const Flag FLAGS[] = {
      "required above 1 rank"},
     {"save_steps", ARGS_FAULT, KIND_INT, F(save_steps), "0", RANGE_GE, 0, MAX_STEPS, NULL, "N",
      "also save the checkpoint every N optimizer steps (a snapshot to restart from), 0 = never"},
+    {"comm_hook", ARGS_HOOKS, KIND_STR, F(comm_hook), "allreduce", RANGE_NONE, 0, NO_MAX,
+     "allreduce|fp16|bf16|powersgd", "NAME", "what each gradient bucket sends (DDP's register_comm_hook)"},
+    {"powersgd_rank", ARGS_HOOKS, KIND_INT, F(powersgd_rank), "1", RANGE_GE, 1, 1024, NULL, "R",
+     "PowerSGD's matrix_approximation_rank"},
+    {"powersgd_start_iter", ARGS_HOOKS, KIND_INT, F(powersgd_start_iter), "1000", RANGE_GE, 2, MAX_STEPS,
+     NULL, "N", "PowerSGD's start_powerSGD_iter: plain all-reduce for the first N iterations (PyTorch: > 1)"},
+    {"check_finite", ARGS_HOOKS, KIND_BOOL, F(check_finite), NULL, RANGE_NONE, 0, NO_MAX, NULL, NULL,
+     "before a bucket's collective, end the job if this rank's gradients hold a NaN or an infinity"},
 };
 // clang-format on
 #undef F
@@ -120,6 +130,7 @@ static const struct {
     {ARGS_SAMPLER, "the distributed sampler in step 03"},
     {ARGS_REDUCER, "the bucketed reducer in step 06"},
     {ARGS_FAULT, "the restarts in step 06"},
+    {ARGS_HOOKS, "step 06's DDP communication hooks; steps 07 and 08 reduce-scatter shards and take none"},
 };
 
 // ---- usage ------------------------------------------------------------------------------------------

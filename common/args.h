@@ -31,6 +31,10 @@ extern "C" {
 /** @brief `--save_steps`, and `--resume auto` (step 06: snapshots for restarts). */
 #define ARGS_FAULT 0x10u
 
+/** @brief `--comm_hook`, `--powersgd_rank`, `--powersgd_start_iter`, `--check_finite` (step 06's reducer:
+ *  DDP's communication hooks; steps 07 and 08 reduce-scatter shards and take no hook). */
+#define ARGS_HOOKS 0x20u
+
 /** @brief The value of `--resume` that means --ckpt_dir's checkpoint when there is one (ARGS_FAULT). */
 #define ARGS_RESUME_AUTO "auto"
 
@@ -55,6 +59,7 @@ typedef struct Args {
   const char *save_init;  ///< --save_init: folder for the initial state's checkpoint (NULL: none)
   int max_steps;          ///< --max_steps: stop after this many optimizer steps, 0 = no limit
   int log_interval;       ///< --log_interval: steps between progress lines
+  float clip_grad_norm;   ///< --clip_grad_norm: clip the gradient's global 2-norm to this, 0 = off
   const char *backend;    ///< --backend: auto | nccl | mpi (ARGS_DIST)
   float timeout;          ///< --timeout: seconds a collective may wait before the job ends (ARGS_DIST)
   bool drop_last;         ///< --drop_last: drop the tail instead of padding (ARGS_SAMPLER)
@@ -62,6 +67,10 @@ typedef struct Args {
   int grad_accum;         ///< --grad_accum: micro-batches per optimizer step (ARGS_REDUCER)
   const char *trace;      ///< --trace: Chrome trace output path (ARGS_REDUCER; NULL: none)
   int save_steps;         ///< --save_steps: also save every N optimizer steps, 0 = never (ARGS_FAULT)
+  const char *comm_hook;  ///< --comm_hook: allreduce | fp16 | bf16 | powersgd (ARGS_HOOKS)
+  int powersgd_rank;      ///< --powersgd_rank: PowerSGD's matrix_approximation_rank (ARGS_HOOKS)
+  int powersgd_start_iter;  ///< --powersgd_start_iter: plain all-reduce before this iteration (ARGS_HOOKS)
+  bool check_finite;  ///< --check_finite: check each bucket for NaN/Inf before its collective (ARGS_HOOKS)
 } Args;
 
 /**

@@ -61,9 +61,12 @@ typedef enum DistOp {
 
 /** @brief Element type of a collective's buffer. */
 typedef enum DistType {
-  DIST_FLOAT = 0,  ///< float32
-  DIST_INT = 1,    ///< int32
-  DIST_DOUBLE = 2  ///< float64
+  DIST_FLOAT = 0,   ///< float32
+  DIST_INT = 1,     ///< int32
+  DIST_DOUBLE = 2,  ///< float64
+  DIST_HALF = 3,    ///< IEEE float16 (half.h); DIST_SUM only. MPI and Gloo add each pair in float32 and
+                    ///< round to half (half_add(): the correctly rounded half sum, as NCCL's)
+  DIST_BF16 = 4     ///< bfloat16 (half.h); DIST_SUM only, added as DIST_HALF
 } DistType;
 
 /** @brief How this process was started. */

@@ -11,6 +11,8 @@
 #ifndef DDP_DIST_BACKEND_H
 #define DDP_DIST_BACKEND_H
 
+#include <stdint.h>
+
 #include "dist.h"
 
 #ifdef __cplusplus
@@ -186,7 +188,10 @@ bool dist_nccl_says_gpu_shared(const char *last);
 
 /** @brief Size in bytes of one element of @p type. */
 static inline size_t dist_type_size(DistType type) {
-  return type == DIST_DOUBLE ? sizeof(double) : type == DIST_INT ? sizeof(int) : sizeof(float);
+  return type == DIST_DOUBLE                      ? sizeof(double)
+         : type == DIST_INT                       ? sizeof(int)
+         : type == DIST_HALF || type == DIST_BF16 ? sizeof(uint16_t)
+                                                  : sizeof(float);
 }
 
 /** @brief True when the @p W counts of a reduce-scatter are all equal (the native collective). */

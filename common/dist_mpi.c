@@ -13,6 +13,7 @@
 #include "check.h"
 #include "devmem.h"
 #include "dist_backend.h"
+#include "half.h"
 #include "ops.h"
 #include "watchdog.h"
 
@@ -80,7 +81,33 @@ static int whole_count(size_t n, const char *call) {
 }
 
 static MPI_Datatype mpi_type(DistType t) {
+  if (t == DIST_HALF || t == DIST_BF16) return MPI_UINT16_T;  // MPI has no 16-bit floats: their bits
   return t == DIST_DOUBLE ? MPI_DOUBLE : t == DIST_INT ? MPI_INT : MPI_FLOAT;
+}
+
+// The sums of the 16-bit floats, as MPI user operations: each pair added in float32 and rounded once
+// (half.h: the correctly rounded narrow sum, what NCCL computes).
+static void half_sum(void *in, void *inout, int *len, MPI_Datatype *type) {
+  (void)type;
+  const uint16_t *a = in;
+  uint16_t *b = inout;
+  for (int i = 0; i < *len; i++) b[i] = half_add(a[i], b[i]);
+}
+
+static void bf16_sum(void *in, void *inout, int *len, MPI_Datatype *type) {
+  (void)type;
+  const uint16_t *a = in;
+  uint16_t *b = inout;
+  for (int i = 0; i < *len; i++) b[i] = bf16_add(a[i], b[i]);
+}
+
+// MPI_SUM, or the user operation of a 16-bit float (created once, on first use; commutative).
+static MPI_Op mpi_sum(DistType t) {
+  static MPI_Op ops[2] = {MPI_OP_NULL, MPI_OP_NULL};
+  if (t != DIST_HALF && t != DIST_BF16) return MPI_SUM;
+  int i = t == DIST_BF16;
+  if (ops[i] == MPI_OP_NULL) mpiCheck(MPI_Op_create(i ? bf16_sum : half_sum, 1, &ops[i]));
+  return ops[i];
 }
 
 // DIST_AVG on MPI: every rank scales the same sum by 1/W, so the replicas stay bit-identical.
@@ -99,7 +126,7 @@ static void dist_mpi_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType 
   size_t size = dist_type_size(type);
   for (size_t i = 0; i < n; i += (size_t)chunk(n, i))
     WAITING("MPI_Allreduce", MPI_Allreduce(MPI_IN_PLACE, (char *)host + i * size, chunk(n, i), mpi_type(type),
-                                           MPI_SUM, MPI_COMM_WORLD));
+                                           mpi_sum(type), MPI_COMM_WORLD));
   if (op == DIST_AVG) scale_avg(pg, host, n);
   if (dist_on_gpu(pg)) dev_upload(pg->ctx, buf, host, bytes);
 }
@@ -116,7 +143,7 @@ static void dist_mpi_all_reduce_start(ProcessGroup *pg, DistWork *w) {
   }
   MPI_Request *req = (MPI_Request *)w->req;
   mpiCheck(MPI_Iallreduce(MPI_IN_PLACE, w->buf, whole_count(w->n, "MPI_Iallreduce"), mpi_type(w->type),
-                          MPI_SUM, MPI_COMM_WORLD, req));
+                          mpi_sum(w->type), MPI_COMM_WORLD, req));
 }
 
 // w->counts as MPI's int receive counts; true when they are all equal (reduce_scatter_block).
@@ -134,9 +161,10 @@ static void reduce_scatter_staged(ProcessGroup *pg, const void *send, const size
   MPI_Datatype t = mpi_type(w->type);
   if (recv_counts(pg, counts, w, "MPI_Reduce_scatter")) {
     WAITING("MPI_Reduce_scatter_block",
-            MPI_Reduce_scatter_block(host, mine, w->counts[0], t, MPI_SUM, MPI_COMM_WORLD));
+            MPI_Reduce_scatter_block(host, mine, w->counts[0], t, mpi_sum(w->type), MPI_COMM_WORLD));
   } else {
-    WAITING("MPI_Reduce_scatter", MPI_Reduce_scatter(host, mine, w->counts, t, MPI_SUM, MPI_COMM_WORLD));
+    WAITING("MPI_Reduce_scatter",
+            MPI_Reduce_scatter(host, mine, w->counts, t, mpi_sum(w->type), MPI_COMM_WORLD));
   }
   if (w->op == DIST_AVG) scale_avg(pg, (float *)mine, w->n);
   dev_upload(pg->ctx, w->buf, mine, w->n * size);
@@ -199,6 +227,11 @@ static void add_into(void *dst, const void *a, const void *b, size_t n, DistType
     for (size_t i = 0; i < n; i++) ((int *)dst)[i] = ((const int *)a)[i] + ((const int *)b)[i];
   } else if (type == DIST_DOUBLE) {
     for (size_t i = 0; i < n; i++) ((double *)dst)[i] = ((const double *)a)[i] + ((const double *)b)[i];
+  } else if (type == DIST_HALF || type == DIST_BF16) {
+    for (size_t i = 0; i < n; i++) {
+      uint16_t x = ((const uint16_t *)a)[i], y = ((const uint16_t *)b)[i];
+      ((uint16_t *)dst)[i] = type == DIST_HALF ? half_add(x, y) : bf16_add(x, y);
+    }
   } else {
     for (size_t i = 0; i < n; i++) ((float *)dst)[i] = ((const float *)a)[i] + ((const float *)b)[i];
   }

@@ -154,6 +154,8 @@ static void dist_nccl_abort(void *user) {
 }
 
 static ncclDataType_t nccl_type(DistType t) {
+  if (t == DIST_HALF) return ncclFloat16;
+  if (t == DIST_BF16) return ncclBfloat16;  // NCCL >= 2.10
   return t == DIST_DOUBLE ? ncclFloat64 : t == DIST_INT ? ncclInt32 : ncclFloat32;
 }
 

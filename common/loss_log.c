@@ -12,6 +12,7 @@ void loss_log_init(LossLog *g, const Ctx *c, Metrics *metrics, int log_interval,
                    long long first_step, long long total_steps) {
   memset(g, 0, sizeof *g);
   readback_init(&g->ring, c);
+  readback_init(&g->norms, c);
   g->metrics = metrics;
   progress_start(&g->progress, total_steps, first_step);
   g->log_interval = log_interval;
@@ -29,6 +30,8 @@ void loss_log_check_finite(float loss, long long step) {
                   : "-inf");
 }
 
+void loss_log_set_norm(LossLog *g, const float *norm) { g->norm = norm; }
+
 // Logs every loss that has arrived, waiting while more than max_ahead are in flight.
 static void take_arrived(LossLog *g, const Ctx *c, int max_ahead) {
   float loss;
@@ -38,7 +41,10 @@ static void take_arrived(LossLog *g, const Ctx *c, int max_ahead) {
     loss_log_check_finite(loss, step);  // a diverged run stops here, before the epoch's checkpoint
     g->sum += loss;
     g->count++;
-    metrics_step(g->metrics, step, epoch, loss);
+    float norm;  // queued before the loss, on the same stream: it has arrived too
+    long long norm_step;
+    bool has_norm = g->norms.count > 0 && readback_take(&g->norms, c, 0, &norm, &norm_step);
+    metrics_step_norm(g->metrics, step, epoch, loss, has_norm && norm_step == step ? &norm : NULL);
     if (step % g->log_interval == 0) progress_print(&g->progress, epoch + 1, g->epochs, step, loss);
   }
 }
@@ -47,6 +53,7 @@ void loss_log_push(LossLog *g, const Ctx *c, const float *loss, long long step, 
                    long long samples) {
   progress_add(&g->progress, samples);
   g->epoch_of[(g->ring.head + g->ring.count) % READBACK_SLOTS] = epoch;
+  if (g->norm) readback_push(&g->norms, c, g->norm, step);
   readback_push(&g->ring, c, loss, step);
   take_arrived(g, c, LOSS_LOG_AHEAD);
 }
@@ -59,4 +66,7 @@ double loss_log_epoch(LossLog *g, const Ctx *c) {
   return mean;
 }
 
-void loss_log_free(LossLog *g, const Ctx *c) { readback_free(&g->ring, c); }
+void loss_log_free(LossLog *g, const Ctx *c) {
+  readback_free(&g->norms, c);
+  readback_free(&g->ring, c);
+}

@@ -33,6 +33,8 @@ extern "C" {
 /** @brief The loss logger of a training run. */
 typedef struct LossLog {
   Readback ring;                 ///< losses in flight, tagged with their step
+  Readback norms;                ///< the steps' gradient norms in flight, when norm is set
+  const float *norm;             ///< device, (1): each step's gradient norm (NULL: none logged)
   int epoch_of[READBACK_SLOTS];  ///< the epoch of each slot's step (same ring order)
   Metrics *metrics;              ///< where `step` records go
   Progress progress;             ///< the progress line's clock and counts
@@ -54,6 +56,14 @@ typedef struct LossLog {
  */
 void loss_log_init(LossLog *g, const Ctx *c, Metrics *metrics, int log_interval, int epochs,
                    long long first_step, long long total_steps);
+
+/**
+ * @brief Logs each later step's gradient norm too (`grad_norm` in its step record), read from @p norm
+ * when the step is pushed (the clipper's norm, clip.h).
+ * @param[in,out] g the logger.
+ * @param[in] norm  device, (1): where each step leaves its norm before loss_log_push().
+ */
+void loss_log_set_norm(LossLog *g, const float *norm);
 
 /**
  * @brief Counts the step's samples for the progress line's samples/s (progress_add()), queues the

@@ -25,6 +25,7 @@ void metrics_open(Metrics *m, const char *path_template, int rank, int world_siz
   m->t_epoch = m->t0;
   m->flops_epoch = flops_total();
   m->start = -1;
+  m->bytes = -1;
   if (m->attempt > 0) {
     fprintf(m->f, "{\"type\":\"attempt\",\"attempt\":%d", m->attempt);
     end_line(m);
@@ -47,10 +48,18 @@ static void end_line(Metrics *m) {
 }
 
 void metrics_step(Metrics *m, long long step, int epoch, float loss) {
+  metrics_step_norm(m, step, epoch, loss, NULL);
+}
+
+void metrics_step_norm(Metrics *m, long long step, int epoch, float loss, const float *grad_norm) {
   if (!m->f) return;
   if (m->start < 0) m->start = step - 1;  // steps come in order, from the one after the start
   fprintf(m->f, "{\"type\":\"step\",\"step\":%lld,\"epoch\":%d,\"loss\":", step, epoch);
   put_float(m->f, (double)loss);
+  if (grad_norm) {
+    fputs(",\"grad_norm\":", m->f);
+    put_float(m->f, (double)*grad_norm);
+  }
   fprintf(m->f, ",\"time\":%.6f", log_clock() - m->t0);
   end_line(m);
 }
@@ -77,9 +86,13 @@ void metrics_epoch(Metrics *m, int epoch, float train_loss, double test_acc, dou
   }
   m->t_epoch = now;
   m->flops_epoch = flops_total();
+  if (m->bytes >= 0) fprintf(m->f, ",\"allreduce_bytes\":%lld", m->bytes);
+  m->bytes = -1;
   if (partial) fputs(",\"partial\":true", m->f);
   end_line(m);
 }
+
+void metrics_epoch_bytes(Metrics *m, long long bytes) { m->bytes = bytes; }
 
 void metrics_final(Metrics *m, int world_size, long long steps, uint64_t param_digest) {
   if (!m->f) return;

@@ -4,11 +4,15 @@
  *
  * Each rank writes its own file, PATH with `{rank}` replaced by its rank. Objects, one per line:
  * - per optimizer step: `{"type":"step","step":S,"epoch":E,"loss":L,"time":T}`, T the seconds since
- *   metrics_open() (for benchmarks: steady-state step times without a timer in the trainer);
+ *   metrics_open() (for benchmarks: steady-state step times without a timer in the trainer), with
+ *   `"grad_norm":N` after the loss when the step clipped its gradient (clip.h: the norm before
+ *   clipping; metrics_step_norm());
  * - per epoch: `{"type":"epoch","epoch":E,"train_loss":L,"test_acc":A,"samples_per_s":R,"gflops":G,
- *   "mfu":U}` (test_acc omitted when not evaluated; G: this process's GEMM GFLOP/s since the previous
- *   epoch object or metrics_open(), flops.h, omitted when none were counted; U: G over the device's
- *   peak, flops_peak(), in [0, 1], omitted when the peak is unknown);
+ *   "mfu":U,"allreduce_bytes":Y}` (test_acc omitted when not evaluated; G: this process's GEMM GFLOP/s
+ *   since the previous epoch object or metrics_open(), flops.h, omitted when none were counted; U: G
+ *   over the device's peak, flops_peak(), in [0, 1], omitted when the peak is unknown; Y: the bytes
+ *   this rank handed to the gradient collectives in the epoch, only from a trainer that counts them,
+ *   metrics_epoch_bytes());
  * - last: `{"type":"final","world_size":W,"steps":S,"param_digest":"<16 hex digits>","peak_rss_kib":K,
  *   "attempt":A,"start_step":S0}` (K: the process's peak resident memory so far, in KiB, from getrusage;
  *   -1 if unknown; A: the attempt, rankfile_attempt(); S0: the step this process started from, 0 for a
@@ -42,6 +46,7 @@ typedef struct Metrics {
   double flops_epoch;  ///< flops_total() at that time
   int attempt;         ///< rankfile_attempt() at metrics_open()
   long long start;     ///< the step before the first step object (-1 before it): the final's start_step
+  long long bytes;     ///< the next epoch object's allreduce_bytes (-1: none)
 } Metrics;
 
 /**
@@ -58,6 +63,24 @@ void metrics_open(Metrics *m, const char *path_template, int rank, int world_siz
 
 /** @brief Writes a step object. */
 void metrics_step(Metrics *m, long long step, int epoch, float loss);
+
+/**
+ * @brief Writes a step object with the step's gradient norm (`grad_norm`, after the loss).
+ * @param[in] m         metrics file.
+ * @param[in] step      the global optimizer step (1-based).
+ * @param[in] epoch     its epoch (0-based).
+ * @param[in] loss      its loss.
+ * @param[in] grad_norm host, (1): the norm before clipping, or NULL: no `grad_norm` (metrics_step()).
+ */
+void metrics_step_norm(Metrics *m, long long step, int epoch, float loss, const float *grad_norm);
+
+/**
+ * @brief Sets the next epoch object's `allreduce_bytes`: the bytes this rank handed to the gradient
+ * collectives in that epoch (a trainer that does not call it writes none).
+ * @param[in] m     metrics file.
+ * @param[in] bytes the epoch's bytes.
+ */
+void metrics_epoch_bytes(Metrics *m, long long bytes);
 
 /**
  * @brief Writes an epoch object.

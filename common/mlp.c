@@ -124,6 +124,19 @@ void mlp_loss(Mlp *m, const Ctx *c, const int *y, int B) {
 
 void mlp_zero_grad(Mlp *m) { m->grads_none = true; }
 
+// A test hook (tests/integration/hooks_check.py, step 06's --check_finite): with the environment
+// variable DDP_TEST_NAN_BACKWARD=N, this process's N-th backward pass (1-based) turns its first
+// layer's first weight gradient into NaN, as a bad batch or a bug on one rank would. Unset (always,
+// outside that test) it costs one test per backward pass.
+static void test_nan_backward(const Ctx *c, float *dW) {
+  static long long at = -1, calls = 0;
+  if (at < 0) {
+    const char *env = getenv("DDP_TEST_NAN_BACKWARD");
+    at = env ? atoll(env) : 0;
+  }
+  if (++calls == at) ops_scale(c, dW, 1, NAN);  // x·NaN is NaN, queued on the stream like the GEMM
+}
+
 void mlp_backward(Mlp *m, const Ctx *c, const float *x, int B, float scale, MlpGradHook hook, void *user) {
   float beta = m->grads_none ? 0.0f : 1.0f;  // write after zero_grad, else accumulate
   int L = m->n_layers;
@@ -138,6 +151,7 @@ void mlp_backward(Mlp *m, const Ctx *c, const float *x, int B, float scale, MlpG
     ops_gemm(c, true, false, OUT(m, l), IN(m, l), B, 1.0f, dy, in, beta, dW);
     flops_count(2 * flops_linear(B, IN(m, l), OUT(m, l)));  // dW and d(in), by convention (flops.h)
     ops_bias_grad(c, dy, db, B, OUT(m, l), beta);
+    if (l == 0) test_nan_backward(c, dW);
     if (m->timed) dev_event_record(c, &m->layer_done[l], NULL);
     if (hook) hook(l, user);
     if (l > 0) {

@@ -43,6 +43,10 @@ void ops_sgd(const Ctx *c, float *p, const float *g, float *buf, size_t n, float
 
 void ops_scale(const Ctx *c, float *x, size_t n, float a) { IMPL(c, ops_scale)(c, x, n, a); }
 
+void ops_count_nonfinite(const Ctx *c, const float *x, size_t n, int *count) {
+  IMPL(c, ops_count_nonfinite)(c, x, n, count);
+}
+
 void ops_axpy(const Ctx *c, float *y, const float *x, size_t n, float a) { IMPL(c, ops_axpy)(c, y, x, n, a); }
 
 void ops_gather(const Ctx *c, const float *src_x, const int *src_y, const int *idx, int B, int N,

@@ -123,6 +123,15 @@ void ops_sgd(const Ctx *c, float *p, const float *g, float *buf, size_t n, float
 void ops_scale(const Ctx *c, float *x, size_t n, float a);
 
 /**
+ * @brief Counts the elements that are not finite (NaN or ±infinity): `count += #{i : !isfinite(x[i])}`.
+ * @param[in] c         context.
+ * @param[in] x         device, (n).
+ * @param[in] n         number of elements.
+ * @param[in,out] count device, (1): the running count.
+ */
+void ops_count_nonfinite(const Ctx *c, const float *x, size_t n, int *count);
+
+/**
  * @brief `y += a·x`, elementwise, the product rounded before the sum (no fused multiply-add), so the
  * CPU and CUDA versions agree bit for bit.
  * @param[in] c     context.

@@ -45,6 +45,10 @@ void ops_softmax_xent_cpu(const Ctx *c, const float *logits, const int *labels, 
 /** @brief CUDA version of ops_softmax_xent(). */
 void ops_softmax_xent_cuda(const Ctx *c, const float *logits, const int *labels, int B, int C, float *dlogits,
                            float *row_loss, float *loss);
+/** @brief CPU reference of ops_count_nonfinite(). */
+void ops_count_nonfinite_cpu(const Ctx *c, const float *x, size_t n, int *count);
+/** @brief CUDA version of ops_count_nonfinite(). */
+void ops_count_nonfinite_cuda(const Ctx *c, const float *x, size_t n, int *count);
 /** @brief CPU reference of ops_count_correct(). */
 void ops_count_correct_cpu(const Ctx *c, const float *logits, const int *labels, int B, int C, int *correct);
 /** @brief CUDA version of ops_count_correct(). */

@@ -136,6 +136,11 @@ void ops_scale_cpu(const Ctx *c, float *x, size_t n, float a) {
   for (size_t i = 0; i < n; i++) x[i] *= a;
 }
 
+void ops_count_nonfinite_cpu(const Ctx *c, const float *x, size_t n, int *count) {
+  (void)c;
+  for (size_t i = 0; i < n; i++) *count += !isfinite(x[i]);
+}
+
 void ops_axpy_cpu(const Ctx *c, float *y, const float *x, size_t n, float a) {
   (void)c;
   for (size_t i = 0; i < n; i++) y[i] += a * x[i];  // ISO C11: not contracted into an FMA

@@ -86,6 +86,24 @@ extern "C" void ops_scale_cuda(const Ctx *c, float *x, size_t n, float a) {
   cudaCheck(cudaGetLastError());
 }
 
+// count += the non-finite elements of x: an integer atomic per block (exact in any order).
+static __global__ void count_nonfinite_kernel(const float *x, size_t n, int *count) {
+  __shared__ int block;
+  if (threadIdx.x == 0) block = 0;
+  __syncthreads();
+  int mine = 0;
+  GRID_STRIDE_LOOP(i, n) { mine += !isfinite(x[i]); }
+  if (mine) atomicAdd(&block, mine);
+  __syncthreads();
+  if (threadIdx.x == 0 && block) atomicAdd(count, block);
+}
+
+extern "C" void ops_count_nonfinite_cuda(const Ctx *c, const float *x, size_t n, int *count) {
+  if (n == 0) return;
+  count_nonfinite_kernel<<<blocks_for(n), THREADS, 0, stream_of(c)>>>(x, n, count);
+  cudaCheck(cudaGetLastError());
+}
+
 // y += a·x with the product and the sum rounded separately, as the CPU reference computes it.
 static __global__ void axpy_kernel(float *y, const float *x, size_t n, float a) {
   GRID_STRIDE_LOOP(i, n) { y[i] = __fadd_rn(y[i], __fmul_rn(a, x[i])); }

@@ -36,6 +36,8 @@ typedef struct Rng {
 #define RNG_STREAM_SHUFFLE 2
 /** @brief Stream used to generate the synthetic dataset. */
 #define RNG_STREAM_DATA 3
+/** @brief Stream used for PowerSGD's initial Q (the same on every rank, powersgd.h). */
+#define RNG_STREAM_POWERSGD 4
 
 /**
  * @brief Seeds a generator.

@@ -55,7 +55,7 @@
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
-usage() { echo "usage: $0 N FILE [FILE...]   (N = 02..08 or 06_fault; e.g. $0 03 exercises/03_sampler/sampler.c)" >&2; exit 2; }
+usage() { echo "usage: $0 N FILE [FILE...]   (N = 02..08, 06_fault or 07_clip; e.g. $0 03 exercises/03_sampler/sampler.c)" >&2; exit 2; }
 # The build's commands for a target, rebuilt to compile some of its sources from elsewhere:
 #   commands TARGET OUTPUT NEW_OUTPUT OBJDIR FLAGS SRC=NEW...
 # prints `compile CMD` for each source SRC of TARGET (the file NEW instead, its object in OBJDIR),
@@ -198,7 +198,7 @@ build_only=0 list_claims=0
 [ $# -ge 2 ] || usage
 n=$1
 shift
-case $n in 2 | 3 | 4 | 5 | 6 | 7 | 8) n=0$n ;; 02 | 03 | 04 | 05 | 06 | 07 | 08 | 06_fault) ;; *) usage ;; esac
+case $n in 2 | 3 | 4 | 5 | 6 | 7 | 8) n=0$n ;; 02 | 03 | 04 | 05 | 06 | 07 | 08 | 06_fault | 07_clip) ;; *) usage ;; esac
 exercise=$n  # the exercise's name; n: its step's number
 n=${n:0:2}
 what="step $n"
@@ -217,6 +217,9 @@ case $n in
               step08_checkpoints step08_trace step08_replicas_np3@launch" ;;
 esac
 [ "$exercise" = 06_fault ] && claims="fault06_drill fault06_one_writer fault06_barrier fault06_resume_mid_epoch"
+# 07_clip: the global norm under sharding; its claims are tests/integration/hooks_check.py's
+[ "$exercise" = 07_clip ] && what="exercise 07_clip (the global norm under sharding)" &&
+  claims="clip_steps_np2 clip_norm_np3"
 # First of all: the program that runs is the one built here from the learner's files.
 claims="step${n}_own_binary $claims"
 if [ $list_claims = 1 ]; then
@@ -509,6 +512,8 @@ for exe in dict.fromkeys(found):
     print(exe)
 PY
 }
+# The script whose scenario a claim is: hooks_check.py's (issue 35: clipping, hooks), else check.py's.
+script_of() { case $1 in clip_* | hook_* | check_finite_*) echo hooks_check.py ;; *) echo check.py ;; esac; }
 for claim in $claims; do
   # CLAIM@launch: check.py's scenario CLAIM, its ranks started by scripts/launch.sh (Gloo)
   name=${claim%@*} how=()
@@ -517,7 +522,7 @@ for claim in $claims; do
   mkdir "$tmp/claim"
   rm -f "$tmp/exe.log"
   in_group "$limit" "$tmp/out" "$tmp/err" ${preload[@]+"${preload[@]}"} \
-    python3 "$root/tests/integration/check.py" ${how[@]+"${how[@]}"} "$name"
+    python3 "$root/tests/integration/$(script_of "$name")" ${how[@]+"${how[@]}"} "$name"
   rm -rf "$tmp/claim"
   others=""
   [ ${#preload[@]} -eq 0 ] || others=$(other_programs)
@@ -564,5 +569,7 @@ if [ $failed = 0 ]; then
   fi
   exit 0
 fi
-echo "some ${unit_src:+unit tests or }claims of $what fail (the chapter docs/${step}.md explains each claim)"
+chapter=docs/${step}.md
+[ "$exercise" = 07_clip ] && chapter=docs/hooks_and_clipping.md
+echo "some ${unit_src:+unit tests or }claims of $what fail (the chapter $chapter explains each claim)"
 exit 1

@@ -114,7 +114,10 @@ EXERCISES = [
          "  // gradient buffer (dist_all_reduce_async into its handle, r->work[i] for bucket i; a sum, because\n"
          "  // backward ran on the loss times 1/W). Stop at the first bucket that is not ready, even if a\n"
          "  // later one is: every rank must start the same buckets in the same order.\n"
-         "  (void)r;\n"),
+         "  // (--check_finite and --comm_hook: step 06 calls check_bucket_finite first, and hands the\n"
+         "  // bucket to its hook when one is registered; the exercise's checks need neither.)\n"
+         "  (void)r;\n"
+         "  (void)check_bucket_finite;\n"),
         ("static void mark_variable_ready(Reducer *r, int tensor) { r->buckets[r->bucket_of[tensor]].pending--; }",
          "static void mark_variable_ready(Reducer *r, int tensor) { r->buckets[r->bucket_of[tensor]].pending--; }",
          "static void mark_variable_ready(Reducer *r, int tensor) {\n"
@@ -188,6 +191,14 @@ EXERCISES = [
          "  // steps), then all-gather the shards in place, so that rank 0 writes every rank's. Until then\n"
          "  // the file's momentum is whatever the gradient buffer holds.\n"
          "  Sgd full = full_optimizer(t);\n"),
+    ]),
+    # 07_clip: an extra exercise on step 07: --clip_grad_norm's global norm under sharding
+    ("07_clip", "steps/07_zero/train.c", [
+        ("  // [zero] this rank holds only its shard of the mean gradient: it sums its shard's squares, and the",
+         "  dist_all_reduce(&t->pg, t->clip.sums, CLIP_SUMS, DIST_DOUBLE, DIST_SUM);",
+         "  clip_sum_squares(&t->clip, &t->ctx, my_shard(t, t->model.grads), t->shard);\n"
+         "  // TODO(07_clip): this rank's sums of squares (t->clip.sums, CLIP_SUMS doubles, clip.h) are of its\n"
+         "  // shard only, so clip_scale would clip by the shard's norm. Make them the whole gradient's.\n"),
     ]),
     ("08_fsdp", "steps/08_fsdp/fsdp.c", [
         ("  dist_all_gather_async(f->pg, f->params + f->offset[l], f->full[l % 2], f->shard[l], DIST_FLOAT,",

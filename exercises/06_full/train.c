@@ -20,6 +20,8 @@
 #include "args.h"        // args.h: Args, args_parse, ARGS_*
 #include "check.h"       // check.h: die, check_set_rank
 #include "ckpt_model.h"  // ckpt_model.h: CkptMeta, ckpt_model_meta, ckpt_save_model, ckpt_load_model
+#include "clip.h"        // clip.h: Clip, clip_init, clip_sum_squares, clip_scale, clip_free
+#include "comm_hook.h"   // comm_hook.h: CommHook, comm_hook_parse, comm_hook_init, comm_hook_divides
 #include "data.h"        // data.h: Dataset, DataId, data_parse, dataset_load, dataset_id
 #include "device.h"      // device.h: Ctx, device_parse, device_init, device_set_tf32, device_free
 #include "devmem.h"      // devmem.h: dev_alloc, dev_upload, dev_download, dev_zero, dev_sync, dev_free
@@ -52,7 +54,9 @@ typedef struct Trainer {
   Ctx ctx;               // device, stream, cuBLAS handle
   Mlp model;             // parameters, gradients, activations
   Sgd opt;               // momentum buffer
+  Clip clip;             // --clip_grad_norm: the norm's sums, the norm, the scale factor
   Reducer reducer;       // gradient buckets and their all-reduces
+  CommHook hook;         // --comm_hook: what each bucket sends (DDP's register_comm_hook)
   float *loss;           // device, (1): the step's loss, summed over its micro-batches
   Trace trace;           // --trace timeline
   Loader train, test;    // datasets on the device, batch buffers
@@ -69,7 +73,8 @@ typedef struct Trainer {
 } Trainer;
 
 static void configure(Trainer *t, int argc, char **argv) {
-  args_parse(&t->args, argc, argv, ARGS_TRAIN | ARGS_DIST | ARGS_SAMPLER | ARGS_REDUCER | ARGS_FAULT,
+  args_parse(&t->args, argc, argv,
+             ARGS_TRAIN | ARGS_DIST | ARGS_SAMPLER | ARGS_REDUCER | ARGS_FAULT | ARGS_HOOKS,
              "Step 06: bucketed all-reduce overlapped with backward");
 }
 
@@ -155,8 +160,17 @@ static void build_model(Trainer *t) {
   mlp_init(&t->model, &t->ctx, sizes, n_layers, max_batch, t->args.seed);
   reducer_init(&t->reducer, &t->pg, &t->model, t->args.bucket_cap_mb);  // [bucket] buckets of --bucket_cap_mb
   log0("reducer: %d buckets (cap %g MiB)\n", t->reducer.n_buckets, t->args.bucket_cap_mb);
+  // --comm_hook (PyTorch: ddp_model.register_comm_hook(state, hook)): what each bucket sends
+  CommHookKind hook;
+  if (comm_hook_parse(t->args.comm_hook, &hook) != 0) die(2, "unknown --comm_hook '%s'", t->args.comm_hook);
+  comm_hook_init(&t->hook, &t->pg, hook, t->model.n_params, t->args.powersgd_rank,
+                 t->args.powersgd_start_iter, t->args.seed);
+  // the default, allreduce, is the reducer's own all-reduce: a hook is registered for the others
+  reducer_register_comm_hook(&t->reducer, hook == COMM_HOOK_ALLREDUCE ? NULL : &t->hook,
+                             t->args.check_finite);
   sgd_init(&t->opt, &t->ctx, t->model.n_params, t->args.lr, t->args.momentum, 0.0f, t->args.weight_decay,
            false);
+  clip_init(&t->clip, &t->ctx, t->args.clip_grad_norm);  // --clip_grad_norm (0: off)
   t->loss = dev_alloc(&t->ctx, sizeof(float));
   log0("model: %d layers, %zu parameters\n", n_layers, t->model.n_params);
 }
@@ -170,6 +184,14 @@ static void wrap_model(Trainer *t) {
 
 // ---------------------------------------------------------------------------------------------------
 // Train step
+
+// --clip_grad_norm MAX (PyTorch: torch.nn.utils.clip_grad_norm_), once the step's gradient is
+// complete: its 2-norm over all parameters, and the gradient scaled by min(1, MAX / (norm + 1e-6)).
+static void clip_gradients(Trainer *t) {
+  if (t->args.clip_grad_norm <= 0) return;
+  clip_sum_squares(&t->clip, &t->ctx, t->model.grads, t->model.n_params);
+  clip_scale(&t->clip, &t->ctx, t->model.grads, t->model.n_params);
+}
 
 // One optimizer step on the B samples at `start`, in micro-batches; returns the step's loss, on the device.
 static const float *run_batch(Trainer *t, int start, int B) {
@@ -187,6 +209,7 @@ static const float *run_batch(Trainer *t, int start, int B) {
     // the ranks' gradients is their average, and, with K > 1 micro-batches, also b / B, so that
     // the gradients summed over the K backward passes are the mean over all B samples.
     float scale = 1.0f;
+    if (comm_hook_divides(&t->hook)) scale = (float)b / B;  // --comm_hook: the hook divides by W itself
     if (sync) reducer_prepare_for_backward(&t->reducer);
     // [bucket] the hook starts each bucket's all-reduce as soon as its gradients are ready
     mlp_backward(&t->model, &t->ctx, t->train.xb, b, scale, sync ? reducer_autograd_hook : NULL, &t->reducer);
@@ -194,6 +217,7 @@ static const float *run_batch(Trainer *t, int start, int B) {
   reducer_finalize_backward(&t->reducer);  // [bucket] the last bucket is in before the optimizer
   if (trace_on(&t->trace))  // --trace: this step's backward layers and bucket all-reduces, as spans
     trace_backward(&t->trace, &t->ctx, &t->model, t->reducer.work, t->reducer.n_buckets, t->step);
+  clip_gradients(t);
   sgd_step(&t->opt, &t->ctx, t->model.params, t->model.grads);
   dist_all_reduce(&t->pg, t->loss, 1, DIST_FLOAT, DIST_AVG);  // [metrics] the global loss
   return t->loss;
@@ -248,6 +272,7 @@ static bool run_epoch(Trainer *t, int epoch) {
   double acc = evaluate(t);
   log0("epoch %d/%d  train loss %.4f  test accuracy %.4f  %.0f samples/s\n", epoch + 1, t->args.epochs,
        train_loss, acc, samples_per_s);
+  metrics_epoch_bytes(&t->metrics, reducer_take_bytes(&t->reducer));  // allreduce_bytes: the buckets' bytes
   metrics_epoch(&t->metrics, epoch, (float)train_loss, acc, samples_per_s, batches < steps_per_epoch(t));
   t->epoch_step = batches == steps_per_epoch(t) ? 0 : batches;  // where a --max_steps stop leaves it
   return t->epoch_step == 0;
@@ -269,6 +294,8 @@ static void save_checkpoint(Trainer *t, const char *dir, int epochs_done) {
   CkptMeta meta = checkpoint_meta(t, epochs_done);
   if (t->rank == 0)  // [ckpt] one writer: the replicas are equal
     ckpt_save_model(dir, &meta, &t->model, &t->opt, &t->ctx);
+  // --comm_hook powersgd: every rank saves its own state (its error feedback), beside the checkpoint
+  comm_hook_save(&t->hook, dir, t->rank);
   dist_barrier(&t->pg);  // [ckpt] nobody goes on (or reads the file) before it is complete
 }
 
@@ -277,6 +304,7 @@ static void resume(Trainer *t) {
   if (!path) return;
   CkptMeta expect = checkpoint_meta(t, 0), meta;
   ckpt_load_model(path, &expect, &meta, &t->model, &t->opt, &t->ctx);
+  comm_hook_load(&t->hook, path, t->rank);  // --comm_hook powersgd: this rank's state, from beside it
   t->epoch0 = (int)meta.epoch;
   t->step = (long long)meta.step;
   t->epoch_step = (long long)meta.epoch_step;
@@ -306,7 +334,10 @@ static void train(Trainer *t) {
   trace_open(&t->trace, &t->ctx, &t->model, t->args.trace, t->rank, t->world_size);
   long long total = t->step + (t->args.epochs - t->epoch0) * steps_per_epoch(t) - t->epoch_step;
   loss_log_init(&t->losses, &t->ctx, &t->metrics, t->args.log_interval, t->args.epochs, t->step, total);
+  // --clip_grad_norm: each step record gets the step's grad_norm
+  if (t->clip.norm) loss_log_set_norm(&t->losses, t->clip.norm);
   if (t->args.save_init) save_checkpoint(t, t->args.save_init, t->epoch0);  // the state to start from
+  t->reducer.iteration = t->step;  // --check_finite names the step: count from the resume point
   for (int epoch = t->epoch0; epoch < t->args.epochs && !out_of_steps(t); epoch++) {
     bool complete = run_epoch(t, epoch);  // false after a --max_steps stop inside the epoch
     if (save_after_epoch(t, epoch, complete))
@@ -326,8 +357,10 @@ static void finish(Trainer *t) {
   sampler_free(&t->sampler);
   loader_free(&t->test, &t->ctx);
   loader_free(&t->train, &t->ctx);
+  clip_free(&t->clip, &t->ctx);
   sgd_free(&t->opt, &t->ctx);
   reducer_free(&t->reducer);
+  comm_hook_free(&t->hook);
   mlp_free(&t->model, &t->ctx);
 }
 

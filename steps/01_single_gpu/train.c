@@ -15,6 +15,7 @@
 #include "args.h"        // args.h: Args, args_parse, ARGS_*
 #include "check.h"       // check.h: die, check_set_rank
 #include "ckpt_model.h"  // ckpt_model.h: CkptMeta, ckpt_model_meta, ckpt_save_model, ckpt_load_model
+#include "clip.h"        // clip.h: Clip, clip_init, clip_sum_squares, clip_scale, clip_free
 #include "data.h"        // data.h: Dataset, DataId, data_parse, dataset_load, dataset_id
 #include "device.h"      // device.h: Ctx, device_parse, device_init, device_set_tf32, device_free
 #include "devmem.h"      // devmem.h: dev_alloc, dev_upload, dev_download, dev_zero, dev_sync, dev_free
@@ -39,6 +40,7 @@ typedef struct Trainer {
   Ctx ctx;               // device, stream, cuBLAS handle
   Mlp model;             // parameters, gradients, activations
   Sgd opt;               // momentum buffer
+  Clip clip;             // --clip_grad_norm: the norm's sums, the norm, the scale factor
   Loader train, test;    // datasets on the device, batch buffers
   DataId data_id;        // which data was loaded (sizes, dim, classes): recorded in checkpoints
   int *order;            // host, (train.n): the samples this process visits this epoch, in order
@@ -108,11 +110,20 @@ static void build_model(Trainer *t) {
   mlp_init(&t->model, &t->ctx, sizes, n_layers, max_batch, t->args.seed);
   sgd_init(&t->opt, &t->ctx, t->model.n_params, t->args.lr, t->args.momentum, 0.0f, t->args.weight_decay,
            false);
+  clip_init(&t->clip, &t->ctx, t->args.clip_grad_norm);  // --clip_grad_norm (0: off)
   log0("model: %d layers, %zu parameters\n", n_layers, t->model.n_params);
 }
 
 // ---------------------------------------------------------------------------------------------------
 // Train step
+
+// --clip_grad_norm MAX (PyTorch: torch.nn.utils.clip_grad_norm_), once the step's gradient is
+// complete: its 2-norm over all parameters, and the gradient scaled by min(1, MAX / (norm + 1e-6)).
+static void clip_gradients(Trainer *t) {
+  if (t->args.clip_grad_norm <= 0) return;
+  clip_sum_squares(&t->clip, &t->ctx, t->model.grads, t->model.n_params);
+  clip_scale(&t->clip, &t->ctx, t->model.grads, t->model.n_params);
+}
 
 // One optimizer step on the B samples at `start`; returns the step's loss, on the device.
 static const float *run_batch(Trainer *t, int start, int B) {
@@ -121,6 +132,7 @@ static const float *run_batch(Trainer *t, int start, int B) {
   mlp_forward(&t->model, &t->ctx, t->train.xb, B);
   mlp_loss(&t->model, &t->ctx, t->train.yb, B);
   mlp_backward(&t->model, &t->ctx, t->train.xb, B, 1.0f, NULL, NULL);
+  clip_gradients(t);
   sgd_step(&t->opt, &t->ctx, t->model.params, t->model.grads);
   return t->model.loss;
 }
@@ -202,6 +214,8 @@ static void train(Trainer *t) {
   metrics_open(&t->metrics, t->args.metrics, t->rank, t->world_size);
   long long total = t->step + (t->args.epochs - t->epoch0) * steps_per_epoch(t) - t->epoch_step;
   loss_log_init(&t->losses, &t->ctx, &t->metrics, t->args.log_interval, t->args.epochs, t->step, total);
+  // --clip_grad_norm: each step record gets the step's grad_norm
+  if (t->clip.norm) loss_log_set_norm(&t->losses, t->clip.norm);
   if (t->args.save_init) save_checkpoint(t, t->args.save_init, t->epoch0);  // the state to start from
   for (int epoch = t->epoch0; epoch < t->args.epochs && !out_of_steps(t); epoch++) {
     bool complete = run_epoch(t, epoch);  // false after a --max_steps stop inside the epoch
@@ -221,6 +235,7 @@ static void finish(Trainer *t) {
   free(t->order);
   loader_free(&t->test, &t->ctx);
   loader_free(&t->train, &t->ctx);
+  clip_free(&t->clip, &t->ctx);
   sgd_free(&t->opt, &t->ctx);
   mlp_free(&t->model, &t->ctx);
 }

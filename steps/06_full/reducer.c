@@ -3,7 +3,9 @@
 
 #include <string.h>
 
-#include "check.h"  // check.h: die
+#include "check.h"   // check.h: die
+#include "devmem.h"  // devmem.h: dev_alloc, dev_zero, dev_download, dev_free
+#include "ops.h"     // ops.h: ops_count_nonfinite
 
 // ---- bucket assignment ----------------------------------------------------------------------------
 
@@ -49,14 +51,51 @@ void reducer_init(Reducer *r, ProcessGroup *pg, Mlp *m, double cap_mb) {
 }
 
 void reducer_free(Reducer *r) {
+  if (r->nonfinite) dev_free(r->pg->ctx, r->nonfinite);
   for (int i = r->n_buckets - 1; i >= 0; i--) dist_work_free(r->pg, &r->work[i]);
 }
 
 // ---- one step --------------------------------------------------------------------------------------
 
+void reducer_register_comm_hook(Reducer *r, CommHook *hook, bool check_finite) {
+  r->hook = hook;
+  r->check_finite = check_finite;
+  for (int t = 0; hook && t < 2 * r->model->n_layers;
+       t++) {  // each bucket's tensors (GradBucket.gradients())
+    int l = t / 2, out = r->model->sizes[l + 1];
+    comm_hook_add_tensor(hook, r->bucket_of[t], t % 2 ? r->model->b_off[l] : r->model->w_off[l], out,
+                         t % 2 ? 1 : r->model->sizes[l]);
+  }
+  if (hook) comm_hook_layout(hook);
+  if (check_finite) r->nonfinite = dev_alloc(r->pg->ctx, sizeof(int));
+}
+
 void reducer_prepare_for_backward(Reducer *r) {
+  r->iteration++;
   r->next_bucket = 0;
   for (int i = 0; i < r->n_buckets; i++) r->buckets[i].pending = r->buckets[i].n_tensors;
+}
+
+// --check_finite (Megatron checks each bucket the same way): a NaN or an infinity in this rank's
+// gradients of bucket i ends the job here, before the collective would spread it to every replica,
+// naming the rank, the step and the bucket's layers. Reads one count back: the device waits.
+static void check_bucket_finite(Reducer *r, int i) {
+  const Bucket *b = &r->buckets[i];
+  int bad;
+  dev_zero(r->pg->ctx, r->nonfinite, sizeof bad);
+  ops_count_nonfinite(r->pg->ctx, r->model->grads + b->offset, b->count, r->nonfinite);
+  dev_download(r->pg->ctx, &bad, r->nonfinite, sizeof bad);
+  if (bad == 0) return;
+  int first = r->model->n_layers, last = -1;  // the layers whose weight or bias lies in the bucket
+  for (int t = 0; t < 2 * r->model->n_layers; t++) {
+    if (r->bucket_of[t] != i) continue;
+    first = t / 2 < first ? t / 2 : first;
+    last = t / 2;
+  }
+  die(1,
+      "--check_finite: rank %d, step %lld: %d non-finite gradient value%s (NaN or infinity) in bucket %d "
+      "(layers %d to %d), found before its all-reduce: no replica received it",
+      r->pg->rank, r->iteration, bad, bad == 1 ? "" : "s", i, first, last);
 }
 
 // Starts, in bucket order, every bucket whose gradients are all ready. A later bucket that is ready
@@ -65,8 +104,14 @@ static void mark_bucket_ready(Reducer *r) {
   while (r->next_bucket < r->n_buckets && r->buckets[r->next_bucket].pending == 0) {
     int i = r->next_bucket++;
     Bucket *b = &r->buckets[i];
-    // a sum: backward ran on the loss times 1/W, so the gradients are already divided by W
-    dist_all_reduce_async(r->pg, r->model->grads + b->offset, b->count, DIST_FLOAT, DIST_SUM, &r->work[i]);
+    if (r->check_finite) check_bucket_finite(r, i);  // --check_finite: before it can spread
+    if (r->hook) {  // --comm_hook: the registered hook decides what goes on the wire
+      comm_hook_run(r->hook, i, r->model->grads, b->offset, b->count, &r->work[i]);
+    } else {
+      // a sum: backward ran on the loss times 1/W, so the gradients are already divided by W
+      dist_all_reduce_async(r->pg, r->model->grads + b->offset, b->count, DIST_FLOAT, DIST_SUM, &r->work[i]);
+      r->bytes += (long long)(b->count * sizeof(float));  // allreduce_bytes in the metrics file
+    }
   }
 }
 
@@ -85,5 +130,16 @@ void reducer_finalize_backward(Reducer *r) {
   if (r->next_bucket != r->n_buckets)
     die(1, "reducer: %d of %d buckets never became ready (was every layer's hook called?)",
         r->n_buckets - r->next_bucket, r->n_buckets);
+  if (r->hook) {  // --comm_hook: the hook waits, then turns the answer into the mean (PyTorch: fut.then)
+    for (int i = 0; i < r->n_buckets; i++)
+      comm_hook_wait(r->hook, i, r->model->grads, r->buckets[i].offset, r->buckets[i].count, &r->work[i]);
+    return;
+  }
   for (int i = 0; i < r->n_buckets; i++) dist_wait(r->pg, &r->work[i]);
+}
+
+long long reducer_take_bytes(Reducer *r) {
+  long long b = r->bytes + (r->hook ? comm_hook_take_bytes(r->hook) : 0);
+  r->bytes = 0;
+  return b;
 }

@@ -21,6 +21,7 @@
 #include "args.h"        // args.h: Args, args_parse, ARGS_*
 #include "check.h"       // check.h: die, check_set_rank
 #include "ckpt_model.h"  // ckpt_model.h: CkptMeta, ckpt_model_meta, ckpt_save_model, ckpt_load_model
+#include "clip.h"        // clip.h: Clip, clip_init, clip_sum_squares, clip_scale, clip_free
 #include "data.h"        // data.h: Dataset, DataId, data_parse, dataset_load, dataset_id
 #include "device.h"      // device.h: Ctx, device_parse, device_init, device_set_tf32, device_free
 #include "devmem.h"      // devmem.h: dev_alloc, dev_upload, dev_download, dev_copy, dev_zero, dev_free
@@ -53,6 +54,7 @@ typedef struct Trainer {
   Ctx ctx;               // device, stream, cuBLAS handle
   Mlp model;             // parameters, gradients, activations: [fsdp] its shape and activations only
   Sgd opt;               // momentum buffer: [zero] this rank's shard of it
+  Clip clip;             // --clip_grad_norm: the norm's sums, the norm, the scale factor
   Fsdp fsdp;             // [fsdp] this rank's shards, the gathered layers, their gathers and reduce-scatters
   float *loss;           // device, (1): the step's loss, summed over its micro-batches
   Trace trace;           // --trace timeline
@@ -162,6 +164,7 @@ static void build_model(Trainer *t) {
   // [zero] momentum for this rank's shard only
   sgd_init(&t->opt, &t->ctx, t->fsdp.n_shard, t->args.lr, t->args.momentum, 0.0f, t->args.weight_decay,
            false);
+  clip_init(&t->clip, &t->ctx, t->args.clip_grad_norm);  // --clip_grad_norm (0: off)
   log0("optimizer state: %zu floats per rank, %zu bytes (%zu parameters over %d ranks)\n", t->opt.n,
        t->opt.n * sizeof(float), t->model.n_params, t->world_size);
   // [fsdp] parameters, gradients and momentum: 3 shards; and the full layers in flight: 2 of each
@@ -179,6 +182,17 @@ static void wrap_model(Trainer *t) { (void)t; }
 
 // ---------------------------------------------------------------------------------------------------
 // Train step
+
+// --clip_grad_norm MAX (PyTorch: torch.nn.utils.clip_grad_norm_), once the step's gradient is
+// complete: its 2-norm over all parameters, and the gradient scaled by min(1, MAX / (norm + 1e-6)).
+static void clip_gradients(Trainer *t) {
+  if (t->args.clip_grad_norm <= 0) return;
+  // [fsdp] this rank holds only its shards of every layer's mean gradient: it sums their squares, and
+  // the ranks add up their sums (exactly, clip.h): the norm is the whole gradient's, not the shards'
+  clip_sum_squares(&t->clip, &t->ctx, t->fsdp.grads, t->fsdp.n_shard);
+  dist_all_reduce(&t->pg, t->clip.sums, CLIP_SUMS, DIST_DOUBLE, DIST_SUM);
+  clip_scale(&t->clip, &t->ctx, t->fsdp.grads, t->fsdp.n_shard);
+}
 
 // One optimizer step on the B samples at `start`, in micro-batches; returns the step's loss, on the device.
 static const float *run_batch(Trainer *t, int start, int B) {
@@ -205,6 +219,7 @@ static const float *run_batch(Trainer *t, int start, int B) {
   if (trace_on(&t->trace))  // --trace: this step's layers, gathers and reduce-scatters, as spans
     fsdp_trace(&t->fsdp, &t->trace, t->step);
   // [zero] each rank updates its own shard of the parameters, with its shard of the mean gradient
+  clip_gradients(t);
   sgd_step(&t->opt, &t->ctx, t->fsdp.params, t->fsdp.grads);
   // [fsdp] and keeps it: nothing to gather now, the next forward gathers each layer when it runs
   dist_all_reduce(&t->pg, t->loss, 1, DIST_FLOAT, DIST_AVG);  // [metrics] the global loss
@@ -360,6 +375,8 @@ static void train(Trainer *t) {
   trace_open(&t->trace, &t->ctx, &t->model, t->args.trace, t->rank, t->world_size);
   long long total = t->step + (t->args.epochs - t->epoch0) * steps_per_epoch(t) - t->epoch_step;
   loss_log_init(&t->losses, &t->ctx, &t->metrics, t->args.log_interval, t->args.epochs, t->step, total);
+  // --clip_grad_norm: each step record gets the step's grad_norm
+  if (t->clip.norm) loss_log_set_norm(&t->losses, t->clip.norm);
   if (t->args.save_init) save_checkpoint(t, t->args.save_init, t->epoch0);  // the state to start from
   for (int epoch = t->epoch0; epoch < t->args.epochs && !out_of_steps(t); epoch++) {
     bool complete = run_epoch(t, epoch);  // false after a --max_steps stop inside the epoch
@@ -380,6 +397,7 @@ static void finish(Trainer *t) {
   sampler_free(&t->sampler);
   loader_free(&t->test, &t->ctx);
   loader_free(&t->train, &t->ctx);
+  clip_free(&t->clip, &t->ctx);
   sgd_free(&t->opt, &t->ctx);
   fsdp_free(&t->fsdp);  // [fsdp]
   mlp_free(&t->model, &t->ctx);

@@ -250,6 +250,19 @@ WRONG = {
               "backward's scale in integer arithmetic: b / B / W is 0, so no gradient is ever non-zero",
               unexpected=["is every gradient tensor averaged"]),
     ],
+    # 07_clip: the global norm under sharding (its claims are tests/integration/hooks_check.py's)
+    "07_clip": [
+        Wrong("local_norm", T07,
+              [("  dist_all_reduce(&t->pg, t->clip.sums, CLIP_SUMS, DIST_DOUBLE, DIST_SUM);\n", "")],
+              "clip_steps_np2", ["FAIL clip_steps_np2", "a local norm", "all-reduced, DIST_SUM"],
+              "each rank clips by its own shard's norm (pytorch/pytorch#126457): the sums never added"),
+        Wrong("sums_added_twice", T07,
+              [("  dist_all_reduce(&t->pg, t->clip.sums, CLIP_SUMS, DIST_DOUBLE, DIST_SUM);\n",
+                "  dist_all_reduce(&t->pg, t->clip.sums, CLIP_SUMS, DIST_DOUBLE, DIST_SUM);\n"
+                "  dist_all_reduce(&t->pg, t->clip.sums, CLIP_SUMS, DIST_DOUBLE, DIST_SUM);\n")],
+              "clip_steps_np2", ["FAIL clip_steps_np2", "sqrt(2) times", "all-reduced twice"],
+              "the sums all-reduced twice: the norm is sqrt(W) times too large"),
+    ],
     "06_fault": [
         Wrong("resume_restarts_epoch", T06, [("  t->epoch_step = (long long)meta.epoch_step;\n", "")],
               "fault06_resume_mid_epoch", ["a whole epoch", "resume started the epoch over", "meta.epoch_step"],
@@ -424,7 +437,7 @@ def write(w, folder):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("exercise", nargs="?", help="02 .. 08, 06_fault")
+    ap.add_argument("exercise", nargs="?", help="02 .. 08, 06_fault, 07_clip")
     ap.add_argument("--only", help="run only this wrong solution")
     ap.add_argument("--check", action="store_true", help="only check that the substitutions apply")
     ap.add_argument("--write", metavar="DIR", help="write the wrong files into DIR")

@@ -1,0 +1,129 @@
+// comm_hook.c: DDP's communication hooks (comm_hook.h), and the CPU reference of their casts.
+#include <stdio.h>
+#include <string.h>
+
+#include "check.h"
+#include "comm_hook_backend.h"
+#include "devmem.h"
+#include "half.h"
+
+#if HAVE_CUDA
+#define IMPL(c, op) ((c)->dev == DEVICE_CUDA ? op##_cuda : op##_cpu)
+#else
+#define IMPL(c, op) op##_cpu
+#endif
+
+static const char *const NAMES[] = {"allreduce", "fp16", "bf16", "powersgd"};
+
+int comm_hook_parse(const char *name, CommHookKind *kind) {
+  for (int k = 0; k < (int)(sizeof NAMES / sizeof NAMES[0]); k++)
+    if (strcmp(name, NAMES[k]) == 0) {
+      *kind = (CommHookKind)k;
+      return 0;
+    }
+  return -1;
+}
+
+void comm_hook_init(CommHook *h, ProcessGroup *pg, CommHookKind kind, size_t n, int psgd_rank, int psgd_start,
+                    uint64_t seed) {
+  memset(h, 0, sizeof *h);
+  h->kind = kind;
+  h->pg = pg;
+  h->n = n;
+  if (kind == COMM_HOOK_POWERSGD) powersgd_init(&h->psgd, pg, n, psgd_rank, psgd_start, seed);
+  if (kind == COMM_HOOK_FP16 || kind == COMM_HOOK_BF16) h->narrow = dev_alloc(pg->ctx, n * sizeof *h->narrow);
+}
+
+void comm_hook_add_tensor(CommHook *h, int bucket, size_t offset, int rows, int cols) {
+  if (h->kind == COMM_HOOK_POWERSGD) powersgd_add_tensor(&h->psgd, bucket, offset, rows, cols);
+}
+
+void comm_hook_layout(CommHook *h) {
+  if (h->kind == COMM_HOOK_POWERSGD) powersgd_layout(&h->psgd);
+}
+
+void comm_hook_save(const CommHook *h, const char *dir, int rank) {
+  if (h->kind != COMM_HOOK_POWERSGD) return;
+  char path[4096];
+  snprintf(path, sizeof path, "%s/powersgd.rank%d.bin", dir, rank);
+  powersgd_save(&h->psgd, path);
+}
+
+void comm_hook_load(CommHook *h, const char *ckpt_path, int rank) {
+  if (h->kind != COMM_HOOK_POWERSGD) return;
+  const char *slash = strrchr(ckpt_path, '/');
+  char path[4096];
+  snprintf(path, sizeof path, "%.*s/powersgd.rank%d.bin", slash ? (int)(slash - ckpt_path) : 1,
+           slash ? ckpt_path : ".", rank);
+  powersgd_load(&h->psgd, path);
+}
+
+void comm_hook_free(CommHook *h) {
+  if (h->kind == COMM_HOOK_POWERSGD) powersgd_free(&h->psgd);
+  if (h->narrow) dev_free(h->pg->ctx, h->narrow);
+  memset(h, 0, sizeof *h);
+}
+
+bool comm_hook_divides(const CommHook *h) { return h->kind != COMM_HOOK_ALLREDUCE; }
+
+void comm_hook_run(CommHook *h, int bucket, float *grads, size_t offset, size_t count, DistWork *w) {
+  if (h->kind == COMM_HOOK_POWERSGD) {  // synchronous: nothing left in flight on w
+    powersgd_hook(&h->psgd, bucket, grads);
+    return;
+  }
+  if (h->kind == COMM_HOOK_ALLREDUCE) {  // the gradients arrive divided by W: their sum is the mean
+    dist_all_reduce_async(h->pg, grads + offset, count, DIST_FLOAT, DIST_SUM, w);
+    h->bytes += (long long)(count * sizeof(float));
+    return;
+  }
+  bool bf16 = h->kind == COMM_HOOK_BF16;  // fp16 or bf16: cast, divide by W, all-reduce in 16 bits
+  comm_hook_compress(h->pg->ctx, bf16, grads + offset, h->narrow + offset, count, h->pg->world_size);
+  dist_all_reduce_async(h->pg, h->narrow + offset, count, bf16 ? DIST_BF16 : DIST_HALF, DIST_SUM, w);
+  h->bytes += (long long)(count * sizeof(uint16_t));
+}
+
+void comm_hook_wait(CommHook *h, int bucket, float *grads, size_t offset, size_t count, DistWork *w) {
+  (void)bucket;
+  if (h->kind == COMM_HOOK_POWERSGD) return;  // done in comm_hook_run
+  dist_wait(h->pg, w);
+  if (h->kind == COMM_HOOK_FP16 || h->kind == COMM_HOOK_BF16)  // PyTorch's decompress: copy_ back
+    comm_hook_decompress(h->pg->ctx, h->kind == COMM_HOOK_BF16, h->narrow + offset, grads + offset, count);
+}
+
+long long comm_hook_take_bytes(CommHook *h) {
+  long long b = h->bytes + h->psgd.bytes;
+  h->bytes = 0;
+  h->psgd.bytes = 0;
+  return b;
+}
+
+void comm_hook_compress(const Ctx *c, bool bf16, const float *src, uint16_t *dst, size_t n, int W) {
+  IMPL(c, comm_hook_compress)(c, bf16, src, dst, n, W);
+}
+
+void comm_hook_divide(const Ctx *c, float *x, size_t n, int W) { IMPL(c, comm_hook_divide)(c, x, n, W); }
+
+void comm_hook_decompress(const Ctx *c, bool bf16, const uint16_t *src, float *dst, size_t n) {
+  IMPL(c, comm_hook_decompress)(c, bf16, src, dst, n);
+}
+
+// ---- CPU reference --------------------------------------------------------------------------------
+
+void comm_hook_compress_cpu(const Ctx *c, bool bf16, const float *src, uint16_t *dst, size_t n, int W) {
+  (void)c;
+  float w = (float)W;
+  for (size_t i = 0; i < n; i++)  // `bucket.to(dtype).div_(world_size)`: two roundings, as PyTorch's
+    dst[i] = bf16 ? bf16_from_float(bf16_to_float(bf16_from_float(src[i])) / w)
+                  : half_from_float(half_to_float(half_from_float(src[i])) / w);
+}
+
+void comm_hook_divide_cpu(const Ctx *c, float *x, size_t n, int W) {
+  (void)c;
+  float w = (float)W;
+  for (size_t i = 0; i < n; i++) x[i] /= w;
+}
+
+void comm_hook_decompress_cpu(const Ctx *c, bool bf16, const uint16_t *src, float *dst, size_t n) {
+  (void)c;
+  for (size_t i = 0; i < n; i++) dst[i] = bf16 ? bf16_to_float(src[i]) : half_to_float(src[i]);
+}

@@ -1,0 +1,392 @@
+// Exercise 07_clip: generated from steps/07_zero/train.c by scripts/make_exercises.py. Fill in every
+// TODO(07_clip), then check: scripts/check_exercise.sh 07_clip <this file> (see README.md here).
+/*
+ * Step 07 — ZeRO stage 1: the optimizer state is sharded across the ranks.
+ *
+ * Adds over step 06: no rank keeps the whole momentum buffer any more. The flat buffers are cut into
+ * W equal shards of S = ⌈n/W⌉ floats (padded); rank r owns shard r. The reducer reduce-scatters each
+ * bucket instead of all-reducing it (still overlapped with backward), so a rank receives the mean
+ * gradient of its shard only; it updates only its shard, with momentum for its shard only (S floats
+ * instead of n); then the ranks all-gather the updated shards before the next forward. Checkpoints
+ * keep step 06's format (the momentum shards gathered), so 06 and 07 resume each other's files.
+ *
+ * Run:  mpirun -np 4 build/bin/07_zero --device cpu                (4 CPU ranks, Fashion-MNIST)
+ *       mpirun -np 4 build/bin/07_zero                             (4 GPUs, NCCL)
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <stdlib.h>
+
+#include "agree.h"       // agree.h: Agreement, agree_init, agree_args, agree_model, agree_check
+#include "args.h"        // args.h: Args, args_parse, ARGS_*
+#include "check.h"       // check.h: die, check_set_rank
+#include "ckpt_model.h"  // ckpt_model.h: CkptMeta, ckpt_model_meta, ckpt_save_model, ckpt_load_model
+#include "clip.h"        // clip.h: Clip, clip_init, clip_sum_squares, clip_scale, clip_free
+#include "data.h"        // data.h: Dataset, DataId, data_parse, dataset_load, dataset_id
+#include "device.h"      // device.h: Ctx, device_parse, device_init, device_set_tf32, device_free
+#include "devmem.h"      // devmem.h: dev_alloc, dev_upload, dev_download, dev_copy, dev_zero, dev_free
+#include "dist.h"        // dist.h: ProcessGroup, dist_init, dist_connect, dist_broadcast, dist_all_reduce,
+                         //         dist_all_gather, dist_barrier, dist_destroy
+#include "loader.h"      // loader.h: Loader, loader_init, loader_set_order, loader_batch
+#include "log.h"         // log.h: log0, log_clock
+#include "loss_log.h"    // loss_log.h: LossLog, loss_log_init, loss_log_push, loss_log_epoch
+#include "metrics.h"     // metrics.h: Metrics, metrics_open, metrics_step, metrics_epoch
+#include "mlp.h"         // mlp.h: Mlp, mlp_init, mlp_forward, mlp_loss, mlp_backward
+#include "ops.h"         // ops.h: ops_axpy
+#include "optim.h"       // optim.h: Sgd, sgd_init, sgd_step
+#include "preempt.h"     // preempt.h: Preempt, preempt_init, preempt_agree, preempt_exit_status
+#include "reducer.h"     // reducer.h: Reducer, reducer_init, reducer_autograd_hook, reducer_finalize_backward
+#include "sampler.h"     // sampler.h: Sampler, sampler_init, sampler_set_epoch, sampler_indices
+#include "snapshot.h"    // snapshot.h: snapshot_due, snapshot_resume_path
+#include "trace.h"       // trace.h: Trace, trace_open, trace_backward, trace_close
+
+// ---------------------------------------------------------------------------------------------------
+// Configuration
+
+#define EVAL_BATCH 500  // test-set batch size: evaluation needs no gradients, so bigger is cheaper
+
+typedef struct Trainer {
+  Args args;             // command-line flags
+  int rank;              // this process's rank in the process group
+  int world_size;        // number of processes
+  int local_rank;        // rank within this node: selects the GPU
+  ProcessGroup pg;       // the process group: ranks and the communicator
+  Ctx ctx;               // device, stream, cuBLAS handle
+  Mlp model;             // parameters, gradients, activations
+  Sgd opt;               // momentum buffer: [zero] this rank's shard of it
+  Clip clip;             // --clip_grad_norm: the norm's sums, the norm, the scale factor
+  size_t shard;          // [zero] S = ⌈n/W⌉: floats in each rank's shard of the flat buffers
+  Reducer reducer;       // gradient buckets and their reduce-scatters
+  float *loss;           // device, (1): the step's loss, summed over its micro-batches
+  Trace trace;           // --trace timeline
+  Loader train, test;    // datasets on the device, batch buffers
+  Sampler sampler;       // this rank's shard of every epoch
+  DataId data_id;        // which data was loaded (sizes, dim, classes): recorded in checkpoints
+  int *order;            // host, (train.n): the samples this process visits this epoch, in order
+  int *correct;          // device, (1): evaluation counter
+  int epoch0;            // first epoch to run (> 0 after --resume)
+  long long step;        // optimizer steps done
+  long long epoch_step;  // steps done in the current epoch: > 0 after a --max_steps stop or resume
+  Metrics metrics;       // --metrics file
+  LossLog losses;        // each step's loss, on its way to the metrics file and the progress line
+  Preempt preempt;       // [fault] SIGTERM's flag, agreed by the ranks at every step boundary
+} Trainer;
+
+static void configure(Trainer *t, int argc, char **argv) {
+  args_parse(&t->args, argc, argv, ARGS_TRAIN | ARGS_DIST | ARGS_SAMPLER | ARGS_REDUCER | ARGS_FAULT,
+             "Step 07: ZeRO stage 1, the optimizer state sharded across the ranks");
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Process group
+
+static void setup(Trainer *t) {
+  Device dev;
+  if (device_parse(t->args.device, &dev) != 0) die(2, "unknown --device '%s'", t->args.device);
+  dist_init(&t->pg, t->args.backend, dev, t->args.timeout);  // [init] who am I, how many are we
+  t->rank = t->pg.rank;
+  t->world_size = t->pg.world_size;
+  t->local_rank = t->pg.local_rank;
+  // [init] one GPU per process: the local rank numbers this process's GPU on its node (unless the
+  // launcher already gave each process a single GPU of its own, e.g. srun --gpus-per-task 1)
+  int gpus = dev == DEVICE_CUDA ? device_cuda_count() : 0;
+  if (gpus > 1 && t->pg.local_size > gpus)
+    die(1, "%d ranks on this node but only %d GPUs: start at most one rank per GPU", t->pg.local_size, gpus);
+  device_init(&t->ctx, dev, gpus == 1 ? 0 : t->local_rank);
+  device_set_tf32(&t->ctx, t->args.tf32);  // --tf32: faster GPU GEMMs, inputs rounded to TF32
+  dist_connect(&t->pg, &t->ctx);           // [init] the communicator, on this rank's GPU
+  preempt_init(&t->preempt, &t->ctx);      // [fault] from now on SIGTERM stops every rank after one more step
+  log0("rank %d of %d (local rank %d) on %s\n", t->rank, t->world_size, t->local_rank, device_name(dev));
+}
+
+// [init] Every rank must train the same model on the same data with the same settings, or the
+// replicas part without a word: compare them across the process group, and stop every rank if one
+// differs (PyTorch's DDP compares the ranks' parameter shapes the same way when it wraps a model).
+static void check_ranks_agree(Trainer *t) {
+  Agreement a;
+  agree_init(&a);                                      // the program itself
+  agree_args(&a, &t->args);                            // every flag that changes training
+  agree_model(&a, t->model.sizes, t->model.n_layers);  // the layer sizes
+  agree_data(&a, &t->data_id);                         // what was loaded
+  agree_add(&a, "the resume point", "epoch %d, step %lld", t->epoch0, t->step);
+  agree_check(&a, &t->pg, &t->ctx);
+}
+
+static void cleanup(Trainer *t) {
+  dist_destroy(&t->pg);  // [init] leave the process group
+  preempt_free(&t->preempt, &t->ctx);
+  device_free(&t->ctx);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Data
+
+static void load_data(Trainer *t) {
+  DataKind kind;
+  if (data_parse(t->args.data, &kind) != 0) die(2, "unknown --data '%s'", t->args.data);
+  Dataset train, test;
+  dataset_load(kind, t->args.data_dir, t->args.dataset_size, t->args.seed, &train, &test);
+  sampler_init(&t->sampler, train.n, t->world_size, t->rank, t->args.drop_last, t->args.seed);  // [sampler]
+  t->data_id = dataset_id(kind, &train, &test);  // before the loaders take the arrays
+  loader_init(&t->train, &t->ctx, &train, t->args.batch_size, train.n);
+  loader_init(&t->test, &t->ctx, &test, EVAL_BATCH, test.n);
+  // [metrics] each rank evaluates every W-th test sample: a shard without padding, none counted twice
+  loader_set_stride_order(&t->test, &t->ctx, t->rank, t->world_size);
+  t->order = mallocCheck((size_t)train.n * sizeof *t->order);
+  t->correct = dev_alloc(&t->ctx, sizeof(int));
+  log0("data: %s, %d train / %d test samples\n", t->args.data, train.n, test.n);
+  dataset_free(&train);
+  dataset_free(&test);
+}
+
+// How many samples this process visits per epoch: its shard.
+static int samples_per_epoch(const Trainer *t) { return t->sampler.num_samples; }  // [sampler]
+
+// This epoch's data order: this rank's shard of the epoch's permutation (seed + epoch).
+static void epoch_order(Trainer *t, int epoch) {
+  sampler_set_epoch(&t->sampler, epoch);  // [sampler] new order each epoch, same on every rank
+  sampler_indices(&t->sampler, t->order);
+  loader_set_order(&t->train, &t->ctx, t->order, samples_per_epoch(t));
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Model
+
+static void build_model(Trainer *t) {
+  int sizes[MLP_MAX_LAYERS + 1];
+  int n_layers = mlp_parse_hidden(t->args.hidden, t->data_id.dim, t->data_id.n_classes, sizes);
+  int max_batch = t->args.batch_size > EVAL_BATCH ? t->args.batch_size : EVAL_BATCH;
+  // [zero] the flat buffers padded to W equal shards of S = ⌈n/W⌉ floats; rank r owns [r·S, (r+1)·S)
+  mlp_init_sharded(&t->model, &t->ctx, sizes, n_layers, max_batch, t->args.seed, t->world_size);
+  t->shard = t->model.n_alloc / t->world_size;
+  reducer_init(&t->reducer, &t->pg, &t->model, t->args.bucket_cap_mb, t->shard);  // [bucket] [zero]
+  log0("reducer: %d buckets (cap %g MiB)\n", t->reducer.n_buckets, t->args.bucket_cap_mb);
+  // [zero] momentum for this rank's shard only
+  sgd_init(&t->opt, &t->ctx, t->shard, t->args.lr, t->args.momentum, 0.0f, t->args.weight_decay, false);
+  clip_init(&t->clip, &t->ctx, t->args.clip_grad_norm);  // --clip_grad_norm (0: off)
+  log0("optimizer state: %zu floats per rank, %zu bytes (%zu parameters over %d ranks)\n", t->opt.n,
+       t->opt.n * sizeof(float), t->model.n_params, t->world_size);
+  t->loss = dev_alloc(&t->ctx, sizeof(float));
+  log0("model: %d layers, %zu parameters\n", n_layers, t->model.n_params);
+}
+
+// [zero] This rank's shard of a flat buffer (the parameters, or the gradients): W·S floats long.
+static float *my_shard(const Trainer *t, float *flat) { return flat + (size_t)t->rank * t->shard; }
+
+// [ddp] Wrapping the model (PyTorch: DDP(model)), after resume(): every replica continues from rank 0's
+// parameters and momentum buffer (PyTorch leaves that to you), whatever seed or checkpoint each rank had.
+static void wrap_model(Trainer *t) {
+  dist_broadcast(&t->pg, t->model.params, t->model.n_params, DIST_FLOAT, 0);
+  // [zero] rank 0's full momentum (resume() left it in the gradient buffer; zero when there was no
+  // checkpoint), from which each rank keeps its own shard
+  dist_broadcast(&t->pg, t->model.grads, t->model.n_params, DIST_FLOAT, 0);
+  dev_copy(&t->ctx, t->opt.buf, my_shard(t, t->model.grads), t->shard * sizeof(float));
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Train step
+
+// --clip_grad_norm MAX (PyTorch: torch.nn.utils.clip_grad_norm_), once the step's gradient is
+// complete: its 2-norm over all parameters, and the gradient scaled by min(1, MAX / (norm + 1e-6)).
+static void clip_gradients(Trainer *t) {
+  if (t->args.clip_grad_norm <= 0) return;
+  clip_sum_squares(&t->clip, &t->ctx, my_shard(t, t->model.grads), t->shard);
+  // TODO(07_clip): this rank's sums of squares (t->clip.sums, CLIP_SUMS doubles, clip.h) are of its
+  // shard only, so clip_scale would clip by the shard's norm. Make them the whole gradient's.
+  clip_scale(&t->clip, &t->ctx, my_shard(t, t->model.grads), t->shard);
+}
+
+// One optimizer step on the B samples at `start`, in micro-batches; returns the step's loss, on the device.
+static const float *run_batch(Trainer *t, int start, int B) {
+  int micro = t->args.batch_size, K = (B + micro - 1) / micro;
+  mlp_zero_grad(&t->model);
+  dev_zero(&t->ctx, t->loss, sizeof(float));
+  for (int k = 0; k < K; k++) {
+    int b = B - k * micro < micro ? B - k * micro : micro;
+    bool sync = k == K - 1;  // [accum] only the last micro-batch communicates (DDP's no_sync)
+    loader_batch(&t->train, &t->ctx, start + k * micro, b);
+    mlp_forward(&t->model, &t->ctx, t->train.xb, b);
+    mlp_loss(&t->model, &t->ctx, t->train.yb, b);
+    ops_axpy(&t->ctx, t->loss, t->model.loss, 1, (float)b / B);  // [accum] the step's loss: b/B-weighted sum
+    // [bucket] backward of the loss times 1/W: the reducer's reduce-scatter, a plain sum, yields the mean
+    // [accum] and times b/B, so that the K micro-batches' gradients add up to the mean over B
+    float scale = (float)b / B / t->world_size;
+    if (sync) reducer_prepare_for_backward(&t->reducer);
+    // [bucket] the hook starts each bucket's reduce-scatter as soon as its gradients are ready
+    mlp_backward(&t->model, &t->ctx, t->train.xb, b, scale, sync ? reducer_autograd_hook : NULL, &t->reducer);
+  }
+  reducer_finalize_backward(&t->reducer);  // [bucket] the last bucket is in before the optimizer
+  if (trace_on(&t->trace))  // --trace: this step's backward layers and bucket reduce-scatters, as spans
+    trace_backward(&t->trace, &t->ctx, &t->model, t->reducer.work, t->reducer.n_buckets, t->step);
+  // [zero] each rank updates its own shard of the parameters, with its shard of the mean gradient
+  clip_gradients(t);
+  sgd_step(&t->opt, &t->ctx, my_shard(t, t->model.params), my_shard(t, t->model.grads));
+  // [zero] and receives everyone else's: the whole updated model, for the next forward
+  dist_all_gather(&t->pg, my_shard(t, t->model.params), t->model.params, t->shard, DIST_FLOAT);
+  dist_all_reduce(&t->pg, t->loss, 1, DIST_FLOAT, DIST_AVG);  // [metrics] the global loss
+  return t->loss;
+}
+
+static double evaluate(Trainer *t) {
+  dev_zero(&t->ctx, t->correct, sizeof(int));
+  mlp_count_correct_loader(&t->model, &t->ctx, &t->test, EVAL_BATCH, t->correct);
+  dist_all_reduce(&t->pg, t->correct, 1, DIST_INT, DIST_SUM);  // [metrics] all ranks' answers
+  int correct;
+  dev_download(&t->ctx, &correct, t->correct, sizeof correct);
+  return (double)correct / t->test.n;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Epoch loop
+
+static void save_checkpoint(Trainer *t, const char *dir, int epochs_done);  // [fault] snapshots: below
+
+// Samples per optimizer step on this rank: --grad_accum micro-batches of --batch_size.
+static int step_size(const Trainer *t) { return t->args.batch_size * t->args.grad_accum; }
+
+static long long steps_per_epoch(const Trainer *t) {
+  return (samples_per_epoch(t) + step_size(t) - 1) / step_size(t);  // the last may be short
+}
+
+static bool out_of_steps(const Trainer *t) {
+  return (t->args.max_steps > 0 && t->step >= t->args.max_steps) || t->preempt.stop;  // [fault] or preempted
+}
+
+// Returns whether the whole epoch ran (--max_steps or a preemption may stop it early).
+static bool run_epoch(Trainer *t, int epoch) {
+  epoch_order(t, epoch);
+  double t0 = log_clock();
+  long long batches = t->epoch_step, samples = 0;  // a resumed epoch goes on where it stopped
+  for (int start = (int)(batches * step_size(t)); start < t->train.n_order && !out_of_steps(t);
+       start += step_size(t)) {
+    int B = t->train.n_order - start < step_size(t) ? t->train.n_order - start : step_size(t);
+    const float *loss = run_batch(t, start, B);  // on the device: logged once it reaches the host
+    t->step++;
+    batches++;
+    samples += (long long)B * t->world_size;  // [metrics] the global batch
+    loss_log_push(&t->losses, &t->ctx, loss, t->step, epoch, (long long)B * t->world_size);
+    preempt_agree(&t->preempt, &t->pg, &t->ctx, t->step);  // [fault] one rank's SIGTERM stops them all here
+    // [fault] a snapshot taken now resumes at the next step
+    t->epoch_step = batches;
+    if (snapshot_due(&t->args, t->step) && batches < steps_per_epoch(t) && !out_of_steps(t))
+      save_checkpoint(t, t->args.ckpt_dir, epoch);  // [fault] --save_steps: a snapshot inside the epoch
+  }
+  double train_loss = loss_log_epoch(&t->losses, &t->ctx);  // the last steps' losses; their mean
+  double samples_per_s = (double)samples / (log_clock() - t0);
+  double acc = evaluate(t);
+  log0("epoch %d/%d  train loss %.4f  test accuracy %.4f  %.0f samples/s\n", epoch + 1, t->args.epochs,
+       train_loss, acc, samples_per_s);
+  metrics_epoch(&t->metrics, epoch, (float)train_loss, acc, samples_per_s, batches < steps_per_epoch(t));
+  t->epoch_step = batches == steps_per_epoch(t) ? 0 : batches;  // where a --max_steps stop leaves it
+  return t->epoch_step == 0;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Checkpoint
+
+static CkptMeta checkpoint_meta(const Trainer *t, int epochs_done) {
+  CkptMeta meta = ckpt_model_meta(&t->model, &t->opt, &t->args, &t->data_id);
+  meta.epoch = (uint32_t)epochs_done;
+  meta.epoch_step = (uint32_t)t->epoch_step;
+  meta.step = (uint64_t)t->step;
+  meta.world_size = (uint32_t)t->world_size;
+  return meta;
+}
+
+// [zero] The full momentum, as the file holds it: a view of the gradient buffer (unused between
+// steps, W·S floats) as an optimizer of n floats.
+static Sgd full_optimizer(Trainer *t) {
+  Sgd full = t->opt;
+  full.buf = t->model.grads;
+  full.n = t->model.n_params;
+  return full;
+}
+
+static void save_checkpoint(Trainer *t, const char *dir, int epochs_done) {
+  CkptMeta meta = checkpoint_meta(t, epochs_done);
+  // [zero] every rank's momentum shard, gathered: the file is step 06's, full momentum included
+  Sgd full = full_optimizer(t);
+  dev_copy(&t->ctx, my_shard(t, full.buf), t->opt.buf, t->shard * sizeof(float));
+  dist_all_gather(&t->pg, my_shard(t, full.buf), full.buf, t->shard, DIST_FLOAT);
+  if (t->rank == 0)  // [ckpt] one writer: the replicas are equal
+    ckpt_save_model(dir, &meta, &t->model, &full, &t->ctx);
+  dist_barrier(&t->pg);  // [ckpt] nobody goes on (or reads the file) before it is complete
+}
+
+static void resume(Trainer *t) {
+  const char *path = snapshot_resume_path(&t->args);  // [fault] --resume auto: --ckpt_dir's, if there is one
+  if (!path) return;
+  CkptMeta expect = checkpoint_meta(t, 0), meta;
+  Sgd full = full_optimizer(t);  // [zero] the file's full momentum: wrap_model() shards it
+  ckpt_load_model(path, &expect, &meta, &t->model, &full, &t->ctx);
+  t->opt.steps = full.steps;
+  t->epoch0 = (int)meta.epoch;
+  t->step = (long long)meta.step;
+  t->epoch_step = (long long)meta.epoch_step;
+  ckpt_log_resume(path, &meta, t->args.epochs);
+  dist_barrier(&t->pg);  // [ckpt] every rank has loaded before any trains
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Main
+
+// Whether to save after an epoch: every --save_interval epochs, and where --max_steps stops, inside an
+// epoch or at its end; [fault] and after a preemption (when saving is on) or a --save_steps snapshot on
+// its last step.
+static bool save_after_epoch(Trainer *t, int epoch, bool complete) {
+  if (preempt_save_due(&t->preempt, &t->args) || snapshot_due(&t->args, t->step)) return true;  // [fault]
+  bool stopped = !complete || out_of_steps(t);
+  return t->args.save_interval > 0 && (stopped || (epoch + 1) % t->args.save_interval == 0);
+}
+
+static void train(Trainer *t) {
+  if (t->rank == 0 && (t->args.save_interval > 0 || t->args.save_steps > 0))  // [ckpt] [fault] rank 0 writes
+    ckpt_dir_require(t->args.ckpt_dir);
+  // [accum] the global batch: W ranks each take K micro-batches of their own shard per step
+  log0("global batch: %d ranks x %d x %d micro-batches = %lld samples per step\n", t->world_size,
+       t->args.batch_size, t->args.grad_accum, (long long)t->world_size * step_size(t));
+  metrics_open(&t->metrics, t->args.metrics, t->rank, t->world_size);
+  trace_open(&t->trace, &t->ctx, &t->model, t->args.trace, t->rank, t->world_size);
+  long long total = t->step + (t->args.epochs - t->epoch0) * steps_per_epoch(t) - t->epoch_step;
+  loss_log_init(&t->losses, &t->ctx, &t->metrics, t->args.log_interval, t->args.epochs, t->step, total);
+  // --clip_grad_norm: each step record gets the step's grad_norm
+  if (t->clip.norm) loss_log_set_norm(&t->losses, t->clip.norm);
+  if (t->args.save_init) save_checkpoint(t, t->args.save_init, t->epoch0);  // the state to start from
+  for (int epoch = t->epoch0; epoch < t->args.epochs && !out_of_steps(t); epoch++) {
+    bool complete = run_epoch(t, epoch);  // false after a --max_steps stop inside the epoch
+    if (save_after_epoch(t, epoch, complete))
+      save_checkpoint(t, t->args.ckpt_dir, complete ? epoch + 1 : epoch);
+  }
+}
+
+static void finish(Trainer *t) {
+  uint64_t digest = mlp_param_digest(&t->model, &t->ctx);
+  metrics_final(&t->metrics, t->world_size, t->step, digest);  // the last record; closes the file
+  loss_log_free(&t->losses, &t->ctx);
+  trace_close(&t->trace, &t->ctx);
+  log0("done: %lld steps, param_digest %016llx\n", t->step, (unsigned long long)digest);
+  dev_free(&t->ctx, t->correct);
+  dev_free(&t->ctx, t->loss);
+  free(t->order);
+  sampler_free(&t->sampler);
+  loader_free(&t->test, &t->ctx);
+  loader_free(&t->train, &t->ctx);
+  clip_free(&t->clip, &t->ctx);
+  sgd_free(&t->opt, &t->ctx);
+  reducer_free(&t->reducer);
+  mlp_free(&t->model, &t->ctx);
+}
+
+int main(int argc, char **argv) {
+  Trainer t = {0};
+  configure(&t, argc, argv);
+  setup(&t);
+  load_data(&t);
+  build_model(&t);
+  resume(&t);
+  check_ranks_agree(&t);
+  wrap_model(&t);
+  train(&t);
+  finish(&t);
+  cleanup(&t);
+  return preempt_exit_status(&t.preempt);  // [fault] 75 after a preemption (143: saving off, none written)
+}

@@ -1,0 +1,526 @@
+#!/usr/bin/env python3
+"""Integration checks of issue 35: gradient clipping by the global norm (every step), DDP's
+communication hooks (step 06) and the finite check before a bucket's collective.
+
+Each scenario is a function below; CTest runs `hooks_check.py SCENARIO` (tests/integration/hooks.cmake).
+The helpers and the error model are check.py's (its "parity" section): every run's seed comes from
+DDP_TEST_SEED, and a comparison of two runs is bit for bit where the arithmetic is the same, within
+that error model elsewhere. The comparisons with PyTorch run its own functions (hooks_torch.py) with
+a Python that has torch; without one they are skipped (status 77).
+"""
+import json
+import math
+import os
+import random
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import check  # noqa: E402
+from check import (KAPPA, SEED, U, Failure, ckpt_params_momentum, digests, f32_ulp, gamma,  # noqa: E402
+                   metrics, run, small, with_flag)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PROBE = os.path.join(check.BIN, "hooks_probe")
+
+
+class Skip(Exception):
+    pass
+
+
+def torch_python():
+    """A Python that imports torch: this one, the system's, or python3 on PATH; None if none does."""
+    for exe in (sys.executable, "/usr/bin/python3", shutil.which("python3")):
+        if exe and os.path.exists(exe) and subprocess.run(
+                [exe, "-c", "import torch"], capture_output=True).returncode == 0:
+            return exe
+    return None
+
+
+def torch_run(*args):
+    exe = torch_python()
+    if exe is None:
+        raise Skip("no Python with torch here (apt-get install python3-torch)")
+    p = subprocess.run([exe, os.path.join(HERE, "hooks_torch.py")] + [str(a) for a in args],
+                       capture_output=True, text=True, timeout=300)
+    if p.returncode != 0:
+        raise Failure(f"hooks_torch.py {' '.join(map(str, args))} exited {p.returncode}\n{p.stderr}")
+    return p.stdout
+
+
+def f32(x):
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+def floats(path, skip=0):
+    data = open(path, "rb").read()
+    return list(struct.unpack(f"<{len(data) // 4}f", data))[skip:]
+
+
+def write_floats(path, xs):
+    with open(path, "wb") as f:
+        f.write(struct.pack(f"<{len(xs)}f", *xs))
+
+
+def bits(xs):
+    """The float32 bytes of xs, to compare bit for bit (NaNs included) in one comparison."""
+    return struct.pack(f"<{len(xs)}f", *xs)
+
+
+def step_records(prefix, rank=0):
+    return metrics(f"{prefix}{rank}.jsonl")[0]
+
+
+# ---- clipping ------------------------------------------------------------------------------------------
+
+# A model's gradient tensors (784-64-10) plus one of extremes: values over 30 orders of magnitude,
+# subnormals and zeros, so that every exponent path of the exact sums (clip.c) is used.
+SHAPES = [[64, 784], [64], [10, 64], [10], [300]]
+
+
+def gradients(rng):
+    out = []
+    for shape, scale in zip(SHAPES, (1e-3, 1e-1, 1e-2, 1.0)):
+        out += [rng.gauss(0, scale) for _ in range(math.prod(shape))]
+    extremes = [0.0, -0.0, 1e-45, -3e-42, 1.2e-38, 5e-30, 3.0, -250.0]
+    out += [rng.choice(extremes) * rng.uniform(0.5, 2) for _ in range(SHAPES[-1][0])]
+    return [f32(x) for x in out]
+
+
+def clip_cases(tmp, cases, shards=5):
+    """hooks_probe's clip of each (tag, g, MAX, shapes) against torch's clip_grad_norm_ on the same numbers;
+    returns {tag: (our norm, our clipped gradients, torch's results)}."""
+    jobs, ours, cmd = [], {}, [PROBE, "clip"]
+    for tag, g, max_norm, shapes in cases:
+        write_floats(f"{tmp}/{tag}.in", g)
+        cmd += [repr(max_norm), f"{tmp}/{tag}.in", f"{tmp}/{tag}.out", str(shards)]
+    p = subprocess.run(cmd, capture_output=True, text=True)  # one process: loading the libraries takes time
+    if p.returncode != 0:
+        raise Failure(f"hooks_probe clip: the sums of squares over {shards} shards differ from the whole "
+                      f"gradient's (they must be exact, clip.c):\n{p.stderr}{p.stdout}")
+    for tag, g, max_norm, shapes in cases:
+        out = floats(f"{tmp}/{tag}.out")
+        ours[tag] = out[0], out[1:]
+        jobs.append([f"{tmp}/{tag}.in", shapes, max_norm, repr(out[0]), f"{tmp}/{tag}.t"])
+    with open(f"{tmp}/jobs.json", "w") as f:
+        json.dump(jobs, f)
+    torch_run("clip", f"{tmp}/jobs.json")
+    res = {}
+    for tag, g, _, _ in cases:
+        t = json.load(open(f"{tmp}/{tag}.t"))
+        tb = floats(f"{tmp}/{tag}.t.bin")
+        t["clipped"], t["scaled_ours"] = tb[:len(g)], tb[len(g):]
+        res[tag] = ours[tag] + (t,)
+    return res
+
+
+def clip_vs_torch(tmp):
+    """--clip_grad_norm's clipper (common/clip.c) against torch.nn.utils.clip_grad_norm_ on the same
+    gradients: the norm within float32 rounding of the exact one and of torch's, the clipped gradients
+    bit for bit given the norm; the sums of squares equal over any cut into shards."""
+    rng = random.Random(f"clip-{SEED}")
+    g = gradients(rng)
+    n_max = max(math.prod(s) for s in SHAPES)
+    bad = {}
+    for tag, x in (("nan", float("nan")), ("inf", float("inf"))):
+        bad[tag] = list(g)
+        bad[tag][rng.randrange(len(g))] = x
+    # and many small gradients with a MAX each, for the factor's float32 rounding (a plain MAX / (norm +
+    # 1e-6) differs from PyTorch's reciprocal-then-multiply in the last bit for about one in four)
+    small_cases = []
+    for i in range(48):
+        h = [f32(rng.gauss(0, 10 ** rng.uniform(-4, 2))) for _ in range(64)]
+        small_cases.append((f"s{i}", h, f32(rng.uniform(0.01, 0.99) * math.sqrt(sum(x * x for x in h))), [[64]]))
+    res = clip_cases(tmp, [("a", g, 0.25, SHAPES), ("b", g, 1e30, SHAPES), ("nan", bad["nan"], 1.0, SHAPES),
+                           ("inf", bad["inf"], 1.0, SHAPES)] + small_cases)
+    for tag, h, max_norm, _ in small_cases:
+        ours, clipped, t = res[tag]
+        if bits(clipped) != bits(t["scaled_ours"]) or abs(ours - t["norm64"]) > f32_ulp(t["norm64"]):
+            raise Failure(f"a gradient of 64 values, MAX {max_norm!r}: norm {ours!r} (float64 {t['norm64']!r}), "
+                          f"factor {clipped[0] / h[0] if h[0] else 0!r} vs clip_grad_norm_'s {t['coef']!r} on "
+                          f"that norm: the factor must be clip_grad_norm_'s float32 (1 / (norm + 1e-6)) * MAX")
+    print(f"{len(small_cases)} small gradients with their own MAX: each norm within an ulp of the exact one, "
+          "each clipped gradient equal to clip_grad_norm_'s expression bit for bit")
+    for tag, max_norm in (("a", 0.25), ("b", 1e30)):
+        ours, clipped, t = res[tag]
+        # Ours: an exact sum, rounded in double, its root, rounded once to float32: within an ulp of
+        # the float64 norm (which is itself accurate to ~1e-16).
+        if abs(ours - t["norm64"]) > f32_ulp(t["norm64"]):
+            raise Failure(f"our norm {ours!r} is not the float32 rounding of the exact norm {t['norm64']!r}")
+        # torch's: float32 norms per tensor, then the norm of the norms; a float32 sum of n positive
+        # terms is within gamma_n of the exact one (Higham §4.2), its root within half of that, and the
+        # two roots and the outer sum add a few u.
+        bound = (gamma(n_max + len(SHAPES)) + 4 * U) * t["norm64"]
+        if abs(ours - t["norm"]) > bound:
+            raise Failure(f"our norm {ours!r} vs clip_grad_norm_'s {t['norm']!r}: more than the float32 "
+                          f"bound {bound:.3g} apart")
+        if bits(clipped) != bits(t["scaled_ours"]):
+            i = next(i for i, (a, b) in enumerate(zip(clipped, t["scaled_ours"])) if bits([a]) != bits([b]))
+            raise Failure(f"MAX {max_norm}: gradient {i} clipped to {clipped[i]!r}, but clip_grad_norm_'s "
+                          f"expression (MAX / (norm + 1e-6), clamped to 1) on our norm gives "
+                          f"{t['scaled_ours'][i]!r}")
+        same = ours == t["norm"] and bits(clipped) == bits(t["clipped"])
+        if max_norm > 1e29 and bits(clipped) != bits(g):
+            raise Failure("a MAX far above the norm changed the gradients (the factor must be exactly 1)")
+        print(f"MAX {max_norm:g}: norm {ours!r}, torch {t['norm']!r} ({abs(ours - t['norm']) / bound:.2g} of the "
+              f"bound), float64 {t['norm64']!r}; factor {t['coef']!r}; clipped gradients equal torch's "
+              f"expression bit for bit{' and clip_grad_norm_ itself' if same else ''}")
+    # Non-finite values: NaN gives a NaN norm, an infinity +inf (PyTorch's default, error_if_nonfinite
+    # False): the metrics file writes either as null.
+    for tag in ("nan", "inf"):
+        ours, _, t = res[tag]
+        if repr(ours) != tag or repr(float(t["norm"])) != tag:
+            raise Failure(f"a gradient of {tag}: our norm is {ours!r}, torch's {t['norm']!r}; both should be {tag}")
+    print("a NaN or an infinity among the gradients: norm nan or inf, as clip_grad_norm_'s")
+
+
+CLIP = small(hidden=63)  # 784-63-10: a parameter count no multiple of 2 or 3 (shards are padded)
+
+
+def clip_max(tmp):
+    """A MAX that clips: half the first step's norm at this seed (06 at one rank, one step)."""
+    run("06_full", CLIP + ["--max_steps", "1", "--clip_grad_norm", "1e30", "--metrics", f"{tmp}/n{{rank}}.jsonl"])
+    return 0.5 * step_records(f"{tmp}/n")[0]["grad_norm"]
+
+
+def first_step_momentum(tmp, tag, step, np, args):
+    """The momentum after one step from the initial state (it is that step's gradient, SGD's first
+    step copies it) and the step's logged grad_norm."""
+    run(step, CLIP + args + ["--max_steps", "1", "--save_interval", "1000", "--ckpt_dir", f"{tmp}/{tag}",
+                             "--metrics", f"{tmp}/{tag}{{rank}}.jsonl"], np=np)
+    return ckpt_params_momentum(f"{tmp}/{tag}/checkpoint.bin")[1], step_records(f"{tmp}/{tag}")[0]
+
+
+def norm_diagnosis(ref, got, W):
+    """The likely cause of a sharded trainer's grad_norm `got` where the whole gradient's is `ref`."""
+    r = got / ref
+    if r < 1:
+        return ("the norm is smaller than the whole gradient's: each rank clips by its own shard's norm (a "
+                "local norm): the ranks' sums of squares must be added (all-reduced, DIST_SUM) before the root")
+    if abs(r - math.sqrt(W)) < 1e-3 * math.sqrt(W):
+        return (f"the norm is sqrt({W}) times the whole gradient's: the sums of squares were added {W} times over "
+                "(all-reduced twice, or a full gradient's sums all-reduced)")
+    return "a sharded trainer must add every rank's sums of squares (all-reduce), then take the root"
+
+
+def clip_steps_np2(tmp):
+    """With --clip_grad_norm active, steps 06, 07 and 08 at 2 ranks train bit for bit alike (losses,
+    grad_norm, digests; with and without --grad_accum), and the step's gradient is scaled by exactly
+    clip_grad_norm_'s factor (01 and 06)."""
+    mx = clip_max(tmp)
+    # 1. the factor, in the steps: one step with and without clipping from the same initial state
+    for step, np, extra in (("01_single_gpu", 1, ["--batch_size", "128"]), ("06_full", 2, ["--batch_size", "64"])):
+        m0, _ = first_step_momentum(tmp, f"u{step[:2]}", step, np, extra)
+        m1, rec = first_step_momentum(tmp, f"c{step[:2]}", step, np, extra + ["--clip_grad_norm", repr(mx)])
+        norm = rec.get("grad_norm")
+        if norm is None:
+            raise Failure(f"{step}: the step record has no grad_norm with --clip_grad_norm {mx}")
+        coef = min(f32(f32(1 / f32(norm + f32(1e-6))) * f32(mx)), 1.0)
+        if coef >= 1:
+            raise Failure(f"{step}: grad_norm {norm} does not exceed MAX {mx}: nothing was clipped")
+        want = [f32(x * coef) for x in m0]
+        if bits(want) != bits(m1):
+            i = next(i for i, (a, b) in enumerate(zip(want, m1)) if bits([a]) != bits([b]))
+            raise Failure(f"{step}: the first step's gradient element {i} is {m1[i]!r} with clipping, "
+                          f"{m0[i]!r} without: expected {want[i]!r} (x {coef!r} = min(1, MAX/(norm + 1e-6)) "
+                          f"for grad_norm {norm!r})")
+        print(f"{step} at {np} rank(s): the first gradient scaled by {coef!r}, bit for bit (grad_norm {norm!r})")
+    # 2. 06, 07 and 08 alike, bit for bit: every sum of two terms is the same, and the norm is exact.
+    # With micro-batches, 08 reduce-scatters each one and adds the shards (06 and 07 add the micro-
+    # batches first, then the ranks): another order, so there only 06 and 07 are compared.
+    for extra, steps in ((["--batch_size", "64"], ("06_full", "07_zero", "08_fsdp")),
+                         (["--batch_size", "32", "--grad_accum", "2"], ("06_full", "07_zero"))):
+        common = CLIP + extra + ["--epochs", "1", "--clip_grad_norm", repr(mx)]
+        seen = {}
+        for step in steps:
+            run(step, common + ["--metrics", f"{tmp}/{step}{{rank}}.jsonl"], np=2)
+            d = digests(f"{tmp}/{step}", 2)
+            recs = step_records(f"{tmp}/{step}")
+            if len(set(d)) != 1:
+                raise Failure(f"{step} at 2 ranks with clipping: the replicas differ ({d})")
+            if any("grad_norm" not in r for r in recs):
+                raise Failure(f"{step}: a step record without grad_norm under --clip_grad_norm")
+            seen[step] = (d[0], [r["loss"] for r in recs], [r["grad_norm"] for r in recs])
+        ref = seen["06_full"]
+        if max(ref[2]) <= mx:
+            raise Failure(f"no step's norm exceeded MAX {mx}: the comparison never clipped")
+        for step in steps[1:]:
+            got = seen[step]
+            if got[2] != ref[2]:
+                k = next(k for k, (a, b) in enumerate(zip(ref[2], got[2])) if a != b)
+                raise Failure(f"{' '.join(extra)}: {step}'s grad_norm at step {k + 1} is {got[2][k]!r}, step 06's "
+                              f"{ref[2][k]!r}\nlikely cause: {norm_diagnosis(ref[2][k], got[2][k], 2)}")
+            if got != ref:
+                raise Failure(f"{' '.join(extra)}: {step} logs step 06's norms but its losses or digest differ "
+                              f"({got[0]} vs {ref[0]}): is every shard scaled by the factor?")
+        clipped = sum(1 for x in ref[2] if x > mx)
+        print(f"{' '.join(extra)}: {', '.join(s[:2] for s in steps)} equal bit for bit over {len(ref[2])} steps ({clipped} clipped), "
+              f"digest {ref[0]}")
+
+
+def clip_norm_np3(tmp):
+    """At 3 ranks, one step from the same state (clipping active before it): steps 07's and 08's
+    grad_norm equal step 06's within check.py's error model."""
+    np, B, k = 3, 43, 5
+    mx = clip_max(tmp)
+    common = CLIP + ["--batch_size", str(B), "--epochs", "1", "--clip_grad_norm", repr(mx), "--save_interval", "1000"]
+    run("06_full", common + ["--max_steps", str(k), "--ckpt_dir", f"{tmp}/s"], np=np)
+    start = f"{tmp}/s/checkpoint.bin"
+    p0, m0 = ckpt_params_momentum(start)
+    out = {}
+    for step in ("06_full", "07_zero", "08_fsdp"):
+        run(step, common + ["--max_steps", str(k + 1), "--resume", start, "--ckpt_dir", f"{tmp}/{step}",
+                            "--metrics", f"{tmp}/{step}{{rank}}.jsonl"], np=np)
+        recs = step_records(f"{tmp}/{step}")
+        if len(set(digests(f"{tmp}/{step}", np))) != 1:
+            raise Failure(f"{step} at {np} ranks: the replicas differ after one clipped step")
+        out[step] = recs[-1]["grad_norm"], ckpt_params_momentum(f"{tmp}/{step}/checkpoint.bin")[1]
+    # The error model (check.py): every gradient element of two programs differs by at most
+    # 2·gamma_n·KAPPA·G, n = the global batch plus the ranks, G the step's largest gradient element (here
+    # max|m' - mu·m| / factor: the momentum took the clipped gradient). The norms then differ by at most
+    # the 2-norm of that difference (the triangle inequality), sqrt(P) times it, plus the one rounding
+    # of each norm (clip.h: the sums are exact).
+    ref, m_ref = out["06_full"]
+    mu = float(check.flag(common, "momentum"))
+    coef = min(f32(f32(1 / f32(ref + f32(1e-6))) * f32(mx)), 1.0)
+    G = max(abs(a - mu * b) for a, b in zip(m_ref, m0)) / coef
+    bound = math.sqrt(len(m0)) * 2 * gamma(np * B + np) * KAPPA * G + 2 * f32_ulp(ref)
+    for step in ("07_zero", "08_fsdp"):
+        got = out[step][0]
+        if abs(got - ref) > bound:
+            raise Failure(f"step {k + 1} from the same state at {np} ranks: {step}'s grad_norm {got!r}, step 06's "
+                          f"{ref!r}: {abs(got - ref):.3g} apart, more than rounding ({bound:.3g})\nlikely cause: "
+                          f"{norm_diagnosis(ref, got, np)}")
+        print(f"{step}: grad_norm {got!r} vs step 06's {ref!r}: {abs(got - ref) / bound:.2g} of the bound {bound:.2g}")
+
+
+# ---- communication hooks ----------------------------------------------------------------------------
+
+def bucket_values(rng, n):
+    """A bucket of gradients, not divided by W: magnitudes from fp16's subnormals (where the division
+    by W in 16 bits rounds) to 40000 (whose sum over 2 ranks, 80000, overflows fp16: dividing after
+    the sum would give inf)."""
+    out = []
+    for i in range(n):
+        scale = (1e-7, 1e-5, 1e-3, 1.0, 300.0, 40000.0)[i % 6]
+        out.append(f32(rng.uniform(0.5, 1.0) * scale * rng.choice((-1, 1))))
+    return out
+
+
+def hook_vs_torch(tmp):
+    """--comm_hook fp16 and bf16 (common/comm_hook.c) against PyTorch's own fp16_compress_hook and
+    bf16_compress_hook on the same bucket contents at 2 ranks: bit for bit (every sum has two terms);
+    the bytes handed to the collective are 2 per element."""
+    W, n = 2, 6000
+    rng = random.Random(f"hook-{SEED}")
+    for r in range(W):
+        write_floats(f"{tmp}/in{r}.bin", bucket_values(rng, n))
+    hows = dict(line.split() for line in torch_run(
+        "hook", "fp16,bf16", W, f"{tmp}/in{{rank}}.bin", f"{tmp}/torch_{{name}}{{rank}}.bin",
+        check.free_master_port()).strip().splitlines() if line.split()[0] in ("fp16", "bf16"))
+    for name in ("fp16", "bf16"):
+        cmd = [check.MPIEXEC, "-n", str(W), PROBE, "hook", name, f"{tmp}/in{{rank}}.bin", f"{tmp}/ours{{rank}}.bin"]
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        if p.returncode != 0:
+            raise Failure(f"{' '.join(cmd)} exited {p.returncode}\n{p.stdout}\n{p.stderr}")
+        nbytes = int(p.stdout.split("bytes ")[1].split()[0])
+        if nbytes != 2 * n:
+            raise Failure(f"{name}: the hook handed {nbytes} bytes to the all-reduce of {n} floats: expected {2 * n}")
+        how = hows[name]
+        ours = [floats(f"{tmp}/ours{r}.bin") for r in range(W)]
+        theirs = [floats(f"{tmp}/torch_{name}{r}.bin") for r in range(W)]
+        if bits(ours[0]) != bits(ours[1]):
+            raise Failure(f"{name}: the ranks' buckets differ after the hook")
+        for r in range(W):
+            if bits(ours[r]) != bits(theirs[r]):
+                i = next(i for i, (a, b) in enumerate(zip(ours[r], theirs[r])) if bits([a]) != bits([b]))
+                g = [floats(f"{tmp}/in{q}.bin")[i] for q in range(W)]
+                raise Failure(f"{name}, rank {r}, element {i} (the ranks' gradients {g}): ours {ours[r][i]!r}, "
+                              f"PyTorch's {name}_compress_hook {theirs[r][i]!r}: the hook casts to 16 bits, then "
+                              f"divides by W in 16 bits, then sums; dividing after the sum overflows, dividing "
+                              f"before the cast rounds differently")
+        inf = sum(1 for x in ours[0] if math.isinf(x))
+        print(f"{name}: {n} elements at {W} ranks equal PyTorch's hook bit for bit (its all-reduce: {how}); "
+              f"{nbytes} bytes; {inf} infinities")
+
+
+def hook_bytes_np2(tmp):
+    """Step 06 at 2 ranks: allreduce_bytes is 4 bytes per parameter per step with the default
+    all-reduce, 2 with fp16 and bf16; the default equals a run without --comm_hook bit for bit; the
+    16-bit hooks train (the loss falls) and keep the replicas identical."""
+    common = CLIP + ["--batch_size", "64", "--epochs", "1"]
+    out = {}
+    for name in ("none", "allreduce", "fp16", "bf16"):
+        extra = [] if name == "none" else ["--comm_hook", name]
+        stdout, _ = run("06_full", common + extra + ["--metrics", f"{tmp}/{name}{{rank}}.jsonl"], np=2)
+        d = digests(f"{tmp}/{name}", 2)
+        if len(set(d)) != 1:
+            raise Failure(f"--comm_hook {name}: the replicas differ ({d})")
+        steps, epochs, final = metrics(f"{tmp}/{name}0.jsonl")
+        n = int(stdout.split(" parameters")[0].split()[-1])
+        out[name] = (d[0], epochs[-1].get("allreduce_bytes"), len(steps), n, [s["loss"] for s in steps])
+    if out["none"][0] != out["allreduce"][0]:
+        raise Failure("--comm_hook allreduce does not train exactly as the default")
+    for name, per in (("allreduce", 4), ("fp16", 2), ("bf16", 2)):
+        digest, nbytes, k, n, losses = out[name]
+        if nbytes != per * n * k:
+            raise Failure(f"--comm_hook {name}: allreduce_bytes {nbytes}, expected {per} x {n} parameters x {k} "
+                          f"steps = {per * n * k}")
+        if not losses[-1] < losses[0]:
+            raise Failure(f"--comm_hook {name}: the loss did not fall ({losses[0]} -> {losses[-1]})")
+        print(f"--comm_hook {name}: allreduce_bytes {nbytes} ({per} per parameter per step), loss "
+              f"{losses[0]:.4f} -> {losses[-1]:.4f}, digest {digest}")
+
+
+def powersgd_vs_torch(tmp):
+    """--comm_hook powersgd (common/powersgd.c) against PyTorch's own powerSGD_hook at 2 ranks, from the
+    same initial Q, two iterations (the second with error feedback and warm start): the uncompressed
+    tensors bit for bit, the compressed ones within float32 rounding; the bytes are the factors'."""
+    W, n = 2, 784 * 64 + 64 + 640 + 10
+    rng = random.Random(f"psgd-{SEED}")
+    scales = [(50176, 1e-2), (64, 1e-1), (640, 3e-2), (10, 1.0)]
+    for it in (1, 2):
+        for r in range(W):
+            g = []
+            for count, scale in scales:
+                g += [f32(rng.gauss(0, scale)) for _ in range(count)]
+            write_floats(f"{tmp}/g{it}_{r}.bin", g)
+    write_floats(f"{tmp}/q.bin", [f32(rng.gauss(0, 1)) for _ in range(784 + 64)])
+    cmd = [check.MPIEXEC, "-n", str(W), PROBE, "powersgd", f"{tmp}/q.bin", f"{tmp}/g1_{{rank}}.bin",
+           f"{tmp}/g2_{{rank}}.bin", f"{tmp}/ours{{iter}}_{{rank}}.bin"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    if p.returncode != 0:
+        raise Failure(f"{' '.join(cmd)} exited {p.returncode}\n{p.stdout}\n{p.stderr}")
+    nbytes = int(p.stdout.split("bytes ")[1].split()[0])
+    want_bytes = 2 * 4 * ((64 + 10) + (64 + 10) + (784 + 64))  # per iteration: biases, Ps, Qs
+    if nbytes != want_bytes:
+        raise Failure(f"powersgd handed {nbytes} bytes to its collectives in two iterations, expected {want_bytes}")
+    torch_run("powersgd", W, f"{tmp}/q.bin", f"{tmp}/g1_{{rank}}.bin", f"{tmp}/g2_{{rank}}.bin",
+              f"{tmp}/torch{{iter}}_{{rank}}.bin", check.free_master_port())
+    # The error model: P = M·Q sums 784 products, the norms of P's and Q's columns 64 and 784 squares,
+    # Q = Mᵀ·P 64 products; each is within gamma_784 of its exact value relative to the sum of the
+    # absolute terms (Higham §3.1), and the estimate P·Qᵀ chains four of them: within 4·gamma_784 of
+    # PyTorch's, relative to its largest element, per iteration; the second adds the first's error
+    # (error feedback): 8·gamma_784. The biases are all-reduced as they are: two terms, bit for bit.
+    bound = 8 * gamma(784)
+    biases = list(range(50176, 50240)) + list(range(50880, 50890))
+    for it in (1, 2):
+        for r in range(W):
+            ours, theirs = floats(f"{tmp}/ours{it}_{r}.bin"), floats(f"{tmp}/torch{it}_{r}.bin")
+            if bits([ours[i] for i in biases]) != bits([theirs[i] for i in biases]):
+                raise Failure(f"iteration {it}, rank {r}: the biases (not compressed: all-reduced, divided by W) "
+                              f"differ from powerSGD_hook's")
+            top = max(abs(x) for x in theirs)
+            worst = max(range(n), key=lambda i: abs(ours[i] - theirs[i]))
+            ratio = abs(ours[worst] - theirs[worst]) / (bound * top)
+            if ratio > 1:
+                raise Failure(f"iteration {it}, rank {r}: element {worst} is {ours[worst]!r}, powerSGD_hook's "
+                              f"{theirs[worst]!r}: {ratio:.3g} times the bound {bound:.2g} x {top:.3g}"
+                              + ("; the first iteration agrees: is the error fed back (added before, kept "
+                                 "after), and the Q kept for the next iteration (warm start)?" if it == 2 else ""))
+            print(f"iteration {it}, rank {r}: largest difference {abs(ours[worst] - theirs[worst]):.3g}, "
+                  f"{ratio:.2g} of the bound; biases bit for bit")
+    print(f"{nbytes} bytes in two iterations (a float32 all-reduce: {2 * 4 * n})")
+
+
+def powersgd_resume_np2(tmp):
+    """--comm_hook powersgd at 2 ranks: a run resumed from a checkpoint (inside an epoch, after
+    PowerSGD started) ends bit for bit where the uninterrupted run ends (each rank's error feedback
+    and the Qs are saved beside the checkpoint); without those files the resume is refused."""
+    common = CLIP + ["--batch_size", "64", "--epochs", "2", "--comm_hook", "powersgd", "--powersgd_start_iter", "3"]
+    run("06_full", common + ["--save_interval", "0", "--metrics", f"{tmp}/a{{rank}}.jsonl"], np=2)
+    run("06_full", common + ["--max_steps", "7", "--save_interval", "1000", "--ckpt_dir", f"{tmp}/ck"], np=2)
+    run("06_full", common + ["--save_interval", "0", "--resume", f"{tmp}/ck/checkpoint.bin",
+                             "--metrics", f"{tmp}/b{{rank}}.jsonl"], np=2)
+    a, b = digests(f"{tmp}/a", 2), digests(f"{tmp}/b", 2)
+    if a != b:
+        raise Failure(f"resumed at step 7: digests {b}, uninterrupted {a}: is PowerSGD's state (error feedback, "
+                      "Q, iteration) saved with the checkpoint and loaded on resume, on every rank?")
+    la = [r["loss"] for r in step_records(f"{tmp}/a")][7:]
+    lb = [r["loss"] for r in step_records(f"{tmp}/b")]
+    if la != lb:
+        raise Failure("resumed at step 7: the digests agree but the per-step losses after it do not")
+    os.remove(f"{tmp}/ck/powersgd.rank1.bin")
+    _, err = run("06_full", common + ["--save_interval", "0", "--resume", f"{tmp}/ck/checkpoint.bin"], np=2,
+                 expect_rc=None)
+    if "powersgd.rank1.bin" not in err:
+        raise Failure(f"a resume without rank 1's PowerSGD state should be refused naming the file:\n{err}")
+    print(f"resumed at step 7 (PowerSGD from step 3): {len(lb)} more steps, digest {b[0]} as uninterrupted; "
+          "without powersgd.rank1.bin: refused")
+
+
+# ---- the finite check -----------------------------------------------------------------------------
+
+def nan_run(tmp, tag, extra, at=3):
+    """Step 06 at 2 ranks where rank 1's backward pass `at` turns a gradient into NaN (the test hook
+    DDP_TEST_NAN_BACKWARD of common/mlp.c, set on rank 1 only); returns (exit status, output, step
+    records of rank 0)."""
+    # check.py's bucket model, 784-15-10112-10: at this cap, 3 buckets, layer 0's weight alone in the last
+    args = small(hidden="15,10112") + ["--batch_size", "64", "--epochs", "1", "--bucket_cap_mb", "0.00005",
+                   "--metrics", f"{tmp}/{tag}{{rank}}.jsonl"] + extra + check.dist_args("06_full")
+    prog = os.path.join(check.BIN, "06_full")
+    cmd = [check.MPIEXEC, "-n", "1", prog] + args + [":", "-n", "1", "env", f"DDP_TEST_NAN_BACKWARD={at}", prog] + args
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    path = f"{tmp}/{tag}0.jsonl"  # a job that ended has no final object: read the step lines
+    recs = [json.loads(l) for l in open(path)] if os.path.exists(path) else []
+    recs = [r for r in recs if r["type"] == "step"]
+    return p.returncode, p.stdout + p.stderr, recs
+
+
+def check_finite_nan_np2(tmp):
+    """--check_finite: a NaN in one rank's gradients ends the job before the bucket's all-reduce,
+    naming that rank, the step and the bucket's layers; without the flag the NaN spreads to every
+    replica and only the loss check stops the job."""
+    rc, out, recs = nan_run(tmp, "c", ["--check_finite"])
+    want = "--check_finite: rank 1, step 3: 1 non-finite gradient value"
+    if rc == 0 or want not in out:
+        raise Failure(f"a NaN injected into rank 1's backward at step 3 with --check_finite: exit {rc}, and no "
+                      f"line '{want}...'\n{out}")
+    line = next(l for l in out.splitlines() if want in l)
+    if "bucket 2 (layers 0 to 0)" not in line or "before its all-reduce" not in line:
+        raise Failure(f"the message does not name the bucket's layers (layer 0, the only one poisoned): {line}")
+    if any(r["step"] >= 3 for r in recs):
+        raise Failure(f"rank 0 logged step 3 although rank 1's gradient was bad: {recs[-1]}")
+    print(f"with --check_finite: exit {rc}: {line.strip()}")
+    rc, out, recs = nan_run(tmp, "u", [])
+    if rc == 0 or "step 4: the loss is nan" not in out:
+        raise Failure(f"without --check_finite the NaN should reach every replica (every rank's parameters "
+                      f"took it at step 3, and the loss check stops the job at step 4: 'the loss is nan'): exit {rc}\n{out}")
+    print("without it: the all-reduce spread the NaN to every replica; the job ends only at the loss check: "
+          + next(l for l in out.splitlines() if "the loss is nan" in l).strip())
+
+
+SCENARIOS = {f.__name__: f for f in (clip_vs_torch, clip_steps_np2, clip_norm_np3, hook_vs_torch,
+                                     hook_bytes_np2, powersgd_vs_torch, powersgd_resume_np2,
+                                     check_finite_nan_np2)}
+
+
+def main():
+    name = sys.argv[1] if len(sys.argv) > 1 else ""
+    if name not in SCENARIOS:
+        print(f"usage: hooks_check.py {{{','.join(sorted(SCENARIOS))}}}", file=sys.stderr)
+        return 2
+    tmp = tempfile.mkdtemp(prefix=name + "-", dir=os.environ.get("DDP_CHECK_TMPDIR") or None)
+    signal.signal(signal.SIGTERM, check.on_term)
+    try:
+        SCENARIOS[name](tmp)
+    except Skip as e:
+        print(f"skipped {name}: {e}")
+        return check.SKIP
+    except Failure as e:
+        print(f"FAILED {name}: {e}", file=sys.stderr)
+        return 1
+    except check.Stopped:
+        return 128 + signal.SIGTERM
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"ok {name}: {SCENARIOS[name].__doc__.strip().splitlines()[0]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
