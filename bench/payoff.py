@@ -656,6 +656,7 @@ def main():
             shutil.rmtree(img, ignore_errors=True)
     print(f"load average at the end: {cpu_ddp.uptime()}")
     if o.json:
+        os.makedirs(os.path.dirname(os.path.abspath(o.json)), exist_ok=True)
         with open(o.json, "w") as f:
             json.dump({k: out.get(k, []) for k in FIELDS}, f, indent=1)
     return 0 if ok else 1

@@ -79,7 +79,9 @@ TEST(Bf16, RoundsToNearestEven) {
   EXPECT_TRUE(std::isnan(bf16_to_float(bf16_from_float(std::numeric_limits<float>::quiet_NaN()))));
   for (uint32_t h = 0; h < 0x10000; h++) {
     float f = bf16_to_float((uint16_t)h);
-    if (!std::isnan(f)) EXPECT_EQ(bf16_from_float(f), h);
+    if (!std::isnan(f)) {
+      EXPECT_EQ(bf16_from_float(f), h);
+    }
     EXPECT_EQ(bits(f), h << 16);
   }
 }
