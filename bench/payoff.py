@@ -2,10 +2,13 @@
 """What each stage buys: three measurements, each printed as a table, drawn as a PNG and written
 with --json PATH as {"speedup": [...], "slowlink": [...], "memory": [...]}, one object per row.
 
-    bench/payoff.py [speedup|slowlink|memory] [--quick] [--selftest] [--json PATH] [--img DIR]
+    bench/payoff.py [speedup|slowlink|memory|hooks] [--quick] [--selftest] [--json PATH] [--img DIR]
                     [--bin build/bin]
 
-No subcommand runs all three. --quick: about a minute each on a 2-core machine. --selftest (with
+No subcommand runs all three (hooks runs only when named: `bench/payoff.py hooks`, the figure of
+docs/hooks_and_clipping.md, rows {"backend", "link", "hook", "ms_per_step",
+"allreduce_bytes_per_step", "accuracy"} under the JSON key "hooks": step 06 over the 100 Mbit/s
+slow link below with each --comm_hook, PowerSGD compressing from step 10). --quick: about a minute each on a 2-core machine. --selftest (with
 --quick): the smallest sizes, then checks that the rows and their fields are there and sane (never
 a time); exits 1 on any failure. The figures go to --img DIR (default docs/img, with --quick out/:
 payoff_speedup.png, payoff_slowlink.png, payoff_memory.png; matplotlib, installed from Debian where
@@ -84,7 +87,9 @@ FIELDS = {
     "speedup": ["config", "samples_per_s", "seconds_to_accuracy", "accuracy"],
     "slowlink": ["backend", "link", "program", "cap_mb", "ms_per_step", "predicted_ms"],
     "memory": ["program", "ranks", "model", "peak_rss_kib", "optimizer_state_bytes"],
+    "hooks": ["backend", "link", "hook", "ms_per_step", "allreduce_bytes_per_step", "accuracy"],
 }
+HOOKS = ["allreduce", "fp16", "bf16", "powersgd"]  # step 06's --comm_hook
 PROGRAMS = ["04_ddp_wrap", "06_full", "07_zero", "08_fsdp"]
 LINKS = [("1gbit", "64kb"), ("100mbit", "32kb")]  # tc's rate, and tbf's burst where netem is missing
 DELAY = "0.25ms"
@@ -96,17 +101,22 @@ SIZES = {
         sl_hidden="512,512,512,512,512", sl_steps=20, sl_warmup=4, sl_caps=[0.25, 1.5, 1000], sl_iters=10,
         sl_batch=None,
         sl_links=LINKS, mem_models={"comparable": "4096,4096,4096", "one layer": "47000"},
-        mem_ranks=[1, 2, 3, 4], mem_steps=4),
+        mem_ranks=[1, 2, 3, 4], mem_steps=4,
+        hk_hidden="256", hk_batch=256, hk_epochs=2, hk_data=[], hk_start=10, hk_link=LINKS[1]),
     "quick": dict(
         sp_hidden="256", sp_batch=256, sp_epochs=2, sp_target=0.85, sp_dataset=0,
         sl_hidden="512,512,512", sl_steps=4, sl_warmup=1, sl_caps=[0.25, 1000], sl_iters=2, sl_batch=None,
         sl_links=LINKS, mem_models={"comparable": "2048,2048,2048", "one layer": "12800"},
-        mem_ranks=[1, 2, 4], mem_steps=1),
+        mem_ranks=[1, 2, 4], mem_steps=1,
+        hk_hidden="256", hk_batch=128, hk_epochs=1, hk_data=["--data", "synthetic", "--dataset_size", "4096"],
+        hk_start=2, hk_link=LINKS[1]),
     "selftest": dict(
         sp_hidden="64", sp_batch=128, sp_epochs=2, sp_target=0.60, sp_dataset=4096,
         sl_hidden="512,512,512", sl_steps=3, sl_warmup=0, sl_caps=[1000], sl_iters=2, sl_batch=64,
         sl_links=LINKS[:1], mem_models={"comparable": "256,256,256", "one layer": "512"},
-        mem_ranks=[2], mem_steps=1),
+        mem_ranks=[2], mem_steps=1,
+        hk_hidden="64", hk_batch=64, hk_epochs=1, hk_data=["--data", "synthetic", "--dataset_size", "1024"],
+        hk_start=2, hk_link=LINKS[0]),
 }
 
 
@@ -441,6 +451,47 @@ def slowlink(o, z, tmp):
 
 
 # ---------------------------------------------------------------------------------------------------
+# hooks: what goes on the wire (docs/hooks_and_clipping.md)
+
+def hooks(o, z, tmp):
+    """Step 06 over the slow link with each --comm_hook: ms per step, the bytes each rank hands to the
+    gradient collectives per step (the epoch records' allreduce_bytes over the steps), and the test
+    accuracy after the run. PowerSGD compresses from step --powersgd_start_iter (hk_start) on."""
+    if os.geteuid() != 0 or not shutil.which("tc") or not shutil.which("ip"):
+        print("hooks: skipped: the slow link needs root, tc and ip (Debian's iproute2)")
+        return [], {}
+    rate, burst = z["hk_link"]
+    rows = []
+    try:
+        nodes = Nodes(tmp)
+    except Skip as e:
+        print(f"hooks: skipped: {e}")
+        return [], {}
+    try:
+        kind = nodes.shape(rate, burst)
+        for backend in ("gloo", "mpi"):
+            for hook in HOOKS:
+                log(f"hooks: {rate} ({kind}), {backend}, --comm_hook {hook} ...")
+                tag = f"h{backend}{hook}"
+                extra = z["hk_data"] + ["--comm_hook", hook, "--powersgd_start_iter", str(z["hk_start"])]
+                nodes.launch(backend, [os.path.join(o.bin, "06_full")] + train_args(
+                    z["hk_hidden"], z["hk_batch"], tmp, tag, epochs=z["hk_epochs"], extra=extra), o.timeout)
+                recs = records(os.path.join(tmp, f"{tag}.m0.jsonl"))
+                epochs = [r for r in recs if r["type"] == "epoch"]
+                steps = len([r for r in recs if r["type"] == "step"])
+                rows.append({"backend": backend, "link": rate, "hook": hook, "ms_per_step": step_ms(recs, 2),
+                             "allreduce_bytes_per_step": sum(e["allreduce_bytes"] for e in epochs) / steps,
+                             "accuracy": epochs[-1]["test_acc"]})
+    finally:
+        nodes.close()
+    table(f"hooks: step 06, 2 nodes (network namespaces), one rank each, {rate} ({kind}); --hidden "
+          f"{z['hk_hidden']}, batch {z['hk_batch']} per rank, {z['hk_epochs']} epoch(s)"
+          f"{' of Fashion-MNIST' if not z['hk_data'] else ' of synthetic data'}; PowerSGD rank 1 from step "
+          f"{z['hk_start']}", rows, FIELDS["hooks"])
+    return rows, {"link": rate, "kind": kind}
+
+
+# ---------------------------------------------------------------------------------------------------
 # memory
 
 
@@ -500,7 +551,23 @@ def pyplot(install):
 
 
 def draw(plt, what, rows, info, path, command):
-    if what == "speedup":
+    if what == "hooks":
+        fig, ax = plt.subplots(1, 3, figsize=(12, 3.4))
+        for k, b in enumerate(("gloo", "mpi")):
+            rs = [r for r in rows if r["backend"] == b]
+            x = [i + 0.4 * k for i in range(len(rs))]
+            for a, key, scale in ((ax[0], "ms_per_step", 1), (ax[1], "allreduce_bytes_per_step", 1 / MIB),
+                                  (ax[2], "accuracy", 1)):
+                a.bar(x, [r[key] * scale for r in rs], width=0.4, label=b)
+        for a, label in zip(ax, ("ms per step", f"MiB per rank and step to the collectives",
+                                 "test accuracy at the end")):
+            a.set_xticks([i + 0.2 for i in range(len(HOOKS))], HOOKS, fontsize=8)
+            a.set_title(label, fontsize=9)
+        ax[2].set_ylim(0, 1)
+        ax[0].legend(fontsize=8)
+        fig.suptitle(f"step 06's --comm_hook over a {info['link']} link ({info['kind']}), one rank per node",
+                     fontsize=9)
+    elif what == "speedup":
         fig, ax = plt.subplots(1, 2, figsize=(10, 3.6))
         names = [r["config"] for r in rows]
         ax[0].barh(names, [r["samples_per_s"] for r in rows], color="tab:blue")
@@ -612,7 +679,8 @@ def check(rows, what, o, z):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", nargs="?", choices=["speedup", "slowlink", "memory"], help="one measurement (default: all)")
+    ap.add_argument("what", nargs="?", choices=["speedup", "slowlink", "memory", "hooks"],
+                    help="one measurement (default: the first three; hooks only when named)")
     ap.add_argument("--quick", action="store_true", help="about a minute each on 2 cores")
     ap.add_argument("--selftest", action="store_true", help="with --quick: the smallest sizes, and check the rows")
     ap.add_argument("--json", metavar="PATH", help='write {"speedup": [...], "slowlink": [...], "memory": [...]}')
@@ -639,14 +707,14 @@ def main():
     out, ok = {}, True
     try:
         for w in whats:
-            rows, info = {"speedup": speedup, "slowlink": slowlink, "memory": memory}[w](o, z, tmp)
+            rows, info = {"speedup": speedup, "slowlink": slowlink, "memory": memory, "hooks": hooks}[w](o, z, tmp)
             out[w] = rows
             if plt and rows:
                 draw(plt, w, rows, info, os.path.join(img, f"payoff_{w}.png"),
                      f"bench/payoff.py {w}{' --quick' if o.quick else ''}")
             elif not plt:
                 print("figures: matplotlib is missing (apt-get install python3-matplotlib): none drawn")
-            if o.selftest:
+            if o.selftest and w != "hooks":
                 ok &= check(rows, w, o, z)
     except Failed as e:
         sys.exit(f"payoff: a run failed: {e}")
