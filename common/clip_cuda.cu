@@ -7,11 +7,10 @@
 
 #include "check.h"
 #include "clip_backend.h"
+#include "cuda_launch.h"
 
-#define THREADS 256
+#define THREADS CUDA_THREADS
 #define BLOCKS 120  // enough to fill an H100/H200 (132 SMs) about once; a grid-stride loop covers the rest
-
-static cudaStream_t stream_of(const Ctx *c) { return (cudaStream_t)c->stream; }
 
 // acc (CLIP_SUMS) += the integer sums of g's squares; acc zeroed before.
 static __global__ void sum_squares_kernel(const float *g, size_t n, unsigned long long *acc) {
@@ -47,9 +46,8 @@ static __global__ void to_double_kernel(const unsigned long long *acc, double *s
 extern "C" void clip_sum_squares_cuda(Clip *k, const Ctx *c, const float *g, size_t n) {
   cudaCheck(cudaMemsetAsync(k->acc, 0, CLIP_SUMS * sizeof *k->acc, stream_of(c)));
   if (n > 0) {
-    size_t want = (n + THREADS - 1) / THREADS;
-    unsigned blocks = (unsigned)(want < BLOCKS ? want : BLOCKS);
-    sum_squares_kernel<<<blocks, THREADS, 0, stream_of(c)>>>(g, n, (unsigned long long *)k->acc);
+    sum_squares_kernel<<<blocks_for_at_most(n, BLOCKS), THREADS, 0, stream_of(c)>>>(
+        g, n, (unsigned long long *)k->acc);
     cudaCheck(cudaGetLastError());
   }
   to_double_kernel<<<(CLIP_SUMS + THREADS - 1) / THREADS, THREADS, 0, stream_of(c)>>>(
@@ -66,16 +64,13 @@ static __global__ void norm_kernel(const double *sums, float max_norm, float *no
 
 static __global__ void scale_kernel(float *g, size_t n, const float *coef) {
   float a = *coef;
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)blockDim.x * gridDim.x)
-    g[i] = __fmul_rn(g[i], a);
+  GRID_STRIDE_LOOP(i, n) g[i] = __fmul_rn(g[i], a);
 }
 
 extern "C" void clip_scale_cuda(Clip *k, const Ctx *c, float *g, size_t n) {
   norm_kernel<<<1, 1, 0, stream_of(c)>>>(k->sums, k->max_norm, k->norm, k->coef);
   cudaCheck(cudaGetLastError());
   if (n == 0) return;
-  size_t want = (n + THREADS - 1) / THREADS;
-  unsigned blocks = (unsigned)(want < 65535 ? want : 65535);
-  scale_kernel<<<blocks, THREADS, 0, stream_of(c)>>>(g, n, k->coef);
+  scale_kernel<<<blocks_for(n), THREADS, 0, stream_of(c)>>>(g, n, k->coef);
   cudaCheck(cudaGetLastError());
 }

@@ -7,19 +7,9 @@
 
 #include "check.h"
 #include "comm_hook_backend.h"
+#include "cuda_launch.h"
 
-#define THREADS 256
-#define MAX_BLOCKS 65535
-
-static cudaStream_t stream_of(const Ctx *c) { return (cudaStream_t)c->stream; }
-
-static unsigned blocks_for(size_t n) {
-  size_t b = (n + THREADS - 1) / THREADS;
-  return (unsigned)(b < MAX_BLOCKS ? b : MAX_BLOCKS);
-}
-
-#define GRID_STRIDE_LOOP(i, n) \
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (size_t)blockDim.x * gridDim.x)
+#define THREADS CUDA_THREADS
 
 static __global__ void compress_half_kernel(const float *src, __half *dst, size_t n, float w) {
   GRID_STRIDE_LOOP(i, n) { dst[i] = __float2half_rn(__fdiv_rn(__half2float(__float2half_rn(src[i])), w)); }

@@ -7,23 +7,11 @@
 #include <math.h>
 
 #include "check.h"
+#include "cuda_launch.h"
 #include "ops_backend.h"
 
-#define THREADS 256       // threads per block for the element-wise kernels
-#define MAX_BLOCKS 65535  // grid-stride loops cover the rest
+#define THREADS CUDA_THREADS  // threads per block for the element-wise kernels (cuda_launch.h)
 #define WARP 32
-
-static cudaStream_t stream_of(const Ctx *c) { return (cudaStream_t)c->stream; }
-
-// Blocks for a grid-stride loop over n elements (n > 0).
-static unsigned blocks_for(size_t n) {
-  size_t b = (n + THREADS - 1) / THREADS;
-  return (unsigned)(b < MAX_BLOCKS ? b : MAX_BLOCKS);
-}
-
-// Index of this thread and the stride of a grid-stride loop, in size_t so that n may exceed 2^31.
-#define GRID_STRIDE_LOOP(i, n) \
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (size_t)blockDim.x * gridDim.x)
 
 // ---------------------------------------------------------------------------------------------------
 // GEMM
