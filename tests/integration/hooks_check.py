@@ -494,8 +494,26 @@ def check_finite_nan_np2(tmp):
           + next(l for l in out.splitlines() if "the loss is nan" in l).strip())
 
 
+def hook_gloo_np2(tmp):
+    """Step 06 at 2 ranks with each --comm_hook ends with the same digest on Gloo (scripts/launch.sh) as
+    on MPI (mpirun): the 16-bit all-reduces (DIST_HALF, DIST_BF16) and PowerSGD's float ones sum two
+    terms, which both backends add in float32 and round once: the same arithmetic."""
+    common = CLIP + ["--batch_size", "64", "--epochs", "1", "--powersgd_start_iter", "3"]
+    for hook in ("fp16", "bf16", "powersgd"):
+        d = {}
+        for launcher in ("mpirun", "launch"):
+            tag = f"{tmp}/{hook}_{launcher}"
+            run("06_full", common + ["--comm_hook", hook, "--metrics", f"{tag}{{rank}}.jsonl"], np=2,
+                launcher=launcher)
+            d[launcher] = digests(tag, 2)
+        if len(set(d["mpirun"] + d["launch"])) != 1:
+            raise Failure(f"--comm_hook {hook}: mpirun (MPI) ends at {d['mpirun']}, scripts/launch.sh (Gloo) at "
+                          f"{d['launch']}: the backends' 16-bit or PowerSGD sums differ")
+        print(f"--comm_hook {hook}: MPI and Gloo end at {d['mpirun'][0]}")
+
+
 SCENARIOS = {f.__name__: f for f in (clip_vs_torch, clip_steps_np2, clip_norm_np3, hook_vs_torch,
-                                     hook_bytes_np2, powersgd_vs_torch, powersgd_resume_np2,
+                                     hook_bytes_np2, hook_gloo_np2, powersgd_vs_torch, powersgd_resume_np2,
                                      check_finite_nan_np2)}
 
 
