@@ -49,13 +49,13 @@ void comm_hook_save(const CommHook *h, const char *dir, int rank) {
   powersgd_save(&h->psgd, path);
 }
 
-void comm_hook_load(CommHook *h, const char *ckpt_path, int rank) {
+void comm_hook_load(CommHook *h, const char *ckpt_path, int rank, long long step) {
   if (h->kind != COMM_HOOK_POWERSGD) return;
   const char *slash = strrchr(ckpt_path, '/');
   char path[4096];
   snprintf(path, sizeof path, "%.*s/powersgd.rank%d.bin", slash ? (int)(slash - ckpt_path) : 1,
            slash ? ckpt_path : ".", rank);
-  powersgd_load(&h->psgd, path);
+  powersgd_load(&h->psgd, path, step);
 }
 
 void comm_hook_free(CommHook *h) {

@@ -133,12 +133,14 @@ void comm_hook_save(const CommHook *h, const char *dir, int rank);
 
 /**
  * @brief Loads what comm_hook_save() wrote beside the checkpoint file @p ckpt_path (its folder);
- * ends the job when it is missing or does not fit (powersgd only).
+ * ends the job when it is missing, does not fit, or was saved at another step than the checkpoint
+ * (a run stopped between the two saves) (powersgd only).
  * @param[in,out] h     the hook (after comm_hook_layout()).
  * @param[in] ckpt_path the checkpoint file resumed from.
  * @param[in] rank      this process's rank.
+ * @param[in] step      the checkpoint's optimizer step: the state must be of the same one.
  */
-void comm_hook_load(CommHook *h, const char *ckpt_path, int rank);
+void comm_hook_load(CommHook *h, const char *ckpt_path, int rank, long long step);
 
 /** @brief Releases the hook's buffers. */
 void comm_hook_free(CommHook *h);

@@ -269,7 +269,7 @@ static void get_device(In *in, const PowerSgd *s, float *x, size_t n) {
   in->at += n * sizeof(float);
 }
 
-void powersgd_load(PowerSgd *s, const char *path) {
+void powersgd_load(PowerSgd *s, const char *path, long long step) {
   FILE *f = fopen(path, "rb");
   if (!f)
     die(1,
@@ -297,6 +297,11 @@ void powersgd_load(PowerSgd *s, const char *path) {
   get(&in, &n, 8);
   get(&in, &nb, 4);
   if (version != PSGD_VERSION) die(1, "%s: version %u, this program reads %u", path, version, PSGD_VERSION);
+  if (iter != (uint64_t)step)
+    die(1,
+        "%s: PowerSGD's state of step %llu beside a checkpoint of step %lld (a run stopped between the two "
+        "saves?): resume an earlier checkpoint, or start again",
+        path, (unsigned long long)iter, step);
   if (n != s->n || nb != (uint32_t)s->n_buckets)
     die(1, "%s: %llu gradients in %u buckets, this run has %zu in %d (another model or --bucket_cap_mb)",
         path, (unsigned long long)n, nb, s->n, s->n_buckets);

@@ -139,11 +139,13 @@ void powersgd_save(const PowerSgd *s, const char *path);
 
 /**
  * @brief Reads this rank's state back from @p path; ends the job, saying what does not match, when
- * the file is missing, damaged, or of another layout (another model, bucket cap or rank).
+ * the file is missing, damaged, of another layout (another model, bucket cap or rank), or saved at
+ * another iteration than @p step (the checkpoint's: a run stopped between its two saves).
  * @param[in,out] s the state (after powersgd_layout()).
  * @param[in] path  the file.
+ * @param[in] step  the checkpoint's optimizer step, which the state's iteration count must equal.
  */
-void powersgd_load(PowerSgd *s, const char *path);
+void powersgd_load(PowerSgd *s, const char *path, long long step);
 
 /** @brief Releases the state. */
 void powersgd_free(PowerSgd *s);

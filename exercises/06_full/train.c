@@ -304,7 +304,7 @@ static void resume(Trainer *t) {
   if (!path) return;
   CkptMeta expect = checkpoint_meta(t, 0), meta;
   ckpt_load_model(path, &expect, &meta, &t->model, &t->opt, &t->ctx);
-  comm_hook_load(&t->hook, path, t->rank);  // --comm_hook powersgd: this rank's state, from beside it
+  comm_hook_load(&t->hook, path, t->rank, (long long)meta.step);  // powersgd: its state, beside it
   t->epoch0 = (int)meta.epoch;
   t->step = (long long)meta.step;
   t->epoch_step = (long long)meta.epoch_step;

@@ -60,8 +60,8 @@ void reducer_free(Reducer *r) {
 void reducer_register_comm_hook(Reducer *r, CommHook *hook, bool check_finite) {
   r->hook = hook;
   r->check_finite = check_finite;
-  for (int t = 0; hook && t < 2 * r->model->n_layers;
-       t++) {  // each bucket's tensors (GradBucket.gradients())
+  // the hook learns each bucket's tensors, weight then bias per layer (PyTorch: GradBucket.gradients())
+  for (int t = 0; hook && t < 2 * r->model->n_layers; t++) {
     int l = t / 2, out = r->model->sizes[l + 1];
     comm_hook_add_tensor(hook, r->bucket_of[t], t % 2 ? r->model->b_off[l] : r->model->w_off[l], out,
                          t % 2 ? 1 : r->model->sizes[l]);

@@ -430,7 +430,8 @@ def powersgd_vs_torch(tmp):
 def powersgd_resume_np2(tmp):
     """--comm_hook powersgd at 2 ranks: a run resumed from a checkpoint (inside an epoch, after
     PowerSGD started) ends bit for bit where the uninterrupted run ends (each rank's error feedback
-    and the Qs are saved beside the checkpoint); without those files the resume is refused."""
+    and the Qs are saved beside the checkpoint); without those files, or with one of another step,
+    the resume is refused."""
     common = CLIP + ["--batch_size", "64", "--epochs", "2", "--comm_hook", "powersgd", "--powersgd_start_iter", "3"]
     run("06_full", common + ["--save_interval", "0", "--metrics", f"{tmp}/a{{rank}}.jsonl"], np=2)
     run("06_full", common + ["--max_steps", "7", "--save_interval", "1000", "--ckpt_dir", f"{tmp}/ck"], np=2)
@@ -449,8 +450,16 @@ def powersgd_resume_np2(tmp):
                  expect_rc=None)
     if "powersgd.rank1.bin" not in err:
         raise Failure(f"a resume without rank 1's PowerSGD state should be refused naming the file:\n{err}")
+    # A run stopped between the checkpoint's save and its own state's: rank 1's state is of another step
+    run("06_full", common + ["--max_steps", "5", "--save_interval", "1000", "--ckpt_dir", f"{tmp}/ck5"], np=2)
+    shutil.copyfile(f"{tmp}/ck5/powersgd.rank1.bin", f"{tmp}/ck/powersgd.rank1.bin")
+    _, err = run("06_full", common + ["--save_interval", "0", "--resume", f"{tmp}/ck/checkpoint.bin"], np=2,
+                 expect_rc=None)
+    if "state of step 5 beside a checkpoint of step 7" not in err:
+        raise Failure(f"a resume with rank 1's PowerSGD state of step 5 beside a checkpoint of step 7 should be "
+                      f"refused saying so:\n{err}")
     print(f"resumed at step 7 (PowerSGD from step 3): {len(lb)} more steps, digest {b[0]} as uninterrupted; "
-          "without powersgd.rank1.bin: refused")
+          "without powersgd.rank1.bin, or with one of step 5: refused")
 
 
 # ---- the finite check -----------------------------------------------------------------------------
