@@ -44,6 +44,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from kill_rank import Output, rank_pids, session_pids, verify_checkpoint, wait_until  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "integration"))
+from check import torchrun_rendezvous  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RESTART = os.path.join(ROOT, "scripts", "restart.sh")
@@ -340,7 +342,9 @@ def drill_torchrun(a, work):
     ref = reference(a, work, a.step, 1, SMALL)
     ck = os.path.join(work, "torchrun")
     # --monitor_interval 0.2: the agent notices the killed worker within 0.2 s instead of 5 (its default)
-    cmd = [torchrun, "--nproc_per_node", "1", "--max_restarts", "3", "--monitor_interval", "0.2",
+    # torchrun_rendezvous: a free port (a plain torchrun's 29500 is every other torchrun's too)
+    cmd = [torchrun, *torchrun_rendezvous(), "--nproc_per_node", "1", "--max_restarts", "3",
+           "--monitor_interval", "0.2",
            "--redirects", "2", "--tee", "1",
            "--no_python", os.path.join(a.bin_dir, a.step), "--device", "cpu"] + SMALL + [
                "--resume", "auto", "--ckpt_dir", ck]

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 
 BIN = os.environ.get("DDP_BIN_DIR", "build/bin")
 MPIEXEC = os.environ.get("DDP_MPIEXEC", "mpiexec")
@@ -238,15 +239,27 @@ def torchrun_works():
     return exe
 
 
+def torchrun_rendezvous():
+    """torchrun's options for a one-node job: what --standalone sets (a c10d rendezvous that torchrun
+    hosts itself, under a fresh id), at a port the kernel picks (localhost:0), as docs/workshop.md
+    tells participants sharing a node. torch 1.13's --standalone always listens on port 29400, and a
+    torchrun without it on 29500 (--master_port's default): two tests launching torchrun at once met
+    there, and when the first job ended the other's agent lost its store ("The connection to the C10d
+    store has failed"; CI failed so once, in matrix_torchrun_np3)."""
+    return ["--rdzv_backend", "c10d", "--rdzv_endpoint", "localhost:0", "--nnodes", "1",
+            "--rdzv_id", uuid.uuid4().hex]
+
+
 def torchrun_cmd(np):
-    """torchrun's command line for np ranks of a program, or None when PyTorch is not installed.
+    """torchrun's command line for np ranks of a program, or None when PyTorch is not installed: the
+    course's `torchrun --standalone --nproc_per_node N --no_python`, its rendezvous on a free port.
     --redirects 1 --tee 1: Debian's torch 1.13 on Python 3.11 crashes on the default "0" (its Std
     IntFlag has no member 0 to iterate); stdout still reaches the console, prefixed."""
     exe = torchrun_works()
     if not exe:
         return None
-    return [exe, "--standalone", "--nproc_per_node", str(np), *TORCHRUN_POLL, "--redirects", "1", "--tee", "1",
-            "--log_dir", tempfile.mkdtemp(prefix="torchrun-logs-"), "--no_python"]
+    return [exe, *torchrun_rendezvous(), "--nproc_per_node", str(np), *TORCHRUN_POLL, "--redirects", "1",
+            "--tee", "1", "--log_dir", tempfile.mkdtemp(prefix="torchrun-logs-"), "--no_python"]
 
 
 def launch(cmd, np, launcher=None):
@@ -1395,7 +1408,8 @@ def launchers(tmp):
     torchrun = shutil.which("torchrun")
     if torchrun:
         # --redirects 2 --tee 1: Debian's torch 1.13 on Python 3.11 crashes on the default "0".
-        p = go("torchrun", [torchrun, "--nproc_per_node", "1", *TORCHRUN_POLL, "--redirects", "2", "--tee", "1",
+        p = go("torchrun", [torchrun, *torchrun_rendezvous(), "--nproc_per_node", "1", *TORCHRUN_POLL,
+                            "--redirects", "2", "--tee", "1",
                             "--no_python", prog] + args + ["--metrics", f"{tmp}/t{{rank}}.jsonl"])
         if metrics(f"{tmp}/t0.jsonl")[2]["world_size"] != 1:
             raise Failure("torchrun: wrong world size")

@@ -52,7 +52,8 @@ HAVE_MPI = os.environ.get("DDP_HAVE_MPI", "ON").upper() in ("ON", "1", "TRUE", "
 LAUNCHERS = {
     "mpirun": ("mpi", "local", "mpirun -n N"),
     "launch": ("gloo", "local", "scripts/launch.sh -n N"),
-    "torchrun": ("gloo", "local", "torchrun --standalone --nproc_per_node N --no_python"),
+    "torchrun": ("gloo", "local",
+                 "torchrun --nproc_per_node N --no_python (--standalone's rendezvous, on a free port)"),
     "srun_pmix": ("mpi", "slurm", "srun --mpi=pmix -n N"),
     "srun": ("gloo", "slurm", "srun -n N, MASTER_ADDR and MASTER_PORT exported"),
 }
@@ -89,10 +90,10 @@ LR = 0.05
 RUN_TIMEOUT = 60  # --timeout of every run of a step with a process group: a hang ends after 60 s
 # The line of a failed run's output quoted in its summary: the first that looks like the error.
 ERROR_LINE = re.compile(r"error|^\s*\*\*\* \w|abort|segmentation fault|watchdog|killed|signal", re.IGNORECASE)
-# A rank 0 that could not listen on the Gloo store's port (common/dist.c: MASTER_PORT + 1). Under
-# torchrun --standalone (torch 1.13, TORCHELASTIC_USE_AGENT_STORE=False: nothing listens on
-# MASTER_PORT) MASTER_PORT is a port torchrun took from bind(0), which Linux gives odd ports; + 1 is
-# even, the parity of connect()'s ephemeral ports, and a client connection's TIME_WAIT on it refuses
+# A rank 0 that could not listen on the Gloo store's port (common/dist.c, bootstrap_port). Under
+# torchrun's c10d rendezvous (--standalone's; torch 1.13 sets TORCHELASTIC_USE_AGENT_STORE=False)
+# that port is MASTER_PORT itself, which torchrun took from bind(0) and let go again: until rank 0
+# listens there, another test's connection may take it as its local port, and its TIME_WAIT refuses
 # the listen even with SO_REUSEADDR. On this VM, with other tests' connections around, 4 launches in
 # about 100 failed so, once twice in a row. The launch is tried up to PORT_RETRIES more times, each
 # noted in the output.
