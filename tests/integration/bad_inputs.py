@@ -18,11 +18,17 @@ import sys
 import tempfile
 import zlib
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from check import lock_port_pair  # noqa: E402
+
 BIN = os.path.abspath(os.environ.get("DDP_BIN_DIR", "build/bin"))
 MPIEXEC = os.environ.get("DDP_MPIEXEC", "mpiexec")
 # The cases of the Gloo backend need a build with it (CTest passes the build's DDP_HAVE_GLOO).
 HAVE_GLOO = os.environ.get("DDP_HAVE_GLOO", "ON").upper() in ("ON", "1", "TRUE", "YES")
 GLOO_CASES = {"L9", "L10", "L11"}
+# The cases whose rank listens on or connects to the port after their MASTER_PORT (the others stop
+# before any connection): run_case reserves those ports as every test's are (check.free_master_port)
+NETWORK_CASES = {"L10", "L11"}
 SMALL = ["--device", "cpu", "--data", "synthetic", "--dataset_size", "256", "--hidden", "16",
          "--epochs", "1", "--save_interval", "0"]
 IDX = ["--device", "cpu", "--hidden", "16", "--epochs", "1", "--save_interval", "0"]
@@ -451,6 +457,11 @@ def run_case(case, d):
         cmd = [os.path.join(BIN, prog)] + args
         if ranks > 1:
             cmd = [MPIEXEC, "-n", str(ranks)] + cmd
+    # A fixed port (the message names it, and docs/errors.md pastes it), so that no test beside it
+    # listens there
+    port = int(env["MASTER_PORT"]) if cid in NETWORK_CASES else 0
+    if port and not lock_port_pair(port & ~1, wait=60):
+        return "", [f"{cid}: ports {port & ~1} and {(port & ~1) + 1} stayed taken for 60 s"]
     before = snapshot(d)
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=clean_env(env), cwd=d)
