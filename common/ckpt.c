@@ -160,17 +160,6 @@ out_free_chunk:
   return rc;
 }
 
-// Makes the rename durable: fsync the directory entry, not just the file.
-static int fsync_dir(const char *dir) {
-  int fd = open(dir, O_RDONLY);
-  if (fd < 0) return -1;
-  int rc = fsync(fd);
-  int saved = errno;
-  close(fd);
-  errno = saved;
-  return rc;
-}
-
 // Removes the temporary files `PATH.tmp.PID` that savers killed mid-write left next to @p path: those
 // of a process that no longer exists on this machine, untouched for CKPT_STALE_SECONDS (the age
 // spares a saver on another node of a shared file system, whose PID means nothing here). Best effort:
@@ -305,7 +294,7 @@ int ckpt_save(const char *path, const CkptMeta *meta, const float *params, const
   remove_stale_tmp(dir, path);
   // The new file is already in place; a failed directory fsync only weakens durability across a
   // power loss. EINVAL means the file system cannot fsync directories at all, which is not an error.
-  if (fsync_dir(dir) != 0 && errno != EINVAL) {
+  if (file_sync_dir(dir) != 0 && errno != EINVAL) {
     set_err(err, err_len, "checkpoint '%s' written, but fsync of directory '%s' failed: %s", path, dir,
             strerror(errno));
     return -1;
@@ -321,24 +310,8 @@ out_fail : {
   return -1;
 }
 
-// mkdir -p: creates dir and any missing parents (0 when it exists at the end).
-static int make_dirs(const char *dir) {
-  char path[4096];
-  if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) {
-    errno = ENAMETOOLONG;
-    return -1;
-  }
-  for (char *p = path + 1; *p; p++) {
-    if (*p != '/') continue;
-    *p = '\0';
-    if (mkdir(path, 0777) != 0 && errno != EEXIST) return -1;
-    *p = '/';
-  }
-  return mkdir(path, 0777) != 0 && errno != EEXIST ? -1 : 0;
-}
-
 int ckpt_dir_check(const char *dir, char *err, size_t err_len) {
-  if (make_dirs(dir) != 0) {
+  if (file_make_dirs(dir) != 0) {
     set_err(err, err_len, "cannot create the checkpoint directory '%s': %s", dir, strerror(errno));
     return -1;
   }

@@ -1,4 +1,5 @@
 // comm_hook.c: DDP's communication hooks (comm_hook.h), and the CPU reference of their casts.
+#include <dirent.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -42,19 +43,44 @@ void comm_hook_layout(CommHook *h) {
   if (h->kind == COMM_HOOK_POWERSGD) powersgd_layout(&h->psgd);
 }
 
-void comm_hook_save(const CommHook *h, const char *dir, int rank) {
-  if (h->kind != COMM_HOOK_POWERSGD) return;
+// DIR/powersgd.step<S>.rank<R>.bin
+static void state_path(char *path, size_t size, const char *dir, int dir_len, long long step, int rank) {
+  snprintf(path, size, "%.*s/powersgd.step%lld.rank%d.bin", dir_len, dir, step, rank);
+}
+
+bool comm_hook_save(const CommHook *h, const char *dir, int rank, long long step) {
+  if (h->kind != COMM_HOOK_POWERSGD) return false;
   char path[4096];
-  snprintf(path, sizeof path, "%s/powersgd.rank%d.bin", dir, rank);
+  state_path(path, sizeof path, dir, (int)strlen(dir), step, rank);
   powersgd_save(&h->psgd, path);
+  return true;
+}
+
+void comm_hook_prune(const CommHook *h, const char *dir, int rank, long long step) {
+  if (h->kind != COMM_HOOK_POWERSGD) return;
+  DIR *d = opendir(dir);
+  if (!d) return;
+  for (struct dirent *e; (e = readdir(d)) != NULL;) {
+    long long s;
+    int r, end = 0;
+    // this rank's states of another step, and any it left half-written (.tmp: killed while saving)
+    if (sscanf(e->d_name, "powersgd.step%lld.rank%d.bin%n", &s, &r, &end) != 2 || end == 0 || r != rank)
+      continue;
+    bool whole = e->d_name[end] == '\0', tmp = strcmp(e->d_name + end, ".tmp") == 0;
+    if ((whole && s != step) || tmp) {
+      char path[4096];
+      snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+      remove(path);
+    }
+  }
+  closedir(d);
 }
 
 void comm_hook_load(CommHook *h, const char *ckpt_path, int rank, long long step) {
   if (h->kind != COMM_HOOK_POWERSGD) return;
   const char *slash = strrchr(ckpt_path, '/');
   char path[4096];
-  snprintf(path, sizeof path, "%.*s/powersgd.rank%d.bin", slash ? (int)(slash - ckpt_path) : 1,
-           slash ? ckpt_path : ".", rank);
+  state_path(path, sizeof path, slash ? ckpt_path : ".", slash ? (int)(slash - ckpt_path) : 1, step, rank);
   powersgd_load(&h->psgd, path, step);
 }
 

@@ -123,22 +123,40 @@ void comm_hook_wait(CommHook *h, int bucket, float *grads, size_t offset, size_t
 long long comm_hook_take_bytes(CommHook *h);
 
 /**
- * @brief Saves the hook's state beside a checkpoint (powersgd: `DIR/powersgd.rank<R>.bin`, every rank
- * its own; the other hooks have none).
+ * @brief Saves the hook's state of optimizer step @p step beside a checkpoint (powersgd:
+ * `DIR/powersgd.step<S>.rank<R>.bin`, every rank its own, on disk when this returns; the other hooks
+ * have none), **before** the checkpoint of that step: the caller writes the checkpoint only once every
+ * rank's state is saved, and removes older states only once the checkpoint is written
+ * (comm_hook_prune()). A rank killed at any moment then leaves a checkpoint whose states all exist: a
+ * restart resumes it.
  * @param[in] h    the hook.
  * @param[in] dir  the checkpoint's folder.
  * @param[in] rank this process's rank.
+ * @param[in] step the optimizer step the checkpoint will record.
+ * @return true when a state was written (the same on every rank): wait for every rank before the
+ *         checkpoint.
  */
-void comm_hook_save(const CommHook *h, const char *dir, int rank);
+bool comm_hook_save(const CommHook *h, const char *dir, int rank, long long step);
 
 /**
- * @brief Loads what comm_hook_save() wrote beside the checkpoint file @p ckpt_path (its folder);
- * ends the job when it is missing, does not fit, or was saved at another step than the checkpoint
- * (a run stopped between the two saves) (powersgd only).
+ * @brief Removes this rank's states of other steps than @p step from @p dir (powersgd only), once
+ * the checkpoint of @p step is written: the states of the checkpoint it replaced, or of one a killed
+ * run never wrote, and any `.tmp` a killed save left. Best effort: a file that cannot be removed
+ * stays (it is never read).
+ * @param[in] h    the hook.
+ * @param[in] dir  the checkpoint's folder.
+ * @param[in] rank this process's rank.
+ * @param[in] step the step of the checkpoint now in @p dir.
+ */
+void comm_hook_prune(const CommHook *h, const char *dir, int rank, long long step);
+
+/**
+ * @brief Loads the state comm_hook_save() wrote for the checkpoint file @p ckpt_path (in its folder, of
+ * its step); ends the job when it is missing, does not fit, or holds another step (powersgd only).
  * @param[in,out] h     the hook (after comm_hook_layout()).
  * @param[in] ckpt_path the checkpoint file resumed from.
  * @param[in] rank      this process's rank.
- * @param[in] step      the checkpoint's optimizer step: the state must be of the same one.
+ * @param[in] step      the checkpoint's optimizer step.
  */
 void comm_hook_load(CommHook *h, const char *ckpt_path, int rank, long long step);
 

@@ -14,6 +14,7 @@
 #include "check.h"
 #include "comm_hook.h"
 #include "devmem.h"
+#include "file.h"
 #include "ops.h"
 
 void powersgd_init(PowerSgd *s, ProcessGroup *pg, size_t n, int rank, long long start_iter, uint64_t seed) {
@@ -211,21 +212,19 @@ static void put_device(Out *o, const PowerSgd *s, const float *x, size_t n, floa
   }
 }
 
-static void make_parent(const char *path) {
-  char dir[4096];
-  snprintf(dir, sizeof dir, "%s", path);
-  for (char *p = dir + 1; *p; p++) {
-    if (*p != '/') continue;
-    *p = '\0';
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST) die(1, "cannot create %s: %s", dir, strerror(errno));
-    *p = '/';
-  }
+// The folder of path ("." when it names none).
+static void parent_dir(const char *path, char *dir, size_t size) {
+  const char *slash = strrchr(path, '/');
+  if (!slash) snprintf(dir, size, ".");
+  else snprintf(dir, size, "%.*s", slash == path ? 1 : (int)(slash - path), path);
 }
 
 void powersgd_save(const PowerSgd *s, const char *path) {
   char tmp[4200];
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  make_parent(path);
+  char dir[4096];
+  parent_dir(path, dir, sizeof dir);
+  if (file_make_dirs(dir) != 0) die(1, "cannot create %s: %s", dir, strerror(errno));
   Out o = {fopen(tmp, "wb"), 0, tmp};
   if (!o.f) die(1, "cannot create %s: %s", tmp, strerror(errno));
   uint32_t version = PSGD_VERSION, nb = (uint32_t)s->n_buckets;
@@ -249,6 +248,8 @@ void powersgd_save(const PowerSgd *s, const char *path) {
   if (fflush(o.f) != 0 || fsync(fileno(o.f)) != 0 || fclose(o.f) != 0)
     die(1, "cannot write %s: %s", tmp, strerror(errno));
   if (rename(tmp, path) != 0) die(1, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+  // durable before the checkpoint that needs it is written (EINVAL: a file system without folder fsync)
+  if (file_sync_dir(dir) != 0 && errno != EINVAL) die(1, "cannot fsync %s: %s", dir, strerror(errno));
 }
 
 typedef struct In {  // a file read whole
@@ -299,8 +300,8 @@ void powersgd_load(PowerSgd *s, const char *path, long long step) {
   if (version != PSGD_VERSION) die(1, "%s: version %u, this program reads %u", path, version, PSGD_VERSION);
   if (iter != (uint64_t)step)
     die(1,
-        "%s: PowerSGD's state of step %llu beside a checkpoint of step %lld (a run stopped between the two "
-        "saves?): resume an earlier checkpoint, or start again",
+        "%s: PowerSGD's state of step %llu for a checkpoint of step %lld (a file copied or renamed?): resume "
+        "the checkpoint it was saved with, or start again",
         path, (unsigned long long)iter, step);
   if (n != s->n || nb != (uint32_t)s->n_buckets)
     die(1, "%s: %llu gradients in %u buckets, this run has %zu in %d (another model or --bucket_cap_mb)",

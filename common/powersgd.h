@@ -22,8 +22,9 @@
  * after the other when the bucket is ready (PyTorch chains them as futures).
  *
  * The state is saved beside each checkpoint, one file per rank (each rank's error feedback is its
- * own): `powersgd.rank<R>.bin` in the checkpoint's folder (powersgd_save()), so that a resumed run
- * continues exactly (powersgd_load(), at the same world size).
+ * own): `powersgd.step<S>.rank<R>.bin` in the checkpoint's folder (powersgd_save(); comm_hook_save()
+ * names it and orders it before the checkpoint), so that a resumed run continues exactly
+ * (powersgd_load(), at the same world size).
  */
 #ifndef DDP_POWERSGD_H
 #define DDP_POWERSGD_H
@@ -130,8 +131,9 @@ void powersgd_set_q(PowerSgd *s, int bucket, const float *q);
 /**
  * @brief Writes this rank's state to @p path: `DDPPSGD` + NUL, u32 version 1, u64 iteration, u64 n,
  * u32 buckets, per bucket u64 Q floats and u32 warm, then f32 error[n], each bucket's Q, and a CRC-32
- * of all that (little-endian). Written to `PATH.tmp` and renamed, so a crash never leaves half a
- * file; the folder is created if missing. Ends the job when it cannot be written.
+ * of all that (little-endian). Written to `PATH.tmp`, synced, renamed, and the folder synced, so a
+ * crash never leaves half a file and the file is on disk when this returns; the folder is created if
+ * missing. Ends the job when it cannot be written.
  * @param[in] s    the state.
  * @param[in] path the file.
  */
@@ -140,7 +142,7 @@ void powersgd_save(const PowerSgd *s, const char *path);
 /**
  * @brief Reads this rank's state back from @p path; ends the job, saying what does not match, when
  * the file is missing, damaged, of another layout (another model, bucket cap or rank), or saved at
- * another iteration than @p step (the checkpoint's: a run stopped between its two saves).
+ * another iteration than @p step (the checkpoint's: a file copied or renamed).
  * @param[in,out] s the state (after powersgd_layout()).
  * @param[in] path  the file.
  * @param[in] step  the checkpoint's optimizer step, which the state's iteration count must equal.

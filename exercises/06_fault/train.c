@@ -293,10 +293,14 @@ static CkptMeta checkpoint_meta(const Trainer *t, int epochs_done) {
 
 static void save_checkpoint(Trainer *t, const char *dir, int epochs_done) {
   CkptMeta meta = checkpoint_meta(t, epochs_done);
+  // --comm_hook powersgd: every rank saves its own state (its error feedback) of this step first, and
+  // the checkpoint follows once all have: a rank killed in between leaves the previous one whole
+  if (comm_hook_save(&t->hook, dir, t->rank, t->step)) dist_barrier(&t->pg);
   // TODO(06_fault): the replicas are equal, so one rank writes the snapshot; and no rank may go
   // on (or, after a restart, read the file) before it is complete. Until then every rank writes
   // it, and each goes on as soon as its own write is done.
   ckpt_save_model(dir, &meta, &t->model, &t->opt, &t->ctx);
+  comm_hook_prune(&t->hook, dir, t->rank, t->step);  // powersgd: the states of older checkpoints
 }
 
 static void resume(Trainer *t) {

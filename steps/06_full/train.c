@@ -289,11 +289,13 @@ static CkptMeta checkpoint_meta(const Trainer *t, int epochs_done) {
 
 static void save_checkpoint(Trainer *t, const char *dir, int epochs_done) {
   CkptMeta meta = checkpoint_meta(t, epochs_done);
+  // --comm_hook powersgd: every rank saves its own state (its error feedback) of this step first, and
+  // the checkpoint follows once all have: a rank killed in between leaves the previous one whole
+  if (comm_hook_save(&t->hook, dir, t->rank, t->step)) dist_barrier(&t->pg);
   if (t->rank == 0)  // [ckpt] one writer: the replicas are equal
     ckpt_save_model(dir, &meta, &t->model, &t->opt, &t->ctx);
-  // --comm_hook powersgd: every rank saves its own state (its error feedback), beside the checkpoint
-  comm_hook_save(&t->hook, dir, t->rank);
   dist_barrier(&t->pg);  // [ckpt] nobody goes on (or reads the file) before it is complete
+  comm_hook_prune(&t->hook, dir, t->rank, t->step);  // powersgd: the states of older checkpoints
 }
 
 static void resume(Trainer *t) {

@@ -25,6 +25,8 @@ compares the final param_digest lines bit for bit. Drills:
   settings    --resume auto with other --lr, --momentum, --weight_decay and --epochs resumes (a checkpoint does
               not record them) and says that they are not compared; another --seed is refused
 
+With --comm_hook powersgd every run of step 06 compresses its gradients with PowerSGD (from step 3), whose
+state each rank saves beside the checkpoint: a kill must never leave a checkpoint without its states.
 Every process a drill starts is stopped by the drill (by pid and session), also when it fails.
 Standard library only; reuses kill_rank.py's process helpers. Exit 1 on any failure, 77 when skipped.
 Environment: DDP_BIN_DIR (default build/bin), DDP_MPIEXEC (default mpirun).
@@ -140,7 +142,7 @@ def digest(text):
 
 
 def mpi_cmd(a, step, np, args, ckdir):
-    return [a.mpiexec, "-np", str(np), os.path.join(a.bin_dir, step), "--device", "cpu"] + args + [
+    return [a.mpiexec, "-np", str(np), os.path.join(a.bin_dir, step), "--device", "cpu"] + args + a.hook + [
         "--resume", "auto", "--ckpt_dir", ckdir]
 
 
@@ -506,13 +508,18 @@ def main(argv=None):
     ap.add_argument("--seeds", default="1", help="comma-separated seeds of the kill points (default 1)")
     ap.add_argument("--bin_dir", default=os.environ.get("DDP_BIN_DIR", "build/bin"))
     ap.add_argument("--mpiexec", default=os.environ.get("DDP_MPIEXEC", "mpirun"))
+    ap.add_argument("--comm_hook", choices=["allreduce", "powersgd"], default="allreduce",
+                    help="step 06's --comm_hook in every run (powersgd: from step 3, its state saved with the "
+                         "checkpoints)")
     a = ap.parse_args(argv)
+    a.hook = [] if a.comm_hook == "allreduce" else ["--comm_hook", a.comm_hook, "--powersgd_start_iter", "3"]
     a.bin_dir = os.path.abspath(a.bin_dir)
     a.seeds = [int(s) for s in a.seeds.split(",")]
     work = tempfile.mkdtemp(prefix=f"restart_drill-{a.drill}-")
     t0 = time.monotonic()
     try:
-        print(f"restart_drill {a.drill}: {a.step} at {a.np} ranks, seeds {a.seeds}", flush=True)
+        print(f"restart_drill {a.drill}: {a.step} at {a.np} ranks, seeds {a.seeds}"
+              + (f", --comm_hook {a.comm_hook}" if a.hook else ""), flush=True)
         rc = DRILLS[a.drill](a, work) or 0
     except Failure as e:
         print(f"FAILED {a.drill}: {e}", file=sys.stderr)

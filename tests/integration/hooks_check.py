@@ -430,36 +430,72 @@ def powersgd_vs_torch(tmp):
 def powersgd_resume_np2(tmp):
     """--comm_hook powersgd at 2 ranks: a run resumed from a checkpoint (inside an epoch, after
     PowerSGD started) ends bit for bit where the uninterrupted run ends (each rank's error feedback
-    and the Qs are saved beside the checkpoint); without those files, or with one of another step,
-    the resume is refused."""
+    and the Qs are saved beside the checkpoint, as powersgd.step<S>.rank<R>.bin). Every rank saves its
+    state of step S before rank 0 writes the checkpoint of step S, and removes older states only after
+    it: the folder a rank killed between those leaves (the checkpoint of step 5 with states of 5 and 7;
+    the checkpoint of 7 with states of 7 and 5) resumes exactly too, and the next save removes the
+    stale states. Without rank 1's state, or with a state of another step under its name: refused."""
     common = CLIP + ["--batch_size", "64", "--epochs", "2", "--comm_hook", "powersgd", "--powersgd_start_iter", "3"]
     run("06_full", common + ["--save_interval", "0", "--metrics", f"{tmp}/a{{rank}}.jsonl"], np=2)
-    run("06_full", common + ["--max_steps", "7", "--save_interval", "1000", "--ckpt_dir", f"{tmp}/ck"], np=2)
-    run("06_full", common + ["--save_interval", "0", "--resume", f"{tmp}/ck/checkpoint.bin",
-                             "--metrics", f"{tmp}/b{{rank}}.jsonl"], np=2)
-    a, b = digests(f"{tmp}/a", 2), digests(f"{tmp}/b", 2)
-    if a != b:
-        raise Failure(f"resumed at step 7: digests {b}, uninterrupted {a}: is PowerSGD's state (error feedback, "
-                      "Q, iteration) saved with the checkpoint and loaded on resume, on every rank?")
-    la = [r["loss"] for r in step_records(f"{tmp}/a")][7:]
-    lb = [r["loss"] for r in step_records(f"{tmp}/b")]
-    if la != lb:
-        raise Failure("resumed at step 7: the digests agree but the per-step losses after it do not")
-    os.remove(f"{tmp}/ck/powersgd.rank1.bin")
-    _, err = run("06_full", common + ["--save_interval", "0", "--resume", f"{tmp}/ck/checkpoint.bin"], np=2,
+    a = digests(f"{tmp}/a", 2)
+    la = [r["loss"] for r in step_records(f"{tmp}/a")]
+    for at in (5, 7):
+        run("06_full", common + ["--max_steps", str(at), "--save_interval", "1000", "--ckpt_dir", f"{tmp}/ck{at}"],
+            np=2)
+        names = sorted(os.listdir(f"{tmp}/ck{at}"))
+        want = ["checkpoint.bin", f"powersgd.step{at}.rank0.bin", f"powersgd.step{at}.rank1.bin"]
+        if names != want:
+            raise Failure(f"a run saved at step {at} left {names} in its --ckpt_dir, expected {want}")
+        # the order of the saves, by the files' last writes: every state before the checkpoint
+        written = {n: os.stat(f"{tmp}/ck{at}/{n}").st_mtime_ns for n in names}
+        if max(written[n] for n in names[1:]) > written["checkpoint.bin"]:
+            raise Failure(f"at step {at} a PowerSGD state was written after the checkpoint ({written}): a rank "
+                          "killed in between leaves a checkpoint without its state, which no restart can resume")
+
+    def resume(tag, folder, at):
+        run("06_full", common + ["--save_interval", "0", "--resume", f"{folder}/checkpoint.bin",
+                                 "--metrics", f"{tmp}/{tag}{{rank}}.jsonl"], np=2)
+        b = digests(f"{tmp}/{tag}", 2)
+        if b != a:
+            raise Failure(f"{tag}: resumed at step {at}: digests {b}, uninterrupted {a}: is PowerSGD's state "
+                          "(error feedback, Q, iteration) saved with the checkpoint and loaded on resume, on every "
+                          "rank?")
+        if la[at:] != [r["loss"] for r in step_records(f"{tmp}/{tag}")]:
+            raise Failure(f"{tag}: resumed at step {at}: the digests agree but the per-step losses after it do not")
+
+    resume("b", f"{tmp}/ck7", 7)
+    # Killed after the states of step 7, before the checkpoint of step 7: the folder of step 5 plus them
+    shutil.copytree(f"{tmp}/ck5", f"{tmp}/before")
+    for r in range(2):
+        shutil.copy(f"{tmp}/ck7/powersgd.step7.rank{r}.bin", f"{tmp}/before")
+    resume("c", f"{tmp}/before", 5)
+    # Killed after the checkpoint of step 7, before the states of step 5 were removed
+    shutil.copytree(f"{tmp}/ck7", f"{tmp}/after")
+    for r in range(2):
+        shutil.copy(f"{tmp}/ck5/powersgd.step5.rank{r}.bin", f"{tmp}/after")
+    with open(f"{tmp}/after/powersgd.step3.rank1.bin.tmp", "wb") as f:
+        f.write(b"half a state")  # and a save killed midway, long ago
+    resume("d", f"{tmp}/after", 7)
+    run("06_full", common + ["--max_steps", "9", "--save_interval", "1000", "--resume", "auto",
+                             "--ckpt_dir", f"{tmp}/after"], np=2)
+    names = sorted(os.listdir(f"{tmp}/after"))
+    if names != ["checkpoint.bin", "powersgd.step9.rank0.bin", "powersgd.step9.rank1.bin"]:
+        raise Failure(f"after a save at step 9 the folder holds {names}: the stale states (of steps 5 and 7, and "
+                      "a .tmp) should be gone")
+    os.remove(f"{tmp}/ck7/powersgd.step7.rank1.bin")
+    _, err = run("06_full", common + ["--save_interval", "0", "--resume", f"{tmp}/ck7/checkpoint.bin"], np=2,
                  expect_rc=None)
-    if "powersgd.rank1.bin" not in err:
+    if "powersgd.step7.rank1.bin" not in err:
         raise Failure(f"a resume without rank 1's PowerSGD state should be refused naming the file:\n{err}")
-    # A run stopped between the checkpoint's save and its own state's: rank 1's state is of another step
-    run("06_full", common + ["--max_steps", "5", "--save_interval", "1000", "--ckpt_dir", f"{tmp}/ck5"], np=2)
-    shutil.copyfile(f"{tmp}/ck5/powersgd.rank1.bin", f"{tmp}/ck/powersgd.rank1.bin")
-    _, err = run("06_full", common + ["--save_interval", "0", "--resume", f"{tmp}/ck/checkpoint.bin"], np=2,
+    shutil.copyfile(f"{tmp}/ck5/powersgd.step5.rank1.bin", f"{tmp}/ck7/powersgd.step7.rank1.bin")
+    _, err = run("06_full", common + ["--save_interval", "0", "--resume", f"{tmp}/ck7/checkpoint.bin"], np=2,
                  expect_rc=None)
-    if "state of step 5 beside a checkpoint of step 7" not in err:
-        raise Failure(f"a resume with rank 1's PowerSGD state of step 5 beside a checkpoint of step 7 should be "
+    if "state of step 5 for a checkpoint of step 7" not in err:
+        raise Failure(f"a resume with rank 1's PowerSGD state of step 5 under the name of step 7's should be "
                       f"refused saying so:\n{err}")
-    print(f"resumed at step 7 (PowerSGD from step 3): {len(lb)} more steps, digest {b[0]} as uninterrupted; "
-          "without powersgd.rank1.bin, or with one of step 5: refused")
+    print(f"resumed at step 7 (PowerSGD from step 3): {len(la) - 7} more steps, digest {a[0]} as uninterrupted; "
+          "so too from the folders a kill between the states and the checkpoint leaves (steps 5 and 7); the next "
+          "save removed the stale states; without powersgd.step7.rank1.bin, or with step 5's under its name: refused")
 
 
 # ---- the finite check -----------------------------------------------------------------------------

@@ -283,6 +283,10 @@ ddp_fault(kill_06_np3 kill --step 06_full --np 3 --seeds 3,4)
 ddp_fault(kill_07_np2 kill --step 07_zero --np 2 --seeds 5,6)
 ddp_fault(kill_07_np3 kill --step 07_zero --np 3 --seeds 7,8)
 ddp_fault(kill_while_saving save --step 06_full --np 2)
+# PowerSGD's per-rank state beside each checkpoint: a kill (at a drawn step, or of rank 0 while it writes
+# the checkpoint) must leave a checkpoint whose states all exist, so that the restart resumes it exactly
+ddp_fault(kill_06_powersgd kill --step 06_full --np 2 --seeds 11 --comm_hook powersgd)
+ddp_fault(kill_while_saving_powersgd save --step 06_full --np 2 --comm_hook powersgd)
 ddp_fault(kill_during_startup startup --step 07_zero --np 3)
 ddp_fault(preempt_one_rank preempt --step 06_full --np 3 --seeds 9)
 ddp_fault(restart_limit limit --step 06_full --np 2)
