@@ -28,8 +28,9 @@ void agree_add(Agreement *a, const char *name, const char *fmt, ...) {
   vsnprintf(full, sizeof full, fmt, ap);
   va_end(ap);
   snprintf(a->name[a->n], AGREE_NAME, "%s", name);
-  if (strlen(full) < AGREE_VALUE)
-    snprintf(a->value[a->n], AGREE_VALUE, "%s", full);
+  size_t len = strlen(full);
+  if (len < AGREE_VALUE)
+    memcpy(a->value[a->n], full, len + 1);  // fits (snprintf here draws -Wformat-truncation)
   else
     snprintf(a->value[a->n], AGREE_VALUE, "%.*s... (hash %016llx)", AGREE_VALUE - 32, full,
              (unsigned long long)fnv1a(full));
