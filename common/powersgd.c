@@ -215,8 +215,10 @@ static void put_device(Out *o, const PowerSgd *s, const float *x, size_t n, floa
 // The folder of path ("." when it names none).
 static void parent_dir(const char *path, char *dir, size_t size) {
   const char *slash = strrchr(path, '/');
-  if (!slash) snprintf(dir, size, ".");
-  else snprintf(dir, size, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+  if (!slash)
+    snprintf(dir, size, ".");
+  else
+    snprintf(dir, size, "%.*s", slash == path ? 1 : (int)(slash - path), path);
 }
 
 void powersgd_save(const PowerSgd *s, const char *path) {
