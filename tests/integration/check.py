@@ -2368,7 +2368,7 @@ def fault06_drill(tmp):
     Under scripts/restart.sh, SIGKILL one of 2 ranks of 06_full at a step drawn from a seed; the restart
     resumes inside the epoch and ends with the uninterrupted run's param_digest."""
     rd = fault_drill_module()
-    a = argparse.Namespace(mpiexec=MPIEXEC, bin_dir=os.path.abspath(BIN))
+    a = argparse.Namespace(mpiexec=MPIEXEC, bin_dir=os.path.abspath(BIN), hook=[])  # restart_drill's options
     # restart_drill's SMALL: 64 steps per epoch at 2 ranks, one epoch, a snapshot every 7 steps
     args = rd.SMALL + dist_args("06_full")
     per_epoch = 4096 // 2 // 32
