@@ -32,6 +32,7 @@ Standard library only; reuses kill_rank.py's process helpers. Exit 1 on any fail
 Environment: DDP_BIN_DIR (default build/bin), DDP_MPIEXEC (default mpirun).
 """
 import argparse
+import glob
 import json
 import os
 import random
@@ -166,14 +167,23 @@ def supervised(a, work, name, step, np, args, restarts=3):
     return Job([RESTART, "--max_restarts", str(restarts), "--"] + mpi_cmd(a, step, np, args, ck), ck, work), ck
 
 
+class Late(Failure):
+    """The kill reached a rank only after its run had ended: the drill tested nothing."""
+
+
 def kill_and_compare(job, ref, victim_pid, sig=signal.SIGKILL, what=""):
-    os.kill(victim_pid, sig)
+    try:
+        os.kill(victim_pid, sig)
+    except ProcessLookupError:
+        pass  # the rank has ended: the run may have ended first (Late below)
     rc = job.wait(300)
     text = job.text()
+    if "restart.sh: attempt 0 failed with status" not in text and rc == 0:
+        raise Late(f"{what}: the kill did not fail attempt 0 (the run ended first):\n{text[-3000:]}")
     if rc != 0:
         raise Failure(f"{what}: restart.sh exited {rc}:\n{text[-3000:]}")
     if "restart.sh: attempt 0 failed with status" not in text:
-        raise Failure(f"{what}: the kill did not fail attempt 0 (did the run end first?):\n{text[-3000:]}")
+        raise Failure(f"{what}: the kill did not fail attempt 0:\n{text[-3000:]}")
     if digest(text) != ref:
         raise Failure(f"{what}: final param_digest {digest(text)}, the uninterrupted run's {ref}")
     resumed = re.findall(r"resumed from \S+ at epoch (\d+), step (\d+)", text)
@@ -187,6 +197,31 @@ def wait_ranks(job, np, timeout=60):
     return pids
 
 
+def kill_at_step(a, work, name, args, ref, at, victim, fresh=()):
+    """Runs args under restart.sh, SIGKILLs rank victim as soon as it logs step `at`, and compares the end
+    with ref (kill_and_compare); returns what attempt 1 resumed from. The ranks are found first, so the
+    kill follows the progress line at once; a run of a few hundred milliseconds on a busy machine can
+    still end before it lands, which tests nothing: the drill then runs again (three tries), after
+    removing the files that match the glob patterns in fresh (what an attempt appends to)."""
+    for attempt in range(3):
+        for pattern in fresh:
+            for path in glob.glob(pattern):
+                os.remove(path)
+        job, ck = supervised(a, work, f"{name}-{attempt}", a.step, a.np, args)
+        try:
+            pids = wait_ranks(job, a.np)
+            if not job.wait_for(f" step {at}/", 120):
+                raise Failure(f"{name}: no progress line for step {at}:\n{job.text()[-2000:]}")
+            return kill_and_compare(job, ref, pids[victim], what=f"{name}: SIGKILL to rank {victim} at step {at}")
+        except Late:
+            print(f"  {name}: the run ended before the kill of step {at} landed (a busy machine): drilled again",
+                  flush=True)
+        finally:
+            job.stop()
+    raise Failure(f"{name}: three times the run ended before the kill of step {at} landed: the machine is too "
+                  f"busy for the drill")
+
+
 def drill_kill(a, work):
     refs = {}
     for seed in a.seeds:
@@ -194,17 +229,10 @@ def drill_kill(a, work):
         at, victim = rng.randint(3, 24), rng.randrange(a.np)
         if a.step not in refs:
             refs[a.step] = reference(a, work, a.step, a.np, SMALL)
-        job, ck = supervised(a, work, f"kill-{seed}", a.step, a.np, SMALL)
-        try:
-            if not job.wait_for(f" step {at}/", 120):
-                raise Failure(f"seed {seed}: no progress line for step {at}:\n{job.text()[-2000:]}")
-            pids = wait_ranks(job, a.np)
-            t0 = time.monotonic()
-            resumed = kill_and_compare(job, refs[a.step], pids[victim], what=f"seed {seed}")
-            print(f"  seed {seed}: SIGKILL rank {victim} at step {at}; restarted from {resumed}; "
-                  f"digest {refs[a.step]} as uninterrupted ({time.monotonic() - t0:.1f} s to the end)", flush=True)
-        finally:
-            job.stop()
+        t0 = time.monotonic()
+        resumed = kill_at_step(a, work, f"kill-{seed}", SMALL, refs[a.step], at, victim)
+        print(f"  seed {seed}: SIGKILL rank {victim} at step {at}; restarted from {resumed}; "
+              f"digest {refs[a.step]} as uninterrupted ({time.monotonic() - t0:.1f} s to the end)", flush=True)
 
 
 def drill_save(a, work):
@@ -386,13 +414,8 @@ def drill_metrics(a, work):
     rng = random.Random(a.seeds[0])
     at, victim = rng.randint(9, 24), rng.randrange(a.np)  # after the first snapshot (step 7)
     metrics, trace = os.path.join(work, "m{rank}.jsonl"), os.path.join(work, "t{rank}.json")
-    job, ck = supervised(a, work, "metrics", a.step, a.np, SMALL + ["--metrics", metrics, "--trace", trace])
-    try:
-        if not job.wait_for(f" step {at}/", 120):
-            raise Failure(f"no progress line for step {at}:\n{job.text()[-2000:]}")
-        resumed = kill_and_compare(job, ref, wait_ranks(job, a.np)[victim], what=f"SIGKILL at step {at}")
-    finally:
-        job.stop()
+    resumed = kill_at_step(a, work, "metrics", SMALL + ["--metrics", metrics, "--trace", trace], ref, at, victim,
+                           fresh=[os.path.join(work, "m*.jsonl"), os.path.join(work, "t*.json")])
     start = int(resumed[1]) if resumed != "the start" else 0
     for r in range(a.np):
         path = metrics.replace("{rank}", str(r))
