@@ -174,16 +174,19 @@ class Late(Failure):
 def kill_and_compare(job, ref, victim_pid, sig=signal.SIGKILL, what=""):
     try:
         os.kill(victim_pid, sig)
+        gone = False
     except ProcessLookupError:
-        pass  # the rank has ended: the run may have ended first (Late below)
+        gone = True  # the rank had ended: with its run (Late below), or failing on its own
     rc = job.wait(300)
     text = job.text()
-    if "restart.sh: attempt 0 failed with status" not in text and rc == 0:
+    failed = "restart.sh: attempt 0 failed with status" in text
+    if not failed and rc == 0:
         raise Late(f"{what}: the kill did not fail attempt 0 (the run ended first):\n{text[-3000:]}")
+    if gone:
+        raise Failure(f"{what}: the rank had already ended when the kill was sent: attempt 0 failed on its "
+                      f"own:\n{text[-3000:]}")
     if rc != 0:
         raise Failure(f"{what}: restart.sh exited {rc}:\n{text[-3000:]}")
-    if "restart.sh: attempt 0 failed with status" not in text:
-        raise Failure(f"{what}: the kill did not fail attempt 0:\n{text[-3000:]}")
     if digest(text) != ref:
         raise Failure(f"{what}: final param_digest {digest(text)}, the uninterrupted run's {ref}")
     resumed = re.findall(r"resumed from \S+ at epoch (\d+), step (\d+)", text)
@@ -232,7 +235,7 @@ def drill_kill(a, work):
         t0 = time.monotonic()
         resumed = kill_at_step(a, work, f"kill-{seed}", SMALL, refs[a.step], at, victim)
         print(f"  seed {seed}: SIGKILL rank {victim} at step {at}; restarted from {resumed}; "
-              f"digest {refs[a.step]} as uninterrupted ({time.monotonic() - t0:.1f} s to the end)", flush=True)
+              f"digest {refs[a.step]} as uninterrupted ({time.monotonic() - t0:.1f} s, start-up included)", flush=True)
 
 
 def drill_save(a, work):
