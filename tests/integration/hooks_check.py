@@ -440,17 +440,23 @@ def powersgd_resume_np2(tmp):
     a = digests(f"{tmp}/a", 2)
     la = [r["loss"] for r in step_records(f"{tmp}/a")]
     for at in (5, 7):
+        os.makedirs(f"{tmp}/ck{at}")
+        created = check.files_created_in(f"{tmp}/ck{at}")  # the kernel's order of the creations, or None
         run("06_full", common + ["--max_steps", str(at), "--save_interval", "1000", "--ckpt_dir", f"{tmp}/ck{at}"],
             np=2)
         names = sorted(os.listdir(f"{tmp}/ck{at}"))
         want = ["checkpoint.bin", f"powersgd.step{at}.rank0.bin", f"powersgd.step{at}.rank1.bin"]
         if names != want:
             raise Failure(f"a run saved at step {at} left {names} in its --ckpt_dir, expected {want}")
-        # the order of the saves, by the files' last writes: every state before the checkpoint
-        written = {n: os.stat(f"{tmp}/ck{at}/{n}").st_mtime_ns for n in names}
-        if max(written[n] for n in names[1:]) > written["checkpoint.bin"]:
-            raise Failure(f"at step {at} a PowerSGD state was written after the checkpoint ({written}): a rank "
-                          "killed in between leaves a checkpoint without its state, which no restart can resume")
+        # the order of the saves: each is written to a temporary file, then renamed; every state's
+        # temporary file must be created before the checkpoint's (inotify queues the creations in order)
+        order = created() if created else []
+        ckpt = [i for i, n in enumerate(order) if n.startswith("checkpoint.bin.tmp.")]
+        states = [i for i, n in enumerate(order) if n.startswith(f"powersgd.step{at}.rank")]
+        if created and (len(ckpt) != 1 or len(states) != 2 or max(states) > ckpt[0]):
+            raise Failure(f"at step {at} the files were created in the order {order}: every PowerSGD state must be "
+                          "written before the checkpoint, or a rank killed in between leaves a checkpoint "
+                          "without its state, which no restart can resume")
 
     def resume(tag, folder, at):
         run("06_full", common + ["--save_interval", "0", "--resume", f"{folder}/checkpoint.bin",
