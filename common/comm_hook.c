@@ -43,9 +43,11 @@ void comm_hook_layout(CommHook *h) {
   if (h->kind == COMM_HOOK_POWERSGD) powersgd_layout(&h->psgd);
 }
 
-// DIR/powersgd.step<S>.rank<R>.bin
+// DIR/powersgd.step<S>.rank<R>.bin; a folder too long for it ends the job (a cut name could be another
+// step's)
 static void state_path(char *path, size_t size, const char *dir, int dir_len, long long step, int rank) {
-  snprintf(path, size, "%.*s/powersgd.step%lld.rank%d.bin", dir_len, dir, step, rank);
+  if (snprintf(path, size, "%.*s/powersgd.step%lld.rank%d.bin", dir_len, dir, step, rank) >= (int)size)
+    die(1, "--comm_hook powersgd: the folder %.*s is too long for its state files", dir_len, dir);
 }
 
 bool comm_hook_save(const CommHook *h, const char *dir, int rank, long long step) {
@@ -68,7 +70,7 @@ void comm_hook_prune(const CommHook *h, const char *dir, int rank, long long ste
       continue;
     bool whole = e->d_name[end] == '\0', tmp = strcmp(e->d_name + end, ".tmp") == 0;
     if ((whole && s != step) || tmp) {
-      char path[4096];
+      char path[4096 + 256];  // the folder fits in state_path's 4096 (the save checked), a name in 256
       snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
       remove(path);
     }

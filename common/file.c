@@ -19,6 +19,10 @@ const char *file_kind(mode_t mode) {
 
 int file_make_dirs(const char *dir) {
   char path[4096];
+  if (!*dir) {
+    errno = ENOENT;  // as mkdir("") says
+    return -1;
+  }
   if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) {
     errno = ENAMETOOLONG;
     return -1;

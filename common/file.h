@@ -26,7 +26,9 @@ const char *file_kind(mode_t mode);
 /**
  * @brief `mkdir -p`: creates @p dir and any missing parents.
  * @param[in] dir the folder.
- * @return 0 when it exists at the end; -1 with errno set (ENAMETOOLONG beyond 4095 bytes).
+ * @return 0 when @p dir exists at the end, a folder or not (the caller says which it needs, as
+ * ckpt_dir_check does); -1 with errno set (ENAMETOOLONG beyond 4095 bytes, ENOENT for an empty path,
+ * ENOTDIR where a parent on the way is not a folder).
  */
 int file_make_dirs(const char *dir);
 

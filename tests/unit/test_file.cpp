@@ -12,12 +12,20 @@
 
 namespace {
 
-std::string fresh_dir(const char *name) {
-  std::string d = std::string(DDP_TEST_TMPDIR) + "/" + name + "." + std::to_string(getpid());
+void remove_tree(const std::string &d) {
   std::string cmd = "rm -rf '" + d + "'";
   EXPECT_EQ(system(cmd.c_str()), 0);
-  return d;
 }
+
+// A folder of this test's own (removed at the test's end by Fresh's destructor).
+struct Fresh {
+  std::string dir;
+  explicit Fresh(const char *name)
+      : dir(std::string(DDP_TEST_TMPDIR) + "/" + name + "." + std::to_string(getpid())) {
+    remove_tree(dir);
+  }
+  ~Fresh() { remove_tree(dir); }
+};
 
 bool is_dir(const std::string &p) {
   struct stat st;
@@ -35,7 +43,8 @@ TEST(File, KindNamesWhatIsNotARegularFile) {
 }
 
 TEST(File, MakeDirsCreatesEveryMissingParentAndAcceptsAnExistingFolder) {
-  std::string top = fresh_dir("make_dirs");
+  Fresh fresh("make_dirs");
+  const std::string &top = fresh.dir;
   std::string deep = top + "/a/b/c";
   ASSERT_EQ(file_make_dirs(deep.c_str()), 0);
   EXPECT_TRUE(is_dir(top + "/a") && is_dir(top + "/a/b") && is_dir(deep));
@@ -44,7 +53,8 @@ TEST(File, MakeDirsCreatesEveryMissingParentAndAcceptsAnExistingFolder) {
 }
 
 TEST(File, MakeDirsFailsWithErrnoWhereAFileStandsInTheWay) {
-  std::string top = fresh_dir("make_dirs_file");
+  Fresh fresh("make_dirs_file");
+  const std::string &top = fresh.dir;
   ASSERT_EQ(file_make_dirs(top.c_str()), 0);
   std::string file = top + "/plain";
   FILE *f = fopen(file.c_str(), "w");
@@ -53,6 +63,13 @@ TEST(File, MakeDirsFailsWithErrnoWhereAFileStandsInTheWay) {
   errno = 0;
   EXPECT_EQ(file_make_dirs((file + "/sub").c_str()), -1);
   EXPECT_EQ(errno, ENOTDIR);
+  EXPECT_EQ(file_make_dirs(file.c_str()), 0);  // it exists: whether a folder is the caller's question
+}
+
+TEST(File, MakeDirsRefusesAnEmptyPath) {
+  errno = 0;
+  EXPECT_EQ(file_make_dirs(""), -1);
+  EXPECT_EQ(errno, ENOENT);
 }
 
 TEST(File, MakeDirsRefusesAPathLongerThanItsBuffer) {
@@ -63,7 +80,8 @@ TEST(File, MakeDirsRefusesAPathLongerThanItsBuffer) {
 }
 
 TEST(File, SyncDirSucceedsOnAFolderAndFailsOnAMissingOne) {
-  std::string top = fresh_dir("sync_dir");
+  Fresh fresh("sync_dir");
+  const std::string &top = fresh.dir;
   ASSERT_EQ(file_make_dirs(top.c_str()), 0);
   EXPECT_EQ(file_sync_dir(top.c_str()), 0);
   errno = 0;
