@@ -78,5 +78,12 @@ for hosts in hosts hosts_ba; do
   grep -q "done:" <<<"$out" && fail "a rank finished training although nodeb has no checkpoint:"$'\n'"$out"
   echo "multinode: resume, rank 0 on $(head -c 20 "$tmp/$hosts" | cut -d' ' -f1), checkpoint on nodea only: stops, $(grep -m1 -i "error" <<<"$out")"
 done
-[ -z "$(ip netns pids "$nsa")$(ip netns pids "$nsb")" ] || fail "processes left in the namespaces"
+# Nothing may outlive the jobs. After the failed resume mpirun can return while a process of the job
+# is still ending (CI saw one left at once, 2026-12-05), so the namespaces get a few seconds to empty;
+# whatever is still there then is named.
+left() { ip netns pids "$nsa"; ip netns pids "$nsb"; }
+waited=0
+while [ -n "$(left)" ] && [ "$waited" -lt 50 ]; do sleep 0.2; waited=$((waited + 1)); done
+[ -z "$(left)" ] || fail "processes left in the namespaces 10 s after the last job:"$'\n'"$(ps -o pid,args -p "$(left | paste -sd,)")"
+[ "$waited" -eq 0 ] || echo "multinode: the namespaces emptied $((waited * 2 / 10)).$((waited * 2 % 10)) s after the last job"
 echo "multinode: ok in $(python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}')" "$t0" "$(date +%s.%N)") s"
