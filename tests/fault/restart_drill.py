@@ -58,6 +58,14 @@ PREEMPTED = 75  # common/preempt.h: PREEMPT_EXIT_STATUS
 # enough to run in a few seconds on a loaded machine, long enough that a kill at step <= 24 lands in it.
 SMALL = ["--data", "synthetic", "--dataset_size", "4096", "--hidden", "128", "--batch_size", "32",
          "--epochs", "1", "--save_steps", "7", "--save_interval", "1", "--log_interval", "1"]
+
+
+def steps_per_epoch(np):
+    """SMALL's steps in its one epoch at np ranks: ceil(4096 / np) samples per rank, batches of 32."""
+    per_rank = -(-4096 // np)  # ceiling divisions
+    return -(-per_rank // 32)
+
+
 # A 14 MB checkpoint at every other step: the write lasts long enough to be caught in the act.
 BIG = ["--data", "synthetic", "--dataset_size", "512", "--hidden", "1024,1024", "--batch_size", "16",
        "--epochs", "1", "--save_steps", "2", "--log_interval", "1"]
@@ -171,7 +179,11 @@ class Late(Failure):
     """The kill reached a rank only after its run had ended: the drill tested nothing."""
 
 
-def kill_and_compare(job, ref, victim_pid, sig=signal.SIGKILL, what=""):
+def kill_and_compare(job, ref, victim_pid, sig=signal.SIGKILL, what="", late_after=None):
+    """Sends sig to victim_pid, waits for restart.sh, and requires that the kill failed attempt 0 and that
+    the job ended with the uninterrupted run's digest ref; returns what attempt 1 resumed from. Late when
+    the kill could test nothing: the run had ended first, or (with late_after) attempt 0 had already
+    logged step late_after, past what the drill means to cut. Every exception carries the output (.text)."""
     try:
         os.kill(victim_pid, sig)
         gone = False
@@ -179,16 +191,24 @@ def kill_and_compare(job, ref, victim_pid, sig=signal.SIGKILL, what=""):
         gone = True  # the rank had ended: with its run (Late below), or failing on its own
     rc = job.wait(300)
     text = job.text()
-    failed = "restart.sh: attempt 0 failed with status" in text
+    before, failed, _ = text.partition("restart.sh: attempt 0 failed with status")
+    reached = max((int(n) for n in re.findall(r" step (\d+)/", before)), default=0)
+    problem, kind = None, Failure
     if not failed and rc == 0:
-        raise Late(f"{what}: the kill did not fail attempt 0 (the run ended first):\n{text[-3000:]}")
-    if gone:
-        raise Failure(f"{what}: the rank had already ended when the kill was sent: attempt 0 failed on its "
-                      f"own:\n{text[-3000:]}")
-    if rc != 0:
-        raise Failure(f"{what}: restart.sh exited {rc}:\n{text[-3000:]}")
-    if digest(text) != ref:
-        raise Failure(f"{what}: final param_digest {digest(text)}, the uninterrupted run's {ref}")
+        problem, kind = "the kill did not fail attempt 0 (the run ended first)", Late
+    elif gone:
+        problem = "the rank had already ended when the kill was sent: attempt 0 failed on its own"
+    elif rc != 0:
+        problem = f"restart.sh exited {rc}"
+    elif digest(text) != ref:
+        problem = f"final param_digest {digest(text)}, the uninterrupted run's {ref}"
+    elif late_after is not None and reached >= late_after:
+        problem = f"attempt 0 had logged step {reached} before the kill landed (it must cut before {late_after})"
+        kind = Late
+    if problem:
+        e = kind(f"{what}: {problem}:\n{text[-3000:]}")
+        e.text = text
+        raise e
     resumed = re.findall(r"resumed from \S+ at epoch (\d+), step (\d+)", text)
     return resumed[-1] if resumed else "the start"
 
@@ -200,13 +220,16 @@ def wait_ranks(job, np, timeout=60):
     return pids
 
 
-def kill_at_step(a, work, name, args, ref, at, victim, fresh=()):
+def kill_at_step(a, work, name, args, ref, at, victim, fresh=(), late_after=None, stop=lambda: None):
     """Runs args under restart.sh, SIGKILLs rank victim as soon as it logs step `at`, and compares the end
-    with ref (kill_and_compare); returns what attempt 1 resumed from. The ranks are found first, so the
-    kill follows the progress line at once; a run of a few hundred milliseconds on a busy machine can
-    still end before it lands, which tests nothing: the drill then runs again (three tries), after
-    removing the files that match the glob patterns in fresh (what an attempt appends to)."""
+    with ref (kill_and_compare, with late_after); returns what attempt 1 resumed from. The ranks are found
+    first, so the kill follows the progress line at once; a run of a few hundred milliseconds on a busy
+    machine can still get past the point before it lands, which tests nothing (Late): the drill then
+    runs again (three tries), after removing the files that match the glob patterns in fresh (what an
+    attempt appends to). stop() is called before each try and after the progress line (an interrupted
+    caller raises there)."""
     for attempt in range(3):
+        stop()
         for pattern in fresh:
             for path in glob.glob(pattern):
                 os.remove(path)
@@ -215,14 +238,15 @@ def kill_at_step(a, work, name, args, ref, at, victim, fresh=()):
             pids = wait_ranks(job, a.np)
             if not job.wait_for(f" step {at}/", 120):
                 raise Failure(f"{name}: no progress line for step {at}:\n{job.text()[-2000:]}")
-            return kill_and_compare(job, ref, pids[victim], what=f"{name}: SIGKILL to rank {victim} at step {at}")
-        except Late:
-            print(f"  {name}: the run ended before the kill of step {at} landed (a busy machine): drilled again",
-                  flush=True)
+            stop()
+            return kill_and_compare(job, ref, pids[victim], what=f"{name}: SIGKILL to rank {victim} at step {at}",
+                                    late_after=late_after)
+        except Late as e:
+            print(f"  {str(e).splitlines()[0].rstrip(':')}: drilled again", flush=True)
         finally:
             job.stop()
-    raise Failure(f"{name}: three times the run ended before the kill of step {at} landed: the machine is too "
-                  f"busy for the drill")
+    raise Failure(f"{name}: three times the kill of step {at} landed too late to test anything: the machine is "
+                  f"too busy for the drill")
 
 
 def drill_kill(a, work):
@@ -233,7 +257,8 @@ def drill_kill(a, work):
         if a.step not in refs:
             refs[a.step] = reference(a, work, a.step, a.np, SMALL)
         t0 = time.monotonic()
-        resumed = kill_at_step(a, work, f"kill-{seed}", SMALL, refs[a.step], at, victim)
+        resumed = kill_at_step(a, work, f"kill-{seed}", SMALL, refs[a.step], at, victim,
+                               late_after=steps_per_epoch(a.np))
         print(f"  seed {seed}: SIGKILL rank {victim} at step {at}; restarted from {resumed}; "
               f"digest {refs[a.step]} as uninterrupted ({time.monotonic() - t0:.1f} s, start-up included)", flush=True)
 
@@ -418,7 +443,8 @@ def drill_metrics(a, work):
     at, victim = rng.randint(9, 24), rng.randrange(a.np)  # after the first snapshot (step 7)
     metrics, trace = os.path.join(work, "m{rank}.jsonl"), os.path.join(work, "t{rank}.json")
     resumed = kill_at_step(a, work, "metrics", SMALL + ["--metrics", metrics, "--trace", trace], ref, at, victim,
-                           fresh=[os.path.join(work, "m*.jsonl"), os.path.join(work, "t*.json")])
+                           fresh=[os.path.join(work, "m*.jsonl"), os.path.join(work, "t*.json")],
+                           late_after=steps_per_epoch(a.np))
     start = int(resumed[1]) if resumed != "the start" else 0
     for r in range(a.np):
         path = metrics.replace("{rank}", str(r))

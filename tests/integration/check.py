@@ -2373,10 +2373,11 @@ def fault06_drill(tmp):
     Under scripts/restart.sh, SIGKILL one of 2 ranks of 06_full at a step drawn from a seed; the restart
     resumes inside the epoch and ends with the uninterrupted run's param_digest."""
     rd = fault_drill_module()
-    a = argparse.Namespace(mpiexec=MPIEXEC, bin_dir=os.path.abspath(BIN), hook=[])  # restart_drill's options
+    # restart_drill's options
+    a = argparse.Namespace(mpiexec=MPIEXEC, bin_dir=os.path.abspath(BIN), hook=[], step="06_full", np=2)
     # restart_drill's SMALL: 64 steps per epoch at 2 ranks, one epoch, a snapshot every 7 steps
     args = rd.SMALL + dist_args("06_full")
-    per_epoch = 4096 // 2 // 32
+    per_epoch = rd.steps_per_epoch(2)
     rng = random.Random(FAULT_SEED)
     at, victim = rng.randint(9, 24), rng.randrange(2)  # after the first snapshot (step 7)
     try:
@@ -2385,40 +2386,20 @@ def fault06_drill(tmp):
         cause = hint(str(e), "06_full")
         raise Failure(f"the uninterrupted run failed" + (f"\nlikely cause: {cause}" if cause else "") + f"\n{e}")
     # The epoch lasts well under a second: on a busy machine the kill can land after its end, where even a
-    # run without snapshots inside the epoch resumes from the epoch's checkpoint. Such a drill proves
-    # nothing, so it is run again (the ranks are found first, so the kill follows the progress line at once).
-    for attempt in range(3):
-        job, ck = rd.supervised(a, tmp, f"drill{attempt}", "06_full", 2, args)
-        try:
-            pids = rd.wait_ranks(job, 2)
-            if not job.wait_for(f" step {at}/", 120):
-                raise Failure(f"the supervised run never logged step {at}:\n{job.text()[-2000:]}")
-            stop_if_terminated()
-            late, failure = False, None
-            try:
-                rd.kill_and_compare(job, ref, pids[victim], what=f"SIGKILL to rank {victim} at step {at}")
-            except rd.Late:
-                late = True  # the run ended before the kill
-            except rd.Failure as e:
-                failure = str(e)
-            text = job.text()
-        finally:
-            job.stop()
+    # run without snapshots inside the epoch resumes from the epoch's checkpoint; kill_at_step then drills
+    # again (late_after).
+    try:
+        resumed = rd.kill_at_step(a, tmp, "drill", args, ref, at, victim, late_after=per_epoch,
+                                  stop=stop_if_terminated)
+    except rd.Failure as e:
         stop_if_terminated()
-        before, _, after = text.partition("restart.sh: attempt 0 failed")
-        reached = max([int(n) for n in re.findall(r" step (\d+)/", before)], default=0)
-        if failure or not (late or reached >= per_epoch):
-            break  # a failure is reported whenever the kill landed; a pass only when it landed inside the epoch
-        print(f"     (the kill landed after step {reached} of {per_epoch}, past the epoch's end: drilled again)")
-    else:
-        raise Failure(f"three times the kill landed after the epoch's end (step {per_epoch}): the machine is too "
-                      f"busy for the drill; run the check again")
-    m = re.search(r"resumed from \S+ at epoch (\d+), step (\d+)", after)
-    done = re.findall(r"done: (\d+) steps", after)
-    if failure:
-        first, _, rest = failure.partition("\n")
+        text = getattr(e, "text", "")
+        after = text.split("restart.sh: attempt 0 failed", 1)[-1]
+        resumed_at = re.search(r"resumed from \S+ at epoch (\d+), step (\d+)", after)
+        done = re.findall(r"done: (\d+) steps", after)
+        first, _, rest = str(e).partition("\n")
         cause = None
-        if done and int(done[-1]) > per_epoch and m:
+        if done and int(done[-1]) > per_epoch and resumed_at:
             cause = (f"the restarted run went on to step {done[-1]}, {int(done[-1]) - per_epoch} steps more than "
                      f"the uninterrupted {per_epoch}: it trained the snapshot's epoch again from its first batch "
                      f"(resume must continue at the saved position, meta.epoch_step, and the snapshot must "
@@ -2426,12 +2407,12 @@ def fault06_drill(tmp):
         elif hint(text, "06_full"):
             cause = hint(text, "06_full")
         raise Failure(first + (f"\nlikely cause: {cause}" if cause else "") + (f"\n{rest}" if rest else ""))
-    if not m:
+    if resumed == "the start":
         raise Failure(f"after SIGKILL to rank {victim} at step {at}, attempt 1 started from the beginning: "
                       f"--ckpt_dir held no snapshot, and the {at} steps were trained again\nlikely cause: no "
                       f"snapshot inside the epoch: save one every --save_steps steps (snapshot_due) in run_epoch")
-    print(f"SIGKILL to rank {victim} at step {at}; restart.sh restarted; resumed at epoch {m.group(1)}, step "
-          f"{m.group(2)}; param_digest {ref} as the uninterrupted run's")
+    print(f"SIGKILL to rank {victim} at step {at}; restart.sh restarted; resumed at epoch {resumed[0]}, step "
+          f"{resumed[1]}; param_digest {ref} as the uninterrupted run's")
 
 
 # Flags of the other 06_fault claims: 2 ranks, 2048 synthetic samples, 16 steps per epoch (64 per rank)

@@ -450,10 +450,13 @@ def powersgd_resume_np2(tmp):
             raise Failure(f"a run saved at step {at} left {names} in its --ckpt_dir, expected {want}")
         # the order of the saves: each is written to a temporary file, then renamed; every state's
         # temporary file must be created before the checkpoint's (inotify queues the creations in order)
-        order = created() if created else []
+        if created is None:
+            print(f"step {at}: the order of the saves not checked (no inotify on this system)")
+            continue
+        order = created()
         ckpt = [i for i, n in enumerate(order) if n.startswith("checkpoint.bin.tmp.")]
         states = [i for i, n in enumerate(order) if n.startswith(f"powersgd.step{at}.rank")]
-        if created and (len(ckpt) != 1 or len(states) != 2 or max(states) > ckpt[0]):
+        if len(ckpt) != 1 or len(states) != 2 or max(states) > ckpt[0]:
             raise Failure(f"at step {at} the files were created in the order {order}: every PowerSGD state must be "
                           "written before the checkpoint, or a rank killed in between leaves a checkpoint "
                           "without its state, which no restart can resume")
