@@ -21,6 +21,7 @@ wrote, and writes what they return. Run by a Python that has torch (python3-torc
 """
 import json
 import math
+import os
 import struct
 import sys
 
@@ -81,7 +82,7 @@ def hook_rank(rank, names, W, src, out, port):
     g = torch.tensor(struct.unpack(f"<{len(data) // 4}f", data), dtype=torch.float32)
     for name in names.split(","):
         one_hook(rank, name, W, g, out.replace("{name}", name))
-    dist.destroy_process_group()
+    leave(dist)
 
 
 def one_hook(rank, name, W, g, out):
@@ -156,7 +157,19 @@ def psgd_rank(rank, W, qpath, in1, in2, out, port):
         res = ph.powerSGD_hook(state, PsgdBucket(g)).wait()
         with open(out.replace("{rank}", str(rank)).replace("{iter}", str(it)), "wb") as f:
             f.write(struct.pack(f"<{res.numel()}f", *res.tolist()))
-    dist.destroy_process_group()
+    leave(dist)
+
+
+def leave(dist):
+    """Ends a rank once every rank's results are written: a barrier, then the process exits at once.
+    The Gloo of Debian's torch 1.13 can abort in its teardown ("terminate called without an active
+    exception", a worker thread still joinable while the group or the interpreter is torn down), which
+    a busy machine made happen once in a test run; nothing is left to tear down that the exit does
+    not end."""
+    dist.barrier()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
