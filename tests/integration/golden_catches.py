@@ -2,10 +2,12 @@
 """CTest `golden_catches_wrong`: scripts/golden.py tells a wrong run from a right one.
 
 1. A golden file turned back into metrics files compares as MATCHES (exit 0); the same files with one
-   loss moved by 1e-4 (relative: ten times the default tolerance) at step 5 of rank 1 compare as
-   DIFFERS, naming step 5 and rank 1 (exit 1). A dropped step is named too.
+   loss moved by 1e-4 (relative) at step 5 of rank 1 compare as DIFFERS, naming step 5 and rank 1
+   (exit 1). A dropped step is named too; so is, compared as structure only (--structure: another
+   kernel), a rank whose digest no longer equals the others'.
 2. A real wrong run: step 03's program (no gradient averaging) run against step 04's golden file at
-   2 ranks differs, first at step 2: step 1's losses are those of the same start.
+   2 ranks differs, first at step 2: step 1's losses are those of the same start. On the files'
+   kernel against the file, on any other against step 04's program run here (bit for bit both).
 """
 import json
 import os
@@ -68,6 +70,17 @@ with tempfile.TemporaryDirectory() as tmp:
     rc, out = golden("compare", str(g), write_run(g, tmp, drop))
     expect(rc == 1 and "first at step 7 " in out and "rank 2" in out and "no such step" in out,
            "a missing step 7 of rank 2 is named", out)
+
+    rc, out = golden("compare", "--structure", str(g), write_run(g, tmp, nudge))
+    expect(rc == 0 and "MATCHES in structure" in out, "structure only: a moved loss is not compared", out)
+
+    def split(e):
+        if e["type"] == "final" and e["rank"] == 2:
+            e["param_digest"] = "0123456789abcdef"
+        return e
+    rc, out = golden("compare", "--structure", str(g), write_run(g, tmp, split))
+    expect(rc == 1 and "equal param_digests are [[0, 1], [2]]" in out,
+           "structure only: rank 2's digest apart from the others' is named", out)
 
 rc, out = golden("run", "04_ddp_wrap", "2", "--program", os.path.join(os.environ.get("DDP_BIN_DIR", ROOT / "build" / "bin"), "03_sampler"))
 expect(rc == 1 and "DIFFERS first at step 2 " in out,
