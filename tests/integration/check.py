@@ -810,46 +810,68 @@ def one_step_parity(tmp, tag, ref, gots, common, n_terms, steps=(0, PARITY_K), d
     return worst
 
 
-# The diagnoses below (not the proofs) compare trajectories, where a wrong program is off by a factor:
-# LOSS_TOL and PARAM_TOL only sort a failure's likely cause.
-LOSS_TOL, PARAM_TOL = 3e-6, 1e-5
+# The diagnoses below (not the proofs) sort a failure's likely cause; each candidate cause is checked one
+# step from the same state within the error model above too, never on a trajectory. PARAM_TOL sorts the
+# causes of steps 07's and 08's one-step differences (diagnose_zero_step, diagnose_fsdp_step).
+PARAM_TOL = 1e-5
 
 
-def close(la, lb, tol=LOSS_TOL):
-    return len(la) == len(lb) and max(abs(x - y) / max(abs(x), 1e-3) for x, y in zip(la, lb)) <= tol
+def one_step_scaled(tmp, tag, ref, got, common, n_terms, factor):
+    """One step of `got` and one of `ref` at `factor` times the learning rate, both from ref's initial
+    state (--save_init). SGD with momentum and no weight decay, from zero momentum, is linear in
+    lr x gradient: a gradient `factor` times its mean moves the parameters as ref does at factor x lr,
+    with factor times ref's momentum. factor is a power of two, so that factor x lr and factor x the
+    momentum are exact. Returns (ref's loss, got's loss, whether got's step is ref's within the error
+    model once ref's momentum is scaled by factor)."""
+    common = with_flag(with_flag(common, "save_interval", 1000), "max_steps", 1)
+    lr, mu = float(flag(common, "lr")), float(flag(common, "momentum"))
+    init = f"{tmp}/{tag}init"
+    out = []
+    for i, (side, own, extra) in enumerate(((ref, with_flag(common, "lr", f"{lr * factor:.9g}"), ["--save_init", init]),
+                                            (got, common, ["--resume", f"{init}/checkpoint.bin"]))):
+        name = f"{tag}{i}"
+        prefix = side_run(tmp, side, own, extra + ["--ckpt_dir", f"{tmp}/{name}"], f"{name}_")
+        loss = global_losses(prefix, side[1], int(side[0][:2]))[-1]
+        out.append((loss,) + ckpt_params_momentum(f"{tmp}/{name}/checkpoint.bin"))
+    (la, pa, ma), got_state = out
+    m0 = ckpt_params_momentum(f"{init}/checkpoint.bin")[1]
+    sizes = read_checkpoint(f"{tmp}/{tag}0/checkpoint.bin")[0]["sizes"]
+    _, text = step_within_rounding(m0, (la, pa, [factor * m for m in ma]), got_state, lr, mu, n_terms, sizes)
+    return la, got_state[0], not text
 
 
-def diagnose_losses(tmp, la, lb, np, step, B, ref="01_single_gpu", ref_args=None, model=None):
-    """The likely cause of a per-step loss lb at np ranks that differs from the reference la (`ref`
-    with the global batch): a logged loss np times too large from the first step, or gradients np
-    times the mean (then `ref` with np times the learning rate reproduces lb: SGD with momentum and
-    no weight decay is linear in lr x gradient)."""
-    r = lb[0] / la[0] if la[0] else 0.0
-    if abs(r - np) < 1e-3 * np:
+def loss_within(la, lb, n_terms, scale=1):
+    """Whether a step loss lb is scale x la within the error model's bound on the loss."""
+    return abs(lb - scale * la) <= 2 * gamma(n_terms) * KAPPA * abs(scale * la)
+
+
+def diagnose_losses(tmp, np, ref, got, common, n_terms):
+    """The likely cause when `got` (np ranks) does not take the steps of `ref` (the same training with
+    the global batch), each candidate checked one step from ref's initial state within the error
+    model: a logged loss np times the reference's; gradients np times their mean over the ranks (then
+    ref at np times the learning rate takes got's step) or 1/np of it."""
+    la, lb, same = one_step_scaled(tmp, "d1_", ref, got, common, n_terms, 1)
+    if loss_within(la, lb, n_terms, np):
         return (f"likely cause: the loss logged at {np} ranks is {np} times the reference's from the first "
-                f"step ({lb[0]:.4f} vs {la[0]:.4f}): did you sum the loss without dividing by the world "
+                f"step ({lb:.4f} vs {la:.4f}): did you sum the loss without dividing by the world "
                 f"size (DIST_SUM instead of DIST_AVG)?")
-    if abs(r - 1) > 1e-5:
-        return (f"likely cause: already the first step's loss differs ({lb[0]:.6f} vs {la[0]:.6f}), "
+    if not loss_within(la, lb, n_terms):
+        return (f"likely cause: already the first step's loss differs ({lb:.6f} vs {la:.6f}), "
                 f"before any update: the logged loss is not the global batch's mean, or the replicas "
                 f"did not start from the same parameters")
-    args = ref_args if ref_args is not None else ["--batch_size", "128"]
-    run(ref, small(model, lr=0.05 * np) + ["--epochs", "2", "--metrics", f"{tmp}/diag{{rank}}.jsonl"] + args,
-        np=1 if ref.startswith("01") else np)
-    lw = global_losses(f"{tmp}/diag", 1 if ref.startswith("01") else np, int(ref[:2]))
-    if close(lw, lb, 1e-4):
+    if not same and one_step_scaled(tmp, "dw_", ref, got, common, n_terms, np)[2]:
         return (f"likely cause: the run trains exactly like the reference with {np} times the learning "
                 f"rate: the gradients are {np} times their mean over the ranks: did you sum them "
                 f"without dividing by the world size?")
     # Divided by W twice (averaged, and scaled by 1/W as well): the reference at lr / W.
-    run(ref, small(model, lr=0.05 / np) + ["--epochs", "2", "--metrics", f"{tmp}/diagw{{rank}}.jsonl"] + args,
-        np=1 if ref.startswith("01") else np)
-    lw = global_losses(f"{tmp}/diagw", 1 if ref.startswith("01") else np, int(ref[:2]))
-    if close(lw, lb, 1e-4):
+    if not same and one_step_scaled(tmp, "dv_", ref, got, common, n_terms, 1 / np)[2]:
         return (f"likely cause: the run trains exactly like the reference with 1/{np} of the learning "
                 f"rate: every step moved 1/{np} as far as it should: the gradients are divided by the "
                 f"world size twice (e.g. averaged, DIST_AVG, after being divided by W already)")
-    return ("likely cause: the first step matches, later ones do not: the ranks do not apply the "
+    if same:
+        return ("likely cause: the first step matches, a later one does not: the ranks do not apply the "
+                "gradient of the global batch every step (is every gradient tensor averaged, every step?)")
+    return ("likely cause: the first step's loss matches, its update does not: the ranks do not apply the "
             "gradient of the global batch (is every gradient tensor averaged, every step?)")
 
 
@@ -857,20 +879,13 @@ def matches_baseline(step, np):
     def scenario(tmp):
         B = 128 // np
 
-        def diagnose():  # the trajectories, where a wrong program is off by a factor
-            run("01_single_gpu", SMALL + ["--epochs", "2", "--batch_size", "128", "--metrics", f"{tmp}/a0.jsonl"])
-            run(step, SMALL + ["--epochs", "2", "--batch_size", str(B), "--metrics", f"{tmp}/b{{rank}}.jsonl"],
-                np=np)
-            la, lb = global_losses(f"{tmp}/a", 1, 1), global_losses(f"{tmp}/b", np, int(step[:2]))
-            if len(la) != len(lb):
-                return f"{len(la)} baseline steps but {len(lb)} steps at {np} ranks"
-            return diagnose_losses(tmp, la, lb, np, step, B)
+        ref = ("01_single_gpu", 1, ["--batch_size", "128"], None)
+        got = (step, np, ["--batch_size", str(B)], None)
 
         # W local batches of B averaged against one batch of W·B: the same samples (the sampler's
         # stride split of the baseline's permutation), summed in another order: the error model above.
-        one_step_parity(tmp, "p", ("01_single_gpu", 1, ["--batch_size", "128"], None),
-                        (step, np, ["--batch_size", str(B)], None), SMALL + ["--epochs", "2"], 128 + np,
-                        diagnose=lambda side: diagnose())
+        one_step_parity(tmp, "p", ref, got, SMALL + ["--epochs", "2"], 128 + np,
+                        diagnose=lambda side: diagnose_losses(tmp, np, ref, got, SMALL + ["--epochs", "2"], 128 + np))
     scenario.__name__ = f"step{step[:2]}_matches_baseline_np{np}"
     scenario.__doc__ = (f"{step} at {np} ranks x batch {128 // np} takes step 01's steps at batch 128: one step "
                         "from the same state, at the start and after an epoch, agrees within float32 rounding.")
@@ -1043,19 +1058,26 @@ def step05_one_writer(tmp):
 
 
 def step05_fashion_mnist(tmp):
-    """mpirun -np 2 step 05 on a Fashion-MNIST subset reaches step 01's accuracy with the global batch."""
+    """mpirun -np 2 step 05 on a Fashion-MNIST subset takes step 01's steps with the global batch (one step
+    from the same state, at the start and after an epoch, within float32 rounding), and learns it."""
     if not os.path.exists(os.path.join(FASHION, "train-images-idx3-ubyte.gz")):
         print(f"skipped: {FASHION} not installed")
         return SKIP
     common = ["--device", "cpu", "--dataset_size", "8192", "--hidden", "128", "--epochs", "2",
-              "--save_interval", "0", "--log_interval", "1000"]
-    run("01_single_gpu", common + ["--batch_size", "128", "--metrics", f"{tmp}/a0.jsonl"])
+              "--save_interval", "0", "--log_interval", "1000", "--lr", "0.05", "--momentum", "0.9",
+              "--seed", SEED]
+    # The proof (the error model, as matches_baseline on synthetic data): 2 x 64 against 128 samples.
+    one_step_parity(tmp, "p", ("01_single_gpu", 1, ["--batch_size", "128"], None),
+                    ("05_metrics_ckpt", 2, ["--batch_size", "64"], None), common, 128 + 2,
+                    steps=(0, epoch_steps(2, 64, 8192)))
+    # A sanity threshold on one run, far from any rounding (0.8131 and 0.8196 measured, seeds 1 and 42):
+    # the real data are read, and the model learns them.
     run("05_metrics_ckpt", common + ["--batch_size", "64", "--metrics", f"{tmp}/b{{rank}}.jsonl"], np=2)
-    acc_a = metrics(f"{tmp}/a0.jsonl")[1][-1]["test_acc"]
-    acc_b = metrics(f"{tmp}/b0.jsonl")[1][-1]["test_acc"]
-    if abs(acc_a - acc_b) > 0.002 or acc_b < 0.75:
-        raise Failure(f"Fashion-MNIST: 2 ranks reach {acc_b:.4f}, step 01 {acc_a:.4f}")
-    print(f"Fashion-MNIST subset: step 01 {acc_a:.4f}, step 05 at 2 ranks {acc_b:.4f}")
+    acc = metrics(f"{tmp}/b0.jsonl")[1][-1]["test_acc"]
+    if acc < 0.75:
+        raise Failure(f"Fashion-MNIST: step 05 at 2 ranks reaches a test accuracy of {acc:.4f} after 2 epochs "
+                      "(at least 0.75 expected)")
+    print(f"Fashion-MNIST subset: step 05 at 2 ranks reaches {acc:.4f}")
 
 
 def dist_bad_launch(tmp):
@@ -1138,12 +1160,12 @@ def step06_replicas(np):
 
 def step06_matches_step04(np):
     def scenario(tmp):
-        def diagnose(la, lb):
+        def diagnose(side=("06_full", np, [], None)):
             frozen = diagnose_frozen(tmp, "06_full", np, BUCKETED + ["--epochs", "2"])
             if frozen:
                 return frozen
-            return diagnose_losses(tmp, la, lb, np, "06_full", 128, ref="04_ddp_wrap", ref_args=[],
-                                   model=BUCKETED).replace(
+            return diagnose_losses(tmp, np, ("04_ddp_wrap", np, [], None), side, BUCKETED + ["--epochs", "2"],
+                                   128 * np + np).replace(
                 "without dividing by the world size?",
                 "without dividing by the world size? (the reducer sums: backward's scale must include 1/W)").replace(
                 "after being divided by W already)",
@@ -1154,15 +1176,10 @@ def step06_matches_step04(np):
             # 3 or more terms: step 04's one all-reduce and step 06's buckets may add them in other
             # orders (the collective's algorithm depends on the message size), and step 06 divides by W
             # before the sum, step 04 after: rounding, bounded by the error model, one step at a time.
-            def trajectories(side):
-                run("04_ddp_wrap", BUCKETED + ["--epochs", "2", "--metrics", f"{tmp}/a{{rank}}.jsonl"], np=np)
-                run("06_full", BUCKETED + ["--epochs", "2"] + side[2] + ["--metrics", f"{tmp}/b{{rank}}.jsonl"],
-                    np=np)
-                return diagnose(global_losses(f"{tmp}/a", np, 4), global_losses(f"{tmp}/b", np, 6))
             one_step_parity(tmp, "p", ("04_ddp_wrap", np, [], None),
                             [("06_full", np, ["--bucket_cap_mb", cap], None) for cap in CAPS],
                             BUCKETED + ["--epochs", "2"], 128 * np + np, steps=(0, epoch_steps(np, 128)),
-                            diagnose=trajectories)
+                            diagnose=diagnose)
             return
         run("04_ddp_wrap", BUCKETED + ["--epochs", "2", "--metrics", f"{tmp}/a{{rank}}.jsonl"], np=np)
         la = global_losses(f"{tmp}/a", np, 4)
@@ -1181,7 +1198,8 @@ def step06_matches_step04(np):
             if db != da or lb != lc:
                 raise Failure(f"bucket cap {cap}: parameters {db} (step 04: {da})"
                               + ("" if lb == lc else ", and the logged losses differ from step 05's")
-                              + f": at 2 ranks step 06 must equal step 04 bit for bit\n{diagnose(la, lb)}")
+                              + f": at 2 ranks step 06 must equal step 04 bit for bit\n"
+                              + diagnose(("06_full", np, ["--bucket_cap_mb", cap], None)))
             print(f"cap {cap} MiB at 2 ranks: parameters identical to step 04's ({db}), losses to step 05's")
     scenario.__name__ = f"step06_matches_step04_np{np}"
     scenario.__doc__ = (f"Step 06 at {np} ranks trains like step 04 for every bucket cap"
@@ -1228,19 +1246,15 @@ def step06_grad_accum(tmp):
         if frozen:
             return f"grad_accum 4 x 16 vs batch 64\n{frozen}"
         full = SMALL + ["--epochs", "2"]  # 2,048 samples: every micro-batch full
-        run("06_full", full + ["--batch_size", "64", "--metrics", f"{tmp}/a{{rank}}.jsonl"], np=2)
-        run("06_full", full + ["--batch_size", "16", "--grad_accum", "4", "--metrics", f"{tmp}/b{{rank}}.jsonl"],
-            np=2)
-        la, lb = global_losses(f"{tmp}/a", 2, 6), global_losses(f"{tmp}/b", 2, 6)
+        ref64 = ("06_full", 2, ["--batch_size", "64"], None)
+        la, lb, same = one_step_scaled(tmp, "d1_", ref64, got, full, 128 + 2 + 4, 1)
         # K micro-batches whose gradients are not weighed by b/B add up to K times the mean: the run
-        # then trains like batch 64 with K times the learning rate.
-        run("06_full", small(lr=0.05 * 4) + ["--epochs", "2", "--batch_size", "64",
-                                            "--metrics", f"{tmp}/c{{rank}}.jsonl"], np=2)
-        if close(global_losses(f"{tmp}/c", 2, 6), lb, 1e-4):
+        # then takes the step of batch 64 with K times the learning rate (one step from the same state).
+        if not same and one_step_scaled(tmp, "d4_", ref64, got, full, 128 + 2 + 4, 4)[2]:
             cause = ("the 4 micro-batches' gradients add up to 4 times their mean (it trains like batch "
                      "64 with 4 times the learning rate): backward's scale lacks the micro-batch weight "
                      "b / B")
-        elif la[:1] != lb[:1]:
+        elif not loss_within(la, lb, 128 + 2 + 4):
             cause = "already the first step's loss differs: the micro-batch losses are not weighed by b / B"
         else:
             cause = ("with accumulation the gradient is not the mean over the B samples: the scale of each "
