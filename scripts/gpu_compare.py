@@ -1,10 +1,15 @@
 #!/usr/bin/env python3
 """scripts/gpu_check.sh's comparisons of two runs' metrics files (scripts/gpu_verdict.sh calls it).
 
-Usage: gpu_compare.py gpu_cpu GPU.jsonl CPU.jsonl K TOL ACC_TOL | replicas PREFIX W |
-       same A.jsonl B.jsonl TOL | digest A.jsonl B.jsonl | trace TRACE.json | mfu PREFIX W K |
+Usage: gpu_compare.py steps A.jsonl B.jsonl K | replicas PREFIX W | same A.jsonl B.jsonl |
+       digest A.jsonl B.jsonl | trace TRACE.json | mfu PREFIX W K |
        one_step START.bin REF.bin REF.jsonl GOT.bin GOT.jsonl LR MU N_TERMS
 Prints one line: ok|FAILED, a tab, the detail; mfu prints a phrase only (for another row's detail).
+
+Each comparison is of one kind (the tests' rule): bit equality where the arithmetic is the same
+(same, digest, replicas), the float32 error model one step from the same state (one_step), or
+structure (steps: two runs in other summation orders, e.g. the GPU's and the CPU's, log the same
+steps; their values after many steps are shown, never judged: rounding grows with every step).
 """
 import json, os, sys
 
@@ -37,21 +42,19 @@ def main(cmd, *a):
     if cmd == "mfu":  # prefix W K
         return print(mfu(a[0], int(a[1]), int(a[2])))
     try:
-        if cmd == "gpu_cpu":  # gpu.jsonl cpu.jsonl K tol acc_tol
-            # fp32 on both devices, different summation orders: the losses agree to ~1e-6 at first;
-            # the difference grows as training goes on, and a ReLU input near 0 can then fall on
-            # either side (a near-tie), after which the two runs are legitimately different runs of
-            # the same training. So the first K steps are compared tightly and the end only
-            # through the test accuracy, loosely.
+        if cmd == "steps":  # a.jsonl b.jsonl K: structure; the values are shown, not judged
+            # fp32 on both sides in different summation orders (cuBLAS and the CPU's GEMM, TF32 and
+            # fp32, or the collectives' orders at 3 ranks or more): the losses agree to ~1e-6 at
+            # first and part as training goes on; no tolerance holds for every seed and kernel, so
+            # only what no order changes is compared here, and the one_step rows prove the values.
             g, c = recs(a[0], "step"), recs(a[1], "step")
-            k, tol, acc_tol = int(a[2]), float(a[3]), float(a[4])
-            if len(g) < k or len(g) != len(c):
-                return say(False, f"{len(g)} GPU steps, {len(c)} CPU steps (need {k} or more, equal)")
-            d = max(abs(x["loss"] - y["loss"]) for x, y in zip(g[:k], c[:k]))
+            k = int(a[2])
+            same_steps = len(g) >= k and [x["step"] for x in g] == [y["step"] for y in c]
+            d = max((abs(x["loss"] - y["loss"]) for x, y in zip(g[:k], c[:k])), default=float("nan"))
             ga, ca = recs(a[0], "epoch")[-1]["test_acc"], recs(a[1], "epoch")[-1]["test_acc"]
-            good = d < tol and abs(ga - ca) < acc_tol
-            say(good, f"{len(g)} steps; first {k}: max |loss diff| {d:.1e} (< {tol:g}); "
-                      f"final test accuracy GPU {ga:.4f}, CPU {ca:.4f} (|diff| < {acc_tol:g})")
+            say(same_steps, f"{len(g)} and {len(c)} steps (the same steps, {k} or more: "
+                            f"{'yes' if same_steps else 'NO'}); shown, not judged: first {k} losses within "
+                            f"{d:.1e}, final test accuracy {ga:.4f} and {ca:.4f}")
         elif cmd == "one_step":  # start.bin ref.bin ref.jsonl got.bin got.jsonl lr mu n_terms
             # Both runs resumed START and took one step on the same batch: they differ only by the
             # order of their float32 sums (cuBLAS's and the CPU GEMM's), which one step does not
@@ -68,18 +71,12 @@ def main(cmd, *a):
             d = [recs(f"{a[0]}{r}.jsonl", "final")[0]["param_digest"] for r in range(int(a[1]))]
             say(len(set(d)) == 1, f"{a[1]} ranks, digests {' '.join(sorted(set(d)))}"
                 + ("" if len(set(d)) == 1 else " (DIFFERENT)"))
-        elif cmd == "same":  # a.jsonl b.jsonl tol: digests and step losses; tol 0 = identical
+        elif cmd == "same":  # a.jsonl b.jsonl: the same arithmetic: identical losses and digests
             la, lb = recs(a[0], "step"), recs(a[1], "step")
             da, db = recs(a[0], "final")[0]["param_digest"], recs(a[1], "final")[0]["param_digest"]
-            tol = float(a[2])
-            d = max((abs(x["loss"] - y["loss"]) for x, y in zip(la, lb)), default=float("inf"))
             steps_ok = len(la) == len(lb) and [x["step"] for x in lb] == list(range(1, len(lb) + 1))
-            if tol == 0:
-                say(steps_ok and d == 0 and da == db, f"{len(la)} step losses identical: {d == 0}; "
-                    f"digests {da} {db}")
-            else:
-                say(steps_ok and d <= tol, f"{len(la)} steps, max |loss diff| {d:.1e} (<= {tol:g}); "
-                    f"digests {da} {db} ({'identical' if da == db else 'not identical'})")
+            equal = steps_ok and all(x["loss"] == y["loss"] for x, y in zip(la, lb))
+            say(equal and da == db, f"{len(la)} step losses identical: {equal}; digests {da} {db}")
         elif cmd == "digest":  # a.jsonl b.jsonl: the same final parameters (e.g. resumed = straight)
             da, db = recs(a[0], "final")[0]["param_digest"], recs(a[1], "final")[0]["param_digest"]
             say(da == db, f"digests {da} {db}" + ("" if da == db else " (DIFFERENT)"))

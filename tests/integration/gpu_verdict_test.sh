@@ -164,17 +164,18 @@ cmp() { python3 "$root/scripts/gpu_compare.py" "$@"; }
 metrics "$tmp/a_0.jsonl" 00aa 2.3 2.2 2.1
 metrics "$tmp/a_1.jsonl" 00aa 2.3 2.2 2.1
 metrics "$tmp/b_0.jsonl" 00bb 2.3 2.2 2.1000001
-expect ok "same, identical" "$(cmp same "$tmp/a_0.jsonl" "$tmp/a_1.jsonl" 0)"
-expect FAILED "same, one loss differs" "$(cmp same "$tmp/a_0.jsonl" "$tmp/b_0.jsonl" 0)"
-expect ok "same, within 1e-5" "$(cmp same "$tmp/a_0.jsonl" "$tmp/b_0.jsonl" 1e-5)"
-expect FAILED "same, its run failed" "$(cmp same "$tmp/a_0.jsonl" "$tmp/none.jsonl" 0)"
+expect ok "same, identical" "$(cmp same "$tmp/a_0.jsonl" "$tmp/a_1.jsonl")"
+expect FAILED "same, one loss differs" "$(cmp same "$tmp/a_0.jsonl" "$tmp/b_0.jsonl")"
+expect FAILED "same, its run failed" "$(cmp same "$tmp/a_0.jsonl" "$tmp/none.jsonl")"
 expect ok "replicas" "$(cmp replicas "$tmp/a_" 2)"
 cp "$tmp/b_0.jsonl" "$tmp/c_0.jsonl"; cp "$tmp/a_1.jsonl" "$tmp/c_1.jsonl"
 expect FAILED "replicas, digests differ" "$(cmp replicas "$tmp/c_" 2)"
 expect ok "digest" "$(cmp digest "$tmp/a_0.jsonl" "$tmp/a_1.jsonl")"
 expect FAILED "digest" "$(cmp digest "$tmp/a_0.jsonl" "$tmp/b_0.jsonl")"
-expect FAILED "gpu_cpu, too few steps" "$(cmp gpu_cpu "$tmp/a_0.jsonl" "$tmp/b_0.jsonl" 10 1e-4 0.02)"
-expect ok "gpu_cpu" "$(cmp gpu_cpu "$tmp/a_0.jsonl" "$tmp/b_0.jsonl" 3 1e-4 0.02)"
+expect FAILED "steps, too few steps" "$(cmp steps "$tmp/a_0.jsonl" "$tmp/b_0.jsonl" 10)"
+expect ok "steps, values not judged" "$(cmp steps "$tmp/a_0.jsonl" "$tmp/b_0.jsonl" 3)"
+metrics "$tmp/d_0.jsonl" 00dd 2.3 2.2
+expect FAILED "steps, another count" "$(cmp steps "$tmp/a_0.jsonl" "$tmp/d_0.jsonl" 2)"
 # MFU: each rank's figure is against the whole GPU; where ranks share one, the GPU's is their sum
 for r in 0 1 2 3; do
   echo '{"type": "epoch", "epoch": 0, "gflops": 500, "mfu": 0.025}' > "$tmp/u_$r.jsonl"
