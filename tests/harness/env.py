@@ -15,7 +15,7 @@ FASHION = os.environ.get("DDP_FASHION_MNIST_DIR", "/usr/share/datasets/fashion-m
 SKIP = 77  # CTest's SKIP_RETURN_CODE
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LAUNCH_SH = os.path.join(ROOT, "scripts", "launch.sh")
-# How run() starts several ranks (check.py --launcher): "mpirun" (the MPI backend), "launch"
+# How run() starts several ranks (python3 -m tests.harness --launcher): "mpirun" (the MPI backend), "launch"
 # (scripts/launch.sh: the Gloo backend, --backend auto's choice under an environment launch) or
 # "torchrun" (the same, started by PyTorch's launcher).
 LAUNCHER = "mpirun"

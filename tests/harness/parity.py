@@ -159,7 +159,7 @@ def step_within_rounding(m0, ref, got, lr, mu, n_terms, sizes):
     return ratios, (f"loss {la:.8g} vs {lb:.8g}; parameters at {where} {pa[wp]:.8g} vs {pb[wp]:.8g} (bound "
                     f"{pbound[wp]:.2g}); momentum {ma[wm]:.8g} vs {mb[wm]:.8g} (bound {mbound[wm]:.2g}); "
                     f"largest difference/bound {max(ratios.values()):.3g} (the error model is in "
-                    "tests/integration/check.py)")
+                    "tests/harness/parity.py)")
 
 
 def one_step_parity(tmp, tag, ref, gots, common, n_terms, steps=(0, PARITY_K), diagnose=None):
