@@ -13,7 +13,7 @@ kernel or thread count sums in another order and moves the last digits. These ru
 Haswell one that wrote the files differs by at most 1.3e-7 in any step's loss (measured 2026-12-03 on
 01 at 1 rank and 03, 06 and 07 at 3 ranks, every step compared), 75 times below the tolerance; a
 wrong program differs by 1e-4 or more from its second step on (golden_catches_wrong). A golden file
-is one seed's run: the comparisons of two runs that must hold for every seed are check.py's (label
+is one seed's run: the comparisons of two runs that must hold for every seed are the integration tests' (label
 `parity`), not these. The digest is the hash of the
 exact parameter bytes, so it only matches on the same BLAS build, CPU and thread count: a digest that
 differs while every loss agrees is reported but is not a failure (--strict makes it one). With
@@ -38,7 +38,7 @@ import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 GOLDEN_DIR = ROOT / "tests" / "golden"
-BIN = pathlib.Path(os.environ.get("DDP_BIN_DIR", ROOT / "build" / "bin"))  # as check.py
+BIN = pathlib.Path(os.environ.get("DDP_BIN_DIR", ROOT / "build" / "bin"))  # as the tests' harness (tests/harness/env.py)
 FLAGS = ["--device", "cpu", "--data", "synthetic", "--dataset_size", "2048", "--hidden", "64",
          "--lr", "0.05", "--momentum", "0.9", "--epochs", "2", "--log_interval", "1000",
          "--save_interval", "0"]
