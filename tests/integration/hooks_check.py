@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Integration checks of issue 35: gradient clipping by the global norm (every step), DDP's
 communication hooks (step 06) and the finite check before a bucket's collective.
 
@@ -581,3 +580,8 @@ ddp_hooks(hook_gloo_np2, processors=2, labels=("gloo", "parity"), needs=("gloo",
 ddp_hooks(check_finite_nan_np2, processors=2)
 ddp_hooks(powersgd_vs_torch, processors=2)
 ddp_hooks(powersgd_resume_np2, processors=2, labels=("parity",))
+
+
+if __name__ == "__main__":
+    raise SystemExit("its scenarios run with the harness: python3 -m tests.harness NAME, from the repository's root "
+                     "(tests/README.md)")

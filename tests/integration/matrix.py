@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """The launcher matrix: every step 02 to 08 at 2 and 3 ranks under every launcher, from one table.
 
-    matrix.py LAUNCHER NP          run one cell (CTest: matrix_<launcher>_np<NP>), e.g. matrix.py launch 3
-    matrix.py --cells local|slurm  the cells, one a line: NAME LAUNCHER NP BACKEND (tests.cmake reads
-                                   them at configure time, so that the CTest tests come from the table)
-    matrix.py --table              the table, as a reader would want it
+    python3 -m tests.integration.matrix LAUNCHER NP          run one cell (CTest: matrix_<launcher>_np<NP>),
+                                                             e.g. python3 -m tests.integration.matrix launch 3
+    python3 -m tests.integration.matrix --cells local|slurm  the cells, one a line: NAME LAUNCHER NP BACKEND
+                                   (tests.cmake reads them at configure time, so that the CTest tests come
+                                   from the table)
+    python3 -m tests.integration.matrix --table              the table, as a reader would want it
+(from the repository's root, or with it on PYTHONPATH: it imports the harness, tests/harness/)
 
 A cell runs every step of STEPS under one launcher at one rank count and checks each step's claim
 (below); at 2 ranks the steps marked same_at_2 must end with one digest, and under every launcher the

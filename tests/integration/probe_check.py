@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Integration checks of build/bin/probe (tools/probe.c), run on CPU ranks under mpirun.
 
 CTest runs `python3 -m tests.harness SCENARIO` (registered below, read by tests.cmake). Each scenario runs the real program and reads its
@@ -158,3 +157,8 @@ def probe_disagree():
 for f in [passes(0), passes(2), passes(3), probe_wrong, probe_absent, probe_disagree]:
     register(f, processors=2, timeout=180, skip=None, env=("bin", "mpiexec", "mpi_env"), labels=("integration",),
              needs=() if f.__name__ == "probe_np1" else ("mpi",), cache=False, sigterm=False)
+
+
+if __name__ == "__main__":
+    raise SystemExit("its scenarios run with the harness: python3 -m tests.harness NAME, from the repository's root "
+                     "(tests/README.md)")

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """The Gloo ranks' rendezvous store (common/store.c) against what else reaches its port, and against
 ranks started with other settings: real ranks of 06_full, started by environment (RANK, WORLD_SIZE,
 MASTER_ADDR=127.0.0.1, a fresh MASTER_PORT) without a launcher, and clients on loopback only.
@@ -279,3 +278,8 @@ def needs_06_full(func):
 for f in [port_scan, large_values, listen_address, world_size_mismatch, restart_count_mismatch]:
     register(needs_06_full(f), name=f"store_{f.__name__}", processors=2, timeout=180, needs=("gloo",),
              env=("bin",), cache=False, sigterm=False)
+
+
+if __name__ == "__main__":
+    raise SystemExit("its scenarios run with the harness: python3 -m tests.harness NAME, from the repository's root "
+                     "(tests/README.md)")
