@@ -467,7 +467,7 @@ PY
 fi
 # A comparison of two runs' metrics files (scripts/gpu_compare.py): one row; not run while forced.
 compare() {
-  if [ -n "$forced" ]; then ok "$1" "-"; else verdict "$1" "$(PYTHONPATH=. timeout 60 python3 scripts/gpu_compare.py "${@:2}")"; fi
+  if [ -n "$forced" ]; then ok "$1" "-"; else verdict "$1" "$(PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" timeout 60 python3 scripts/gpu_compare.py "${@:2}")"; fi
 }
 # hidden 256,256: the CPU side may be the plain C GEMM (no OpenBLAS), which must stay quick
 s01=(--epochs 1 --max_steps 200 --batch_size 128 --hidden 256,256 --save_interval 0 --log_interval 100 "${data[@]}")
