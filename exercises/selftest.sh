@@ -3,17 +3,17 @@
 # `exercise_checker_0N`, `exercise_checker_06_fault`):
 #   exercises/selftest.sh N CLAIM [CLAIM...]      (N: 02..08, or an extra exercise such as 06_fault)
 # step N's own files must pass the unit tests and the claims below; the untouched exercise must fail,
-# naming each CLAIM; and every typical wrong solution of tests/exercises/wrong_solutions.py must fail
+# naming each CLAIM; and every typical wrong solution of exercises/checker/wrong_solutions.py must fail
 # with its diagnosis.
 #
 # What runs where, so that nothing is proven twice: the step's own files run, in the checker, the
 # unit tests, the stepNN_own_binary claim, the CLAIMs the untouched exercise must fail (the same
 # claims on both sides: the checker is shown to tell the two apart) and every CLAIM@launch (the
 # checker's launch.sh path). The step's other claims are the main suite's integration tests
-# (tests/integration/tests.cmake), which run the same scenarios of check.py on the same sources,
+# (tests/integration/tests.cmake), which run the same scenarios (python3 -m tests.harness) on the same sources,
 # compiled with the same commands (the checker takes them from `ninja -t commands`): run here again,
 # they would prove nothing new. The untouched exercise runs only the CLAIMs, the claims this test
-# asserts on. The wrong solutions run as tests/exercises/wrong_solutions.py says (each with the claims
+# asserts on. The wrong solutions run as exercises/checker/wrong_solutions.py says (each with the claims
 # that catch it). A time per part is printed ([Ns]).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -26,7 +26,7 @@ files=(exercises/"$folder"/*.c)
 reference=("${files[@]/#"exercises/$folder"/"steps/$step"}")
 all=$(scripts/check_exercise.sh --claims "$n") || exit 2
 # The main build's reference runs, the same in all three parts below, run once and are replayed after
-# (tests/integration/check.py says when a run is the same).
+# (tests/harness/cache.py says when a run is the same).
 DDP_REFERENCE_CACHE=$(mktemp -d "${TMPDIR:-/tmp}/selftest_$n.XXXXXX") || exit 2
 export DDP_REFERENCE_CACHE
 trap 'rm -rf "$DDP_REFERENCE_CACHE"' EXIT
@@ -48,6 +48,6 @@ echo "$out"
 for claim in "$@"; do
   grep -q "^FAIL $claim: " <<< "$out" || { echo "selftest: expected 'FAIL $claim: ...' above" >&2; exit 1; }
 done
-echo "[${SECONDS}s] == the typical wrong solutions: tests/exercises/wrong_solutions.py $n"
-python3 tests/exercises/wrong_solutions.py "$n" || { echo "selftest: a wrong solution of exercise $n was not rejected as it should be" >&2; exit 1; }
+echo "[${SECONDS}s] == the typical wrong solutions: python3 -m exercises.checker.wrong_solutions $n"
+python3 -m exercises.checker.wrong_solutions "$n" || { echo "selftest: a wrong solution of exercise $n was not rejected as it should be" >&2; exit 1; }
 echo "[${SECONDS}s] selftest: exercise $n's checker passes the reference, fails the untouched exercise on: $*, and rejects every typical wrong solution"

@@ -13,8 +13,8 @@
 # reducer.c, fsdp.c); the step's other files are used as they are. The program is compiled and linked exactly
 # as the main build compiles the step (the commands come from `ninja -t commands`, so the flags and
 # the ddp_common library are the build's own), into a temporary folder, under the step's name, next
-# to links to the main build's other step programs. Then tests/integration/check.py runs the step's
-# claims with DDP_BIN_DIR pointing there, and this prints PASS or FAIL per claim, with check.py's
+# to links to the main build's other step programs. Then the scenario runner (python3 -m tests.harness) runs the step's
+# claims with DDP_BIN_DIR pointing there, and this prints PASS or FAIL per claim, with the runner's
 # reason for a failure and its likely cause. Every run gets --timeout $DDP_RUN_TIMEOUT (15 s), so that
 # a collective which some rank never reaches ends the job quickly and is reported as a hang.
 #
@@ -36,7 +36,7 @@
 # unsandboxed, as the user who runs this.
 #
 # Ctrl-C (or TERM, HUP) stops the running test or claim and every process it started, mpirun's ranks
-# included, removes the temporary folder (also the claims' own folders, which check.py keeps in it)
+# included, removes the temporary folder (also the claims' own folders, which the runner keeps in it)
 # and exits 128 + the signal's number (130 for Ctrl-C).
 #
 # The checker refuses to run (exit 2) when the build cannot run what makes the check strict: the unit
@@ -217,7 +217,7 @@ case $n in
               step08_checkpoints step08_trace step08_replicas_np3@launch" ;;
 esac
 [ "$exercise" = 06_fault ] && claims="fault06_drill fault06_one_writer fault06_barrier fault06_resume_mid_epoch"
-# 07_clip: the global norm under sharding; its claims are tests/integration/hooks_check.py's
+# 07_clip: the global norm under sharding; its claims are tests/integration/hooks_check.py's scenarios
 [ "$exercise" = 07_clip ] && what="exercise 07_clip (the global norm under sharding)" &&
   claims="clip_steps_np2 clip_norm_np3"
 # First of all: the program that runs is the one built here from the learner's files.
@@ -456,25 +456,27 @@ fi
 # shellcheck source=scripts/mpi_env.sh
 source "$root/scripts/mpi_env.sh"
 export DDP_BIN_DIR=$tmp/bin DDP_MPIEXEC=${DDP_MPIEXEC:-mpiexec} DDP_RUN_TIMEOUT=${DDP_RUN_TIMEOUT:-15}
+# the runner is a package of this checkout (tests/harness/): python3 -m tests.harness from anywhere
+export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
 limit=${DDP_CHECK_TIMEOUT:-300}
 export DDP_CHECK_TMPDIR=$tmp/claim
 for c in $no_gloo_claims; do
   echo "SKIP $c: this build has no Gloo (libgloo-dev), so nothing runs under scripts/launch.sh"
 done
 # Every claim, whichever DDP_CLAIMS selects, checks that the program which ran is the one built here:
-# each process image records itself (tests/exercises/exe_record.c, preloaded by name from a folder of
+# each process image records itself (exercises/checker/exe_record.c, preloaded by name from a folder of
 # its own, as LD_PRELOAD splits paths at spaces), and an image other than the learner's program in a
 # process that ran it (an exec), or a step program started below it, fails the claim. (The claim
 # stepNN_own_binary watches /proc as well, for a program that would drop LD_PRELOAD.)
 preload=()
 if [ -n "$claims" ]; then
   if [[ $tmp != *:* ]] && mkdir "$tmp/preload" &&
-     ${CC:-cc} -shared -fPIC -O1 -o "$tmp/preload/ddp_exe_record.so" "$root/tests/exercises/exe_record.c" \
+     ${CC:-cc} -shared -fPIC -O1 -o "$tmp/preload/ddp_exe_record.so" "$root/exercises/checker/exe_record.c" \
        > "$tmp/preload.log" 2>&1; then
     preload=(env "LD_PRELOAD=ddp_exe_record.so${LD_PRELOAD:+ $LD_PRELOAD}"
              "LD_LIBRARY_PATH=$tmp/preload${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "DDP_EXE_RECORD=$tmp/exe.log")
   else
-    echo "NOTE: no C compiler built tests/exercises/exe_record.c: only ${n:+step${n}_own_binary} checks that the program"
+    echo "NOTE: no C compiler built exercises/checker/exe_record.c: only ${n:+step${n}_own_binary} checks that the program"
     echo "      which runs is the one built from your file(s)"
   fi
 fi
@@ -512,17 +514,15 @@ for exe in dict.fromkeys(found):
     print(exe)
 PY
 }
-# The script whose scenario a claim is: hooks_check.py's (issue 35: clipping, hooks), else check.py's.
-script_of() { case $1 in clip_* | hook_* | check_finite_*) echo hooks_check.py ;; *) echo check.py ;; esac; }
 for claim in $claims; do
-  # CLAIM@launch: check.py's scenario CLAIM, its ranks started by scripts/launch.sh (Gloo)
+  # CLAIM@launch: the scenario CLAIM, its ranks started by scripts/launch.sh (Gloo)
   name=${claim%@*} how=()
   [ "$name" = "$claim" ] || how=(--launcher "${claim#*@}")
-  # check.py's folder for the claim's files, inside ours: removed even when the claim is killed
+  # the runner's folder for the claim's files, inside ours: removed even when the claim is killed
   mkdir "$tmp/claim"
   rm -f "$tmp/exe.log"
   in_group "$limit" "$tmp/out" "$tmp/err" ${preload[@]+"${preload[@]}"} \
-    python3 "$root/tests/integration/$(script_of "$name")" ${how[@]+"${how[@]}"} "$name"
+    python3 -m tests.harness ${how[@]+"${how[@]}"} "$name"
   rm -rf "$tmp/claim"
   others=""
   [ ${#preload[@]} -eq 0 ] || others=$(other_programs)
@@ -546,10 +546,10 @@ for claim in $claims; do
       ;;
     *)
       failed=1
-      if grep -q "^FAILED $name: " "$tmp/err"; then  # check.py's sentence, and what follows it
+      if grep -q "^FAILED $name: " "$tmp/err"; then  # the runner's sentence, and what follows it
         sed -n "/^FAILED $name: /,\$p" "$tmp/err" | sed "1s/^FAILED $name: //" | head -n 15 |
           sed "1s/^/FAIL $claim: /; 2,\$s/^/     /"
-      else  # check.py itself stopped, e.g. on a metrics file that a rank never wrote
+      else  # the scenario itself stopped, e.g. on a metrics file that a rank never wrote
         echo "FAIL $claim: $(grep -v '^\s*$' "$tmp/err" | tail -n 1)"
         if grep -q "No such file.*jsonl" "$tmp/err"; then
           echo "     (a rank's metrics file is missing: each rank writes --metrics with its own rank in"

@@ -43,7 +43,7 @@ import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 GOLDEN_DIR = ROOT / "tests" / "golden"
-BIN = pathlib.Path(os.environ.get("DDP_BIN_DIR", ROOT / "build" / "bin"))  # as check.py
+BIN = pathlib.Path(os.environ.get("DDP_BIN_DIR", ROOT / "build" / "bin"))  # as the tests' harness (tests/harness/env.py)
 FLAGS = ["--device", "cpu", "--data", "synthetic", "--dataset_size", "2048", "--hidden", "64",
          "--lr", "0.05", "--momentum", "0.9", "--epochs", "2", "--log_interval", "1000",
          "--save_interval", "0"]

@@ -468,7 +468,7 @@ PY
 fi
 # A comparison of two runs' metrics files (scripts/gpu_compare.py): one row; not run while forced.
 compare() {
-  if [ -n "$forced" ]; then ok "$1" "-"; else verdict "$1" "$(timeout 60 python3 scripts/gpu_compare.py "${@:2}")"; fi
+  if [ -n "$forced" ]; then ok "$1" "-"; else verdict "$1" "$(PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" timeout 60 python3 scripts/gpu_compare.py "${@:2}")"; fi
 }
 # hidden 256,256: the CPU side may be the plain C GEMM (no OpenBLAS), which must stay quick
 s01=(--epochs 1 --max_steps 200 --batch_size 128 --hidden 256,256 --save_interval 0 --log_interval 100 "${data[@]}")
@@ -480,7 +480,7 @@ done
 # (the next row); here only the steps they log (structure), with the losses shown
 compare "step 01 on GPU and CPU: the same steps ($data_name)" steps "$LOG/step01_cuda.jsonl" "$LOG/step01_cpu.jsonl" 10
 # One step from the same state (the CPU's initial parameters, resumed on the GPU): two summation
-# orders, which one step does not amplify, within the tests' float32 error model (check.py): sums of
+# orders, which one step does not amplify, within the tests' float32 error model (tests/harness/parity.py): sums of
 # 128 samples and the 784 inputs of layer 0 (the trajectories above part after a few steps anyway).
 one=(--lr 0.05 --momentum 0.9 --max_steps 1 --save_interval 1000)
 run "step01_one_cpu" "$BIN/01_single_gpu" --device cpu "${s01[@]}" "${one[@]}" --save_init "$work/one_init" \
@@ -560,7 +560,7 @@ if [ -z "$plan" ]; then
 fi
 # 1 epoch of 8192 synthetic samples, batch 64 per rank, hidden 256,256: 8192 / (64 np) steps. The CPU
 # reference is step 01 with the global batch 64 np (steps 04-06 train exactly as it does,
-# tests/integration/check.py matches_baseline); several CPU ranks would need MPI. --timeout 60: the
+# tests/harness/families.py matches_baseline); several CPU ranks would need MPI. --timeout 60: the
 # trainer's watchdog ends a rank stuck in a collective (`timeout` ends the rest).
 mr=(--data synthetic --dataset_size 8192 --epochs 1 --batch_size 64 --hidden 256,256 --save_interval 0
     --log_interval 1000)

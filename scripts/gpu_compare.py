@@ -11,10 +11,10 @@ Each comparison is of one kind (the tests' rule): bit equality where the arithme
 structure (steps: two runs in other summation orders, e.g. the GPU's and the CPU's, log the same
 steps; their values after many steps are shown, never judged: rounding grows with every step).
 """
-import json, os, sys
+import json, sys
 
-# one_step's error model is the tests' own (tests/integration/check.py, step_within_rounding)
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "integration"))
+# one_step's error model is the tests' own (tests/harness/parity.py, step_within_rounding): run from the
+# repository's root, or with it on PYTHONPATH (scripts/gpu_check.sh does).
 
 def recs(path, kind):
     with open(path) as f:
@@ -59,12 +59,12 @@ def main(cmd, *a):
             # Both runs resumed START and took one step on the same batch: they differ only by the
             # order of their float32 sums (cuBLAS's and the CPU GEMM's), which one step does not
             # amplify; the bound is the tests' error model, n_terms the additions on the way.
-            import check
-            m0 = check.ckpt_params_momentum(a[0])[1]
-            sizes = check.read_checkpoint(a[1])[0]["sizes"]
-            ref = (recs(a[2], "step")[-1]["loss"],) + tuple(check.ckpt_params_momentum(a[1]))
-            got = (recs(a[4], "step")[-1]["loss"],) + tuple(check.ckpt_params_momentum(a[3]))
-            ratios, text = check.step_within_rounding(m0, ref, got, float(a[5]), float(a[6]), int(a[7]), sizes)
+            from tests.harness import parity, results
+            m0 = results.ckpt_params_momentum(a[0])[1]
+            sizes = results.read_checkpoint(a[1])[0]["sizes"]
+            ref = (recs(a[2], "step")[-1]["loss"],) + tuple(results.ckpt_params_momentum(a[1]))
+            got = (recs(a[4], "step")[-1]["loss"],) + tuple(results.ckpt_params_momentum(a[3]))
+            ratios, text = parity.step_within_rounding(m0, ref, got, float(a[5]), float(a[6]), int(a[7]), sizes)
             say(not text, text or "difference/bound at most " + ", ".join(f"{k} {v:.2g}" for k, v in ratios.items())
                 + f" (float32 sums of {a[7]} terms in another order)")
         elif cmd == "replicas":  # prefix W

@@ -19,7 +19,8 @@ checkpoint.bin.tmp.PID next to it is expected after SIGKILL (the writer cannot c
 counted, not failed: what matters is that the real name never holds a partial file.
 
 Standard library only. Exit status 1 on any hang, zero exit code, orphan rank or bad checkpoint.
-Environment: DDP_BIN_DIR (default build/bin), DDP_MPIEXEC (default mpirun), as check.py.
+Environment: DDP_BIN_DIR (default build/bin), DDP_MPIEXEC (default mpirun), as the harness's (tests/harness/env.py).
+Its checkpoint and process helpers are tests/harness/drill.py's.
 """
 import argparse
 import os
@@ -27,13 +28,12 @@ import random
 import re
 import shutil
 import signal
-import struct
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-import zlib
+
+from tests.harness.drill import Output, kill_all, rank_pids, verify_checkpoint, wait_until  # the helpers it shares
 
 MODES = ["train", "save-writer", "save-peer", "save-after"]
 
@@ -44,121 +44,6 @@ TRAIN_ARGS = ["--data", "synthetic", "--dataset_size", "20000", "--hidden", "512
               "--bucket_cap_mb", "0.25", "--save_interval", "0", "--log_interval", "1000000"]
 SAVE_ARGS = ["--data", "synthetic", "--dataset_size", "1024", "--hidden", "2048,2048", "--epochs", "1000",
              "--save_interval", "1", "--log_interval", "1000000"]
-
-
-# ---- checkpoint verification (the format of common/ckpt.h) -------------------------------------------
-
-def verify_checkpoint(path):
-    """Returns None when path is a complete checkpoint, else a sentence saying what is wrong."""
-    with open(path, "rb") as f:
-        data = f.read()
-    if len(data) < 56:
-        return f"{len(data)} bytes, shorter than the header"
-    if data[:8] != b"DDPCKPT\0":
-        return "bad magic"
-    version, hsize = struct.unpack_from("<II", data, 8)
-    n_layers = struct.unpack_from("<I", data, 52)[0]
-    # From version 2 the data's identity (24 bytes), from 3 the step fields (16), from 4 the pixels CRC (4).
-    want = 56 + 4 * (n_layers + 1) + sum(size for since, size in ((2, 24), (3, 16), (4, 4)) if version >= since)
-    if version not in (1, 2, 3, 4) or not 1 <= n_layers <= 16 or hsize != want or len(data) < hsize:
-        return f"bad header (version {version}, header size {hsize}, {n_layers} layers)"
-    sizes = struct.unpack_from(f"<{n_layers + 1}I", data, 56)
-    n = sum(sizes[i] * sizes[i + 1] + sizes[i + 1] for i in range(n_layers))
-    want = hsize + 8 * n + 4
-    if len(data) != want:
-        return f"{len(data)} bytes, expected {want} for shape {'-'.join(map(str, sizes))}"
-    stored = struct.unpack_from("<I", data, len(data) - 4)[0]
-    computed = zlib.crc32(data[:-4]) & 0xFFFFFFFF
-    if stored != computed:
-        return f"CRC mismatch (stored {stored:08x}, computed {computed:08x})"
-    return None
-
-
-# ---- processes ----------------------------------------------------------------------------------------
-
-def rank_pids(tag):
-    """{rank: pid} of the processes whose command line contains tag and that have an MPI rank."""
-    found = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/cmdline", "rb") as f:
-                if tag.encode() not in f.read():
-                    continue
-            with open(f"/proc/{d}/environ", "rb") as f:
-                env = f.read().split(b"\0")
-        except OSError:
-            continue
-        for kv in env:
-            if kv.startswith(b"OMPI_COMM_WORLD_RANK="):
-                found[int(kv.split(b"=", 1)[1])] = int(d)
-    return found
-
-
-def session_pids(sid):
-    """Every live process of session sid (mpirun was started with setsid; its ranks each get their
-    own process group, so killing mpirun's group alone would miss them)."""
-    pids = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[3]) == sid and fields[0] != "Z":  # fields[0] is the state, [3] the session
-            pids.append(int(d))
-    return pids
-
-
-def kill_all(sid, tag):
-    for pid in set(session_pids(sid)) | set(rank_pids(tag).values()):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-
-
-class Output:
-    """Collects mpirun's combined output on a thread; wait_for() blocks until a pattern appears."""
-
-    def __init__(self, stream):
-        self.lines, self.cv = [], threading.Condition()
-        self.thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
-        self.thread.start()
-
-    def _read(self, stream):
-        for line in stream:
-            with self.cv:
-                self.lines.append(line)
-                self.cv.notify_all()
-
-    def wait_for(self, pattern, timeout):
-        end = time.monotonic() + timeout
-        with self.cv:
-            while not any(pattern in l for l in self.lines):
-                left = end - time.monotonic()
-                if left <= 0:
-                    return False
-                self.cv.wait(left)
-        return True
-
-    def text(self):
-        self.thread.join(timeout=5)
-        with self.cv:
-            return "".join(self.lines)
-
-
-def wait_until(cond, timeout, poll=0.001):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        v = cond()
-        if v:
-            return v
-        time.sleep(poll)
-    return None
 
 
 # ---- one trial ----------------------------------------------------------------------------------------

@@ -28,11 +28,11 @@ compares the final param_digest lines bit for bit. Drills:
 With --comm_hook powersgd every run of step 06 compresses its gradients with PowerSGD (from step 3), whose
 state each rank saves beside the checkpoint: a kill must never leave a checkpoint without its states.
 Every process a drill starts is stopped by the drill (by pid and session), also when it fails.
-Standard library only; reuses kill_rank.py's process helpers. Exit 1 on any failure, 77 when skipped.
+Standard library only; the drills' core (the job, the kill at a step, kill_rank.py's process helpers) is
+tests/harness/drill.py's. Exit 1 on any failure, 77 when skipped.
 Environment: DDP_BIN_DIR (default build/bin), DDP_MPIEXEC (default mpirun).
 """
 import argparse
-import glob
 import json
 import os
 import random
@@ -40,213 +40,14 @@ import re
 import shutil
 import signal
 import struct
-import subprocess
 import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from kill_rank import Output, rank_pids, session_pids, verify_checkpoint, wait_until  # noqa: E402
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "integration"))
-from check import torchrun_rendezvous  # noqa: E402
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-RESTART = os.path.join(ROOT, "scripts", "restart.sh")
-PREEMPTED = 75  # common/preempt.h: PREEMPT_EXIT_STATUS
-
-# 4096 samples of batch 32: 64 steps per epoch at 2 ranks (43 at 3), a snapshot every 7 steps. Small
-# enough to run in a few seconds on a loaded machine, long enough that a kill at step <= 24 lands in it.
-SMALL = ["--data", "synthetic", "--dataset_size", "4096", "--hidden", "128", "--batch_size", "32",
-         "--epochs", "1", "--save_steps", "7", "--save_interval", "1", "--log_interval", "1"]
-
-
-def steps_per_epoch(np):
-    """SMALL's steps in its one epoch at np ranks: ceil(4096 / np) samples per rank, batches of 32."""
-    per_rank = -(-4096 // np)  # ceiling divisions
-    return -(-per_rank // 32)
-
-
-# A 14 MB checkpoint at every other step: the write lasts long enough to be caught in the act.
-BIG = ["--data", "synthetic", "--dataset_size", "512", "--hidden", "1024,1024", "--batch_size", "16",
-       "--epochs", "1", "--save_steps", "2", "--log_interval", "1"]
-
-
-class Failure(Exception):
-    pass
-
-
-def env():
-    e = {k: v for k, v in os.environ.items()
-         if not k.startswith(("OMPI_COMM_WORLD", "PMI", "PMIX", "RANK", "WORLD_SIZE", "SLURM", "TORCHELASTIC"))}
-    e.update(OMPI_MCA_rmaps_base_oversubscribe="1", OPENBLAS_NUM_THREADS="1", RESTART_DELAY="0.2",
-             STOP_GRACE="5")
-    e.setdefault("OMPI_MCA_btl", "self,vader")
-    if os.geteuid() == 0:
-        e.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    return e
-
-
-class Job:
-    """One launched command in a session of its own; stop() ends it and everything that names tag."""
-
-    def __init__(self, cmd, tag, cwd):
-        self.tag = tag
-        self.p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env(),
-                                  start_new_session=True, cwd=cwd)
-        self.out = Output(self.p.stdout)
-
-    def wait_for(self, pattern, timeout):
-        """Whether pattern appeared in the output within timeout seconds (False as soon as the job ended
-        without it)."""
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            if self.out.wait_for(pattern, 0.2):
-                return True
-            if self.p.poll() is not None:
-                return self.out.wait_for(pattern, 1)
-        return False
-
-    def wait(self, timeout):
-        try:
-            return self.p.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise Failure(f"still running {timeout:.0f} s later:\n{self.text()[-3000:]}")
-
-    def tagged(self):
-        """Live processes whose command line names this job's tag (restart.sh's attempts run in
-        sessions of their own: the tag finds them)."""
-        found = []
-        for d in os.listdir("/proc"):
-            if d.isdigit():
-                try:
-                    with open(f"/proc/{d}/cmdline", "rb") as f:
-                        if self.tag.encode() not in f.read():
-                            continue
-                    with open(f"/proc/{d}/stat") as f:
-                        if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                            continue
-                except OSError:
-                    continue
-                found.append(int(d))
-        return found
-
-    def stop(self):
-        for pid in set(session_pids(self.p.pid)) | set(self.tagged()):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        try:
-            self.p.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            pass
-
-    def text(self):
-        return "".join(self.out.lines)
-
-
-def digest(text):
-    found = re.findall(r"param_digest ([0-9a-f]{16})", text)
-    return found[-1] if found else None
-
-
-def mpi_cmd(a, step, np, args, ckdir):
-    return [a.mpiexec, "-np", str(np), os.path.join(a.bin_dir, step), "--device", "cpu"] + args + a.hook + [
-        "--resume", "auto", "--ckpt_dir", ckdir]
-
-
-def reference(a, work, step, np, args):
-    """The uninterrupted run's digest (the same command, nothing killed)."""
-    ck = os.path.join(work, f"ref-{step}-{np}")
-    job = Job(mpi_cmd(a, step, np, args, ck), ck, work)
-    try:
-        rc = job.wait(300)
-    finally:
-        job.stop()
-    d = digest(job.text())
-    if rc != 0 or d is None:
-        raise Failure(f"the reference run failed ({rc}):\n{job.text()[-3000:]}")
-    return d
-
-
-def supervised(a, work, name, step, np, args, restarts=3):
-    ck = os.path.join(work, name)
-    os.mkdir(ck)
-    return Job([RESTART, "--max_restarts", str(restarts), "--"] + mpi_cmd(a, step, np, args, ck), ck, work), ck
-
-
-class Late(Failure):
-    """The kill reached a rank only after its run had ended: the drill tested nothing."""
-
-
-def kill_and_compare(job, ref, victim_pid, sig=signal.SIGKILL, what="", late_after=None):
-    """Sends sig to victim_pid, waits for restart.sh, and requires that the kill failed attempt 0 and that
-    the job ended with the uninterrupted run's digest ref; returns what attempt 1 resumed from. Late when
-    the kill could test nothing: the run had ended first, or (with late_after) attempt 0 had already
-    logged step late_after, past what the drill means to cut. Every exception carries the output (.text)."""
-    try:
-        os.kill(victim_pid, sig)
-        gone = False
-    except ProcessLookupError:
-        gone = True  # the rank had ended: with its run (Late below), or failing on its own
-    rc = job.wait(300)
-    text = job.text()
-    before, failed, _ = text.partition("restart.sh: attempt 0 failed with status")
-    reached = max((int(n) for n in re.findall(r" step (\d+)/", before)), default=0)
-    problem, kind = None, Failure
-    if not failed and rc == 0:
-        problem, kind = "the kill did not fail attempt 0 (the run ended first)", Late
-    elif gone:
-        problem = "the rank had already ended when the kill was sent: attempt 0 failed on its own"
-    elif rc != 0:
-        problem = f"restart.sh exited {rc}"
-    elif digest(text) != ref:
-        problem = f"final param_digest {digest(text)}, the uninterrupted run's {ref}"
-    elif late_after is not None and reached >= late_after:
-        problem = f"attempt 0 had logged step {reached} before the kill landed (it must cut before {late_after})"
-        kind = Late
-    if problem:
-        e = kind(f"{what}: {problem}:\n{text[-3000:]}")
-        e.text = text
-        raise e
-    resumed = re.findall(r"resumed from \S+ at epoch (\d+), step (\d+)", text)
-    return resumed[-1] if resumed else "the start"
-
-
-def wait_ranks(job, np, timeout=60):
-    pids = wait_until(lambda: (lambda d: d if len(d) == np else None)(rank_pids(job.tag)), timeout)
-    if not pids:
-        raise Failure(f"could not find the {np} ranks:\n{job.text()[-2000:]}")
-    return pids
-
-
-def kill_at_step(a, work, name, args, ref, at, victim, fresh=(), late_after=None, stop=lambda: None):
-    """Runs args under restart.sh, SIGKILLs rank victim as soon as it logs step `at`, and compares the end
-    with ref (kill_and_compare, with late_after); returns what attempt 1 resumed from. The ranks are found
-    first, so the kill follows the progress line at once; a run of a few hundred milliseconds on a busy
-    machine can still get past the point before it lands, which tests nothing (Late): the drill then
-    runs again (three tries), after removing the files that match the glob patterns in fresh (what an
-    attempt appends to). stop() is called before each try and after the progress line (an interrupted
-    caller raises there)."""
-    for attempt in range(3):
-        stop()
-        for pattern in fresh:
-            for path in glob.glob(pattern):
-                os.remove(path)
-        job, ck = supervised(a, work, f"{name}-{attempt}", a.step, a.np, args)
-        try:
-            pids = wait_ranks(job, a.np)
-            if not job.wait_for(f" step {at}/", 120):
-                raise Failure(f"{name}: no progress line for step {at}:\n{job.text()[-2000:]}")
-            stop()
-            return kill_and_compare(job, ref, pids[victim], what=f"{name}: SIGKILL to rank {victim} at step {at}",
-                                    late_after=late_after)
-        except Late as e:
-            print(f"  {str(e).splitlines()[0].rstrip(':')}: drilled again", flush=True)
-        finally:
-            job.stop()
-    raise Failure(f"{name}: three times the kill of step {at} landed too late to test anything: the machine is "
-                  f"too busy for the drill")
+from tests.harness.drill import (BIG, PREEMPTED, RESTART, SMALL, Failure, Job, digest, kill_and_compare, kill_at_step,
+                                 mpi_cmd, reference, steps_per_epoch, supervised, verify_checkpoint, wait_ranks,
+                                 wait_until)
+from tests.harness.launch import torchrun_rendezvous
 
 
 def drill_kill(a, work):

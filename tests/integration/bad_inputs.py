@@ -18,8 +18,7 @@ import sys
 import tempfile
 import zlib
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from check import lock_port_pair  # noqa: E402
+from tests.harness.ports import lock_port_pair
 
 BIN = os.path.abspath(os.environ.get("DDP_BIN_DIR", "build/bin"))
 MPIEXEC = os.environ.get("DDP_MPIEXEC", "mpiexec")
@@ -27,7 +26,7 @@ MPIEXEC = os.environ.get("DDP_MPIEXEC", "mpiexec")
 HAVE_GLOO = os.environ.get("DDP_HAVE_GLOO", "ON").upper() in ("ON", "1", "TRUE", "YES")
 GLOO_CASES = {"L9", "L10", "L11"}
 # The cases whose rank listens on or connects to the port after their MASTER_PORT (the others stop
-# before any connection): run_case reserves those ports as every test's are (check.free_master_port)
+# before any connection): run_case reserves those ports as every test's are (tests/harness/ports.py, free_master_port)
 NETWORK_CASES = {"L10", "L11"}
 SMALL = ["--device", "cpu", "--data", "synthetic", "--dataset_size", "256", "--hidden", "16",
          "--epochs", "1", "--save_interval", "0"]

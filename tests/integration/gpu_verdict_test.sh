@@ -4,6 +4,8 @@
 # row, only a FAILED row, fails the check.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
+# gpu_compare.py one_step imports the tests' harness (tests/harness/parity.py): the root on PYTHONPATH
+export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
 . "$root/scripts/gpu_verdict.sh"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

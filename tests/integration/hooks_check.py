@@ -1,9 +1,9 @@
-#!/usr/bin/env python3
 """Integration checks of issue 35: gradient clipping by the global norm (every step), DDP's
 communication hooks (step 06) and the finite check before a bucket's collective.
 
-Each scenario is a function below; CTest runs `hooks_check.py SCENARIO` (tests/integration/hooks.cmake).
-The helpers and the error model are check.py's (its "parity" section): every run's seed comes from
+Each scenario is a function below, registered with the harness's runner (CTest runs
+`python3 -m tests.harness SCENARIO`, the test hooks_SCENARIO; tests/integration/tests.cmake).
+The helpers and the error model are the harness's (tests/harness/parity.py): every run's seed comes from
 DDP_TEST_SEED, and a comparison of two runs is bit for bit where the arithmetic is the same, within
 that error model elsewhere. The comparisons with PyTorch run its own functions (hooks_torch.py) with
 a Python that has torch; without one they are skipped (status 77).
@@ -13,23 +13,20 @@ import math
 import os
 import random
 import shutil
-import signal
 import struct
 import subprocess
 import sys
-import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import check  # noqa: E402
-from check import (KAPPA, SEED, U, Failure, ckpt_params_momentum, digests, f32_ulp, gamma,  # noqa: E402
-                   metrics, run, small, with_flag)
+from tests.harness import env as harness_env
+from tests.harness.env import SEED, Failure, Skip, small
+from tests.harness.launch import files_created_in, run
+from tests.harness.parity import KAPPA, U, f32_ulp, flag, gamma
+from tests.harness.ports import free_master_port
+from tests.harness.results import ckpt_params_momentum, digests, metrics
+from tests.harness.scenario import register
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PROBE = os.path.join(check.BIN, "hooks_probe")
-
-
-class Skip(Exception):
-    pass
+PROBE = os.path.join(harness_env.BIN, "hooks_probe")
 
 
 def torch_python():
@@ -264,7 +261,7 @@ def clip_steps_np2(tmp):
 
 def clip_norm_np3(tmp):
     """At 3 ranks, one step from the same state (clipping active before it): steps 07's and 08's
-    grad_norm equal step 06's within check.py's error model."""
+    grad_norm equal step 06's within the harness's error model (tests/harness/parity.py)."""
     np, B, k = 3, 43, 5
     mx = clip_max(tmp)
     common = CLIP + ["--batch_size", str(B), "--epochs", "1", "--clip_grad_norm", repr(mx), "--save_interval", "1000"]
@@ -279,13 +276,13 @@ def clip_norm_np3(tmp):
         if len(set(digests(f"{tmp}/{step}", np))) != 1:
             raise Failure(f"{step} at {np} ranks: the replicas differ after one clipped step")
         out[step] = recs[-1]["grad_norm"], ckpt_params_momentum(f"{tmp}/{step}/checkpoint.bin")[1]
-    # The error model (check.py): every gradient element of two programs differs by at most
+    # The error model (tests/harness/parity.py): every gradient element of two programs differs by at most
     # 2·gamma_n·KAPPA·G, n = the global batch plus the ranks, G the step's largest gradient element (here
     # max|m' - mu·m| / factor: the momentum took the clipped gradient). The norms then differ by at most
     # the 2-norm of that difference (the triangle inequality), sqrt(P) times it, plus the one rounding
     # of each norm (clip.h: the sums are exact).
     ref, m_ref = out["06_full"]
-    mu = float(check.flag(common, "momentum"))
+    mu = float(flag(common, "momentum"))
     coef = min(f32(f32(1 / f32(ref + f32(1e-6))) * f32(mx)), 1.0)
     G = max(abs(a - mu * b) for a, b in zip(m_ref, m0)) / coef
     bound = math.sqrt(len(m0)) * 2 * gamma(np * B + np) * KAPPA * G + 2 * f32_ulp(ref)
@@ -321,9 +318,9 @@ def hook_vs_torch(tmp):
         write_floats(f"{tmp}/in{r}.bin", bucket_values(rng, n))
     hows = dict(line.split() for line in torch_run(
         "hook", "fp16,bf16", W, f"{tmp}/in{{rank}}.bin", f"{tmp}/torch_{{name}}{{rank}}.bin",
-        check.free_master_port()).strip().splitlines() if line.split()[0] in ("fp16", "bf16"))
+        free_master_port()).strip().splitlines() if line.split()[0] in ("fp16", "bf16"))
     for name in ("fp16", "bf16"):
-        cmd = [check.MPIEXEC, "-n", str(W), PROBE, "hook", name, f"{tmp}/in{{rank}}.bin", f"{tmp}/ours{{rank}}.bin"]
+        cmd = [harness_env.MPIEXEC, "-n", str(W), PROBE, "hook", name, f"{tmp}/in{{rank}}.bin", f"{tmp}/ours{{rank}}.bin"]
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         if p.returncode != 0:
             raise Failure(f"{' '.join(cmd)} exited {p.returncode}\n{p.stdout}\n{p.stderr}")
@@ -390,7 +387,7 @@ def powersgd_vs_torch(tmp):
                 g += [f32(rng.gauss(0, scale)) for _ in range(count)]
             write_floats(f"{tmp}/g{it}_{r}.bin", g)
     write_floats(f"{tmp}/q.bin", [f32(rng.gauss(0, 1)) for _ in range(784 + 64)])
-    cmd = [check.MPIEXEC, "-n", str(W), PROBE, "powersgd", f"{tmp}/q.bin", f"{tmp}/g1_{{rank}}.bin",
+    cmd = [harness_env.MPIEXEC, "-n", str(W), PROBE, "powersgd", f"{tmp}/q.bin", f"{tmp}/g1_{{rank}}.bin",
            f"{tmp}/g2_{{rank}}.bin", f"{tmp}/ours{{iter}}_{{rank}}.bin"]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     if p.returncode != 0:
@@ -400,7 +397,7 @@ def powersgd_vs_torch(tmp):
     if nbytes != want_bytes:
         raise Failure(f"powersgd handed {nbytes} bytes to its collectives in two iterations, expected {want_bytes}")
     torch_run("powersgd", W, f"{tmp}/q.bin", f"{tmp}/g1_{{rank}}.bin", f"{tmp}/g2_{{rank}}.bin",
-              f"{tmp}/torch{{iter}}_{{rank}}.bin", check.free_master_port())
+              f"{tmp}/torch{{iter}}_{{rank}}.bin", free_master_port())
     # The error model: P = M·Q sums 784 products, the norms of P's and Q's columns 64 and 784 squares,
     # Q = Mᵀ·P 64 products; each is within gamma_784 of its exact value relative to the sum of the
     # absolute terms (Higham §3.1), and the estimate P·Qᵀ chains four of them: within 4·gamma_784 of
@@ -441,7 +438,7 @@ def powersgd_resume_np2(tmp):
     la = [r["loss"] for r in step_records(f"{tmp}/a")]
     for at in (5, 7):
         os.makedirs(f"{tmp}/ck{at}")
-        created = check.files_created_in(f"{tmp}/ck{at}")  # the kernel's order of the creations, or None
+        created = files_created_in(f"{tmp}/ck{at}")  # the kernel's order of the creations, or None
         run("06_full", common + ["--max_steps", str(at), "--save_interval", "1000", "--ckpt_dir", f"{tmp}/ck{at}"],
             np=2)
         names = sorted(os.listdir(f"{tmp}/ck{at}"))
@@ -513,11 +510,11 @@ def nan_run(tmp, tag, extra, at=3):
     """Step 06 at 2 ranks where rank 1's backward pass `at` turns a gradient into NaN (the test hook
     DDP_TEST_NAN_BACKWARD of common/mlp.c, set on rank 1 only); returns (exit status, output, step
     records of rank 0)."""
-    # check.py's bucket model, 784-15-10112-10: at this cap, 3 buckets, layer 0's weight alone in the last
+    # the bucket model of steps 06 and 07 (tests/harness/families.py), 784-15-10112-10: at this cap, 3 buckets, layer 0's weight alone in the last
     args = small(hidden="15,10112") + ["--batch_size", "64", "--epochs", "1", "--bucket_cap_mb", "0.00005",
-                   "--metrics", f"{tmp}/{tag}{{rank}}.jsonl"] + extra + check.dist_args("06_full")
-    prog = os.path.join(check.BIN, "06_full")
-    cmd = [check.MPIEXEC, "-n", "1", prog] + args + [":", "-n", "1", "env", f"DDP_TEST_NAN_BACKWARD={at}", prog] + args
+                   "--metrics", f"{tmp}/{tag}{{rank}}.jsonl"] + extra + harness_env.dist_args("06_full")
+    prog = os.path.join(harness_env.BIN, "06_full")
+    cmd = [harness_env.MPIEXEC, "-n", "1", prog] + args + [":", "-n", "1", "env", f"DDP_TEST_NAN_BACKWARD={at}", prog] + args
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     path = f"{tmp}/{tag}0.jsonl"  # a job that ended has no final object: read the step lines
     recs = [json.loads(l) for l in open(path)] if os.path.exists(path) else []
@@ -566,33 +563,25 @@ def hook_gloo_np2(tmp):
         print(f"--comm_hook {hook}: MPI and Gloo end at {d['mpirun'][0]}")
 
 
-SCENARIOS = {f.__name__: f for f in (clip_vs_torch, clip_steps_np2, clip_norm_np3, hook_vs_torch,
-                                     hook_bytes_np2, hook_gloo_np2, powersgd_vs_torch, powersgd_resume_np2,
-                                     check_finite_nan_np2)}
+# CTest: hooks_<scenario>, labels integration and hooks (and those given), 300 s, 2 processors for the
+# multi-rank ones (which need MPI; hook_gloo_np2 Gloo too: the hooks' collectives on the other CPU
+# backend, the same digests as MPI).
+def ddp_hooks(func, processors=1, labels=(), needs=None):
+    register(func, test=f"hooks_{func.__name__}", processors=processors, timeout=300,
+             labels=("integration", "hooks") + labels, needs=needs, env=("bin", "mpiexec", "mpi_env"), cache=False)
 
 
-def main():
-    name = sys.argv[1] if len(sys.argv) > 1 else ""
-    if name not in SCENARIOS:
-        print(f"usage: hooks_check.py {{{','.join(sorted(SCENARIOS))}}}", file=sys.stderr)
-        return 2
-    tmp = tempfile.mkdtemp(prefix=name + "-", dir=os.environ.get("DDP_CHECK_TMPDIR") or None)
-    signal.signal(signal.SIGTERM, check.on_term)
-    try:
-        SCENARIOS[name](tmp)
-    except Skip as e:
-        print(f"skipped {name}: {e}")
-        return check.SKIP
-    except Failure as e:
-        print(f"FAILED {name}: {e}", file=sys.stderr)
-        return 1
-    except check.Stopped:
-        return 128 + signal.SIGTERM
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    print(f"ok {name}: {SCENARIOS[name].__doc__.strip().splitlines()[0]}")
-    return 0
+ddp_hooks(clip_vs_torch)
+ddp_hooks(clip_steps_np2, processors=2, labels=("parity",))
+ddp_hooks(clip_norm_np3, processors=2, labels=("parity",))
+ddp_hooks(hook_vs_torch, processors=2)
+ddp_hooks(hook_bytes_np2, processors=2)
+ddp_hooks(hook_gloo_np2, processors=2, labels=("gloo", "parity"), needs=("gloo", "mpi"))
+ddp_hooks(check_finite_nan_np2, processors=2)
+ddp_hooks(powersgd_vs_torch, processors=2)
+ddp_hooks(powersgd_resume_np2, processors=2, labels=("parity",))
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit("its scenarios run with the harness: python3 -m tests.harness NAME, from the repository's root "
+                     "(tests/README.md)")

@@ -15,7 +15,8 @@ wrote, and writes what they return. Run by a Python that has torch (python3-torc
         (comma-separated; fp16: default_hooks.fp16_compress_hook, bf16: bf16_compress_hook) on it as
         DDP would, and writes the bucket it gets back to OUT ({rank} and {name} replaced). Prints, per
         name, "gloo" when Gloo summed the 16-bit type,
-        or "emulated" where this torch's Gloo cannot (Debian's torch 1.13: no bfloat16): then the hook's
+        or "emulated" where this torch's Gloo cannot (Debian's torch 1.13: no bfloat16; asked first of
+        a one-rank group, so that no collective of the ranks' group is refused): then the hook's
         own lines run, with each rank's compressed bucket all-gathered (as float32: exact) and summed
         in rank order in the 16-bit type by torch's own arithmetic.
 """
@@ -71,30 +72,49 @@ class Bucket:
         return self.t
 
 
-def hook_rank(rank, names, W, src, out, port):
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def gloo_sums(dtype):
+    """Whether this torch's Gloo all-reduces `dtype`, asked of a one-rank group in this process (a
+    file store), never of the ranks' group: there a refused collective can resurface in a later one
+    (torch 1.13's barrier re-raised "Invalid scalar type" now and then, and its teardown aborted)."""
+    import tempfile
+    import torch.distributed as dist
+    with tempfile.TemporaryDirectory() as d:
+        dist.init_process_group("gloo", init_method=f"file://{d}/store", rank=0, world_size=1)
+        try:
+            dist.all_reduce(torch.zeros(4, dtype=dtype))
+            return True
+        except RuntimeError:
+            return False
+        finally:
+            dist.destroy_process_group()
+
+
+def hook_rank(rank, names, sums, W, src, out, port):
     import os
     import torch.distributed as dist
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
     torch.set_num_threads(1)
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
     dist.init_process_group("gloo", rank=rank, world_size=W)
     data = open(src.replace("{rank}", str(rank)), "rb").read()
     g = torch.tensor(struct.unpack(f"<{len(data) // 4}f", data), dtype=torch.float32)
     for name in names.split(","):
-        one_hook(rank, name, W, g, out.replace("{name}", name))
+        one_hook(rank, name, sums[name], W, g, out.replace("{name}", name))
     leave(dist)
 
 
-def one_hook(rank, name, W, g, out):
+def one_hook(rank, name, sums, W, g, out):
     import torch.distributed as dist
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
     hook = {"fp16": default_hooks.fp16_compress_hook, "bf16": default_hooks.bf16_compress_hook}[name]
     how = "gloo"
-    try:
+    if sums:
         res = hook(None, Bucket(g.clone())).wait()
-    except RuntimeError:  # this Gloo has no sum of the type: the hook's arithmetic, the sum emulated
+    else:  # this Gloo has no sum of the type: the hook's arithmetic, the sum emulated
         how = "emulated"
-        dtype = torch.float16 if name == "fp16" else torch.bfloat16
+        dtype = DTYPES[name]
         c = g.to(dtype).div_(W)
         parts = [torch.empty_like(g) for _ in range(W)]
         dist.all_gather(parts, c.to(torch.float32))  # exact: every 16-bit value is a float32
@@ -108,9 +128,10 @@ def one_hook(rank, name, W, g, out):
         print(name, how, flush=True)
 
 
-def hook_all(name, W, src, out, port):
+def hook_all(names, W, src, out, port):
     import torch.multiprocessing as mp
-    mp.spawn(hook_rank, args=(name, int(W), src, out, int(port)), nprocs=int(W))
+    sums = {name: gloo_sums(DTYPES[name]) for name in names.split(",")}
+    mp.spawn(hook_rank, args=(names, sums, int(W), src, out, int(port)), nprocs=int(W))
 
 
 class PsgdBucket:

@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """The launcher matrix: every step 02 to 08 at 2 and 3 ranks under every launcher, from one table.
 
-    matrix.py LAUNCHER NP          run one cell (CTest: matrix_<launcher>_np<NP>), e.g. matrix.py launch 3
-    matrix.py --cells local|slurm  the cells, one a line: NAME LAUNCHER NP BACKEND (tests.cmake reads
-                                   them at configure time, so that the CTest tests come from the table)
-    matrix.py --table              the table, as a reader would want it
+    python3 -m tests.integration.matrix LAUNCHER NP          run one cell (CTest: matrix_<launcher>_np<NP>),
+                                                             e.g. python3 -m tests.integration.matrix launch 3
+    python3 -m tests.integration.matrix --cells local|slurm  the cells, one a line: NAME LAUNCHER NP BACKEND
+                                   (tests.cmake reads them at configure time, so that the CTest tests come
+                                   from the table)
+    python3 -m tests.integration.matrix --table              the table, as a reader would want it
+(from the repository's root, or with it on PYTHONPATH: it imports the harness, tests/harness/)
 
 A cell runs every step of STEPS under one launcher at one rank count and checks each step's claim
 (below); at 2 ranks the steps marked same_at_2 must end with one digest, and under every launcher the
@@ -16,7 +19,7 @@ missing (torchrun without python3-torch, srun without the test cluster of tests/
 Environment: DDP_BIN_DIR (the programs, default build/bin), DDP_MPIEXEC, DDP_TEST_SEED (--seed of
 every run; default: the programs' own default, read from --help), DDP_SLURM_POINTER (the test
 cluster, for the srun columns), DDP_HAVE_MPI (OFF: no mpirun reference for the other launchers).
-Standard library only, like check.py, whose launch lines (torchrun_cmd, env_launch_env) it shares.
+Standard library only, like the harness (tests/harness/), whose launch lines (torchrun_cmd, env_launch_env) it shares.
 """
 import argparse
 import importlib.util
@@ -33,11 +36,15 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, HERE)
-import check  # noqa: E402  (the launch lines and the metrics and checkpoint readers)
+from exercises.checker.hints import hint  # the likely cause of a failed run (the exercise checker's table)
+from tests.harness import env as harness_env
+from tests.harness.env import MPIEXEC, SKIP, Failure
+from tests.harness.launch import env_launch_env, launch, torchrun_cmd
+from tests.harness.ports import free_master_port
+from tests.harness.results import metrics, read_checkpoint
 
 BIN = os.path.abspath(os.environ.get("DDP_BIN_DIR", os.path.join(ROOT, "build", "bin")))
-check.BIN = BIN
+harness_env.BIN = BIN
 # One OpenBLAS thread per process, as CTest's environment has it (scripts/mpi_env.sh): OpenBLAS splits
 # a GEMM's sums by its thread count, so step 01, run alone, must use the ranks' one thread to be
 # their reference (mpirun binds each rank to a core; torchrun and launch.sh set OMP_NUM_THREADS=1).
@@ -140,16 +147,16 @@ class Cell:
         """(argv, env) that start self.np ranks of cmd under launcher."""
         np = self.np
         if launcher in ("mpirun", "launch"):
-            return check.launch(cmd, np, launcher)
+            return launch(cmd, np, launcher)
         if launcher == "torchrun":
-            return self.torchrun + cmd, check.env_launch_env()
+            return self.torchrun + cmd, env_launch_env()
         env = dict(self.slurm_env)
         if launcher == "srun_pmix":
             return ["srun", "--mpi=pmix", "--kill-on-bad-exit=1", "-n", str(np)] + cmd, env
         # a plain srun: no MPI; the ranks meet through MASTER_ADDR and MASTER_PORT (docs/06_full.md)
         for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
             env.pop(k, None)
-        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(check.free_master_port()))
+        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_master_port()))
         return ["srun", "--kill-on-bad-exit=1", "-n", str(np)] + cmd, env
 
     def run(self, step, args, tag, launcher=None, np=None, what=""):
@@ -176,10 +183,10 @@ class Cell:
             self.say(f"note {where}: {busy.group(0)}: again")
             self.retries += 1
             if launcher != "torchrun" and env is not None and "MASTER_PORT" in env:
-                env = dict(env, MASTER_PORT=str(check.free_master_port()))
+                env = dict(env, MASTER_PORT=str(free_master_port()))
             rc, out, err = run_bounded(cmd, env, self.tmp, RUN_LIMIT)
         if rc != 0:
-            cause = check.hint(out + err)
+            cause = hint(out + err)
             lines = (err.strip() or out.strip()).splitlines()
             tail = "\n".join(lines[-12:])
             first = [l for l in lines if ERROR_LINE.search(l)][:1] or lines[-1:]
@@ -191,8 +198,8 @@ class Cell:
         for r in range(np):
             path = f"{prefix}{r}.jsonl"
             try:
-                finals.append(check.metrics(path)[2])
-            except (OSError, ValueError, KeyError, check.Failure) as e:
+                finals.append(metrics(path)[2])
+            except (OSError, ValueError, KeyError, Failure) as e:
                 self.fail(f"{where}: exit 0 but rank {r}'s metrics are missing or incomplete ({path}: {e})")
                 return None
         sizes = sorted({f["world_size"] for f in finals})
@@ -266,7 +273,7 @@ def ulp32(x):
 def read_state(path):
     """(params, momentum) of a checkpoint (common/ckpt.h's format: the momentum follows the
     parameters)."""
-    _, params = check.read_checkpoint(path)
+    _, params = read_checkpoint(path)
     with open(path, "rb") as f:
         data = f.read()
     hsize = struct.unpack_from("<I", data, 12)[0]
@@ -276,7 +283,7 @@ def read_state(path):
 
 def tensors(path):
     """(name, start, end) of each parameter tensor of a checkpoint: weight then bias, per layer."""
-    hdr, _ = check.read_checkpoint(path)
+    hdr, _ = read_checkpoint(path)
     sizes, out, at = hdr["sizes"], [], 0
     for l in range(len(sizes) - 1):
         for kind, n in (("weight", sizes[l] * sizes[l + 1]), ("bias", sizes[l + 1])):
@@ -383,7 +390,7 @@ def run_cell(cell):
         elif group:
             cell.say(f"ok   {short(s[:2] for s in group)} {at}: one digest ({next(iter(group.values()))})")
         if cell.launcher != REFERENCE:
-            if not HAVE_MPI or not shutil.which(check.MPIEXEC):
+            if not HAVE_MPI or not shutil.which(MPIEXEC):
                 cell.say(f"note {at}: no {REFERENCE} here (a build without MPI): the digests are not "
                          f"compared with {REFERENCE}'s")
             else:
@@ -460,16 +467,16 @@ def main():
     try:
         if a.launcher == "torchrun":
             tempfile.tempdir = tmp  # torchrun_cmd's log folder, removed with ours
-            cell.torchrun = check.torchrun_cmd(a.np)
+            cell.torchrun = torchrun_cmd(a.np)
             if cell.torchrun is None:
                 print(f"skipped {name}: torchrun is not installed (apt-get install python3-torch)")
-                return check.SKIP
+                return SKIP
         if where == "slurm":
             env, pointer = slurm_env()
             if env is None:
                 print(f"skipped {name}: no test cluster running ({pointer} missing: tests/slurm/cluster.sh "
                       "start, or CTest's fixture slurm_cluster_start, which needs root, slurm-wlm and munge)")
-                return check.SKIP
+                return SKIP
             cell.slurm_env = env
         print(f"{name}: steps 02 to 08 under {LAUNCHERS[a.launcher][2].replace('N', str(a.np), 1)} "
               f"({backend}), --seed {cell.seed}", flush=True)

@@ -1,4 +1,4 @@
-// LD_PRELOAD library for tests/integration/check.py (step06_trace): records, per process, the order of
+// LD_PRELOAD library for tests/integration/step06.py (step06_trace): records, per process, the order of
 // the MPI calls that start, test and wait for a nonblocking all-reduce, one letter per call (I =
 // MPI_Iallreduce, T = MPI_Test, W = MPI_Wait) appended to $DDP_MPI_CALLS/<pid>, and passes each call
 // on to the MPI library. A T between two I of one step shows that the reducer let the buckets already

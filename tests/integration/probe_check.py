@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """Integration checks of build/bin/probe (tools/probe.c), run on CPU ranks under mpirun.
 
-CTest runs `probe_check.py SCENARIO` (tests.cmake). Each scenario runs the real program and reads its
+CTest runs `python3 -m tests.harness SCENARIO` (registered below, read by tests.cmake). Each scenario runs the real program and reads its
 output: an ok line for every rank and a table with the expected rows; `broken`, a non-zero exit and
 #wrong > 0 when one rank contributes a wrong value; the missing rank named within the timeout when
 one never arrives. Nothing here judges the timings: only that they are numbers and that busbw is
@@ -10,8 +9,10 @@ algbw times nccl-tests' all-reduce factor 2(W-1)/W. Standard library only.
 import os
 import re
 import subprocess
-import sys
 import time
+
+from tests.harness.env import Failure
+from tests.harness.scenario import register
 
 BIN = os.environ.get("DDP_BIN_DIR", "build/bin")
 MPIEXEC = os.environ.get("DDP_MPIEXEC", "mpiexec")
@@ -23,8 +24,6 @@ ROW = re.compile(r"^\s+(\d+)\s+(\d+)\s+(\S+)\s+([\d.]+)\s+([\d.]+)\s+(\S+)\s+(\d
 RANK_LINE = re.compile(r"^\[(\S+) rank (\d+)/(\d+) local (\d+) device (\S+)\] (.*)$")
 
 
-class Failure(Exception):
-    pass
 
 
 def probe(np, args, timeout=120):
@@ -151,23 +150,15 @@ def probe_disagree():
               f"{[l for l in p.stderr.splitlines() if 'disagree' in l][0]}")
 
 
-SCENARIOS = {f.__name__: f for f in [passes(0), passes(2), passes(3), probe_wrong, probe_absent,
-                                     probe_disagree]}
-
-
-def main():
-    if len(sys.argv) != 2 or sys.argv[1] not in SCENARIOS:
-        print(f"usage: probe_check.py {{{','.join(sorted(SCENARIOS))}}}", file=sys.stderr)
-        return 2
-    name = sys.argv[1]
-    try:
-        SCENARIOS[name]()
-    except Failure as e:
-        print(f"FAILED {name}: {e}", file=sys.stderr)
-        return 1
-    print(f"ok {name}: {SCENARIOS[name].__doc__.strip().splitlines()[0]}")
-    return 0
+# CTest: one process; ok lines and the table at 2 and 3 CPU ranks; `broken` and exit 1 when one rank
+# contributes a wrong value; the missing rank named within --timeout when one never arrives; probe ranks
+# started with different --iters or --max_bytes refused at once, naming the flag. The multi-rank runs
+# launch with mpirun.
+for f in [passes(0), passes(2), passes(3), probe_wrong, probe_absent, probe_disagree]:
+    register(f, processors=2, timeout=180, skip=None, env=("bin", "mpiexec", "mpi_env"), labels=("integration",),
+             needs=() if f.__name__ == "probe_np1" else ("mpi",), cache=False, sigterm=False)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit("its scenarios run with the harness: python3 -m tests.harness NAME, from the repository's root "
+                     "(tests/README.md)")

@@ -1,25 +1,23 @@
-#!/usr/bin/env python3
 """The Gloo ranks' rendezvous store (common/store.c) against what else reaches its port, and against
 ranks started with other settings: real ranks of 06_full, started by environment (RANK, WORLD_SIZE,
 MASTER_ADDR=127.0.0.1, a fresh MASTER_PORT) without a launcher, and clients on loopback only.
 
-    store_check.py SCENARIO       one scenario (CTest: store_<scenario>); exit 0, 1, or 77 (skipped)
-Standard library only; the helpers (ports, arguments) are check.py's.
+    python3 -m tests.harness store_SCENARIO     one scenario (CTest: store_<scenario>); exit 0, 1, or 77 (skipped)
+Standard library only; the helpers (ports, arguments) are the harness's (tests/harness/).
 """
+import functools
 import os
 import socket
 import struct
 import subprocess
-import sys
-import tempfile
 import time
-import shutil
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import check  # noqa: E402  (check.py's helpers: BIN, SMALL, env_launch_env, wait_exit, Failure)
+from tests.harness import env as harness_env
+from tests.harness import launch
+from tests.harness.scenario import register
 
-Failure = check.Failure
-ARGS = check.SMALL + ["--epochs", "1"]
+Failure = harness_env.Failure
+ARGS = harness_env.SMALL + ["--epochs", "1"]
 
 
 class Job:
@@ -27,7 +25,7 @@ class Job:
 
     def __init__(self, tmp, world, timeout, addr="127.0.0.1"):
         self.tmp, self.world, self.timeout = tmp, world, timeout
-        self.env = dict(check.env_launch_env(), MASTER_ADDR=addr)
+        self.env = dict(launch.env_launch_env(), MASTER_ADDR=addr)
         self.port = int(self.env["MASTER_PORT"]) + 1  # the store's
         self.procs = {}
 
@@ -36,7 +34,7 @@ class Job:
         e.update({k: str(v) for k, v in env.items()})
         out, err = f"{self.tmp}/out{rank}.txt", f"{self.tmp}/err{rank}.txt"
         with open(out, "w") as o, open(err, "w") as f:
-            p = subprocess.Popen([os.path.join(check.BIN, "06_full")] + ARGS + ["--timeout", str(self.timeout)],
+            p = subprocess.Popen([os.path.join(harness_env.BIN, "06_full")] + ARGS + ["--timeout", str(self.timeout)],
                                  stdout=o, stderr=f, env=e)
         self.procs[rank] = (p, err)
         return p
@@ -67,7 +65,7 @@ class Job:
         and reported as None."""
         deadline, out = time.monotonic() + limit, {}
         for r, (p, _) in self.procs.items():
-            if check.wait_exit(p, max(0.1, deadline - time.monotonic())) is None:
+            if launch.wait_exit(p, max(0.1, deadline - time.monotonic())) is None:
                 p.kill()
                 p.wait()
                 out[r] = None
@@ -265,29 +263,23 @@ def restart_count_mismatch(tmp):
     print(f"TORCHELASTIC_RESTART_COUNT 0 and 1: both ranks stopped after {took:.1f} s: {lines[1]}")
 
 
-SCENARIOS = {f.__name__: f for f in [port_scan, large_values, listen_address, world_size_mismatch,
-                                      restart_count_mismatch]}
+def needs_06_full(func):
+    """func, skipped (77) where 06_full is not built."""
+    @functools.wraps(func)
+    def scenario(tmp):
+        if not os.path.exists(os.path.join(harness_env.BIN, "06_full")):
+            print(f"skipped: {harness_env.BIN}/06_full is not built")
+            return harness_env.SKIP
+        return func(tmp)
+    return scenario
 
 
-def main():
-    if len(sys.argv) != 2 or sys.argv[1] not in SCENARIOS:
-        print(__doc__ + "\nscenarios: " + ", ".join(SCENARIOS), file=sys.stderr)
-        return 2
-    name = sys.argv[1]
-    if not os.path.exists(os.path.join(check.BIN, "06_full")):
-        print(f"skipped: {check.BIN}/06_full is not built")
-        return check.SKIP
-    tmp = tempfile.mkdtemp(prefix=f"store_{name}-")
-    try:
-        SCENARIOS[name](tmp)
-    except Failure as e:
-        print(f"FAILED store_{name}: {e}", file=sys.stderr)
-        return 1
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    print(f"ok store_{name}: {SCENARIOS[name].__doc__.strip().splitlines()[0]}")
-    return 0
+# CTest: store_<scenario>, labels integration and gloo, in a build with Gloo.
+for f in [port_scan, large_values, listen_address, world_size_mismatch, restart_count_mismatch]:
+    register(needs_06_full(f), name=f"store_{f.__name__}", processors=2, timeout=180, needs=("gloo",),
+             env=("bin",), cache=False, sigterm=False)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit("its scenarios run with the harness: python3 -m tests.harness NAME, from the repository's root "
+                     "(tests/README.md)")

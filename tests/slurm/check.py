@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Slurm checks: the real programs under a real single-node Slurm (tests/slurm/cluster.sh).
 
-CTest runs `check.py SCENARIO` (label `slurm`) between the fixture's `cluster.sh start` and `stop`;
+CTest runs `python3 -m tests.slurm.check SCENARIO` (label `slurm`) between the fixture's `cluster.sh start` and `stop`;
 DDP_SLURM_POINTER names the file in which `start` wrote the cluster's folder. Without a running
 cluster (Slurm not installed, not root) a scenario prints one line and exits 77, CTest's skip code.
 """
@@ -16,8 +16,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
-from check import BIN, MPIEXEC, SKIP, Failure, metrics, read_checkpoint, small  # noqa: E402
+from tests.harness.env import BIN, MPIEXEC, SKIP, Failure, small  # noqa: E402
+from tests.harness.results import metrics, read_checkpoint  # noqa: E402
 
 BIN = os.path.abspath(BIN)
 POINTER = os.environ.get("DDP_SLURM_POINTER", os.path.join(ROOT, "build", "slurm_cluster"))
@@ -47,7 +47,7 @@ def sh(cmd, tmp, expect_ok=True, timeout=300, env=None):
 
 
 def flags(epochs, **changes):
-    """check.py's small, fast settings (SMALL) for `epochs` epochs, some values changed."""
+    """The harness's small, fast settings (SMALL) for `epochs` epochs, some values changed."""
     return small(**changes) + ["--epochs", str(epochs)]
 
 

@@ -24,11 +24,11 @@ foreach(step 06 07)
   endforeach()
 endforeach()
 foreach(case ${slurm_cases})
-  add_test(NAME ${case} COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tests/slurm/check.py ${case})
+  add_test(NAME ${case} COMMAND ${Python3_EXECUTABLE} -m tests.slurm.check ${case})
   set_tests_properties(${case} PROPERTIES
     LABELS slurm PROCESSORS 2 TIMEOUT 300 SKIP_RETURN_CODE 77
     FIXTURES_REQUIRED slurm_cluster RESOURCE_LOCK slurm_cluster
-    ENVIRONMENT "DDP_BIN_DIR=${CMAKE_RUNTIME_OUTPUT_DIRECTORY};DDP_MPIEXEC=${DDP_MPIEXEC};${DDP_MPI_ENV};DDP_SLURM_POINTER=${DDP_SLURM_POINTER}")
+    ENVIRONMENT "DDP_BIN_DIR=${CMAKE_RUNTIME_OUTPUT_DIRECTORY};DDP_MPIEXEC=${DDP_MPIEXEC};${DDP_MPI_ENV};DDP_SLURM_POINTER=${DDP_SLURM_POINTER};${DDP_PYTHONPATH}")
 endforeach()
 
 # The launcher matrix's Slurm columns (srun --mpi=pmix and a plain srun with MASTER_ADDR and MASTER_PORT,

@@ -2,17 +2,17 @@
 """How scripts/check_exercise.sh itself behaves, beyond telling right from wrong (CTest
 `exercise_checker_interrupt`, `_timeout`, `_paths`, `_drill_kill`):
 
-    tests/exercises/checker_cases.py interrupt   Ctrl-C (SIGINT to the checker, then to its process
+    python3 -m exercises.checker.checker_cases interrupt   Ctrl-C (SIGINT to the checker, then to its process
                                                  group, as a terminal sends it) on a hanging submission
                                                  ends the checker within seconds with exit 130, and
                                                  with it every process it started (mpirun's ranks
                                                  too); its temporary files are gone
-    tests/exercises/checker_cases.py timeout     a claim killed at DDP_CHECK_TIMEOUT is reported as
+    python3 -m exercises.checker.checker_cases timeout     a claim killed at DDP_CHECK_TIMEOUT is reported as
                                                  hung, and leaves no process and no temporary folder
-    tests/exercises/checker_cases.py paths       the reference solution passes with a space in TMPDIR,
+    python3 -m exercises.checker.checker_cases paths       the reference solution passes with a space in TMPDIR,
                                                  and from a checkout and a build folder reached through
                                                  symlinks whose names hold spaces
-    tests/exercises/checker_cases.py drill_kill  exercises/06_fault/README.md's drill by hand on a shared
+    python3 -m exercises.checker.checker_cases drill_kill  exercises/06_fault/README.md's drill by hand on a shared
                                                  node: two participants run its commands, each from a
                                                  checkout of their own, the second started later; the
                                                  first one's kill line must kill one of the first one's
@@ -31,8 +31,7 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from wrong_solutions import ROOT, S02, Wrong, write  # noqa: E402
+from exercises.checker.wrong_solutions import ROOT, S02, Wrong, write
 
 CHECKER = os.path.join(ROOT, "scripts", "check_exercise.sh")
 HANG = Wrong("hang", S02, [("#include <stdlib.h>\n", "#include <stdlib.h>\n#include <unistd.h>\n"),

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """Typical wrong solutions of the workshop exercises, and the proof that the checker rejects each one.
 
-    tests/exercises/wrong_solutions.py N          run scripts/check_exercise.sh on every wrong solution of
+    python3 -m exercises.checker.wrong_solutions N          run scripts/check_exercise.sh on every wrong solution of
                                                   exercise N (02..08, 06_fault): each must fail (exit 1), and its
                                                   output must contain the expected diagnosis
-    tests/exercises/wrong_solutions.py N --only NAME   just that one
-    tests/exercises/wrong_solutions.py --write DIR     write every wrong file to DIR/0N_<name>/<file>
-    tests/exercises/wrong_solutions.py --check    only check that every substitution below still
+    python3 -m exercises.checker.wrong_solutions N --only NAME   just that one
+    python3 -m exercises.checker.wrong_solutions --write DIR     write every wrong file to DIR/0N_<name>/<file>
+    python3 -m exercises.checker.wrong_solutions --check    only check that every substitution below still
                                                   matches its step file exactly once (fast)
 
 A wrong solution is the step's own file (the exercise's solution) with a few exact text
@@ -465,7 +465,7 @@ def main():
     problems = []
     with tempfile.TemporaryDirectory(prefix=f"wrong_{n}_") as tmp:
         # The main build's reference runs (step 06 as 07's and 08's reference, ...) are the same for
-        # every wrong solution: run once, replayed after (tests/integration/check.py, REF_CACHE).
+        # every wrong solution: run once, replayed after (tests/harness/cache.py, REF_CACHE).
         cache = os.environ.get("DDP_REFERENCE_CACHE") or os.path.join(tmp, "reference_runs")
         os.makedirs(cache, exist_ok=True)
         for w in WRONG[n]:

@@ -2,16 +2,16 @@
 """Correct solutions of the workshop exercises written otherwise than the steps, and the proof that
 the checker passes each one: a checker must accept any correct solution, not only the step's words.
 
-    tests/exercises/right_solutions.py [N]          run scripts/check_exercise.sh on every right
+    python3 -m exercises.checker.right_solutions [N]          run scripts/check_exercise.sh on every right
                                                     solution (of exercise N: 02..08): each must pass
                                                     (exit 0)
-    tests/exercises/right_solutions.py N --only NAME   just that one
-    tests/exercises/right_solutions.py --write DIR     write every file to DIR/0N_<name>/<file>
-    tests/exercises/right_solutions.py --check    only check that every substitution still matches
+    python3 -m exercises.checker.right_solutions N --only NAME   just that one
+    python3 -m exercises.checker.right_solutions --write DIR     write every file to DIR/0N_<name>/<file>
+    python3 -m exercises.checker.right_solutions --check    only check that every substitution still matches
                                                   its step file exactly once (fast)
 
 Each is the step's own file with a few exact substitutions (old, new), each matching exactly once,
-as in tests/exercises/wrong_solutions.py, and names the claims to run (DDP_CLAIMS; None: the step's
+as in exercises/checker/wrong_solutions.py, and names the claims to run (DDP_CLAIMS; None: the step's
 whole list; "none": the unit tests only). The stage's unit tests always run.
 """
 import argparse
@@ -20,8 +20,7 @@ import subprocess
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from wrong_solutions import ROOT, S03, S05, R06, T06, R07, F08, write  # noqa: E402
+from exercises.checker.wrong_solutions import ROOT, S03, S05, R06, T06, R07, F08, write
 
 
 class Right:
@@ -133,7 +132,7 @@ def main():
             if a.check or a.write:
                 continue
             print(f"== {n} {r.name}: {r.what} (claims: {r.claims or 'all'})", flush=True)
-            # the main build's reference runs, run once and replayed after (check.py's REF_CACHE)
+            # the main build's reference runs, run once and replayed after (tests/harness/cache.py's REF_CACHE)
             env = dict(os.environ, DDP_REFERENCE_CACHE=os.path.join(tmp, "reference_runs"))
             os.makedirs(env["DDP_REFERENCE_CACHE"], exist_ok=True)
             env.pop("DDP_CLAIMS", None)
