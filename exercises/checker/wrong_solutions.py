@@ -493,8 +493,9 @@ def main():
                 if not (p.returncode == 1 and missing and attempt == 1
                         and ("MPI_ABORT" in out or "ORTE_ERROR_LOG" in out)):
                     break
-                print(f"   (the output lacks {missing} after an MPI_Abort: mpirun may have dropped the "
-                      "aborting rank's error line; once more)")
+                # a retry whose cause is mpirun, not the checker (dev/soak.sh counts these lines)
+                print(f"RETRY: {n} {w.name}: the output lacks {missing} after an MPI_Abort: mpirun may have "
+                      "dropped the aborting rank's error line; once more")
             misleading = [u for u in w.unexpected if u in out]
             if p.returncode != 1:
                 problems.append(f"{w.name}: the checker exited {p.returncode}, expected 1 (reject)")

@@ -322,7 +322,8 @@ def kill_at_step(a, work, name, args, ref, at, victim, fresh=(), late_after=None
             return kill_and_compare(job, ref, pids[victim], what=f"{name}: SIGKILL to rank {victim} at step {at}",
                                     late_after=late_after)
         except Late as e:
-            print(f"  {str(e).splitlines()[0].rstrip(':')}: drilled again", flush=True)
+            # a retry whose cause is the machine itself (dev/soak.sh counts these lines)
+            print(f"RETRY: {name}: {str(e).splitlines()[0].rstrip(':')}: drilled again", flush=True)
         finally:
             job.stop()
     raise Failure(f"{name}: three times the kill of step {at} landed too late to test anything: the machine is "

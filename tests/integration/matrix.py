@@ -182,6 +182,7 @@ class Cell:
             # The Gloo store's port, MASTER_PORT + 1, was not free when rank 0 listened (see
             # PORT_TAKEN): noted, and tried again, so that only a repeated failure fails the cell.
             self.say(f"note {where}: {busy.group(0)}: again")
+            print(f"RETRY: {where}: {busy.group(0)}", flush=True)  # counted by dev/soak.sh
             self.retries += 1
             if launcher != "torchrun" and env is not None and "MASTER_PORT" in env:
                 env = dict(env, MASTER_PORT=str(free_master_port()))
