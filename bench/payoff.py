@@ -473,7 +473,8 @@ def hooks(o, z, tmp):
             for hook in HOOKS:
                 log(f"hooks: {rate} ({kind}), {backend}, --comm_hook {hook} ...")
                 tag = f"h{backend}{hook}"
-                extra = z["hk_data"] + ["--comm_hook", hook, "--powersgd_start_iter", str(z["hk_start"])]
+                extra = z["hk_data"] + ["--comm_hook", hook] + (
+                    ["--powersgd_start_iter", str(z["hk_start"])] if hook == "powersgd" else [])
                 nodes.launch(backend, [os.path.join(o.bin, "06_full")] + train_args(
                     z["hk_hidden"], z["hk_batch"], tmp, tag, epochs=z["hk_epochs"], extra=extra), o.timeout)
                 recs = records(os.path.join(tmp, f"{tag}.m0.jsonl"))

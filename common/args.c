@@ -331,8 +331,15 @@ static void set_defaults(const Parser *c, Args *a) {
     if (FLAGS[i].def) set_value(c, a, &FLAGS[i], expand_default(&FLAGS[i], c->prog));
 }
 
+// Whether the command line gave the flag called name (given: one entry per row of FLAGS).
+static bool given_flag(const bool *given, const char *name) {
+  const Flag *f = find_flag(name, strlen(name));
+  return f && given[f - FLAGS];
+}
+
 void args_parse(Args *a, int argc, char **argv, unsigned groups, const char *about) {
   Parser c = {argc > 0 && argv[0] ? argv[0] : "train", groups, about};
+  bool given[N_FLAGS] = {false};
   set_defaults(&c, a);
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i];
@@ -351,6 +358,7 @@ void args_parse(Args *a, int argc, char **argv, unsigned groups, const char *abo
     if (!f) FAIL(&c, "unknown flag --%.*s", (int)len, name);
     if (!(f->group & groups))
       FAIL(&c, "--%s is not available in this step (it arrives with %s)", f->name, stage_of(f->group));
+    given[f - FLAGS] = true;
     if (f->kind == KIND_BOOL) {
       if (eq) FAIL(&c, "--%s takes no value", f->name);
       *(bool *)((char *)a + f->off) = true;
@@ -372,6 +380,13 @@ void args_parse(Args *a, int argc, char **argv, unsigned groups, const char *abo
   if ((long long)a->batch_size * a->grad_accum > MAX_STEP_SAMPLES)
     FAIL(&c, "--batch_size %d x --grad_accum %d = %lld samples per optimizer step, more than %d",
          a->batch_size, a->grad_accum, (long long)a->batch_size * a->grad_accum, MAX_STEP_SAMPLES);
+  // PowerSGD's settings change nothing under another hook: accepted silently, they would let a run
+  // look compressed that is not (PyTorch's PowerSGDState belongs to powerSGD_hook only).
+  static const char *const psgd_flags[] = {"powersgd_rank", "powersgd_start_iter"};
+  for (size_t k = 0; k < sizeof psgd_flags / sizeof psgd_flags[0]; k++)
+    if (given_flag(given, psgd_flags[k]) && strcmp(a->comm_hook, "powersgd") != 0)
+      FAIL(&c, "--%s applies to --comm_hook powersgd only (this run's hook is %s): drop it, or add "
+               "--comm_hook powersgd", psgd_flags[k], a->comm_hook);
   // Both files are opened for writing: one path would leave the trace where the metrics were.
   if (a->metrics && a->trace && strcmp(a->metrics, a->trace) == 0)
     FAIL(&c,

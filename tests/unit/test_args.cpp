@@ -337,3 +337,18 @@ TEST(Args, MetricsAndTraceNeedTheirOwnPaths) {
   EXPECT_STREQ(a.metrics, "m{rank}.jsonl");
   EXPECT_STREQ(a.trace, "t{rank}.json");
 }
+
+// PowerSGD's settings under another hook (or none) would change nothing: refused, naming the flag.
+TEST(Args, PowerSgdSettingsNeedThePowerSgdHook) {
+  const unsigned hooks = kAll | ARGS_HOOKS;
+  EXPECT_EXIT(parse_and_exit({"--powersgd_rank", "2"}, hooks), ::testing::ExitedWithCode(2),
+              "--powersgd_rank applies to --comm_hook powersgd only \\(this run's hook is allreduce\\)");
+  EXPECT_EXIT(parse_and_exit({"--comm_hook", "fp16", "--powersgd_start_iter", "5"}, hooks),
+              ::testing::ExitedWithCode(2),
+              "--powersgd_start_iter applies to --comm_hook powersgd only \\(this run's hook is fp16\\)");
+  Argv v({"--powersgd_start_iter", "5", "--powersgd_rank", "2", "--comm_hook", "powersgd"});
+  Args a;
+  parse(&a, v, hooks);
+  EXPECT_EQ(a.powersgd_rank, 2);
+  EXPECT_EQ(a.powersgd_start_iter, 5);
+}
