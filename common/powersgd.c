@@ -198,8 +198,18 @@ typedef struct Out {  // a file being written, with the CRC of what was written 
   const char *path;
 } Out;
 
+// Ends the job after a failed write of o's temporary file, removing it first (as the checkpoint
+// writer does): a full disk must not leave a half-written state behind.
+static void fail_write(Out *o, const char *what) {
+  int e = errno;
+  if (o->f) fclose(o->f);
+  o->f = NULL;
+  remove(o->path);
+  die(1, "cannot %s %s: %s", what, o->path, strerror(e));
+}
+
 static void put(Out *o, const void *x, size_t bytes) {
-  if (fwrite(x, 1, bytes, o->f) != bytes) die(1, "cannot write %s: %s", o->path, strerror(errno));
+  if (fwrite(x, 1, bytes, o->f) != bytes) fail_write(o, "write");
   o->crc = libdeflate_crc32(o->crc, x, bytes);
 }
 
@@ -247,9 +257,15 @@ void powersgd_save(const PowerSgd *s, const char *path) {
   for (int i = 0; i < s->n_buckets; i++) put_device(&o, s, s->b[i].q, s->b[i].q_len, buf, 4096);
   uint32_t crc = o.crc;
   put(&o, &crc, 4);
-  if (fflush(o.f) != 0 || fsync(fileno(o.f)) != 0 || fclose(o.f) != 0)
-    die(1, "cannot write %s: %s", tmp, strerror(errno));
-  if (rename(tmp, path) != 0) die(1, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+  if (fflush(o.f) != 0 || fsync(fileno(o.f)) != 0) fail_write(&o, "write");
+  FILE *f = o.f;
+  o.f = NULL;  // closed below, whatever fclose says
+  if (fclose(f) != 0) fail_write(&o, "write");
+  if (rename(tmp, path) != 0) {
+    int e = errno;
+    remove(tmp);
+    die(1, "cannot rename %s to %s: %s", tmp, path, strerror(e));
+  }
   // durable before the checkpoint that needs it is written (EINVAL: a file system without folder fsync)
   if (file_sync_dir(dir) != 0 && errno != EINVAL) die(1, "cannot fsync %s: %s", dir, strerror(errno));
 }

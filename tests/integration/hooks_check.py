@@ -508,6 +508,42 @@ def powersgd_resume_np2(tmp):
 
 # ---- the finite check -----------------------------------------------------------------------------
 
+def powersgd_write_fails_np2(tmp):
+    """--comm_hook powersgd at 2 ranks, its --ckpt_dir on a disk that fills up (a 128 KB tmpfs, mounted in
+    a mount namespace of the job's own: a PowerSGD state is about 200 KB): the job ends, naming the file
+    it could not write, and leaves no temporary file behind, as the checkpoint writer does (issue 40,
+    V8: the state's .tmp stayed). Skipped where no mount namespace can be made (not root)."""
+    import shlex
+    common = CLIP + ["--batch_size", "64", "--epochs", "1", "--comm_hook", "powersgd", "--powersgd_start_iter", "3",
+                     "--max_steps", "5", "--save_interval", "1000", "--ckpt_dir", f"{tmp}/ck"]
+    os.makedirs(f"{tmp}/ck")
+    probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "true"], capture_output=True)
+    if probe.returncode != 0:
+        print(f"skipped: no mount namespace here (unshare: {probe.stderr.decode().strip()})")
+        return harness_env.SKIP
+    job = " ".join(shlex.quote(a) for a in [harness_env.MPIEXEC, "-n", "2", os.path.join(harness_env.BIN, "06_full")]
+                   + common)
+    # the mount lives as long as the namespace's processes: nothing to unmount afterwards
+    script = f"mount -t tmpfs -o size=128k ddp-full-disk {shlex.quote(tmp + '/ck')} && {job}; rc=$?; " \
+             f"ls -A {shlex.quote(tmp + '/ck')} > {shlex.quote(tmp + '/left')}; exit $rc"
+    p = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+                       capture_output=True, text=True, timeout=300, cwd=tmp)
+    out = p.stdout + p.stderr
+    with open(f"{tmp}/left") as f:
+        left = sorted(f.read().split())
+    if p.returncode == 0:
+        raise Failure(f"the job wrote its PowerSGD states (about 200 KB each) to a 128 KB disk and exited 0: "
+                      f"{left}\n{out[-2000:]}")
+    if "cannot write" not in out or "powersgd.step5.rank" not in out:
+        raise Failure(f"the job ended (exit {p.returncode}) without naming the state it could not write:\n{out[-2000:]}")
+    tmps = [n for n in left if ".tmp" in n]
+    if tmps:
+        raise Failure(f"a failed PowerSGD state write left {tmps} in --ckpt_dir ({left}): remove the temporary "
+                      "file before ending, as the checkpoint writer does")
+    line = next(l for l in out.splitlines() if "cannot write" in l)
+    print(f"exit {p.returncode}: {line.strip()}; --ckpt_dir then held {left}")
+
+
 def nan_run(tmp, tag, extra, at=3):
     """Step 06 at 2 ranks where rank 1's backward pass `at` turns a gradient into NaN (the test hook
     DDP_TEST_NAN_BACKWARD of common/mlp.c, set on rank 1 only); returns (exit status, output, step
@@ -583,6 +619,7 @@ ddp_hooks(hook_gloo_np2, processors=2, labels=("gloo", "parity"), needs=("gloo",
 ddp_hooks(check_finite_nan_np2, processors=2)
 ddp_hooks(powersgd_vs_torch, processors=2)
 ddp_hooks(powersgd_resume_np2, processors=2, labels=("parity",))
+ddp_hooks(powersgd_write_fails_np2, processors=2)
 
 
 if __name__ == "__main__":
