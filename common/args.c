@@ -385,8 +385,10 @@ void args_parse(Args *a, int argc, char **argv, unsigned groups, const char *abo
   static const char *const psgd_flags[] = {"powersgd_rank", "powersgd_start_iter"};
   for (size_t k = 0; k < sizeof psgd_flags / sizeof psgd_flags[0]; k++)
     if (given_flag(given, psgd_flags[k]) && strcmp(a->comm_hook, "powersgd") != 0)
-      FAIL(&c, "--%s applies to --comm_hook powersgd only (this run's hook is %s): drop it, or add "
-               "--comm_hook powersgd", psgd_flags[k], a->comm_hook);
+      FAIL(&c,
+           "--%s applies to --comm_hook powersgd only (this run's hook is %s): drop it, or add "
+           "--comm_hook powersgd",
+           psgd_flags[k], a->comm_hook);
   // Both files are opened for writing: one path would leave the trace where the metrics were.
   if (a->metrics && a->trace && strcmp(a->metrics, a->trace) == 0)
     FAIL(&c,

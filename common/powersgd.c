@@ -190,7 +190,7 @@ void powersgd_hook(PowerSgd *s, int bucket, float *grads) {
 // ---- the state's file ----------------------------------------------------------------------------
 
 #define PSGD_MAGIC "DDPPSGD"
-#define PSGD_VERSION 1u
+#define PSGD_VERSION 2u  // 2: the world size at save
 
 typedef struct Out {  // a file being written, with the CRC of what was written so far
   FILE *f;
@@ -239,10 +239,11 @@ void powersgd_save(const PowerSgd *s, const char *path) {
   if (file_make_dirs(dir) != 0) die(1, "cannot create %s: %s", dir, strerror(errno));
   Out o = {fopen(tmp, "wb"), 0, tmp};
   if (!o.f) die(1, "cannot create %s: %s", tmp, strerror(errno));
-  uint32_t version = PSGD_VERSION, nb = (uint32_t)s->n_buckets;
+  uint32_t version = PSGD_VERSION, nb = (uint32_t)s->n_buckets, world = (uint32_t)s->pg->world_size;
   uint64_t iter = (uint64_t)s->iter, n = s->n;
   put(&o, PSGD_MAGIC, 8);
   put(&o, &version, 4);
+  put(&o, &world, 4);
   put(&o, &iter, 8);
   put(&o, &n, 8);
   put(&o, &nb, 4);
@@ -304,18 +305,28 @@ void powersgd_load(PowerSgd *s, const char *path, long long step) {
   if (fread(in.buf, 1, in.size, f) != in.size) die(1, "cannot read %s", path);
   fclose(f);
   uint32_t crc;
-  if (in.size < 36) die(1, "%s: truncated (%zu bytes)", path, in.size);
+  if (in.size < 40) die(1, "%s: truncated (%zu bytes)", path, in.size);
   memcpy(&crc, in.buf + in.size - 4, 4);
   if (memcmp(in.buf, PSGD_MAGIC, 8) != 0) die(1, "%s: not a PowerSGD state file", path);
   if (libdeflate_crc32(0, in.buf, in.size - 4) != crc) die(1, "%s: CRC mismatch (damaged)", path);
   in.at = 8;
-  uint32_t version, nb;
+  uint32_t version, world, nb;
   uint64_t iter, n;
   get(&in, &version, 4);
+  if (version != PSGD_VERSION) die(1, "%s: version %u, this program reads %u", path, version, PSGD_VERSION);
+  get(&in, &world, 4);
   get(&in, &iter, 8);
   get(&in, &n, 8);
   get(&in, &nb, 4);
-  if (version != PSGD_VERSION) die(1, "%s: version %u, this program reads %u", path, version, PSGD_VERSION);
+  // Each rank's error feedback is what its own gradients left out: at another world size the ranks'
+  // shards of the data change, and no rank's state belongs to a new rank (PyTorch keeps it in memory
+  // only: its PowerSGDState is not saved at all).
+  if (world != (uint32_t)s->pg->world_size)
+    die(1,
+        "%s: PowerSGD's state saved at %u ranks, this run has %d: each rank's error feedback belongs to its "
+        "own shard of the data, so it cannot move to another world size; resume at %u ranks, or without "
+        "--comm_hook powersgd",
+        path, world, s->pg->world_size, world);
   if (iter != (uint64_t)step)
     die(1,
         "%s: PowerSGD's state of step %llu for a checkpoint of step %lld (a file copied or renamed?): resume "

@@ -15,11 +15,14 @@
  *    P is all-reduced (a sum) and orthogonalised; Q = Mᵀ·P; Q is all-reduced and divided by W;
  * 4. M = P·Qᵀ, and the error becomes the copy minus the bucket's new contents (for every tensor of
  *    the bucket, as PyTorch computes it).
- * Orthogonalisation is PyTorch's Gram–Schmidt (each column divided by its norm, then removed from the
- * later ones), run on the host: P and Q are (rows + cols)·r floats a matrix, copied to the host and
- * back on a GPU. Every rank draws the same initial Q (`rng_init(seed, RNG_STREAM_POWERSGD)`, Gaussian;
- * PyTorch draws its own with torch.randn). The hook is synchronous: its three all-reduces run one
- * after the other when the bucket is ready (PyTorch chains them as futures).
+ * Orthogonalisation is Gram–Schmidt (each column divided by its norm, then removed from the later
+ * ones), PyTorch's own at a matrix_approximation_rank of 1 or 2; above 2 PyTorch uses a QR
+ * factorisation (torch.linalg.qr), whose columns may differ from Gram–Schmidt's in sign (the
+ * approximation P·Qᵀ, and so the update, is the same up to rounding). It runs on the host: P and Q are (rows
+ * + cols)·r floats a matrix, copied to the host and back on a GPU. Every rank draws the same initial Q
+ * (`rng_init(seed, RNG_STREAM_POWERSGD)`, Gaussian; PyTorch draws its own with torch.randn). The hook is
+ * synchronous: its three all-reduces run one after the other when the bucket is ready (PyTorch chains them as
+ * futures).
  *
  * The state is saved beside each checkpoint, one file per rank (each rank's error feedback is its
  * own): `powersgd.step<S>.rank<R>.bin` in the checkpoint's folder (powersgd_save(); comm_hook_save()
@@ -129,7 +132,8 @@ void powersgd_hook(PowerSgd *s, int bucket, float *grads);
 void powersgd_set_q(PowerSgd *s, int bucket, const float *q);
 
 /**
- * @brief Writes this rank's state to @p path: `DDPPSGD` + NUL, u32 version 1, u64 iteration, u64 n,
+ * @brief Writes this rank's state to @p path: `DDPPSGD` + NUL, u32 version 2, u32 world size, u64
+ * iteration, u64 n,
  * u32 buckets, per bucket u64 Q floats and u32 warm, then f32 error[n], each bucket's Q, and a CRC-32
  * of all that (little-endian). Written to `PATH.tmp`, synced, renamed, and the folder synced, so a
  * crash never leaves half a file and the file is on disk when this returns; the folder is created if
@@ -141,8 +145,9 @@ void powersgd_save(const PowerSgd *s, const char *path);
 
 /**
  * @brief Reads this rank's state back from @p path; ends the job, saying what does not match, when
- * the file is missing, damaged, of another layout (another model, bucket cap or rank), or saved at
- * another iteration than @p step (the checkpoint's: a file copied or renamed).
+ * the file is missing, damaged, of another layout (another model, bucket cap or rank), saved at
+ * another world size than this run's, or at another iteration than @p step (the checkpoint's: a file
+ * copied or renamed).
  * @param[in,out] s the state (after powersgd_layout()).
  * @param[in] path  the file.
  * @param[in] step  the checkpoint's optimizer step, which the state's iteration count must equal.

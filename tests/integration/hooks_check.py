@@ -508,6 +508,27 @@ def powersgd_resume_np2(tmp):
 
 # ---- the finite check -----------------------------------------------------------------------------
 
+def powersgd_world_size_np3(tmp):
+    """--comm_hook powersgd: a checkpoint saved at 3 ranks (at an epoch's end, where a checkpoint itself
+    resumes at any world size) is refused at 2 ranks, and one saved at 2 ranks is refused at 3, each
+    naming both world sizes (issue 40, V1: 3 -> 2 resumed with exit 0 and dropped rank 2's error
+    feedback); resumed at its own world size, each trains on."""
+    common = CLIP + ["--batch_size", "64", "--comm_hook", "powersgd", "--powersgd_start_iter", "3"]
+    for saved, other in ((3, 2), (2, 3)):
+        ck = f"{tmp}/ck{saved}"
+        run("06_full", common + ["--epochs", "1", "--save_interval", "1", "--ckpt_dir", ck], np=saved)
+        resume = common + ["--epochs", "2", "--save_interval", "0", "--resume", f"{ck}/checkpoint.bin"]
+        out, err = run("06_full", resume, np=other, expect_rc=1)
+        text = out + err
+        said = f"saved at {saved} ranks, this run has {other}"
+        if said not in text and not (other > saved and "resume such a checkpoint at the same world size" in text):
+            raise Failure(f"saved at {saved} ranks, resumed at {other}: refused, but without naming the world sizes "
+                          f"('{said}'):\n{text[-1500:]}")
+        run("06_full", resume, np=saved)
+        line = next((l for l in text.splitlines() if "PowerSGD" in l and "ranks" in l), text.strip().splitlines()[-1])
+        print(f"saved at {saved} ranks: refused at {other} ({line.strip()[:160]}), resumed at {saved}")
+
+
 def powersgd_write_fails_np2(tmp):
     """--comm_hook powersgd at 2 ranks, its --ckpt_dir on a disk that fills up (a 128 KB tmpfs, mounted in
     a mount namespace of the job's own: a PowerSGD state is about 200 KB): the job ends, naming the file
@@ -620,6 +641,7 @@ ddp_hooks(check_finite_nan_np2, processors=2)
 ddp_hooks(powersgd_vs_torch, processors=2)
 ddp_hooks(powersgd_resume_np2, processors=2, labels=("parity",))
 ddp_hooks(powersgd_write_fails_np2, processors=2)
+ddp_hooks(powersgd_world_size_np3, processors=2)
 
 
 if __name__ == "__main__":
