@@ -95,8 +95,15 @@ void comm_hook_free(CommHook *h) {
 bool comm_hook_divides(const CommHook *h) { return h->kind != COMM_HOOK_ALLREDUCE; }
 
 void comm_hook_run(CommHook *h, int bucket, float *grads, size_t offset, size_t count, DistWork *w) {
-  if (h->kind == COMM_HOOK_POWERSGD) {  // synchronous: nothing left in flight on w
+  if (h->kind == COMM_HOOK_POWERSGD) {  // synchronous: nothing left in flight on w; its events and
+    // fields only tell --trace what the hook did (its factors' all-reduces and the rest, one span)
+    long long before = h->psgd.bytes;
+    dev_event_record(h->pg->ctx, &w->start, NULL);
     powersgd_hook(&h->psgd, bucket, grads);
+    dev_event_record(h->pg->ctx, &w->end, NULL);
+    w->what = "powersgd";
+    w->type = DIST_FLOAT;
+    w->n = (size_t)(h->psgd.bytes - before) / sizeof(float);
     return;
   }
   if (h->kind == COMM_HOOK_ALLREDUCE) {  // the gradients arrive divided by W: their sum is the mean

@@ -62,6 +62,27 @@ void trace_span(Trace *t, int track, const char *name, double begin, double end,
           name, t->rank, track, 1e6 * begin, 1e6 * (end > begin ? end - begin : 0.0), step);
 }
 
+// A collective's elements as a person reads them (a 16-bit hook's are not floats), and their bytes.
+static const char *elements(DistType type, size_t *bytes) {
+  switch (type) {
+    case DIST_HALF:
+      *bytes = 2;
+      return "fp16 values";
+    case DIST_BF16:
+      *bytes = 2;
+      return "bf16 values";
+    case DIST_INT:
+      *bytes = 4;
+      return "ints";
+    case DIST_DOUBLE:
+      *bytes = 8;
+      return "doubles";
+    default:
+      *bytes = 4;
+      return "floats";
+  }
+}
+
 void trace_backward(Trace *t, const Ctx *c, const Mlp *m, const DistWork *work, int n_work, long long step) {
   if (!t->f || t->steps >= TRACE_STEPS) return;
   if (t->steps++ == 0) {
@@ -77,9 +98,11 @@ void trace_backward(Trace *t, const Ctx *c, const Mlp *m, const DistWork *work, 
     prev = &m->layer_done[l];
   }
   for (int i = 0; i < n_work; i++) {
-    snprintf(name, sizeof name, "%s bucket %d: %zu floats (%.2f MiB)",
-             work[i].what ? work[i].what : "collective", i, work[i].n,
-             (double)work[i].n * sizeof(float) / (1 << 20));
+    if (!work[i].what) continue;  // nothing ran on it (its events were never recorded)
+    size_t size;
+    const char *unit = elements(work[i].type, &size);
+    snprintf(name, sizeof name, "%s bucket %d: %zu %s (%.2f MiB)", work[i].what, i, work[i].n, unit,
+             (double)work[i].n * size / (1 << 20));
     trace_span(t, 2, name, dev_event_elapsed(c, &t->origin, &work[i].start),
                dev_event_elapsed(c, &t->origin, &work[i].end), step);
   }

@@ -87,8 +87,10 @@ void trace_span(Trace *t, int track, const char *name, double begin, double end,
 /**
  * @brief Writes one optimizer step of data-parallel training, for the first TRACE_STEPS steps (later
  * calls, and calls on a disabled trace, return at once): on track 1 a span per layer of the model's
- * last backward (timed since trace_open()), on track 2 a span per all-reduce, from its start to its
- * end events. Waits for the device (the events' times).
+ * last backward (timed since trace_open()), on track 2 a span per collective, from its start to its
+ * end events, named by what ran (`all-reduce`, a communication hook's name), its elements in their
+ * own type (`floats`, `fp16 values`, ...) and their size; an entry of @p work on which nothing ran
+ * (no `what`) has no span. Waits for the device (the events' times).
  * @param[in,out] t  trace.
  * @param[in] c      context of the events.
  * @param[in] m      the model, with its backward's events.

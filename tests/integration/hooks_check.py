@@ -508,6 +508,42 @@ def powersgd_resume_np2(tmp):
 
 # ---- the finite check -----------------------------------------------------------------------------
 
+def hook_trace_np2(tmp):
+    """--trace with a communication hook (step 06, 2 ranks): each step's communication span is named by
+    what ran (`all-reduce` for the 16-bit hooks, `powersgd`), counts its elements in their own type
+    (`fp16 values`, `bf16 values`: 2 bytes each; PowerSGD's floats: what it sent, its factors once it
+    compresses) and starts after the trace's time zero (issue 40, V3: PowerSGD's spans were
+    "collective bucket 0: 0 floats" at negative times, from events the hook never recorded; the 16-bit
+    ones said "floats" and twice their size)."""
+    import re
+    common = CLIP + ["--batch_size", "64", "--epochs", "1", "--max_steps", "6", "--save_interval", "0"]
+    span = re.compile(r"^(\S+) bucket (\d+): (\d+) (floats|fp16 values|bf16 values) \(([\d.]+) MiB\)$")
+    for hook, what, unit, size in (("fp16", "all-reduce", "fp16 values", 2), ("bf16", "all-reduce", "bf16 values", 2),
+                                   ("powersgd", "powersgd", "floats", 4)):
+        extra = ["--comm_hook", hook] + (["--powersgd_start_iter", "3"] if hook == "powersgd" else [])
+        run("06_full", common + extra + ["--trace", f"{tmp}/{hook}_{{rank}}.json"], np=2)
+        with open(f"{tmp}/{hook}_0.json") as f:
+            spans = [e for e in json.load(f)["traceEvents"] if e["ph"] == "X" and e["tid"] == 2]
+        if len({e["args"]["step"] for e in spans}) != 6:
+            raise Failure(f"--comm_hook {hook} --trace: communication spans of steps "
+                          f"{sorted({e['args']['step'] for e in spans})}, expected one or more in each of 6 steps")
+        counts = []
+        for e in spans:
+            m = span.match(e["name"])
+            if not m or m.group(1) != what or m.group(4) != unit:
+                raise Failure(f"--comm_hook {hook} --trace: a span named {e['name']!r}, expected '{what} bucket B: "
+                              f"N {unit} (X MiB)'")
+            n = int(m.group(3))
+            if n == 0 or abs(float(m.group(5)) - n * size / 2 ** 20) > 0.006 or e["ts"] < 0:
+                raise Failure(f"--comm_hook {hook} --trace: span {e['name']!r} at {e['ts']} us: its elements, their "
+                              f"size ({size} bytes each) or its time (after the trace's start) are wrong")
+            counts.append(n)
+        if hook == "powersgd" and not min(counts) < max(counts):
+            raise Failure(f"--comm_hook powersgd --trace: every span sent {counts[0]} floats: from iteration 3 on, "
+                          "PowerSGD sends its factors, fewer than the gradients")
+        print(f"--comm_hook {hook}: {len(spans)} spans, e.g. {spans[-1]['name']!r}")
+
+
 def powersgd_world_size_np3(tmp):
     """--comm_hook powersgd: a checkpoint saved at 3 ranks (at an epoch's end, where a checkpoint itself
     resumes at any world size) is refused at 2 ranks, and one saved at 2 ranks is refused at 3, each
@@ -642,6 +678,7 @@ ddp_hooks(powersgd_vs_torch, processors=2)
 ddp_hooks(powersgd_resume_np2, processors=2, labels=("parity",))
 ddp_hooks(powersgd_write_fails_np2, processors=2)
 ddp_hooks(powersgd_world_size_np3, processors=2)
+ddp_hooks(hook_trace_np2, processors=2)
 
 
 if __name__ == "__main__":
