@@ -7,6 +7,7 @@
 #include "comm_hook_backend.h"
 #include "devmem.h"
 #include "half.h"
+#include "ops.h"
 
 #if HAVE_CUDA
 #define IMPL(c, op) ((c)->dev == DEVICE_CUDA ? op##_cuda : op##_cpu)
@@ -41,6 +42,34 @@ void comm_hook_add_tensor(CommHook *h, int bucket, size_t offset, int rows, int 
 
 void comm_hook_layout(CommHook *h) {
   if (h->kind == COMM_HOOK_POWERSGD) powersgd_layout(&h->psgd);
+}
+
+void comm_hook_check_finite(CommHook *h, bool on) {
+  if (!on || (h->kind != COMM_HOOK_FP16 && h->kind != COMM_HOOK_BF16) || h->widened) return;
+  h->widened = dev_alloc(h->pg->ctx, h->n * sizeof(float));
+  h->nonfinite = dev_alloc(h->pg->ctx, sizeof(int));
+}
+
+// --check_finite with a 16-bit hook: the bucket as it will be sent, widened back to float32 and
+// counted. The float32 gradients were finite (the reducer checked them first), so a non-finite value
+// here is the cast's overflow (fp16 tops out at 65504). Reads one count back: the device waits.
+static void check_sent(CommHook *h, int bucket, size_t offset, size_t count) {
+  bool bf16 = h->kind == COMM_HOOK_BF16;
+  int bad;
+  comm_hook_decompress(h->pg->ctx, bf16, h->narrow + offset, h->widened + offset, count);
+  dev_zero(h->pg->ctx, h->nonfinite, sizeof bad);
+  ops_count_nonfinite(h->pg->ctx, h->widened + offset, count, h->nonfinite);
+  dev_download(h->pg->ctx, &bad, h->nonfinite, sizeof bad);
+  if (bad == 0) return;
+  die(1,
+      "--check_finite: rank %d: %d gradient value%s of bucket %d overflowed %s when the %s hook cast them "
+      "(finite in float32, beyond %s's largest value, %s: the hook casts, then divides by the world size, "
+      "as PyTorch's does): the all-reduce "
+      "would have sent an infinity to every replica, and none received it. PyTorch's %s_compress_hook casts "
+      "without a check (with AMP, GradScaler then finds the infinity and skips the step); scale the loss "
+      "down, or use --comm_hook bf16, whose range is float32's",
+      h->pg->rank, bad, bad == 1 ? "" : "s", bucket, bf16 ? "bfloat16" : "fp16", bf16 ? "bf16" : "fp16",
+      bf16 ? "bfloat16" : "fp16", bf16 ? "3.39e38" : "65504", bf16 ? "bf16" : "fp16");
 }
 
 // DIR/powersgd.step<S>.rank<R>.bin; a folder too long for it ends the job (a cut name could be another
@@ -89,6 +118,8 @@ void comm_hook_load(CommHook *h, const char *ckpt_path, int rank, long long step
 void comm_hook_free(CommHook *h) {
   if (h->kind == COMM_HOOK_POWERSGD) powersgd_free(&h->psgd);
   if (h->narrow) dev_free(h->pg->ctx, h->narrow);
+  if (h->widened) dev_free(h->pg->ctx, h->widened);
+  if (h->nonfinite) dev_free(h->pg->ctx, h->nonfinite);
   memset(h, 0, sizeof *h);
 }
 
@@ -113,6 +144,7 @@ void comm_hook_run(CommHook *h, int bucket, float *grads, size_t offset, size_t 
   }
   bool bf16 = h->kind == COMM_HOOK_BF16;  // fp16 or bf16: cast, divide by W, all-reduce in 16 bits
   comm_hook_compress(h->pg->ctx, bf16, grads + offset, h->narrow + offset, count, h->pg->world_size);
+  if (h->widened) check_sent(h, bucket, offset, count);  // --check_finite: what is sent
   dist_all_reduce_async(h->pg, h->narrow + offset, count, bf16 ? DIST_BF16 : DIST_HALF, DIST_SUM, w);
   h->bytes += (long long)(count * sizeof(uint16_t));
 }

@@ -54,6 +54,8 @@ typedef struct CommHook {
   size_t n;           ///< floats of the gradient buffer the buckets are slices of
   long long bytes;    ///< bytes handed to collectives since the last comm_hook_take_bytes()
   PowerSgd psgd;      ///< powersgd: its state
+  float *widened;     ///< device, (n): fp16/bf16 with comm_hook_check_finite(): what is sent, widened back
+  int *nonfinite;     ///< device, (1): fp16/bf16 with comm_hook_check_finite(): the count of that check
 } CommHook;
 
 /**
@@ -89,6 +91,16 @@ void comm_hook_add_tensor(CommHook *h, int bucket, size_t offset, int rows, int 
 
 /** @brief After the last comm_hook_add_tensor(): the hook's per-bucket state is allocated. */
 void comm_hook_layout(CommHook *h);
+
+/**
+ * @brief `--check_finite` for what the hook sends: fp16 and bf16 check each bucket after the cast to
+ * 16 bits (a finite float32 above 65504 becomes an infinity in fp16) and end the job, naming the rank,
+ * the bucket and the overflow, before the all-reduce would spread it to every replica. The float32
+ * gradients themselves are the reducer's to check (before the hook runs). No effect on the other hooks.
+ * @param[in,out] h  the hook.
+ * @param[in] on     whether to check (allocates n floats of scratch for fp16 and bf16).
+ */
+void comm_hook_check_finite(CommHook *h, bool on);
 
 /**
  * @brief `x = x / W`, elementwise (PyTorch's `tensor.div_(world_size)`: a division, rounded once).

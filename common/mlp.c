@@ -126,15 +126,23 @@ void mlp_zero_grad(Mlp *m) { m->grads_none = true; }
 
 // A test hook (tests/integration/hooks_check.py, step 06's --check_finite): with the environment
 // variable DDP_TEST_NAN_BACKWARD=N, this process's N-th backward pass (1-based) turns its first
-// layer's first weight gradient into NaN, as a bad batch or a bug on one rank would. Unset (always,
-// outside that test) it costs one test per backward pass.
+// layer's first weight gradient into NaN, as a bad batch or a bug on one rank would; with
+// DDP_TEST_BIG_BACKWARD=N, into 1e6: finite in float32, beyond fp16's largest value (65504), as a
+// 16-bit communication hook's overflow. Unset (always, outside those tests) it costs two tests per
+// backward pass.
 static void test_nan_backward(const Ctx *c, float *dW) {
-  static long long at = -1, calls = 0;
+  static long long at = -1, big = -1, calls = 0;
   if (at < 0) {
-    const char *env = getenv("DDP_TEST_NAN_BACKWARD");
+    const char *env = getenv("DDP_TEST_NAN_BACKWARD"), *env_big = getenv("DDP_TEST_BIG_BACKWARD");
     at = env ? atoll(env) : 0;
+    big = env_big ? atoll(env_big) : 0;
   }
-  if (++calls == at) ops_scale(c, dW, 1, NAN);  // x·NaN is NaN, queued on the stream like the GEMM
+  ++calls;
+  if (calls == at) ops_scale(c, dW, 1, NAN);  // x·NaN is NaN, queued on the stream like the GEMM
+  if (calls == big) {
+    const float v = 1e6f;
+    dev_upload(c, dW, &v, sizeof v);
+  }
 }
 
 void mlp_backward(Mlp *m, const Ctx *c, const float *x, int B, float scale, MlpGradHook hook, void *user) {

@@ -67,6 +67,7 @@ void reducer_register_comm_hook(Reducer *r, CommHook *hook, bool check_finite) {
                          t % 2 ? 1 : r->model->sizes[l]);
   }
   if (hook) comm_hook_layout(hook);
+  if (hook) comm_hook_check_finite(hook, check_finite);  // a 16-bit hook checks what it sends, after its cast
   if (check_finite) r->nonfinite = dev_alloc(r->pg->ctx, sizeof(int));
 }
 

@@ -601,15 +601,15 @@ def powersgd_write_fails_np2(tmp):
     print(f"exit {p.returncode}: {line.strip()}; --ckpt_dir then held {left}")
 
 
-def nan_run(tmp, tag, extra, at=3):
+def nan_run(tmp, tag, extra, at=3, var="DDP_TEST_NAN_BACKWARD"):
     """Step 06 at 2 ranks where rank 1's backward pass `at` turns a gradient into NaN (the test hook
-    DDP_TEST_NAN_BACKWARD of common/mlp.c, set on rank 1 only); returns (exit status, output, step
-    records of rank 0)."""
+    DDP_TEST_NAN_BACKWARD of common/mlp.c, set on rank 1 only; var DDP_TEST_BIG_BACKWARD: into 1e6);
+    returns (exit status, output, step records of rank 0)."""
     # the bucket model of steps 06 and 07 (tests/harness/families.py), 784-15-10112-10: at this cap, 3 buckets, layer 0's weight alone in the last
     args = small(hidden="15,10112") + ["--batch_size", "64", "--epochs", "1", "--bucket_cap_mb", "0.00005",
                    "--metrics", f"{tmp}/{tag}{{rank}}.jsonl"] + extra + harness_env.dist_args("06_full")
     prog = os.path.join(harness_env.BIN, "06_full")
-    cmd = [harness_env.MPIEXEC, "-n", "1", prog] + args + [":", "-n", "1", "env", f"DDP_TEST_NAN_BACKWARD={at}", prog] + args
+    cmd = [harness_env.MPIEXEC, "-n", "1", prog] + args + [":", "-n", "1", "env", f"{var}={at}", prog] + args
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     path = f"{tmp}/{tag}0.jsonl"  # a job that ended has no final object: read the step lines
     recs = [json.loads(l) for l in open(path)] if os.path.exists(path) else []
@@ -638,6 +638,29 @@ def check_finite_nan_np2(tmp):
                       f"took it at step 3, and the loss check stops the job at step 4: 'the loss is nan'): exit {rc}\n{out}")
     print("without it: the all-reduce spread the NaN to every replica; the job ends only at the loss check: "
           + next(l for l in out.splitlines() if "the loss is nan" in l).strip())
+
+
+def check_finite_fp16_np2(tmp):
+    """--check_finite with --comm_hook fp16: a gradient finite in float32 but beyond fp16's range (1e6
+    in rank 1's backward at step 3) ends the job before the all-reduce, naming the overflow, the rank
+    and the bucket (issue 40, V2: the float32 check passed, the cast made it an infinity that reached
+    every replica, and the next step's check said "no replica received it"); with bf16, whose range is
+    float32's, the same gradient trains on."""
+    rc, out, recs = nan_run(tmp, "f", ["--check_finite", "--comm_hook", "fp16"], var="DDP_TEST_BIG_BACKWARD")
+    want = "--check_finite: rank 1: 1 gradient value of bucket 2 overflowed fp16 when the fp16 hook cast them"
+    if rc == 0 or want not in out:
+        raise Failure(f"a gradient of 1e6 in rank 1's backward at step 3 with --comm_hook fp16 --check_finite: "
+                      f"exit {rc}, and no line '{want}...'\n{out[-2500:]}")
+    if any(r["step"] >= 3 for r in recs):
+        raise Failure(f"rank 0 logged step 3 although rank 1's gradient overflowed fp16: {recs[-1]}")
+    print(f"fp16: exit {rc}: {next(l for l in out.splitlines() if want in l).strip()[:200]}")
+    # (a gradient of 1e6 then drives the model out of its range some steps later: 4 steps show the point)
+    rc, out, recs = nan_run(tmp, "b", ["--check_finite", "--comm_hook", "bf16", "--max_steps", "4"],
+                            var="DDP_TEST_BIG_BACKWARD")
+    if rc != 0 or [r["step"] for r in recs] != [1, 2, 3, 4]:
+        raise Failure(f"the same gradient of 1e6 with --comm_hook bf16 (float32's range) should be sent, and train "
+                      f"on to step 4: exit {rc}, steps {[r['step'] for r in recs]}\n{out[-2500:]}")
+    print(f"bf16: sent, trained on to step {recs[-1]['step']}")
 
 
 def hook_gloo_np2(tmp):
@@ -674,6 +697,7 @@ ddp_hooks(hook_vs_torch, processors=2)
 ddp_hooks(hook_bytes_np2, processors=2)
 ddp_hooks(hook_gloo_np2, processors=2, labels=("gloo", "parity"), needs=("gloo", "mpi"))
 ddp_hooks(check_finite_nan_np2, processors=2)
+ddp_hooks(check_finite_fp16_np2, processors=2)
 ddp_hooks(powersgd_vs_torch, processors=2)
 ddp_hooks(powersgd_resume_np2, processors=2, labels=("parity",))
 ddp_hooks(powersgd_write_fails_np2, processors=2)
