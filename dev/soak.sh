@@ -59,7 +59,9 @@ jobs=${DDP_TEST_JOBS:-$((2 * $(nproc)))}
 for ((i = 1; i <= runs; i++)); do
   t0=$(date +%s)
   rc=0
+  # passed tests' whole output (ctest keeps 1 KiB of it by default), for the RETRY: lines
   ctest --test-dir "$BUILD_DIR" -LE gpu --no-tests=error -j "$jobs" --output-on-failure \
+    --test-output-size-passed 4194304 --test-output-size-failed 4194304 \
     --output-junit "$dir/run$i.xml" "$@" > "$dir/run$i.log" 2>&1 || rc=$?
   echo "soak: run $i of $runs: exit $rc, $(($(date +%s) - t0)) s, $(grep -E '^[0-9]+% tests passed' "$dir/run$i.log" || echo 'no summary')"
 done
