@@ -61,15 +61,14 @@ static void check_sent(CommHook *h, int bucket, size_t offset, size_t count) {
   ops_count_nonfinite(h->pg->ctx, h->widened + offset, count, h->nonfinite);
   dev_download(h->pg->ctx, &bad, h->nonfinite, sizeof bad);
   if (bad == 0) return;
+  const char *type = bf16 ? "bf16" : "fp16", *largest = bf16 ? "3.39e38" : "65504";
   die(1,
       "--check_finite: rank %d: %d gradient value%s of bucket %d overflowed %s when the %s hook cast them "
       "(finite in float32, beyond %s's largest value, %s: the hook casts, then divides by the world size, "
-      "as PyTorch's does): the all-reduce "
-      "would have sent an infinity to every replica, and none received it. PyTorch's %s_compress_hook casts "
-      "without a check (with AMP, GradScaler then finds the infinity and skips the step); scale the loss "
-      "down, or use --comm_hook bf16, whose range is float32's",
-      h->pg->rank, bad, bad == 1 ? "" : "s", bucket, bf16 ? "bfloat16" : "fp16", bf16 ? "bf16" : "fp16",
-      bf16 ? "bfloat16" : "fp16", bf16 ? "3.39e38" : "65504", bf16 ? "bf16" : "fp16");
+      "as PyTorch's does): the all-reduce would have sent an infinity to every replica, and none received "
+      "it. PyTorch's %s_compress_hook casts without a check (with AMP, GradScaler then finds the infinity "
+      "and skips the step); scale the loss down, or use --comm_hook bf16, whose range is float32's",
+      h->pg->rank, bad, bad == 1 ? "" : "s", bucket, type, type, type, largest, type);
 }
 
 // DIR/powersgd.step<S>.rank<R>.bin; a folder too long for it ends the job (a cut name could be another
