@@ -131,7 +131,7 @@ static int dist_nccl_poll(void *user, double timeout, char *why) {
     if (q == cudaSuccess) {
       g_last.when = 0;
     } else if (q == cudaErrorNotReady) {
-      if (log_clock() - g_last.when > timeout) {
+      if (watchdog_overdue(g_last.when)) {  // the grace after a signal counts from the signal
         snprintf(why, 256,
                  "an NCCL collective has not finished after %g s (--timeout): a peer is "
                  "stuck, dead, or calling other collectives",

@@ -31,6 +31,8 @@ static struct {
   int depth;          // waits in progress (only the first MAX_DEPTH are timed)
   const char *what[MAX_DEPTH];
   double since[MAX_DEPTH];
+  double signal_seen;  // log_clock() when the thread first saw a preemption signal (0: not yet)
+  bool hurry;          // the grace applies now (set by the thread at each tick)
 } W = {.lock = PTHREAD_MUTEX_INITIALIZER, .polling = PTHREAD_MUTEX_INITIALIZER};
 
 // 0: no preemption signal; 1: one arrived, no step boundary passed since (the grace applies); 2: handled
@@ -41,6 +43,21 @@ void watchdog_signal_arrived(void) {
 }
 
 void watchdog_signal_handled(void) { g_signal = 2; }
+
+// Whether a wait that began at @p since is over its time at @p t: the timeout from its start, or,
+// while the grace applies, the grace from the later of its start and the signal; under the lock.
+static bool overdue(double since, double t) {
+  if (t - since > W.timeout) return true;
+  double from = since > W.signal_seen ? since : W.signal_seen;
+  return W.hurry && t - from > WATCHDOG_SIGNAL_GRACE_S;
+}
+
+bool watchdog_overdue(double since) {
+  pthread_mutex_lock(&W.lock);
+  bool late = overdue(since, log_clock());
+  pthread_mutex_unlock(&W.lock);
+  return late;
+}
 
 // ---- bounded calls ------------------------------------------------------------------------------------
 
@@ -131,17 +148,23 @@ static void *watch(void *arg) {
       return NULL;
     }
     double t = log_clock();
-    // after a SIGTERM or SIGUSR1, until the next step boundary: the grace instead of the timeout
+    // after a SIGTERM or SIGUSR1, until the next step boundary: the grace instead of the timeout,
+    // counted from when this thread first saw the signal (a wait that began before it, e.g. the
+    // barrier behind rank 0's checkpoint write, gets the whole grace after the signal too)
+    if (g_signal == 1 && W.signal_seen == 0) W.signal_seen = t;
     bool hurry = g_signal == 1 && W.timeout > WATCHDOG_SIGNAL_GRACE_S;
     double timeout = hurry ? WATCHDOG_SIGNAL_GRACE_S : W.timeout;
+    W.hurry = hurry;
     int depth = W.depth < MAX_DEPTH ? W.depth : MAX_DEPTH;
     for (int i = 0; i < depth && !why[0]; i++)
-      if (t - W.since[i] > timeout)
+      if (overdue(W.since[i], t))
         snprintf(why, sizeof why,
                  "%s has waited more than %g s (%s): a peer is stuck, "
                  "dead, missing, or calling other collectives",
-                 W.what[i], timeout,
-                 hurry ? "after a SIGTERM or SIGUSR1, a stuck rank ends at once" : "--timeout");
+                 W.what[i], hurry && t - W.since[i] <= W.timeout ? timeout : W.timeout,
+                 hurry && t - W.since[i] <= W.timeout
+                     ? "since a SIGTERM or SIGUSR1: after one, a stuck rank ends at once"
+                     : "--timeout");
     Settings s = {W.bind, W.on_abort, W.user};
     WatchdogPoll poll = W.poll;
     unsigned settings = W.settings;

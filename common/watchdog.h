@@ -88,12 +88,25 @@ void watchdog_leave(void);
 /**
  * @brief A preemption signal (SIGTERM, SIGUSR1) has arrived: called from the signal handler, it only
  * sets a flag (async-signal-safe). From then until watchdog_signal_handled(), a wait, or (through the
- * poll) a collective, that lasts more than min(timeout, WATCHDOG_SIGNAL_GRACE_S) ends the process as
- * a wait past the timeout does. A rank stuck in a collective never reaches the step boundary at
- * which it would stop, and would otherwise outlive the signal until the launcher's SIGKILL (10 s
- * after it with scripts/launch.sh, 30 s with torchrun) or the timeout.
+ * poll) a collective, that lasts more than min(timeout, WATCHDOG_SIGNAL_GRACE_S) after the signal
+ * (the watchdog thread sees it within a tick) ends the process as a wait past the timeout does: a
+ * wait that began before the signal, as the barrier behind rank 0's long checkpoint write, is not
+ * cut short by the time it had already waited. A rank stuck in a collective never reaches the step boundary
+ * at which it would stop, and would otherwise outlive the signal until the launcher's SIGKILL (10 s after it
+ * with scripts/launch.sh, 30 s with torchrun) or the timeout.
  */
 void watchdog_signal_arrived(void);
+
+/**
+ * @brief Whether a wait (of the poll's own, e.g. a collective queued on the GPU) that began at
+ * @p since is over its time now: longer than the timeout, or, after a preemption signal and until
+ * watchdog_signal_handled(), longer than WATCHDOG_SIGNAL_GRACE_S counted from the later of @p since
+ * and the moment the watchdog thread saw the signal (a wait that began before the signal gets the
+ * whole grace after it). For the poll function; any thread may call it.
+ * @param[in] since when the wait began (log_clock()).
+ * @return true when the process must end.
+ */
+bool watchdog_overdue(double since);
 
 /**
  * @brief The rank has passed a step boundary since the signal, so it is not stuck: the timeout is the
