@@ -25,6 +25,24 @@
 #endif
 #define HEADER_HAS_AVG (NCCL_VERSION_CODE >= NCCL_VERSION(2, 10, 0))
 
+// ncclInProgress (non-blocking communicators) came with NCCL 2.14; before it no call reports it.
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 14, 0)
+#define IN_PROGRESS(r) ((r) == ncclInProgress)
+#else
+#define IN_PROGRESS(r) false
+#endif
+
+// bfloat16 is NCCL's type 9 from 2.10 on, but before 2.24 its header declares ncclBfloat16 only where
+// cuda_bf16.h defines __CUDA_BF16_TYPES_EXIST__, which it does for C++ and not for C: the value is the
+// library's (its ABI), so use it where the header hides the name. A library older than 2.10 has no
+// bfloat16 at all: nccl_type() refuses it at run time.
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 24, 0) || defined(__CUDA_BF16_TYPES_EXIST__)
+#define NCCL_BF16 ncclBfloat16
+#else
+#define NCCL_BF16 ((ncclDataType_t)9)
+#endif
+#define LIBRARY_HAS_BF16(version) ((version) >= NCCL_VERSION(2, 10, 0))
+
 void nccl_check_impl(int result, const char *call, const char *file, int line) {
   if (result == ncclSuccess) return;
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 13, 0)
@@ -119,8 +137,7 @@ static void divide_by_world(const ProcessGroup *pg, float *buf, size_t n, cudaSt
 static int dist_nccl_poll(void *user, double timeout, char *why) {
   ProcessGroup *pg = user;
   ncclResult_t r = ncclSuccess;
-  if (ncclCommGetAsyncError((ncclComm_t)pg->nccl, &r) == ncclSuccess && r != ncclSuccess &&
-      r != ncclInProgress) {
+  if (ncclCommGetAsyncError((ncclComm_t)pg->nccl, &r) == ncclSuccess && r != ncclSuccess && !IN_PROGRESS(r)) {
     snprintf(why, 256, "NCCL reported an asynchronous error: %s", ncclGetErrorString(r));
     return 1;
   }
@@ -153,9 +170,17 @@ static void dist_nccl_abort(void *user) {
   if (pg->nccl) (void)ncclCommAbort((ncclComm_t)pg->nccl);  // bounded and followed by _exit
 }
 
+// The loaded library's version (ncclGetVersion), set when the communicator is made.
+static int g_version;
+
 static ncclDataType_t nccl_type(DistType t) {
   if (t == DIST_HALF) return ncclFloat16;
-  if (t == DIST_BF16) return ncclBfloat16;  // NCCL >= 2.10
+  if (t == DIST_BF16 && !LIBRARY_HAS_BF16(g_version))
+    die(1,
+        "rank %d: a bfloat16 all-reduce (--comm_hook bf16) needs NCCL >= 2.10, and the loaded NCCL is "
+        "%d: use --comm_hook fp16, or a newer NCCL",
+        check_rank(), g_version);
+  if (t == DIST_BF16) return NCCL_BF16;
   return t == DIST_DOUBLE ? ncclFloat64 : t == DIST_INT ? ncclInt32 : ncclFloat32;
 }
 
@@ -204,6 +229,7 @@ static void nccl_connect_with(ProcessGroup *pg, void (*share)(void *id, size_t s
   limit_ctas_if_shared(pg);
   int version = 0;
   ncclCheck(ncclGetVersion(&version));
+  g_version = version;
   g_have_avg = HEADER_HAS_AVG && version >= NCCL_VERSION(2, 10, 0) && !getenv("DDP_NCCL_NO_AVG");
   ncclUniqueId id;
   if (share) {
