@@ -30,6 +30,7 @@
 #define ADDRESS_BYTES 256     // Gloo's value holds one address (136 bytes) per peer
 #define SPARE_SHARES 16       // the job's total: (world_size + SPARE_SHARES) connections' shares
 #define ACCEPT_PAUSE_S 0.05   // pause before retrying an accept that failed for want of resources
+#define TURN_AWAY_S 0.2       // longest wait for a turned-away client's hello before closing
 #define THREAD_STACK (256u * 1024u)  // bytes: a connection's thread needs little
 #define BACKOFF_FIRST_S 0.01         // first pause between connect attempts
 #define BACKOFF_LAST_S 0.5           // the pause doubles up to this
@@ -109,6 +110,7 @@ typedef struct Server {
   int max_open;        // slots in fds
   int open;            // connections open now
   char *abort_reason;  // set once by store_abort(): every get answers with it from then on
+  int turned_away;     // connections refused for want of a slot (told so: turn_away())
   bool stopping;
 } Server;
 
@@ -289,6 +291,9 @@ static void *serve_client(void *arg) {
     } else if (op == 'G' && recv_u32(c->fd, &timeout_ms)) {
       ok = server_get(c->server, c->fd, key, timeout_ms);
       free(key);
+    } else if (op == 'H') {  // a rank's hello: it is served (a turned-away one is answered 'B')
+      free(key);
+      ok = send_all(c->fd, "+", 1);
     } else if (op == 'A') {  // the "key" is the reason
       server_abort(c->server, key);
       ok = send_all(c->fd, "+", 1);
@@ -309,7 +314,7 @@ static void *serve_client(void *arg) {
   return NULL;
 }
 
-// Serves @p fd on a thread of its own when a slot is free; false when it could not (the caller closes it).
+// Serves @p fd on a thread of its own when a slot is free; false when it could not (turn_away()).
 static bool serve(Server *sv, int fd) {
   pthread_attr_t attr;
   pthread_attr_init(&attr);
@@ -334,6 +339,44 @@ static bool serve(Server *sv, int fd) {
   pthread_mutex_unlock(&sv->lock);
   pthread_attr_destroy(&attr);
   return served;
+}
+
+// Tells a connection that could not be served why ('B' len reason, the answer to the rank's hello),
+// and closes it: rank 0 says so once on stderr and in a get that times out (store_get()), the rank
+// in its own message, instead of both blaming a rank that died or never started. The client's hello
+// is read (for at most TURN_AWAY_S) before the close, which would otherwise reset the connection and
+// could lose the reason.
+static void turn_away(Server *sv, int fd) {
+  pthread_mutex_lock(&sv->lock);
+  bool stopping = sv->stopping, first = !stopping && sv->turned_away++ == 0, full = sv->open == sv->max_open;
+  int slots = sv->max_open;
+  pthread_mutex_unlock(&sv->lock);
+  if (stopping) {  // the job is over: nobody to tell
+    close(fd);
+    return;
+  }
+  char reason[256];
+  if (full)
+    snprintf(reason, sizeof reason,
+             "all %d of its connection slots are held by clients that stay connected (another "
+             "program on the port?)",
+             slots);
+  else
+    snprintf(reason, sizeof reason, "rank 0 could not start a thread for the connection");
+  if (first) fprintf(stderr, "warning: rank 0: the rendezvous store turned a connection away: %s\n", reason);
+  char b[sizeof reason + 5];
+  uint32_t n = (uint32_t)strlen(reason), be = htonl(n);
+  b[0] = 'B';
+  memcpy(b + 1, &be, 4);
+  memcpy(b + 5, reason, n);
+  (void)send(fd, b, (size_t)n + 5, MSG_NOSIGNAL | MSG_DONTWAIT);  // a fresh socket's buffer has room
+  shutdown(fd, SHUT_WR);
+  struct timeval tv = {0, 50000};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  char junk[256];
+  for (double until = now_s() + TURN_AWAY_S; now_s() < until && recv(fd, junk, sizeof junk, 0) > 0;) {
+  }
+  close(fd);
 }
 
 static void *accept_clients(void *arg) {
@@ -363,7 +406,7 @@ static void *accept_clients(void *arg) {
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    if (!serve(sv, fd)) close(fd);  // too many open at once, or no thread: this one is turned away
+    if (!serve(sv, fd)) turn_away(sv, fd);  // too many open at once, or no thread: told so
   }
 }
 
@@ -539,14 +582,39 @@ static int try_connect(const Store *s, int *gai_err) {
   return fd;
 }
 
-// Connects, retrying with back-off until the timeout (rank 0's server may not be up yet).
+// The hello on a new connection: true when the server serves it; false when it turned the connection
+// away, with its reason in @p why (connection closed), or when it did not answer (why empty).
+static bool hello(Store *s, char *why, size_t size) {
+  char reply = 0;
+  uint32_t n;
+  why[0] = 0;
+  struct timeval tv = {(time_t)s->timeout + 5, 0};
+  setsockopt(s->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  if (send_all(s->fd, "H", 1) && send_u32(s->fd, 0) && recv_all(s->fd, &reply, 1) && reply == '+')
+    return true;
+  if (reply == 'B' && recv_u32(s->fd, &n) && n < size && recv_all(s->fd, why, n)) why[n] = 0;
+  close(s->fd);
+  s->fd = -1;
+  return false;
+}
+
+// Connects and says hello, retrying with back-off until the timeout (rank 0's server may not be up
+// yet; all its connection slots may be held for a while).
 static void client_connect(Store *s) {
   double until = now_s() + s->timeout, pause = BACKOFF_FIRST_S;
   int gai = 0;
-  while ((s->fd = try_connect(s, &gai)) < 0) {
+  char why[512] = "";
+  for (;;) {
+    s->fd = try_connect(s, &gai);
+    if (s->fd >= 0 && hello(s, why, sizeof why)) break;
     if (gai == EAI_NONAME || gai == EAI_FAIL)
       die(1, "the rendezvous store's host '%s' (MASTER_ADDR) does not resolve: %s", s->host,
           gai_strerror(gai));
+    if (now_s() + pause > until && why[0])
+      die(1,
+          "rank %d: the rendezvous store at %s:%d turned this rank away for %g s (--timeout): %s; "
+          "rank 0 is running, but cannot serve this rank",
+          s->rank, s->host, s->port, s->timeout, why);
     if (now_s() + pause > until)
       die(1,
           "cannot reach the rendezvous store at %s:%d within %g s (--timeout): %s; is rank 0 "
@@ -581,6 +649,14 @@ Store *store_init(const char *host, int port, int rank, int world_size, double t
   if (rank == 0) s->server = server_start(s->host, port, world_size);
   client_connect(s);
   return s;
+}
+
+// How many connections the server has turned away (turn_away()).
+static int turned_away(Server *sv) {
+  pthread_mutex_lock(&sv->lock);
+  int n = sv->turned_away;
+  pthread_mutex_unlock(&sv->lock);
+  return n;
 }
 
 // Ends the job: the connection to the server broke during @p what.
@@ -631,6 +707,12 @@ void *store_get(Store *s, const char *key, double timeout_s, size_t *n) {
         "the rendezvous store at %s:%d stopped while this rank waited for '%s': its rank 0 finished "
         "its job; two jobs share MASTER_ADDR:MASTER_PORT (give each job its own MASTER_PORT)",
         s->host, s->port, key);
+  if (reply != '+' && s->server && turned_away(s->server) > 0)
+    die(1,
+        "the rendezvous key '%s' did not appear within %g s (--timeout), and the store turned %d "
+        "connection(s) away (see the warning above): a rank may have been turned away rather than "
+        "not started",
+        key, timeout_s, turned_away(s->server));
   if (reply != '+')
     die(1,
         "the rendezvous key '%s' did not appear within %g s (--timeout): a rank never "

@@ -15,12 +15,16 @@
  *   timeout_ms; `'X' len reason` once the job is aborted; `'E'` when the server stops while the get
  *   waits (the job it serves has finished: the client is another job's).
  * - abort: `'A' len reason` → `'+'`.
+ * - hello (a rank's first request on a connection): `'H' 0` → `'+'`; `'B' len reason`, and the
+ *   connection closed, when the server turned the connection away (every slot held, see below): the
+ *   rank retries until its timeout, then ends saying so, and rank 0 warns once and names it when a
+ *   get of its times out.
  *
  * The server (rank 0) listens on the address MASTER_ADDR resolves to when it is this machine's (all
  * addresses otherwise: see store_init()), serves each connection on a thread of its own and frees
  * both when the client closes, and bounds what clients may hold: at most 1024 connections open at
  * once (at most half the process's descriptor limit, at least every rank plus 8; more are closed at
- * once), 16 keys and 4 KiB + 256 bytes per rank of keys and values per connection, and
+ * once, and told why), 16 keys and 4 KiB + 256 bytes per rank of keys and values per connection, and
  * world_size + 16 connections' worth in all. There is no authentication (as PyTorch's TCPStore): any
  * program that reaches the port can set keys or abort the job, so run jobs on a trusted network.
  *
