@@ -97,6 +97,42 @@ bool dist_nccl_says_gpu_shared(const char *last) {
                   strstr(last, "Multiple Ranks are using the same GPU"));  // NCCL >= 2.30
 }
 
+// A positive count at *p, leaving p after its digits; -1 when there is none.
+static int count_at(const char **p) {
+  char *end;
+  long v = strtol(*p, &end, 10);
+  if (end == *p || v < 1 || v > 1000000) return -1;
+  *p = end;
+  return (int)v;
+}
+
+int dist_most_ranks_per_node(const char *local_world_size, const char *ntasks_per_node, const char *layout) {
+  const char *whole[2] = {local_world_size, ntasks_per_node};
+  for (int i = 0; i < 2; i++) {
+    const char *p = whole[i];
+    int v = p ? count_at(&p) : -1;
+    if (v > 0 && *p == '\0') return v;
+  }
+  // Slurm's layout: comma-separated counts, each maybe repeated: "2(x3),1" is 2, 2, 2 and 1
+  int most = -1;
+  for (const char *p = layout; p && *p;) {
+    int v = count_at(&p);
+    if (v < 0) return -1;
+    if (*p == '(') {
+      p++;
+      if (*p++ != 'x' || count_at(&p) < 0 || *p++ != ')') return -1;
+    }
+    if (*p != ',' && *p != '\0') return -1;
+    if (*p == ',') p++;
+    most = v > most ? v : most;
+  }
+  return most;
+}
+
+bool dist_nccl_limit_ctas(bool multi_rank_gpu, int most_per_node, int gpus) {
+  return multi_rank_gpu && most_per_node > gpus;
+}
+
 // Ranks from RANK / WORLD_SIZE / LOCAL_RANK (torchrun) or SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID.
 static void from_env(ProcessGroup *pg, const char *rank, const char *size, const char *local) {
   pg->rank = env_int(rank);

@@ -186,6 +186,27 @@ void dist_mpi_finalize(void);
  */
 bool dist_nccl_says_gpu_shared(const char *last);
 
+/**
+ * @brief The largest number of ranks on any node, from values every rank of the job reads alike (so
+ * that every rank takes the same decision from it, e.g. NCCL_MAX_CTAS): the first of @p
+ * local_world_size, @p ntasks_per_node and the largest count of @p layout that is set and valid. Pure.
+ * @param[in] local_world_size LOCAL_WORLD_SIZE (torchrun), or NULL.
+ * @param[in] ntasks_per_node  SLURM_NTASKS_PER_NODE, or NULL.
+ * @param[in] layout           SLURM_STEP_TASKS_PER_NODE (or SLURM_TASKS_PER_NODE), e.g. `2(x3),1`, or NULL.
+ * @return the count, or -1 when none is set and valid (the ranks cannot know it alike).
+ */
+int dist_most_ranks_per_node(const char *local_world_size, const char *ntasks_per_node, const char *layout);
+
+/**
+ * @brief Whether a communicator limits itself to 2 CTAs (NCCL_MAX_CTAS=2): ranks may share a GPU
+ * (NCCL_MULTI_RANK_GPU_ENABLE=1) and some node has more ranks than GPUs. Pure; from inputs every rank
+ * has alike, so every rank decides the same.
+ * @param[in] multi_rank_gpu NCCL_MULTI_RANK_GPU_ENABLE is 1.
+ * @param[in] most_per_node  dist_most_ranks_per_node() (or MPI's exact count), -1 when unknown: false.
+ * @param[in] gpus           GPUs visible to a node's ranks.
+ */
+bool dist_nccl_limit_ctas(bool multi_rank_gpu, int most_per_node, int gpus);
+
 /** @brief Size in bytes of one element of @p type. */
 static inline size_t dist_type_size(DistType type) {
   return type == DIST_DOUBLE                      ? sizeof(double)

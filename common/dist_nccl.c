@@ -210,15 +210,34 @@ static void explain_init_failure(const ProcessGroup *pg, ncclResult_t r, int ver
 // (NCCL_MAX_CTAS=2, as scripts/gpu_check.sh runs them), unless the user chose a value. Set before
 // NCCL's first call. (With one GPU per process, each its own, NCCL_MULTI_RANK_GPU_ENABLE=1 would
 // limit them too: it is only for ranks that share a GPU.)
+// The ranks of one communicator must all decide alike, so the count is one they all read alike: MPI's
+// exact one under mpirun, else the launcher's variables (dist_most_ranks_per_node). A plain srun may
+// set none of them; then this rank only knows local_rank + 1, which differs between ranks, so nothing
+// is set, and a rank that sees sharing says what to do.
 static void limit_ctas_if_shared(const ProcessGroup *pg) {
-  const char *multi = getenv("NCCL_MULTI_RANK_GPU_ENABLE");
+  const char *multi = getenv("NCCL_MULTI_RANK_GPU_ENABLE"), *layout = getenv("SLURM_STEP_TASKS_PER_NODE");
+  bool shared = multi && strcmp(multi, "1") == 0;
   int gpus = device_cuda_count();
-  if (!multi || strcmp(multi, "1") != 0 || pg->local_size <= gpus || getenv("NCCL_MAX_CTAS")) return;
+  int most = pg->launcher == LAUNCH_MPI
+                 ? pg->local_size
+                 : dist_most_ranks_per_node(getenv("LOCAL_WORLD_SIZE"), getenv("SLURM_NTASKS_PER_NODE"),
+                                            layout ? layout : getenv("SLURM_TASKS_PER_NODE"));
+  if (getenv("NCCL_MAX_CTAS")) return;
+  if (shared && most < 0 && pg->local_rank + 1 > gpus) {
+    fprintf(stderr,
+            "warning: rank %d: ranks share this node's %d GPU(s), but the launcher does not say how many "
+            "ranks each node has (LOCAL_WORLD_SIZE, SLURM_NTASKS_PER_NODE), so NCCL_MAX_CTAS is left "
+            "alone on every rank; set NCCL_MAX_CTAS=2 for all of them (NCCL's defaults are for up to 2 "
+            "ranks per GPU)\n",
+            pg->rank, gpus);
+    return;
+  }
+  if (!dist_nccl_limit_ctas(shared, most, gpus)) return;
   setenv("NCCL_MAX_CTAS", "2", 0);
   log0(
-      "nccl: %d ranks on this node share %d GPU(s): NCCL_MAX_CTAS=2 (NCCL's defaults are for up to 2 "
+      "nccl: up to %d ranks per node share %d GPU(s): NCCL_MAX_CTAS=2 (NCCL's defaults are for up to 2 "
       "ranks per GPU; set NCCL_MAX_CTAS to choose)\n",
-      pg->local_size, gpus);
+      most, gpus);
 }
 
 // Creates the communicator. @p share: NULL when NCCL_COMM_ID gives every rank the same unique id (an

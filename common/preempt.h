@@ -23,9 +23,9 @@
  * A rank stuck in a collective (a peer died or froze) never reaches a step boundary, so the flag alone
  * would leave it running until the launcher's SIGKILL or the watchdog's --timeout. Two ways end it
  * at once: after the first signal, until the rank passes a step boundary, the watchdog allows any wait
- * only WATCHDOG_SIGNAL_GRACE_S seconds (watchdog_signal_arrived()); and a second signal, a second or
- * more after the first, ends the process by the signal's default action (a copy of the first,
- * forwarded within milliseconds by srun or torchrun, does not count).
+ * only WATCHDOG_SIGNAL_GRACE_S seconds, counted from the signal (watchdog_signal_arrived()); and a second
+ * signal, a second or more after the first, ends the process by the signal's default action (a copy of the
+ * first, forwarded within milliseconds by srun or torchrun, does not count).
  */
 #ifndef DDP_PREEMPT_H
 #define DDP_PREEMPT_H
