@@ -163,7 +163,7 @@ static void *watch(void *arg) {
                  "dead, missing, or calling other collectives",
                  W.what[i], hurry && t - W.since[i] <= W.timeout ? timeout : W.timeout,
                  hurry && t - W.since[i] <= W.timeout
-                     ? "since a SIGTERM or SIGUSR1: after one, a stuck rank ends at once"
+                     ? "after a SIGTERM or SIGUSR1, counted from it: a stuck rank ends at once"
                      : "--timeout");
     Settings s = {W.bind, W.on_abort, W.user};
     WatchdogPoll poll = W.poll;
