@@ -281,6 +281,10 @@ WRONG = {
               "clip_steps_np2", ["FAIL clip_steps_np2", "covers only the first part", "CLIP_SUMS (512)"],
               "only the first half of the sums is all-reduced: a gradient below 2 has no square in the other half",
               unexpected=["a local norm"]),
+        Wrong("count_in_bytes", T07, [(CLIP_REDUCE, CLIP_REDUCE.replace("CLIP_SUMS,", "CLIP_SUMS * sizeof(double),"))],
+              "clip_steps_np2", ["FAIL clip_steps_np2", "aborted", "past the end of a buffer", "a count in bytes"],
+              "the all-reduce's count in bytes: it writes 8 times CLIP_SUMS doubles into t->clip.sums; the run "
+              "trains, then aborts at exit (134), when free() finds the heap overwritten"),
         Wrong("no_epsilon", T07, [(CLIP_SCALE, own_factor("(1.0f / norm) * t->clip.max_norm"))],
               "clip_steps_np2", ["FAIL clip_steps_np2", "lacks the + 1e-6"],
               "the learner's own factor, (1 / norm) * MAX: without clip_grad_norm_'s + 1e-6",
