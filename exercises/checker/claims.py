@@ -240,3 +240,39 @@ def fault06_resume_mid_epoch(tmp):
         raise Failure(f"resumed at step {snap}: {digests(f'{tmp}/b', 2)}, uninterrupted: {digests(f'{tmp}/a', 2)}")
     print(f"the snapshot at step {snap} recorded epoch {epoch} (counted from 0), {done} steps in; the resume ran "
           f"steps {snap + 1}..{total} and ended with the uninterrupted run's parameters")
+
+
+# ---- the checker on a workshop seat -----------------------------------------------------------------
+
+@scenario(timeout=120)  # a CTest test (exercise_seat_ports), no claim of an exercise
+def exercise_seat_ports(tmp):
+    """DDP_PORTS=FIRST-LAST (docs/workshop.md: each seat's range): the MASTER_PORT pairs of the checker's
+    Gloo claims (tests/harness/ports.py) lie in it. 3 processes at once reserve a pair each in a range of
+    3 pairs: 3 different pairs, all inside; a 4th process finds none and says so, naming the range."""
+    import sys
+    from tests.harness.ports import port_free
+    first = next((p for p in range(29500, 29900, 10) if all(port_free(q) for q in range(p, p + 6))), None)
+    if first is None:
+        print("skipped: no 6 free consecutive ports from 29500 on")
+        return SKIP
+    env = dict(os.environ, DDP_PORTS=f"{first}-{first + 5}")
+    code = ("import sys, time; from tests.harness.ports import free_master_port; print(free_master_port(), flush=True); "
+            "sys.stdin.read()")  # holds its pair until told to end
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    procs = [subprocess.Popen([sys.executable, "-c", code], cwd=root, env=env, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    try:
+        got = sorted(int(p.stdout.readline() or -1) for p in procs)
+        last = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, input="", capture_output=True,
+                              text=True, timeout=60)
+    finally:
+        for p in procs:
+            p.communicate(input="", timeout=30)
+    if got != [first, first + 2, first + 4]:
+        raise Failure(f"DDP_PORTS={first}-{first + 5}: 3 processes at once got MASTER_PORT {got}, expected the 3 pairs "
+                      f"of the range ({first}, {first + 2}, {first + 4})")
+    if last.returncode == 0 or f"DDP_PORTS={first}-{first + 5}" not in last.stderr:
+        raise Failure(f"a 4th process, with the range's 3 pairs taken, exited {last.returncode} "
+                      f"({last.stdout.strip()}): it should fail naming DDP_PORTS\n{last.stderr[-1000:]}")
+    print(f"DDP_PORTS={first}-{first + 5}: 3 processes reserved {got}; a 4th found none: "
+          f"{last.stderr.strip().splitlines()[-1][:160]}")

@@ -7,6 +7,11 @@ from tests.harness.env import small
 from tests.harness.launch import run
 
 
+ABORTED = ("a rank aborted (SIGABRT, exit status 134): when a run that trained aborts as it ends, the C library "
+           "found its heap overwritten as memory was freed: something wrote past the end of a buffer, typically a "
+           "count too large for it, e.g. a count in bytes where a call takes elements (dist_all_reduce's count is "
+           "in elements of its type: CLIP_SUMS doubles, not CLIP_SUMS * sizeof(double)); a failed assert aborts too")
+
 # What a failed run's output most likely means, for the typical mistakes of the exercises: (text in
 # stdout or stderr, the likely cause[, the steps it is about]). The first match for the failed run's
 # step is added to the failure's sentence: one message of dist.c (e.g. "dist_wait: no all-reduce in
@@ -53,6 +58,10 @@ HINTS = [
     ("buckets never became ready", "a bucket was never started: every tensor must be counted down in "
                                    "its bucket (mark_variable_ready) and every ready bucket started "
                                    "(mark_bucket_ready)"),
+    # a rank that ended on SIGABRT (exit status 134; Open MPI: "exited on signal 6 (Aborted)"), often at the
+    # very end of a run that trained: glibc's free() found its heap overwritten (issue 40, K3)
+    *[(needle, ABORTED) for needle in ("signal 6 (Aborted)", "free(): ", "malloc(): ", "double free or corruption",
+                                       "corrupted size vs", "stack smashing detected")],
     # scripts/launch.sh's line for a rank that died of SIGSEGV (128 + 11): under an environment launch
     # (Gloo) the process group has no communicator and no device context until dist_connect, under
     # mpirun MPI needs neither: a program that never calls it crashes under launch.sh, not under mpirun

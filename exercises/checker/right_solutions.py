@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 
-from exercises.checker.wrong_solutions import ROOT, S03, S05, R06, T06, R07, F08, write
+from exercises.checker.wrong_solutions import ROOT, S03, S05, R06, T06, R07, T07, F08, CLIP_SCALE, own_factor, write
 
 
 class Right:
@@ -81,6 +81,12 @@ RIGHT = {
               "step07_matches_step06_np2 step07_replicas_np3",
               "the counts computed in the hook with dist_shard_counts, not read from b->counts; the receive "
               "pointer written as an address of an element"),
+    ],
+    "07_clip": [
+        Right("own_factor", T07, [(CLIP_SCALE, own_factor("(1.0f / (norm + 1e-6f)) * t->clip.max_norm"))],
+              "clip_steps_np2",
+              "clip_scale written out on the CPU: the norm from the sums, clip_grad_norm_'s factor "
+              "(1 / (norm + 1e-6)) * MAX in float32, the shard scaled by it"),
     ],
     "08": [
         Right("other_words", F08,

@@ -68,6 +68,21 @@ S02, R06, T06 = "steps/02_init/train.c", "steps/06_full/reducer.c", "steps/06_fu
 R07, T07 = "steps/07_zero/reducer.c", "steps/07_zero/train.c"
 F08, T08 = "steps/08_fsdp/fsdp.c", "steps/08_fsdp/train.c"
 
+# step 07's clip_gradients, line by line (exercise 07_clip)
+CLIP_SUM = "  clip_sum_squares(&t->clip, &t->ctx, my_shard(t, t->model.grads), t->shard);\n"
+CLIP_REDUCE = "  dist_all_reduce(&t->pg, t->clip.sums, CLIP_SUMS, DIST_DOUBLE, DIST_SUM);\n"
+CLIP_SCALE = "  clip_scale(&t->clip, &t->ctx, my_shard(t, t->model.grads), t->shard);\n"
+
+
+def own_factor(expr):
+    """clip_scale written out by hand on the CPU (whose device memory is the host's), the factor `expr`
+    of `norm` and t->clip.max_norm."""
+    return ("  float norm = clip_norm_of_sums(t->clip.sums);  // (the CPU: host memory)\n"
+            "  *t->clip.norm = norm;\n"
+            f"  float coef = {expr};\n"
+            "  ops_scale(&t->ctx, my_shard(t, t->model.grads), t->shard, coef < 1.0f ? coef : 1.0f);\n")
+
+
 WRONG = {
     "02": [
         Wrong("rank_not_taken", S02, [("  t->rank = t->pg.rank;", "  t->rank = 0;")],
@@ -262,6 +277,54 @@ WRONG = {
                 "  dist_all_reduce(&t->pg, t->clip.sums, CLIP_SUMS, DIST_DOUBLE, DIST_SUM);\n")],
               "clip_steps_np2", ["FAIL clip_steps_np2", "sqrt(2) times", "all-reduced twice"],
               "the sums all-reduced twice: the norm is sqrt(W) times too large"),
+        Wrong("half_the_sums", T07, [(CLIP_REDUCE, CLIP_REDUCE.replace("CLIP_SUMS,", "CLIP_SUMS / 2,"))],
+              "clip_steps_np2", ["FAIL clip_steps_np2", "covers only the first part", "CLIP_SUMS (512)"],
+              "only the first half of the sums is all-reduced: a gradient below 2 has no square in the other half",
+              unexpected=["a local norm"]),
+        Wrong("count_in_bytes", T07, [(CLIP_REDUCE, CLIP_REDUCE.replace("CLIP_SUMS,", "CLIP_SUMS * sizeof(double),"))],
+              "clip_steps_np2", ["FAIL clip_steps_np2", "aborted", "past the end of a buffer", "a count in bytes"],
+              "the all-reduce's count in bytes: it writes 8 times CLIP_SUMS doubles into t->clip.sums; the run "
+              "trains, then aborts at exit (134), when free() finds the heap overwritten"),
+        Wrong("no_epsilon", T07, [(CLIP_SCALE, own_factor("(1.0f / norm) * t->clip.max_norm"))],
+              "clip_steps_np2", ["FAIL clip_steps_np2", "lacks the + 1e-6"],
+              "the learner's own factor, (1 / norm) * MAX: without clip_grad_norm_'s + 1e-6",
+              unexpected=["a local norm"]),
+        Wrong("one_division", T07, [(CLIP_SCALE, own_factor("t->clip.max_norm / (norm + 1e-6f)"))],
+              "clip_steps_np2", ["FAIL clip_steps_np2", "in one division", "(1 / (norm + 1e-6)) * MAX"],
+              "the learner's own factor, MAX / (norm + 1e-6) in one division: PyTorch multiplies by a reciprocal "
+              "(at most seeds only the last bit differs)", unexpected=["a local norm"]),
+        Wrong("scale_on_rank0_only", T07, [(CLIP_SCALE, "  if (t->rank == 0)\n  " + CLIP_SCALE)],
+              "clip_steps_np2", ["FAIL clip_steps_np2", "not on rank(s) 1", "every rank scales its own shard"],
+              "only rank 0 scales its shard of the gradient", unexpected=["a local norm"]),
+        Wrong("scale_the_momentum", T07,
+              [(CLIP_SCALE, CLIP_SCALE.replace("my_shard(t, t->model.grads)", "t->opt.buf")),
+               ("  clip_gradients(t);\n  sgd_step(&t->opt, &t->ctx, my_shard(t, t->model.params), my_shard(t, t->model.grads));\n",
+                "  sgd_step(&t->opt, &t->ctx, my_shard(t, t->model.params), my_shard(t, t->model.grads));\n  clip_gradients(t);\n")],
+              "clip_steps_np2", ["FAIL clip_steps_np2", "the parameters differ", "momentum buffer (t->opt.buf) was scaled"],
+              "the momentum shard is scaled, after sgd_step: the update used the unclipped gradient",
+              unexpected=["a local norm"]),
+        Wrong("logs_the_clipped_norm", T07,
+              [(CLIP_SCALE, CLIP_SCALE + "  // the norm of what is applied, for the log\n" + CLIP_SUM + CLIP_REDUCE +
+                CLIP_SCALE)],
+              "clip_steps_np2", ["FAIL clip_steps_np2", "at most MAX", "the clipped gradient's", "before clipping"],
+              "the norm is taken again after clipping, and that one logged (clip_grad_norm_ returns the norm before)",
+              unexpected=["a local norm"]),
+        Wrong("clip_before_the_wait", T07,
+              [("  reducer_finalize_backward(&t->reducer);", "  clip_gradients(t);\n  reducer_finalize_backward(&t->reducer);"),
+               ("  clip_gradients(t);\n  sgd_step(", "  sgd_step(")],
+              "clip_steps_np2", ["FAIL clip_steps_np2", "before the reduce-scatter was waited for",
+                                 "reducer_finalize_backward"],
+              "clip_gradients before reducer_finalize_backward: the shard's reduce-scatter may not have arrived",
+              unexpected=["a local norm"]),
+        Wrong("norms_added", T07,
+              [(CLIP_REDUCE + CLIP_SCALE,
+                "  clip_scale(&t->clip, &t->ctx, my_shard(t, t->model.grads), 0);  // this shard's norm, nothing scaled\n"
+                "  dist_all_reduce(&t->pg, t->clip.norm, 1, DIST_FLOAT, DIST_SUM);  // the ranks' norms, added\n"
+                "  float coef = (1.0f / (*t->clip.norm + 1e-6f)) * t->clip.max_norm;  // (the CPU: host memory)\n"
+                "  ops_scale(&t->ctx, my_shard(t, t->model.grads), t->shard, coef < 1.0f ? coef : 1.0f);\n")],
+              "clip_steps_np2", ["FAIL clip_steps_np2", "sum of the 2 shards' norms", "the ranks' norms were added"],
+              "each rank's norm, then the norms added (all-reduced), not the squares",
+              unexpected=["a local norm", "added 2 times over"]),
     ],
     "06_fault": [
         Wrong("resume_restarts_epoch", T06, [("  t->epoch_step = (long long)meta.epoch_step;\n", "")],

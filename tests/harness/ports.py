@@ -77,6 +77,21 @@ def lock_port_pair(p, wait=0.0):
         time.sleep(0.1)
 
 
+def seat_ports(env=os.environ):
+    """(first, last) of the ports a workshop seat may use, from DDP_PORTS="FIRST-LAST" (docs/workshop.md
+    hands each seat its range), or None when unset."""
+    text = env.get("DDP_PORTS", "").strip()
+    if not text:
+        return None
+    try:
+        first, last = (int(x) for x in text.split("-"))
+    except ValueError:
+        raise Failure(f"DDP_PORTS={text!r}: expected FIRST-LAST, e.g. DDP_PORTS=29500-29509")
+    if not 1024 <= first < last <= 65535:
+        raise Failure(f"DDP_PORTS={text!r}: expected 1024 <= FIRST < LAST <= 65535 (two ports at least)")
+    return first, last
+
+
 def free_master_port():
     """A port p such that p and p + 1 are free (MASTER_PORT, and the bootstrap port after it: the
     Gloo store's), reserved for this test process. Launches of tests running at the same time must
@@ -84,7 +99,21 @@ def free_master_port():
     so asking the kernel for a free port (bind to 0) gave two tests the same p now and then, and one
     job's rank reached the other's store (CI failed so once). Each pair is an even p below the
     ephemeral range (where no outgoing connection takes p + 1 as its local port), held by an
-    exclusive lock on a file named after it (lock_port_pair) for as long as this process lives."""
+    exclusive lock on a file named after it (lock_port_pair) for as long as this process lives.
+    With DDP_PORTS=FIRST-LAST (a workshop seat's range, docs/workshop.md), p and p + 1 lie in it."""
+    seat = seat_ports()
+    if seat:
+        # every pair of the seat's range in turn (it is small), waiting a little for one in use
+        first, last = seat
+        pairs = list(range(first + first % 2, last, 2))
+        if not pairs:
+            raise Failure(f"DDP_PORTS={first}-{last} holds no even port p with p + 1 in the range")
+        for wait in (0.0, 1.0, 5.0):
+            for p in pairs:
+                if lock_port_pair(p, wait):
+                    return p
+        raise Failure(f"found no two free consecutive TCP ports for MASTER_PORT in DDP_PORTS={first}-{last} "
+                      "(this seat's range): is another run of yours still holding them?")
     lo, _ = ephemeral_ports()
     first, last = 20000, max(20002, lo - 2)
     rng = random.Random()

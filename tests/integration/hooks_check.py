@@ -22,7 +22,7 @@ from tests.harness.env import SEED, Failure, Skip, small
 from tests.harness.launch import files_created_in, run
 from tests.harness.parity import KAPPA, U, f32_ulp, flag, gamma
 from tests.harness.ports import free_master_port
-from tests.harness.results import ckpt_params_momentum, digests, metrics
+from tests.harness.results import ckpt_params_momentum, digests, metrics, read_checkpoint, tensor_slices
 from tests.harness.scenario import register
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -184,16 +184,238 @@ def clip_max(tmp):
     return 0.5 * step_records(f"{tmp}/n")[0]["grad_norm"]
 
 
-def first_step_momentum(tmp, tag, step, np, args):
-    """The momentum after one step from the initial state (it is that step's gradient, SGD's first
-    step copies it) and the step's logged grad_norm."""
+def first_step(tmp, tag, step, np, args):
+    """(params, momentum) after one step from the initial state (the momentum is that step's gradient:
+    SGD's first step copies it) and rank 0's record of the step."""
     run(step, CLIP + args + ["--max_steps", "1", "--save_interval", "1000", "--ckpt_dir", f"{tmp}/{tag}",
                              "--metrics", f"{tmp}/{tag}{{rank}}.jsonl"], np=np)
-    return ckpt_params_momentum(f"{tmp}/{tag}/checkpoint.bin")[1], step_records(f"{tmp}/{tag}")[0]
+    params, m = ckpt_params_momentum(f"{tmp}/{tag}/checkpoint.bin")
+    return params, m, step_records(f"{tmp}/{tag}")[0]
+
+
+def clip_words(xs):
+    """clip.c's exact sums of the squares of the float32 values xs: CLIP_SUMS (512) integers, words 2e
+    and 2e + 1 the high and low 24 bits of the squared significands of exponent e; words 0 and 1 count
+    the NaNs and the infinities."""
+    words = [0] * 512
+    for (b,) in struct.iter_unpack("<I", bits(xs)):
+        e, m = (b >> 23) & 0xff, b & 0x7fffff
+        if e == 0xff:
+            words[0 if m else 1] += 1
+            continue
+        m, e = (m | 0x800000, e) if e else (m, 1)
+        words[2 * e] += (m * m) >> 24
+        words[2 * e + 1] += (m * m) & 0xffffff
+    return words
+
+
+def norm_of_words(words):
+    """clip_norm_of_sums (clip_backend.h) in the same order: the float32 norm of 512 exact sums."""
+    if words[0]:
+        return float("nan")
+    if words[1]:
+        return float("inf")
+    total = 0.0
+    for e in range(254, 0, -1):
+        total += math.ldexp(words[2 * e], 2 * e - 276) + math.ldexp(words[2 * e + 1], 2 * e - 300)
+    return f32(math.sqrt(total))
+
+
+def torch_coef(norm, max_norm):
+    """clip_grad_norm_'s factor in float32: (1 / (norm + 1e-6)) * MAX, clamped to 1 (clip_backend.h)."""
+    return min(f32(f32(1 / f32(norm + f32(1e-6))) * f32(max_norm)), 1.0)
+
+
+# Factors a learner may write instead of clip_grad_norm_'s (issue 40, K1 and K2): (name, factor, cause)
+OTHER_FACTORS = [
+    ("one division", lambda n, mx: min(f32(f32(mx) / f32(n + f32(1e-6))), 1.0),
+     "the factor is MAX / (norm + 1e-6) in one division: clip_grad_norm_ multiplies by a reciprocal, "
+     "(1 / (norm + 1e-6)) * MAX, which differs in the last bit for about one norm in four (clip_scale computes "
+     "it so; a factor of your own must too)"),
+    ("no 1e-6", lambda n, mx: min(f32(f32(1 / n) * f32(mx)), 1.0),
+     "the factor lacks the + 1e-6: clip_grad_norm_'s is (1 / (norm + 1e-6)) * MAX"),
+    ("no 1e-6, one division", lambda n, mx: min(f32(f32(mx) / n), 1.0),
+     "the factor is MAX / norm: clip_grad_norm_'s is (1 / (norm + 1e-6)) * MAX, with the + 1e-6 and a reciprocal"),
+]
+
+
+def telling_max(norm, others=OTHER_FACTORS):
+    """A MAX that clips (about half the norm) at which clip_grad_norm_'s float32 factor differs from each
+    of OTHER_FACTORS: the same check then rejects them at every seed (a MAX chosen otherwise lets a
+    one-division factor pass for about three norms in four)."""
+    mx = f32(0.5 * norm)
+    for _ in range(256):
+        c = torch_coef(norm, mx)
+        if c < 1 and all(f(norm, mx) != c for _, f, _ in others):
+            return mx
+        mx = struct.unpack("<f", struct.pack("<I", struct.unpack("<I", struct.pack("<f", mx))[0] + 1))[0]
+    raise Failure(f"no MAX near {0.5 * norm!r} tells clip_grad_norm_'s factor from the others at norm {norm!r} "
+                  "(is the norm so large that + 1e-6 rounds away?)")
+
+
+def shard_ranges(n, W):
+    """(start, end) of each rank's shard of n floats: W shards of S = ceil(n / W) (the last padded)."""
+    S = -(-n // W)
+    return [(r * S, min(n, (r + 1) * S)) for r in range(W)]
+
+
+def partial_reduce(got_norm, ref_norm, prefix, n):
+    return (f"grad_norm {got_norm!r} where the whole gradient's is {ref_norm!r}: what rank 0 computes when only the "
+            f"first c of the {n} doubles of t->clip.sums are all-reduced, for c from {prefix[0]} to {prefix[-1]}",
+            f"the all-reduce covers only the first part of the sums: its count must be CLIP_SUMS ({n}), in doubles "
+            "(DIST_DOUBLE), not a part of it (a gradient below 2 has no square past word 255)")
+
+
+def clip_diagnosis(step, W, mx, g, ref_norm, got_norm, got_m, got_p=None, want_p=None, words_first=False):
+    """None when a sharded step's first clipped step is right, else what went wrong and its likely cause,
+    from more than the norm's ratio: the logged norm against what each typical mistake logs (computed
+    exactly from the unclipped gradient g), the factor each rank's shard of the momentum was scaled by,
+    and the parameters."""
+    shards = shard_ranges(len(g), W)
+    words = [clip_words(g[a:b]) for a, b in shards]
+    total = [sum(w) for w in zip(*words)]
+    if norm_of_words(total) != ref_norm:
+        raise Failure(f"step 06 logged grad_norm {ref_norm!r}, but its gradient's exact norm is "
+                      f"{norm_of_words(total)!r}: the reference itself is wrong")
+    if bits([got_norm]) != bits([ref_norm]):
+        # rank 0's norm when only the first c words are all-reduced, for which c (a range: the words
+        # whose squares do not matter at float32 precision cannot be told apart)
+        prefix = [c for c in range(1, len(total)) if got_norm == norm_of_words(total[:c] + words[0][c:])]
+        if prefix and words_first:
+            return partial_reduce(got_norm, ref_norm, prefix, len(total))
+        local = [norm_of_words(w) for w in words]
+        if got_norm in local:
+            return (f"grad_norm {got_norm!r}, the norm of rank {local.index(got_norm)}'s shard alone (the whole "
+                    f"gradient's is {ref_norm!r})", "each rank clips by its own shard's norm (a local norm): "
+                    "the ranks' sums of squares must be added (all-reduced, DIST_SUM) before the root")
+        if got_norm == f32(sum(local)) or got_norm == f32(f32(local[0] + local[1]) + sum(local[2:])):
+            return (f"grad_norm {got_norm!r}, the sum of the {W} shards' norms {', '.join(map(repr, local))} (the "
+                    f"whole gradient's is {ref_norm!r})", "the ranks' norms were added: the norm of the whole is "
+                    "the root of the sum of the squares, so add the sums of squares (t->clip.sums), then take the root")
+        if got_norm == norm_of_words([W * x for x in total]):
+            return (f"grad_norm {got_norm!r}, sqrt({W}) times the whole gradient's {ref_norm!r}",
+                    f"the sums of squares were added {W} times over (all-reduced twice, or a full gradient's sums "
+                    "all-reduced)")
+        if prefix:
+            return partial_reduce(got_norm, ref_norm, prefix, len(total))
+        if got_norm <= mx < ref_norm:
+            return (f"grad_norm {got_norm!r}, at most MAX {mx!r}, where the gradient's norm before clipping is "
+                    f"{ref_norm!r}", "the norm logged is the clipped gradient's: clip_grad_norm_ returns (and the "
+                    "step records log) the norm before clipping, the one clip_scale computes from the sums")
+        return (f"grad_norm {got_norm!r}, the whole gradient's is {ref_norm!r}, and it is neither a shard's norm, nor "
+                "their sum, nor sqrt(W) times the whole", "the norm was taken before the reduce-scatter was waited for "
+                "(reducer_finalize_backward): the shard then held this rank's own gradient, not yet the mean; clip "
+                "once the step's gradient is complete")
+    coef = torch_coef(ref_norm, mx)
+    factors = [("clip_grad_norm_'s", lambda n, m: coef, None), ("1 (not scaled)", lambda n, m: 1.0, None)]
+    factors += OTHER_FACTORS
+    seen = []
+    for a, b in shards:
+        name = next((name for name, f, _ in factors if bits([f32(x * f(ref_norm, mx)) for x in g[a:b]]) ==
+                     bits(got_m[a:b])), None)
+        seen.append(name)
+    if seen == ["clip_grad_norm_'s"] * W:
+        if got_p is not None and bits(got_p) != bits(want_p):
+            return ("the momentum after the first step is the clipped gradient, but the parameters differ from "
+                    "step 06's", "the update used the gradient before clipping: the momentum buffer (t->opt.buf) "
+                    "was scaled after sgd_step; scale the gradient shard before sgd_step")
+        return None
+    what = f"{step} at {W} ranks, MAX {mx!r}, grad_norm {ref_norm!r} (right): the first step's gradient"
+    unscaled = [r for r, s in enumerate(seen) if s == "1 (not scaled)"]
+    if unscaled and len(unscaled) < W and all(s in ("clip_grad_norm_'s", "1 (not scaled)") for s in seen):
+        return (f"{what} was scaled by clip_grad_norm_'s factor {coef!r} on rank(s) "
+                f"{', '.join(str(r) for r in range(W) if r not in unscaled)}, not on rank(s) "
+                f"{', '.join(map(str, unscaled))}", "only some ranks scale their shard (e.g. inside `if (rank == 0)`): "
+                "every rank scales its own shard of the gradient (clip_scale on every rank)")
+    if seen == ["1 (not scaled)"] * W:
+        return (f"{what} was not scaled at all (expected x {coef!r})", "the gradient shard was not scaled before "
+                "sgd_step (scaling the momentum buffer t->opt.buf, or a buffer other than my_shard(t, t->model.grads), "
+                "does not scale this step's gradient)")
+    for name, _, cause in OTHER_FACTORS:
+        if seen == [name] * W:
+            return f"{what} was scaled by the factor {name} (expected x {coef!r})", cause
+    a, b = shards[0]
+    i = next((i for i in range(a, b) if g[i] and bits([got_m[i]]) != bits([f32(g[i] * coef)])), a)
+    return (f"{what}: element {i} is {got_m[i]!r}, expected {f32(g[i] * coef)!r} (x {coef!r}; shards scaled by "
+            f"{', '.join(s or 'another factor' for s in seen)})", "every rank must scale its shard by "
+            "min(1, (1 / (norm + 1e-6)) * MAX), clip_grad_norm_'s factor, once the norm is the whole gradient's")
+
+
+def scaled_checkpoint(src, dst, k):
+    """A copy of checkpoint src (784-63-10) whose layer 0 is scaled by 2^-k and layer 1's weight by 2^k:
+    the same forward pass (powers of two), but a gradient whose layer 0 part is 2^k times larger (so its
+    sums use the upper words of CLIP_SUMS; the CRC recomputed)."""
+    import zlib
+    hdr, params = read_checkpoint(src)
+    data = bytearray(open(src, "rb").read())
+    hsize = struct.unpack_from("<I", data, 12)[0]
+    (_, a, _), (_, _, b), (_, c, d) = tensor_slices(hdr["sizes"])[:3]
+    new = list(params)
+    new[a:b] = [math.ldexp(x, -k) for x in params[a:b]]
+    new[c:d] = [math.ldexp(x, k) for x in params[c:d]]
+    struct.pack_into(f"<{len(new)}f", data, hsize, *new)
+    struct.pack_into("<I", data, len(data) - 4, zlib.crc32(bytes(data[:-4])))
+    with open(dst, "wb") as f:
+        f.write(data)
+
+
+def clip_first_steps(tmp):
+    """Part 1 of clip_steps_np2: the factor and the norm of one clipped step, in 01, 06 and 07 alike."""
+    # MAX chosen from the unclipped step's norm (a MAX of 1e30 logs the norm and scales by exactly 1)
+    for step, np, extra in (("01_single_gpu", 1, ["--batch_size", "128"]), ("06_full", 2, ["--batch_size", "64"])):
+        _, m0, rec0 = first_step(tmp, f"u{step[:2]}", step, np, extra + ["--clip_grad_norm", "1e30"] +
+                                 (["--save_init", f"{tmp}/init"] if step == "06_full" else []))
+        norm = f32(rec0["grad_norm"])  # (written with 9 digits: the float32 exactly)
+        mx = telling_max(norm)
+        p1, m1, rec = first_step(tmp, f"c{step[:2]}", step, np, extra + ["--clip_grad_norm", repr(mx)])
+        if f32(rec.get("grad_norm", math.nan)) != norm:
+            raise Failure(f"{step}: grad_norm {rec.get('grad_norm')} with --clip_grad_norm {mx}, {norm} with 1e30")
+        coef = torch_coef(norm, mx)
+        want = [f32(x * coef) for x in m0]
+        if bits(want) != bits(m1):
+            i = next(i for i, (a, b) in enumerate(zip(want, m1)) if bits([a]) != bits([b]))
+            raise Failure(f"{step}: the first step's gradient element {i} is {m1[i]!r} with clipping, "
+                          f"{m0[i]!r} without: expected {want[i]!r} (x {coef!r} = min(1, (1 / (norm + 1e-6)) * MAX) "
+                          f"for grad_norm {norm!r})")
+        print(f"{step} at {np} rank(s): the first gradient scaled by {coef!r}, bit for bit (grad_norm {norm!r}, "
+              f"MAX {mx!r}: a one-division factor or one without + 1e-6 would differ)")
+    # 07 (the exercise's program), from the same state as 06 at 2 ranks: the same sums of two terms, so
+    # the same gradient, norm, factor and update, bit for bit; a difference is diagnosed.
+    p7, m7, rec7 = first_step(tmp, "c07", "07_zero", 2, ["--batch_size", "64", "--clip_grad_norm", repr(mx)])
+    bad = clip_diagnosis("07_zero", 2, mx, m0, norm, f32(rec7.get("grad_norm", math.nan)), m7, p7, p1)
+    if bad:
+        raise Failure(f"07_zero at 2 ranks, the first step with --clip_grad_norm {mx!r}: {bad[0]}\n"
+                      f"likely cause: {bad[1]}")
+    print("07_zero at 2 ranks: grad_norm, factor, momentum and parameters of the first clipped step as 06's")
+    # Every word of the sums: the same state with layer 0 scaled down and layer 1 up by 2^k, so that the
+    # gradient's largest elements lie near float32's top exponent and its smallest among the subnormals
+    # (an all-reduce of only a part of t->clip.sums, e.g. CLIP_SUMS / 2 doubles, then changes the norm).
+    k = 126 - math.frexp(norm)[1]
+    scaled_checkpoint(f"{tmp}/init/checkpoint.bin", f"{tmp}/big.bin", k)
+    big = ["--batch_size", "64", "--resume", f"{tmp}/big.bin"]
+    _, g, rec = first_step(tmp, "ub", "06_full", 2, big + ["--clip_grad_norm", "3e38"])  # (above 2^126)
+    words = clip_words(g)
+    used = [w for w in range(2, 512) if words[w]]
+    nb = f32(rec["grad_norm"])
+    if not (math.isfinite(nb) and used[-1] >= 480):
+        raise Failure(f"the scaled state (2^{k}): grad_norm {nb!r}, sums up to word {used[-1]}: expected a finite "
+                      "norm from words past 480")
+    mxb = telling_max(nb, OTHER_FACTORS[:1])  # (+ 1e-6 is lost in a norm this large)
+    _, m7, rec7 = first_step(tmp, "cb", "07_zero", 2, big + ["--clip_grad_norm", repr(mxb)])
+    # (the small words were all-reduced above: a norm that now differs is first of all a partial all-reduce)
+    bad = clip_diagnosis("07_zero", 2, mxb, g, nb, f32(rec7.get("grad_norm", math.nan)), m7, words_first=True)
+    if bad:
+        raise Failure(f"07_zero at 2 ranks, a gradient whose squares reach word {used[-1]} of the sums: {bad[0]}\n"
+                      f"likely cause: {bad[1]}")
+    print(f"a gradient whose squares use words {used[0]}..{used[-1]} of the sums (grad_norm {nb!r}): 07_zero's "
+          "norm and clipped step as 06's")
+    return mx
 
 
 def norm_diagnosis(ref, got, W):
-    """The likely cause of a sharded trainer's grad_norm `got` where the whole gradient's is `ref`."""
+    """The likely cause of a sharded trainer's grad_norm `got` where the whole gradient's is `ref`, from
+    their ratio alone (part 2 of clip_steps_np2, and clip_norm_np3: clip_diagnosis has ruled out the typical
+    mistakes at the first step already)."""
     r = got / ref
     if r < 1:
         return ("the norm is smaller than the whole gradient's: each rank clips by its own shard's norm (a "
@@ -207,25 +429,10 @@ def norm_diagnosis(ref, got, W):
 def clip_steps_np2(tmp):
     """With --clip_grad_norm active, steps 06, 07 and 08 at 2 ranks train bit for bit alike (losses,
     grad_norm, digests; with and without --grad_accum), and the step's gradient is scaled by exactly
-    clip_grad_norm_'s factor (01 and 06)."""
+    clip_grad_norm_'s factor (01, 06 and 07, at a MAX where the other ways to write it differ)."""
+    # 1. the factor and the norm of one step, with diagnoses (clip_first_steps)
+    clip_first_steps(tmp)
     mx = clip_max(tmp)
-    # 1. the factor, in the steps: one step with and without clipping from the same initial state
-    for step, np, extra in (("01_single_gpu", 1, ["--batch_size", "128"]), ("06_full", 2, ["--batch_size", "64"])):
-        m0, _ = first_step_momentum(tmp, f"u{step[:2]}", step, np, extra)
-        m1, rec = first_step_momentum(tmp, f"c{step[:2]}", step, np, extra + ["--clip_grad_norm", repr(mx)])
-        norm = rec.get("grad_norm")
-        if norm is None:
-            raise Failure(f"{step}: the step record has no grad_norm with --clip_grad_norm {mx}")
-        coef = min(f32(f32(1 / f32(norm + f32(1e-6))) * f32(mx)), 1.0)
-        if coef >= 1:
-            raise Failure(f"{step}: grad_norm {norm} does not exceed MAX {mx}: nothing was clipped")
-        want = [f32(x * coef) for x in m0]
-        if bits(want) != bits(m1):
-            i = next(i for i, (a, b) in enumerate(zip(want, m1)) if bits([a]) != bits([b]))
-            raise Failure(f"{step}: the first step's gradient element {i} is {m1[i]!r} with clipping, "
-                          f"{m0[i]!r} without: expected {want[i]!r} (x {coef!r} = min(1, MAX/(norm + 1e-6)) "
-                          f"for grad_norm {norm!r})")
-        print(f"{step} at {np} rank(s): the first gradient scaled by {coef!r}, bit for bit (grad_norm {norm!r})")
     # 2. 06, 07 and 08 alike, bit for bit: every sum of two terms is the same, and the norm is exact.
     # With micro-batches, 08 reduce-scatters each one and adds the shards (06 and 07 add the micro-
     # batches first, then the ranks): another order, so there only 06 and 07 are compared.
