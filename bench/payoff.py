@@ -11,9 +11,21 @@ docs/hooks_and_clipping.md, rows {"backend", "link", "hook", "ms_per_step",
 slow link below with each --comm_hook, PowerSGD compressing from step 10). --quick: about a minute each on a 2-core machine. --selftest (with
 --quick): the smallest sizes, then checks that the rows and their fields are there and sane (never
 a time); exits 1 on any failure. The figures go to --img DIR (default docs/img, with --quick out/:
-payoff_speedup.png, payoff_slowlink.png, payoff_memory.png; matplotlib, installed from Debian where
-missing and root: run the script itself, whose interpreter is Debian's /usr/bin/python3);
---selftest draws into a temporary folder, and only where matplotlib is already installed.
+payoff_speedup.png, payoff_slowlink.png, payoff_memory.png; matplotlib: where it is missing, a run
+on a terminal asks before it installs Debian's python3-matplotlib with apt-get (root; run the script
+itself, whose interpreter is Debian's /usr/bin/python3), --install-matplotlib installs it without
+asking, and any other run draws no figures); --selftest draws into a temporary folder, and only
+where matplotlib is already installed.
+
+Every table ends with the BLAS kernel its CPU runs used (the programs' `blas:` start-up line) and, on
+a generic fallback kernel (OpenBLAS's Prescott on an AVX2 CPU: GEMMs several times slower), a WARNING
+line; choose the kernel with OPENBLAS_CORETYPE (e.g. Haswell).
+
+Whatever ends it (SIGHUP of a closed terminal, Ctrl-C, SIGTERM, a failure) stops its runs and removes
+the namespaces, their veth pair and qdiscs, the processes in them and its temporary folders. Each
+run keeps a record of what it made in /run/ddp-payoff (root; else TMPDIR/ddp-payoff-UID; or
+DDP_PAYOFF_STATE): a run killed by SIGKILL leaves its record, and the next run removes what it names
+before it starts (only records whose process is gone).
 
 speedup   The same global batch trained by 1 process with 1 BLAS thread, 1 process with 2 BLAS
           threads, and 2 ranks with 1 thread each (mpirun; step 06 for all three), on Fashion-MNIST;
@@ -65,6 +77,7 @@ The machine is shared: the load average is printed first and last. Timings vary;
 asserted about a time.
 """
 import argparse
+import atexit
 import json
 import os
 import re
@@ -125,18 +138,169 @@ class Failed(Exception):
 
 
 def log(msg):
-    print(msg, file=sys.stderr, flush=True)
+    try:
+        print(msg, file=sys.stderr, flush=True)
+    except OSError:  # the terminal is gone (SIGHUP): the clean-up goes on without it
+        pass
+
+
+# ---------------------------------------------------------------------------------------------------
+# clean-up: whatever ends this script (SIGHUP of a closed terminal, Ctrl-C, SIGTERM, an exception, an
+# exit) removes what it made: the namespaces, their veths and qdiscs, the processes in them, and the
+# temporary folders. A run killed by SIGKILL cannot; the next run removes what it left, recognised
+# by the record every run keeps in STATE (one file per run, naming what it made).
+
+STATE = os.environ.get("DDP_PAYOFF_STATE") or (
+    "/run/ddp-payoff" if os.geteuid() == 0 else os.path.join(tempfile.gettempdir(), f"ddp-payoff-{os.geteuid()}"))
+UNDO = []  # (kind, what): ("dir", path) or ("nodes", (id, dir)), removed in reverse order
+RECORD = None  # this run's file in STATE
+
+
+def proc_start(pid):
+    """A process's start time (clock ticks since boot; /proc/PID/stat field 22), None if it is gone:
+    with the pid, it names one process even after the pid is used again."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def ours(path):
+    """Whether path is one of this script's temporary folders (only those are removed from a record)."""
+    return os.path.basename(path).startswith(("payoff.", "payoff-img.")) and os.path.isdir(path)
+
+
+def record(kind, what):
+    """Notes something this run makes, in UNDO and in its record, before it is made."""
+    UNDO.append((kind, what))
+    save()
+
+
+def save():
+    if RECORD:
+        tmp = RECORD + ".new"
+        with open(tmp, "w") as f:
+            json.dump({"pid": os.getpid(), "start": proc_start(os.getpid()), "undo": UNDO}, f)
+        os.replace(tmp, RECORD)
+
+
+def undo(items):
+    for kind, what in reversed(items):
+        if kind == "nodes":
+            nid, d = what
+            subprocess.run([NODES, "down", str(nid), d], capture_output=True)
+        elif kind == "dir" and ours(what):
+            shutil.rmtree(what, ignore_errors=True)
+
+
+def cleanup():
+    """Removes what this run made; runs once, with the signals that end it ignored meanwhile."""
+    global RECORD
+    for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+    undo(UNDO)
+    UNDO.clear()
+    if RECORD:
+        try:
+            os.unlink(RECORD)
+        except OSError:
+            pass
+        RECORD = None
+
+
+def on_signal(sig, _frame):
+    """SIGHUP, SIGINT, SIGTERM: exit with 128 + the signal through the callers' finally blocks (each
+    child run is stopped), then cleanup()."""
+    for s in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, signal.SIG_IGN)  # one signal is enough: nothing may cut the clean-up short
+    raise SystemExit(128 + sig)
+
+
+def start_cleanup():
+    """Installs the handlers and the record of this run; first removes what earlier runs left, those
+    whose record names a process that is gone (killed by SIGKILL, or the machine's power)."""
+    global RECORD
+    for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, on_signal)
+    atexit.register(cleanup)
+    try:
+        os.makedirs(STATE, mode=0o700, exist_ok=True)
+        if os.stat(STATE).st_uid != os.geteuid():
+            raise OSError(f"{STATE} belongs to another user")
+    except OSError as e:
+        log(f"payoff: no record of this run ({e}): a run killed by SIGKILL would leave its namespaces")
+        return
+    for name in sorted(os.listdir(STATE)):
+        path = os.path.join(STATE, name)
+        try:
+            with open(path) as f:
+                r = json.load(f)
+            pid, start, items = int(r["pid"]), r["start"], [tuple(x) for x in r["undo"]]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if start is not None and proc_start(pid) == start:
+            continue  # that run is still going
+        log(f"payoff: removing what an earlier run (pid {pid}, ended without its clean-up) left: "
+            + ", ".join(f"namespaces ddpmn-{w[0]}-a/-b" if k == "nodes" else w for k, w in items))
+        undo(items)
+        os.unlink(path)
+    RECORD = os.path.join(STATE, f"{os.getpid()}.json")
+    save()
 
 
 def run(cmd, env, timeout, cwd=ROOT):
-    """Runs cmd; returns its stdout; raises Failed with its output on failure or timeout."""
-    try:
-        r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=cwd)
-    except subprocess.TimeoutExpired as e:
-        raise Failed(f"timed out after {timeout} s: {' '.join(cmd)}\n{e.stdout or ''}{e.stderr or ''}")
-    if r.returncode != 0:
-        raise Failed(f"exit {r.returncode}: {' '.join(cmd)}\n{r.stdout[-3000:]}{r.stderr[-3000:]}")
-    return r.stdout
+    """Runs cmd; returns its stdout; raises Failed with its output on failure or timeout. Whatever
+    ends this script meanwhile (a signal, Ctrl-C) stops the run first: stop()."""
+    with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          cwd=cwd) as p:
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            stop(p)
+            raise Failed(f"timed out after {timeout} s: {' '.join(cmd)}")
+        except BaseException:
+            stop(p)
+            raise
+    if p.returncode != 0:
+        raise Failed(f"exit {p.returncode}: {' '.join(cmd)}\n{out[-3000:]}{err[-3000:]}")
+    note_blas(out)
+    return out
+
+
+def stop(p):
+    """Ends a child: SIGTERM first, so that mpirun passes it to its ranks, then SIGKILL after 5 s."""
+    if p.poll() is None:
+        p.terminate()
+        try:
+            p.wait(5)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+# The programs' start-up lines naming the CPU's GEMM kernel ("blas: OpenBLAS 0.3.21, kernel Haswell,
+# 1 thread") and, on a generic fallback kernel, their warning ("blas: kernel Prescott is a generic
+# fallback ..."): collected from every run of a measurement, and printed under its table, since a
+# fallback kernel makes every time several times slower.
+BLAS = {"kernels": set(), "warnings": set()}
+
+
+def note_blas(out):
+    for line in out.splitlines():
+        m = re.match(r"blas: (.*), kernel (\S+), \d+ threads?$", line)
+        if m:
+            BLAS["kernels"].add(f"{m.group(1)}, kernel {m.group(2)}")
+        elif line.startswith("blas: "):
+            BLAS["warnings"].add(line)
+
+
+def blas_lines():
+    """What the measurement since the last call ran on (and a warning on a fallback kernel); resets."""
+    k, w = sorted(BLAS["kernels"]), sorted(BLAS["warnings"])
+    BLAS["kernels"], BLAS["warnings"] = set(), set()
+    lines = [f"measured on: {'; '.join(k) if k else 'no CPU run (no blas: line)'}"]
+    return lines + [f"WARNING: {x} (every time in this table is slower than this CPU can do)" for x in w]
 
 
 def records(path):
@@ -168,12 +332,15 @@ def n_params(sizes):
     return sum(sizes[l + 1] * sizes[l] + sizes[l + 1] for l in range(len(sizes) - 1))
 
 
-def table(title, rows, cols):
+def table(title, rows, cols, blas):
+    """Prints the table, then `blas` (blas_lines(): the kernel it was measured on, a fallback's warning)."""
     print(f"\n{title}")
     w = [max(len(c), *(len(fmt(r[c])) for r in rows)) if rows else len(c) for c in cols]
     print("  ".join(c.rjust(x) for c, x in zip(cols, w)))
     for r in rows:
         print("  ".join(fmt(r[c]).rjust(x) for c, x in zip(cols, w)))
+    for line in blas:
+        print(line)
 
 
 def fmt(v):
@@ -233,7 +400,7 @@ def speedup(o, z, tmp):
     subset = f" ({z['sp_dataset']} samples)" if z["sp_dataset"] else ""
     title = (f"speedup: step 06, --hidden {z['sp_hidden']}, global batch {gb}, {z['sp_epochs']} epochs of "
              f"Fashion-MNIST{subset}, target test accuracy {z['sp_target']}")
-    table(title, rows, FIELDS["speedup"])
+    table(title, rows, FIELDS["speedup"], blas_lines())
     return rows, {"target": z["sp_target"], "title": title}
 
 
@@ -246,11 +413,12 @@ class Nodes:
     them (only what this object made: the namespaces are named by this process's id)."""
 
     def __init__(self, tmp):
-        self.id, self.dir, self.up = os.getpid() % 10**7, os.path.join(tmp, "nodes"), False
+        self.id, self.dir, self.up = os.getpid() % 10**7, os.path.join(tmp, "nodes"), True
+        # recorded before they are made: a signal may stop `up` half-way, and `down` is harmless
+        record("nodes", (self.id, self.dir))
         r = subprocess.run([NODES, "up", str(self.id), self.dir], capture_output=True, text=True)
         if r.returncode == 77:
             raise Skip(r.stdout.strip().replace("multinode: skipped: ", ""))
-        self.up = True  # nodes.sh removes what it made when `up` fails half-way; down is harmless
         if r.returncode != 0:
             raise Failed(f"tests/multinode/nodes.sh up failed ({r.returncode}):\n{r.stdout}{r.stderr}")
         with open(os.path.join(self.dir, "nodes.env")) as f:
@@ -287,6 +455,8 @@ class Nodes:
             subprocess.run(["tc", "-n", ns, "qdisc", "del", "dev", dev, "root"], capture_output=True)
         subprocess.run([NODES, "down", str(self.id), self.dir], capture_output=True)
         self.up = False
+        if ("nodes", (self.id, self.dir)) in UNDO:
+            UNDO.remove(("nodes", (self.id, self.dir)))
 
     def mpi_env(self):
         return dict(cpu_ddp.base_env(), OMPI_MCA_btl="self,vader,tcp",
@@ -320,6 +490,7 @@ class Nodes:
         for rank, (p, out) in enumerate(zip(procs, outs)):
             if p.returncode != 0:
                 raise Failed(f"rank {rank} exit {p.returncode}: {' '.join(cmd)} (gloo)\n{out[-3000:]}")
+        note_blas(outs[0])
         return outs[0]
 
 
@@ -440,12 +611,13 @@ def slowlink(o, z, tmp):
                                                              base[p], fwd, bwd, a, c)})
     finally:
         nodes.close()
+    blas = blas_lines()
     for rate, v in info["links"].items():
         title = (f"slowlink: 2 nodes (network namespaces), one rank each, {v['how']}; --hidden {hidden} "
                  f"({S / MIB:.2f} MiB of gradients), batch {v['batch']} per rank, {steps} steps; probe fit: "
                  + ", ".join(f"{b} a = {f[0] * 1e3:.0f} us, 1/c = {1e-6 / f[1]:.3f} GB/s" for b, f in v["fits"].items())
                  + "; compute alone (1 rank, ms): " + ", ".join(f"{p} {x:.1f}" for p, x in v["base"].items()))
-        table(title, [r for r in rows if r["link"] == rate], FIELDS["slowlink"])
+        table(title, [r for r in rows if r["link"] == rate], FIELDS["slowlink"], blas)
     info["hidden"] = hidden
     return rows, info
 
@@ -488,7 +660,7 @@ def hooks(o, z, tmp):
     table(f"hooks: step 06, 2 nodes (network namespaces), one rank each, {rate} ({kind}); --hidden "
           f"{z['hk_hidden']}, batch {z['hk_batch']} per rank, {z['hk_epochs']} epoch(s)"
           f"{' of Fashion-MNIST' if not z['hk_data'] else ' of synthetic data'}; PowerSGD rank 1 from step "
-          f"{z['hk_start']}", rows, FIELDS["hooks"])
+          f"{z['hk_start']}", rows, FIELDS["hooks"], blas_lines())
     return rows, {"link": rate, "kind": kind}
 
 
@@ -524,7 +696,7 @@ def memory(o, z, tmp):
              "batch 32, " + "; ".join(f"{m} = --hidden {h} ({n_params(sizes_of(h)):,} parameters)"
                                       for m, h in z["mem_models"].items())
              + "; the floor (--hidden 16) at " + ", ".join(f"{w} ranks {k} KiB" for w, k in floor.items()))
-    table(title, rows, FIELDS["memory"])
+    table(title, rows, FIELDS["memory"], blas_lines())
     return rows, {"models": z["mem_models"], "title": title, "floor": floor}
 
 
@@ -533,12 +705,27 @@ def memory(o, z, tmp):
 
 
 def pyplot(install):
+    """matplotlib's pyplot, or None. Where it is missing, Debian's python3-matplotlib is installed
+    (apt-get, as root) only when allowed: install "yes" (--install-matplotlib), or "ask" and the user
+    answers y on a terminal; never without a word."""
     try:
         import matplotlib
     except ImportError:
-        if not install or os.geteuid() != 0 or not shutil.which("apt-get"):
+        if install == "no" or os.geteuid() != 0 or not shutil.which("apt-get"):
             return None
-        log("payoff: installing python3-matplotlib (Debian) for the figures")
+        what = ("Debian's python3-matplotlib (apt-get update, then apt-get install --no-install-recommends "
+                "python3-matplotlib: with python3-numpy, python3-pil and its other dependencies, about 60 MB)")
+        if install == "ask":
+            if not sys.stdin.isatty():
+                log(f"payoff: the figures need matplotlib; --install-matplotlib installs {what}")
+                return None
+            try:
+                answer = input(f"payoff: the figures need matplotlib, missing here. Install {what}? [y/N] ")
+            except EOFError:
+                answer = ""
+            if answer.strip().lower() not in ("y", "yes"):
+                return None
+        log(f"payoff: installing {what} for the figures")
         env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
         subprocess.run(["apt-get", "update", "-qq"], env=env)
         subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", "python3-matplotlib"], env=env)
@@ -560,7 +747,7 @@ def draw(plt, what, rows, info, path, command):
             for a, key, scale in ((ax[0], "ms_per_step", 1), (ax[1], "allreduce_bytes_per_step", 1 / MIB),
                                   (ax[2], "accuracy", 1)):
                 a.bar(x, [r[key] * scale for r in rs], width=0.4, label=b)
-        for a, label in zip(ax, ("ms per step", f"MiB per rank and step to the collectives",
+        for a, label in zip(ax, ("ms per step", "MiB per rank and step to the collectives",
                                  "test accuracy at the end")):
             a.set_xticks([i + 0.2 for i in range(len(HOOKS))], HOOKS, fontsize=8)
             a.set_title(label, fontsize=9)
@@ -688,6 +875,9 @@ def main():
     ap.add_argument("--img", help="where the figures go (default docs/img; with --quick out/, so that a quick "
                     "run leaves the docs' figures alone)")
     ap.add_argument("--bin", default=os.path.join(ROOT, "build", "bin"), help="the built programs (default build/bin)")
+    ap.add_argument("--install-matplotlib", action="store_true",
+                    help="where matplotlib is missing, install Debian's python3-matplotlib (apt-get, as root) "
+                    "without asking; without it, a run on a terminal asks first, any other draws no figures")
     ap.add_argument("--timeout", type=int, default=900, help="seconds any one run may take (default 900)")
     o = ap.parse_args()
     if o.selftest and not o.quick:
@@ -695,16 +885,20 @@ def main():
     for p in PROGRAMS + ["probe"]:
         if not os.access(os.path.join(o.bin, p), os.X_OK):
             sys.exit(f"payoff: {os.path.join(o.bin, p)} is missing: build first (scripts/setup.sh)")
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so that every clean-up below runs
+    start_cleanup()  # SIGHUP, SIGINT, SIGTERM and the exit remove what this run made
     z = SIZES["selftest" if o.selftest else "quick" if o.quick else "full"]
     whats = [o.what] if o.what else ["speedup", "slowlink", "memory"]
     print(f"payoff: {', '.join(whats)}; {'selftest' if o.selftest else 'quick' if o.quick else 'full'} sizes; "
           f"{os.cpu_count()} CPUs; load average {cpu_ddp.uptime()}", flush=True)
     tmp = tempfile.mkdtemp(prefix="payoff.")
-    img = tempfile.mkdtemp(prefix="payoff-img.") if o.selftest else o.img or os.path.join(
-        ROOT, "out" if o.quick else os.path.join("docs", "img"))
+    record("dir", tmp)
+    if o.selftest:
+        img = tempfile.mkdtemp(prefix="payoff-img.")
+        record("dir", img)
+    else:
+        img = o.img or os.path.join(ROOT, "out" if o.quick else os.path.join("docs", "img"))
     os.makedirs(img, exist_ok=True)
-    plt = pyplot(install=not o.selftest)
+    plt = pyplot("no" if o.selftest else "yes" if o.install_matplotlib else "ask")
     out, ok = {}, True
     try:
         for w in whats:
@@ -714,15 +908,13 @@ def main():
                 draw(plt, w, rows, info, os.path.join(img, f"payoff_{w}.png"),
                      f"bench/payoff.py {w}{' --quick' if o.quick else ''}")
             elif not plt:
-                print("figures: matplotlib is missing (apt-get install python3-matplotlib): none drawn")
+                print("figures: matplotlib is missing (--install-matplotlib installs it): none drawn")
             if o.selftest and w != "hooks":
                 ok &= check(rows, w, o, z)
     except Failed as e:
         sys.exit(f"payoff: a run failed: {e}")
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if o.selftest:
-            shutil.rmtree(img, ignore_errors=True)
+        cleanup()  # the temporary folders (the namespaces are gone already, unless a signal came)
     print(f"load average at the end: {cpu_ddp.uptime()}")
     if o.json:
         os.makedirs(os.path.dirname(os.path.abspath(o.json)), exist_ok=True)

@@ -46,8 +46,12 @@
 #                    SIGKILL, the logs are in DDP_GPU_OUT/logs/); nothing else
 #   DDP_GPU_REUSE_BUILD=1  use BUILD_DIR as it is: no configure, no build (a build made before)
 #   NCCL_ROOT        an NCCL install (include/nccl.h + lib/libnccl.so*), e.g. NCCL 2.30 unpacked;
-#                    its lib/ is put first on LD_LIBRARY_PATH. Unset: deps/nccl-*.tar.xz, when there,
-#                    is unpacked into deps/nccl and used
+#                    its lib/ is put first on LD_LIBRARY_PATH. Unset: on a node of one GPU,
+#                    deps/nccl-*.tar.xz, when there, is unpacked into deps/nccl and used (several
+#                    ranks on one GPU need NCCL >= 2.30); on a node of several GPUs the stock NCCL
+#                    (the toolkit's or the wheel's) is preferred. The summary's "# NCCL chosen:" line
+#                    says which
+#   DEPS_DIR         the folder of carried dependencies (default deps), as for scripts/gpu_deps.sh
 #   DDP_DEPS_PREFIX  Debian packages unpacked by scripts/gpu_deps.sh (OpenBLAS, GoogleTest,
 #                    libdeflate) for a machine without them; deps/debs/*.deb are unpacked when present
 #   CUDA_ARCHS       CUDA architectures to build (default 90: Hopper)
@@ -210,6 +214,40 @@ run() {
 }
 last_error() { first_error "$last_log"; }  # the first error line of the latest run's log
 
+# A probe between the runs (nvidia-smi, nccl_caps.py, gpu_count, ncclGetVersion, a comparison): like
+# run(), in the background and waited for, so that a signal is handled at once, and cut at the
+# deadline (a wedged GPU hangs nvidia-smi and gpu_count in the driver). Its stdout in $probe_out, its
+# stderr appended to logs/probes.log, its exit status returned: 124 or 137 when cut, 125 when no time
+# was left to start it. Cut at the deadline, or not started, it ends the rows as run() does: every
+# later row is SKIPPED "deadline".
+probe() {  # LIMIT NAME COMMAND...
+  local limit=$1 name=$2 l rc
+  shift 2
+  probe_out=""
+  probe_limit=$limit
+  l=$(left)
+  [ "$l" -lt "$limit" ] && probe_limit=$l
+  if [ "$probe_limit" -lt 1 ]; then
+    deadline_why=${deadline_why:-"deadline: reached at $(elapsed) s of $DEADLINE; not run"}
+    refresh_forced
+    return 125
+  fi
+  where="${where%%, running *}, running $name (a probe) since $(elapsed) s"
+  timeout -k 2 "$probe_limit" "$@" < /dev/null > "$work/probe.out" 2>> "$LOG/probes.log" &
+  child=$!
+  wait "$child"
+  rc=$?
+  child=""
+  where=${where%%, running *}
+  probe_out=$(cat "$work/probe.out")
+  if { [ $rc -eq 124 ] || [ $rc -eq 137 ]; } && [ "$(left)" -lt 1 ]; then
+    echo "$name stopped at the deadline (DDP_GPU_DEADLINE=$DEADLINE) after $probe_limit s" >> "$LOG/probes.log"
+    deadline_why=${deadline_why:-"deadline: reached at $(elapsed) s of $DEADLINE ($name stopped)"}
+    refresh_forced
+  fi
+  return $rc
+}
+
 # launch_cmd N [VAR=VALUE | -u VAR]... PROGRAM ARGS...: cmd=(scripts/launch.sh on a fresh pair of ports
 # (MASTER_PORT, + 1), with those variables set or unset)
 export MASTER_ADDR=127.0.0.1
@@ -244,16 +282,43 @@ PY
 }
 
 # ---- 0. the GPU and the NCCL it will load ------------------------------------------------------------
-gpu_name=$(timeout 20 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)
+# nvidia-smi first, bounded like every run: a wedged GPU or driver hangs it, and then nothing else
+# asks it again (its row FAILED "hung"). 20 s, or what is left before the deadline.
+where="section 0 (the GPU), at $(elapsed) s"
+smi_rc=0
+probe 20 nvidia-smi nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || smi_rc=$?
+gpu_name=$(head -1 <<< "$probe_out")
+smi_hung=""
+case $smi_rc in
+  124 | 137) smi_hung="did not answer in $probe_limit s (hung: a wedged GPU or driver?); not asked again" ;;
+  125) smi_hung="not asked: no time left before the deadline" ;;
+esac
+smi_gpus=0
 {
-  echo "# GPU check $(date -u +%Y-%m-%dT%H:%MZ): ${gpu_name:-no GPU}; build $BUILD_DIR;" \
+  echo "# GPU check $(date -u +%Y-%m-%dT%H:%MZ): ${gpu_name:-${smi_hung:+nvidia-smi }${smi_hung:-no GPU}}; build $BUILD_DIR;" \
        "deadline ${DEADLINE:-none}${DEADLINE:+ s}"
   printf '%-52s %s\n' "check" "result"
 } | tee "$SUMMARY"
 section 0 "the GPU and the NCCL it will load" 1
-{ timeout 20 nvidia-smi; timeout 20 nvidia-smi topo -m; } > "$LOG/nvidia-smi.txt" 2>&1
-if [ -n "$gpu_name" ]; then
-  ok "nvidia-smi" "$(timeout 20 nvidia-smi -L 2> /dev/null | grep -c '^GPU') GPU(s): $gpu_name"
+if [ -n "$smi_hung" ]; then
+  echo "nvidia-smi $smi_hung" > "$LOG/nvidia-smi.txt"
+  # hung, it is this machine's failure, not the deadline's: FAILED even when the deadline cut it
+  [ "$smi_rc" -eq 125 ] || forced=""
+  fail "nvidia-smi" "$smi_hung"
+  refresh_forced
+else
+  for a in "" "topo -m"; do
+    # shellcheck disable=SC2086  # the arguments, split
+    probe 20 nvidia-smi nvidia-smi $a
+    printf '%s\n' "$probe_out"
+  done > "$LOG/nvidia-smi.txt" 2>&1
+  probe 20 nvidia-smi nvidia-smi -L
+  smi_gpus=$(grep -c '^GPU' <<< "$probe_out")
+fi
+if [ -n "$smi_hung" ]; then
+  :
+elif [ -n "$gpu_name" ]; then
+  ok "nvidia-smi" "$smi_gpus GPU(s): $gpu_name"
 else
   fail "nvidia-smi" "no GPU listed (nvidia-smi missing or failing; see logs/nvidia-smi.txt)"
 fi
@@ -263,26 +328,51 @@ cmake_args=(-DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER="$nvcc"
             -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS:-90}" -DDDP_FETCH_GTEST=OFF)
 command -v mpicc > /dev/null || cmake_args+=(-DDDP_ENABLE_MPI=OFF)
 command -v ninja > /dev/null && [ ! -f "$BUILD_DIR/CMakeCache.txt" ] && cmake_args+=(-G Ninja)
-# An NCCL >= 2.30 carried in deps/ (an ignored folder: deps/nccl-*.tar.xz, unpacked into deps/nccl/)
-# comes first: it runs several ranks on one GPU, which the stock 2.28 refuses.
-if [ -z "${NCCL_ROOT:-}" ]; then
-  tarball=$(ls deps/nccl-*.tar.xz 2> /dev/null | tail -n 1)
-  if [ -n "$tarball" ] && [ ! -f deps/nccl/include/nccl.h ]; then
-    mkdir -p deps/nccl && timeout 120 tar -xJf "$tarball" -C deps/nccl > "$LOG/nccl_unpack.log" 2>&1
+# Which NCCL. NCCL_ROOT when set. Else, on a node of several GPUs (nvidia-smi -L), the stock one (the
+# toolkit's, else PyTorch's wheel): one rank per GPU is what jobs there run, and the stock library
+# what they load, so it is the better test. Else an NCCL >= 2.30 carried in deps/ (an ignored folder,
+# DEPS_DIR as for scripts/gpu_deps.sh: nccl-*.tar.xz, unpacked into deps/nccl/): it runs several ranks
+# on one GPU, which the stock 2.28 refuses. Else the stock one. The summary says which, and why.
+DEPS=${DEPS_DIR:-deps}
+stock_nccl() {  # the toolkit's NCCL (found by CMake as it is), else the wheel's folder
+  if [ -f /usr/local/cuda/include/nccl.h ]; then echo /usr/local/cuda; else wheel_dir nccl; fi
+}
+if [ -n "${NCCL_ROOT:-}" ]; then
+  nccl_choice="NCCL_ROOT=$NCCL_ROOT, as set"
+else
+  tarball=$(ls "$DEPS"/nccl-*.tar.xz 2> /dev/null | tail -n 1)
+  stock=$(stock_nccl)
+  carried=""
+  { [ -n "$tarball" ] || [ -f "$DEPS/nccl/include/nccl.h" ]; } && carried=1
+  if [ -n "$carried" ] && [ "$smi_gpus" -ge 2 ] && [ -n "$stock" ]; then
+    nccl_choice="the stock NCCL ($stock): $smi_gpus GPUs, one rank each; the NCCL carried in $DEPS/ (for several ranks on one GPU) not used"
+    [ "$stock" = /usr/local/cuda ] || export NCCL_ROOT=$stock
+  else
+    if [ -n "$tarball" ] && [ ! -f "$DEPS/nccl/include/nccl.h" ]; then
+      mkdir -p "$DEPS/nccl" && probe 120 nccl_unpack tar -xJf "$tarball" -C "$DEPS/nccl"
+      printf '%s\n' "$probe_out" > "$LOG/nccl_unpack.log"
+    fi
+    if [ -f "$DEPS/nccl/include/nccl.h" ]; then
+      export NCCL_ROOT
+      NCCL_ROOT=$(cd "$DEPS/nccl" && pwd)
+      nccl_choice="the NCCL carried in $DEPS/nccl ($smi_gpus GPU(s) listed: several ranks share a GPU)"
+    elif [ -n "$stock" ]; then
+      nccl_choice="the stock NCCL ($stock)"
+      [ "$stock" = /usr/local/cuda ] || export NCCL_ROOT=$stock
+    else
+      nccl_choice="none found (no NCCL_ROOT, $DEPS/nccl, toolkit or wheel NCCL): CMake looks in its own places"
+    fi
   fi
-  [ -f deps/nccl/include/nccl.h ] && export NCCL_ROOT=$PWD/deps/nccl
 fi
-if [ -z "${NCCL_ROOT:-}" ] && [ ! -f /usr/local/cuda/include/nccl.h ]; then
-  w=$(wheel_dir nccl); [ -n "$w" ] && export NCCL_ROOT=$w
-fi
+printf '# NCCL chosen: %s\n' "$nccl_choice" | tee -a "$SUMMARY"
 if [ -n "${NCCL_ROOT:-}" ]; then
   cmake_args+=(-DNCCL_ROOT="$NCCL_ROOT")
   for d in "$NCCL_ROOT/lib" "$NCCL_ROOT/lib64"; do
     [ -d "$d" ] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   done
 fi
-if [ -z "${DDP_DEPS_PREFIX:-}" ] && compgen -G "deps/debs/*.deb" > /dev/null; then
-  scripts/gpu_deps.sh --unpack > "$LOG/gpu_deps.log" 2>&1 && DDP_DEPS_PREFIX=$PWD/deps/prefix
+if [ -z "${DDP_DEPS_PREFIX:-}" ] && compgen -G "$DEPS/debs/*.deb" > /dev/null; then
+  DEPS_DIR=$DEPS scripts/gpu_deps.sh --unpack > "$LOG/gpu_deps.log" 2>&1 && DDP_DEPS_PREFIX=$(cd "$DEPS/prefix" && pwd)
 fi
 if [ -n "${DDP_DEPS_PREFIX:-}" ]; then
   P=$DDP_DEPS_PREFIX/usr
@@ -307,7 +397,7 @@ nccl_to_load() {
 }
 caps_row() {  # NAME LIB: the row "NCCL carries every collective the code calls"
   local line="" rc=2
-  [ -n "$2" ] && { line=$(timeout 60 scripts/nccl_caps.py "$2"); rc=$?; }
+  [ -n "$2" ] && { probe 60 nccl_caps scripts/nccl_caps.py "$2"; rc=$?; line=$probe_out; }
   caps_lib=$2
   verdict "$1" "$(verdict_caps "$2" $rc "$line")"
 }
@@ -368,14 +458,14 @@ loaded_path=$(ldd "$BIN/05_metrics_ckpt" 2>/dev/null | awk '/libnccl/ {print $3;
 if [ -n "$loaded_path" ] && [ "$(readlink -f "$loaded_path")" != "$(readlink -f "${caps_lib:-/}")" ]; then
   caps_row "NCCL that loads carries every collective" "$loaded_path"  # not the one predicted above
 fi
-loaded=$([ -n "$loaded_path" ] && timeout 20 python3 - "$loaded_path" 2>/dev/null <<'PY'
+loaded=""
+[ -n "$loaded_path" ] && probe 20 ncclGetVersion python3 -c '
 import ctypes, sys
 v = ctypes.c_int(0)
 ctypes.CDLL(sys.argv[1]).ncclGetVersion(ctypes.byref(v))
 c = v.value
 print(f"{c // 10000}.{c % 10000 // 100}.{c % 100}" if c >= 10000 else f"{c // 1000}.{c % 1000 // 100}.{c % 100}")
-PY
-)
+' "$loaded_path" && loaded=$probe_out
 nccl_code=0
 if [ -z "$loaded" ]; then
   fail "NCCL linked / loaded" "linked $linked; the loaded library (${loaded_path:-none}) did not answer ncclGetVersion"
@@ -388,7 +478,7 @@ else
     fail "NCCL linked / loaded" "header and library differ: linked $linked; loaded $loaded ($loaded_path)"
   fi
 fi
-ngpu=$(timeout 30 "$BIN/gpu_count" 2>/dev/null || echo 0)
+probe 30 gpu_count "$BIN/gpu_count" && ngpu=$probe_out || ngpu=0
 [[ $ngpu =~ ^[0-9]+$ ]] || ngpu=0
 if [ "$ngpu" -gt 0 ]; then
   ok "GPU visible to CUDA" "$ngpu: ${gpu_name:-(nvidia-smi names none)}"
@@ -468,7 +558,9 @@ PY
 fi
 # A comparison of two runs' metrics files (scripts/gpu_compare.py): one row; not run while forced.
 compare() {
-  if [ -n "$forced" ]; then ok "$1" "-"; else verdict "$1" "$(PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" timeout 60 python3 scripts/gpu_compare.py "${@:2}")"; fi
+  if [ -n "$forced" ]; then ok "$1" "-"; return; fi
+  PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" probe 60 gpu_compare python3 scripts/gpu_compare.py "${@:2}"
+  verdict "$1" "$probe_out"
 }
 # hidden 256,256: the CPU side may be the plain C GEMM (no OpenBLAS), which must stay quick
 s01=(--epochs 1 --max_steps 200 --batch_size 128 --hidden 256,256 --save_interval 0 --log_interval 100 "${data[@]}")

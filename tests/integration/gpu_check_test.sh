@@ -11,12 +11,18 @@
 #   deadline  DDP_GPU_DEADLINE=20 with runs that would take longer: it ends by itself with the whole
 #             table, the sections it could not reach SKIPPED "deadline";
 #   smoke     2 GPUs and a probe that fails: every multi-rank row FAILED "multi-rank NCCL does not
-#             work here", and none of those runs was started.
+#             work here", and none of those runs was started;
+#   hung      nvidia-smi hangs (a wedged GPU) under DDP_GPU_DEADLINE=8: its row FAILED "did not
+#             answer", and the script ends by itself within the deadline (its own clock, the last line);
+#   hung_killed  nvidia-smi hangs, no deadline: SIGTERM while it hangs ends the script at once (guard:
+#             10 s; nvidia-smi would be waited for 20 s), status 143, the hung nvidia-smi gone;
+#   nccl_choice  an NCCL carried in DEPS_DIR and a stock one (the toolkit's, or a stand-in wheel): 2 GPUs
+#             take the stock one, 1 GPU the carried one, and the summary's "# NCCL chosen:" says so.
 # No timing is asserted: the guards below only stop a hung script (generous, 60 s). SHOW=1 prints
 # the summary and the output even when every check holds.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-scenario=${1:?usage: gpu_check_test.sh killed|deadline|smoke}
+scenario=${1:?usage: gpu_check_test.sh killed|interrupted|deadline|smoke|hung|hung_killed|nccl_choice}
 tmp=$(mktemp -d)
 pid=""
 trap '[ -n "$pid" ] && kill -KILL "$pid" 2> /dev/null; rm -rf "$tmp"' EXIT
@@ -48,6 +54,8 @@ done
 mkdir -p "$tmp/path"
 cat > "$tmp/path/nvidia-smi" <<'EOF'
 #!/bin/sh
+# STUB_SMI_HANG=1: hangs as on a wedged GPU (a stand-in process like the others)
+[ -n "${STUB_SMI_HANG:-}" ] && { echo $$ >> "$STUB_PIDS"; exec sleep 300; }
 case "$*" in
   *--query-gpu*) echo "NVIDIA H200 (stand-in), 570.00, 143771 MiB" ;;
   -L) i=0; while [ $i -lt "${STUB_GPUS:-0}" ]; do echo "GPU $i: NVIDIA H200 (stand-in)"; i=$((i + 1)); done ;;
@@ -147,6 +155,66 @@ case $scenario in
     want "section 5: no run started (no log)" bash -c "! tar -tzf '$tmp/out/logs.tar.gz' | grep -E 'np[0-9]'"
     want "the world-size-1 rows ran (not multi-rank)" grep -qE '^step 05, 1 rank, 2 epochs +FAILED: error: stand-in' "$S"
     want "it says it completed" grep -qE '^# complete after [0-9]+ s$' "$S"
+    ;;
+  hung)
+    STUB_SMI_HANG=1 STUB_GPUS=1 STUB_SLEEP=2 DDP_GPU_DEADLINE=8 "$root/scripts/gpu_check.sh" "$B" > "$tmp/stdout" 2>&1 &
+    pid=$!
+    want "it ends by itself (guard: 60 s)" finished "$pid" 60
+    wait "$pid"
+    rc=$?
+    pid=""
+    want "exit status 1: a row failed (it was $rc)" [ "$rc" -eq 1 ]
+    want "the nvidia-smi row FAILED: it did not answer"       grep -qE '^nvidia-smi +FAILED: did not answer in [0-9]+ s \(hung' "$S"
+    secs=$(sed -nE 's/^# complete after ([0-9]+) s.*/\1/p' "$S")
+    want "it says it completed, within the deadline of 8 s (after ${secs:-?} s by its clock)" \
+      [ "${secs:-99}" -le 8 ]
+    want "rows after it SKIPPED \"deadline\"" grep -qE ' SKIPPED: deadline' "$S"
+    want "no other row FAILED" bash -c "[ \$(grep -c ' FAILED: ' '$S') -eq 1 ]"
+    want "the logs are packed" packed
+    want "the stand-ins it started are gone, the hung nvidia-smi too" stubs_gone
+    ;;
+  hung_killed)
+    STUB_SMI_HANG=1 STUB_GPUS=1 "$root/scripts/gpu_check.sh" "$B" > "$tmp/stdout" 2>&1 &
+    pid=$!
+    for ((i = 0; i < 600; i++)); do  # until the hung nvidia-smi runs
+      [ -s "$STUB_PIDS" ] && break
+      kill -0 "$pid" 2> /dev/null || break
+      sleep 0.1
+    done
+    kill -TERM "$pid"
+    want "it ends soon after SIGTERM (guard: 10 s), though nvidia-smi had 20 s" finished "$pid" 10
+    wait "$pid"
+    rc=$?
+    pid=""
+    want "exit status 143 (it was $rc)" [ "$rc" -eq 143 ]
+    want "it says it was stopped while nvidia-smi ran" \
+      grep -qE '^# STOPPED by SIGTERM after [0-9]+ s, in section 0 .*running nvidia-smi' "$S"
+    want "the hung nvidia-smi is gone" stubs_gone
+    ;;
+  nccl_choice)
+    # a carried NCCL (a tarball with include/nccl.h) and a stock one: the toolkit's where it is, else
+    # a stand-in of PyTorch's wheel (site-packages/nvidia/nccl under PYTHONUSERBASE)
+    mkdir -p "$tmp/nccl/include" "$tmp/deps"
+    echo '#define NCCL_MAJOR 2' > "$tmp/nccl/include/nccl.h"
+    tar -cJf "$tmp/deps/nccl-2.30.0.tar.xz" -C "$tmp/nccl" include
+    export PYTHONUSERBASE=$tmp/userbase DEPS_DIR=$tmp/deps
+    wheel=$(python3 -c 'import site; print(site.getusersitepackages())')/nvidia/nccl
+    mkdir -p "$wheel/include" && cp "$tmp/nccl/include/nccl.h" "$wheel/include/"
+    for g in 2 1; do
+      STUB_GPUS=$g STUB_SLEEP=0 DDP_GPU_DEADLINE=30 "$root/scripts/gpu_check.sh" "$B" > "$tmp/stdout" 2>&1 &
+      pid=$!
+      want "$g GPU(s): it ends by itself (guard: 60 s)" finished "$pid" 60
+      wait "$pid"
+      pid=""
+      cp "$S" "$tmp/summary_$g.txt"
+    done
+    want "2 GPUs: the stock NCCL is chosen, and why" \
+      grep -qE '^# NCCL chosen: the stock NCCL \(.*\): 2 GPUs, one rank each; the NCCL carried in .* not used' \
+      "$tmp/summary_2.txt"
+    want "1 GPU: the carried NCCL is chosen (unpacked)" \
+      grep -qE "^# NCCL chosen: the NCCL carried in $tmp/deps/nccl " "$tmp/summary_1.txt"
+    want "... and unpacked" [ -f "$tmp/deps/nccl/include/nccl.h" ]
+    S=$tmp/summary_2.txt
     ;;
   *) echo "unknown scenario $scenario" >&2; exit 2 ;;
 esac
