@@ -7,14 +7,15 @@
 # with its diagnosis.
 #
 # What runs where, so that nothing is proven twice: the step's own files run, in the checker, the
-# unit tests, the stepNN_own_binary claim, the CLAIMs the untouched exercise must fail (the same
-# claims on both sides: the checker is shown to tell the two apart) and every CLAIM@launch (the
-# checker's launch.sh path). The step's other claims are the main suite's integration tests
-# (tests/integration/tests.cmake), which run the same scenarios (python3 -m tests.harness) on the same sources,
-# compiled with the same commands (the checker takes them from `ninja -t commands`): run here again,
-# they would prove nothing new. The untouched exercise runs only the CLAIMs, the claims this test
-# asserts on. The wrong solutions run as exercises/checker/wrong_solutions.py says (each with the claims
-# that catch it). A time per part is printed ([Ns]).
+# unit tests, the stepNN_own_binary claim (the program that runs is the one the checker built) and
+# every CLAIM@launch (the checker's launch.sh path). Every other claim, the CLAIMs included, is a test
+# of the main suite (tests/integration/tests.cmake): the same scenario (python3 -m tests.harness) on
+# the same sources, compiled with the same commands (the checker takes them from `ninja -t commands`):
+# run here again on the step's files, it would prove nothing new. (That the checker passes correct
+# files through its claims is also shown by exercises/checker/right_solutions.py, on files written
+# otherwise than the step.) The untouched exercise runs only the CLAIMs, the claims this test asserts
+# on: each must fail. The wrong solutions run as exercises/checker/wrong_solutions.py says (each with
+# the claims that catch it). A time per part is printed ([Ns]).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 n=$1
@@ -30,7 +31,7 @@ all=$(scripts/check_exercise.sh --claims "$n") || exit 2
 DDP_REFERENCE_CACHE=$(mktemp -d "${TMPDIR:-/tmp}/selftest_$n.XXXXXX") || exit 2
 export DDP_REFERENCE_CACHE
 trap 'rm -rf "$DDP_REFERENCE_CACHE"' EXIT
-ref_claims="step${n:0:2}_own_binary $*"
+ref_claims="step${n:0:2}_own_binary"
 for c in $all; do
   [[ $c == *@* ]] && ref_claims+=" $c"
 done
