@@ -192,24 +192,30 @@ def one_step_parity(tmp, tag, ref, gots, common, n_terms, steps=(0, PARITY_K), d
 PARAM_TOL = 1e-5
 
 
-def one_step_scaled(tmp, tag, ref, got, common, n_terms, factor):
+def one_step_scaled(tmp, tag, ref, got, common, n_terms, factor, memo=None):
     """One step of `got` and one of `ref` at `factor` times the learning rate, both from ref's initial
     state (--save_init). SGD with momentum and no weight decay, from zero momentum, is linear in
     lr x gradient: a gradient `factor` times its mean moves the parameters as ref does at factor x lr,
     with factor times ref's momentum. factor is a power of two, so that factor x lr and factor x the
     momentum are exact. Returns (ref's loss, got's loss, whether got's step is ref's within the error
-    model once ref's momentum is scaled by factor)."""
+    model once ref's momentum is scaled by factor). memo: a dict that calls with the same ref, got and
+    common share: got's step from ref's initial state, which no learning rate of ref changes, runs once."""
     common = with_flag(with_flag(common, "save_interval", 1000), "max_steps", 1)
     lr, mu = float(flag(common, "lr")), float(flag(common, "momentum"))
     init = f"{tmp}/{tag}init"
     out = []
     for i, (side, own, extra) in enumerate(((ref, with_flag(common, "lr", f"{lr * factor:.9g}"), ["--save_init", init]),
                                             (got, common, ["--resume", f"{init}/checkpoint.bin"]))):
+        if i == 1 and memo is not None and "got" in memo:
+            out.append(memo["got"])
+            break
         name = f"{tag}{i}"
         prefix = side_run(tmp, side, own, extra + ["--ckpt_dir", f"{tmp}/{name}"], f"{name}_")
         loss = global_losses(prefix, side[1], int(side[0][:2]))[-1]
         out.append((loss,) + ckpt_params_momentum(f"{tmp}/{name}/checkpoint.bin"))
     (la, pa, ma), got_state = out
+    if memo is not None:
+        memo["got"] = got_state
     m0 = ckpt_params_momentum(f"{init}/checkpoint.bin")[1]
     sizes = read_checkpoint(f"{tmp}/{tag}0/checkpoint.bin")[0]["sizes"]
     _, text = step_within_rounding(m0, (la, pa, [factor * m for m in ma]), got_state, lr, mu, n_terms, sizes)
@@ -226,7 +232,8 @@ def diagnose_losses(tmp, np, ref, got, common, n_terms):
     the global batch), each candidate checked one step from ref's initial state within the error
     model: a logged loss np times the reference's; gradients np times their mean over the ranks (then
     ref at np times the learning rate takes got's step) or 1/np of it."""
-    la, lb, same = one_step_scaled(tmp, "d1_", ref, got, common, n_terms, 1)
+    memo = {}
+    la, lb, same = one_step_scaled(tmp, "d1_", ref, got, common, n_terms, 1, memo)
     if loss_within(la, lb, n_terms, np):
         return (f"likely cause: the loss logged at {np} ranks is {np} times the reference's from the first "
                 f"step ({lb:.4f} vs {la:.4f}): did you sum the loss without dividing by the world "
@@ -235,12 +242,12 @@ def diagnose_losses(tmp, np, ref, got, common, n_terms):
         return (f"likely cause: already the first step's loss differs ({lb:.6f} vs {la:.6f}), "
                 f"before any update: the logged loss is not the global batch's mean, or the replicas "
                 f"did not start from the same parameters")
-    if not same and one_step_scaled(tmp, "dw_", ref, got, common, n_terms, np)[2]:
+    if not same and one_step_scaled(tmp, "dw_", ref, got, common, n_terms, np, memo)[2]:
         return (f"likely cause: the run trains exactly like the reference with {np} times the learning "
                 f"rate: the gradients are {np} times their mean over the ranks: did you sum them "
                 f"without dividing by the world size?")
     # Divided by W twice (averaged, and scaled by 1/W as well): the reference at lr / W.
-    if not same and one_step_scaled(tmp, "dv_", ref, got, common, n_terms, 1 / np)[2]:
+    if not same and one_step_scaled(tmp, "dv_", ref, got, common, n_terms, 1 / np, memo)[2]:
         return (f"likely cause: the run trains exactly like the reference with 1/{np} of the learning "
                 f"rate: every step moved 1/{np} as far as it should: the gradients are divided by the "
                 f"world size twice (e.g. averaged, DIST_AVG, after being divided by W already)")

@@ -62,7 +62,7 @@ def step06_matches_step04(np):
             if db != da or lb != lc:
                 raise Failure(f"bucket cap {cap}: parameters {db} (step 04: {da})"
                               + ("" if lb == lc else ", and the logged losses differ from step 05's")
-                              + f": at 2 ranks step 06 must equal step 04 bit for bit\n"
+                              + ": at 2 ranks step 06 must equal step 04 bit for bit\n"
                               + diagnose(("06_full", np, ["--bucket_cap_mb", cap], None)))
             print(f"cap {cap} MiB at 2 ranks: parameters identical to step 04's ({db}), losses to step 05's")
     scenario.__name__ = f"step06_matches_step04_np{np}"
@@ -112,10 +112,11 @@ def step06_grad_accum(tmp):
             return f"grad_accum 4 x 16 vs batch 64\n{frozen}"
         full = SMALL + ["--epochs", "2"]  # 2,048 samples: every micro-batch full
         ref64 = ("06_full", 2, ["--batch_size", "64"], None)
-        la, lb, same = one_step_scaled(tmp, "d1_", ref64, got, full, 128 + 2 + 4, 1)
+        memo = {}
+        la, lb, same = one_step_scaled(tmp, "d1_", ref64, got, full, 128 + 2 + 4, 1, memo)
         # K micro-batches whose gradients are not weighed by b/B add up to K times the mean: the run
         # then takes the step of batch 64 with K times the learning rate (one step from the same state).
-        if not same and one_step_scaled(tmp, "d4_", ref64, got, full, 128 + 2 + 4, 4)[2]:
+        if not same and one_step_scaled(tmp, "d4_", ref64, got, full, 128 + 2 + 4, 4, memo)[2]:
             cause = ("the 4 micro-batches' gradients add up to 4 times their mean (it trains like batch "
                      "64 with 4 times the learning rate): backward's scale lacks the micro-batch weight "
                      "b / B")
