@@ -24,8 +24,9 @@ if ((${#missing[@]})); then
 fi
 BUILD_DIR=${BUILD_DIR:-build}
 source scripts/mpi_env.sh
-# Twice as many test slots as cores: a test reserves a slot per rank (PROCESSORS), but spends much of
-# its time starting processes, compiling (the exercise checkers) or waiting (the fault drills), so two
-# such tests share the cores well (measured: the exercise checkers 02-05 in 153 s at -j 4 against
-# 196 s at -j 2 on the 2-core VM). DDP_TEST_JOBS overrides it.
+# Twice as many tests at a time as cores: many of them spend much of their time starting processes,
+# compiling (the exercise checkers) or waiting (the fault drills), so two tests share a core well
+# (measured: the exercise checkers 02-05 in 153 s at -j 4 against 196 s at -j 2 on the 2-core VM).
+# CTest starts the longest first, by their times in the last run (tests/CMakeLists.txt says why no
+# test sets PROCESSORS). DDP_TEST_JOBS overrides it.
 ctest --test-dir "$BUILD_DIR" -LE gpu --output-on-failure --no-tests=error -j "${DDP_TEST_JOBS:-$((2 * $(nproc)))}" "$@"

@@ -11,7 +11,9 @@ endif()
 # --list` prints one line per CTest test, read here at configure time (a change to a scenario file
 # configures again):
 #   TEST LABELS PROCESSORS TIMEOUT SKIP NEEDS ENV ARGS...
-# LABELS, NEEDS and ENV comma-separated, "-" when empty. NEEDS: mpi (the test runs mpirun: a build
+# LABELS, NEEDS and ENV comma-separated, "-" when empty. PROCESSORS, the ranks the scenario runs at
+# most, only decides NEEDS' default (no test sets CTest's PROCESSORS: tests/CMakeLists.txt says why).
+# NEEDS: mpi (the test runs mpirun: a build
 # without MPI cannot run it), gloo (a build with Gloo; labelled `gloo` too). ENV: the variables below,
 # by name. A scenario that runs under a LAUNCHER (launch: scripts/launch.sh, torchrun) instead of mpirun,
 # the Gloo backend, is the test gloo_<scenario> or torchrun_<scenario>. Label `parity`: the scenarios
@@ -37,7 +39,6 @@ function(ddp_scenarios)
     string(REPLACE " " ";" f "${line}")
     list(GET f 0 name)
     list(GET f 1 labels)
-    list(GET f 2 processors)
     list(GET f 3 timeout)
     list(GET f 4 skip)
     list(GET f 5 needs)
@@ -64,7 +65,7 @@ function(ddp_scenarios)
     list(APPEND env "${DDP_PYTHONPATH}")
     add_test(NAME ${name} COMMAND ${Python3_EXECUTABLE} -m tests.harness ${args})
     set_tests_properties(${name} PROPERTIES
-      LABELS "${labels}" PROCESSORS ${processors} TIMEOUT ${timeout} ENVIRONMENT "${env}")
+      LABELS "${labels}" TIMEOUT ${timeout} ENVIRONMENT "${env}")
     if(NOT skip STREQUAL "-")
       set_tests_properties(${name} PROPERTIES SKIP_RETURN_CODE ${skip})
     endif()
@@ -80,7 +81,7 @@ if(DDP_HAVE_MPI)
            COMMAND ${Python3_EXECUTABLE} -m tests.fault.kill_rank --trials 4
                    --timeout 30 --bin ${CMAKE_RUNTIME_OUTPUT_DIRECTORY}/06_full --mpiexec ${DDP_MPIEXEC})
   set_tests_properties(fault_kill_rank PROPERTIES
-    LABELS integration PROCESSORS 2 TIMEOUT 300
+    LABELS integration TIMEOUT 300
     ENVIRONMENT "${DDP_MPI_ENV};${DDP_PYTHONPATH}")
 endif()
 
@@ -88,8 +89,8 @@ endif()
 # build's own commands (`ninja -t commands`), so these tests need a Ninja build.
 # exercise_checker_0N (exercises/selftest.sh): the checker passes step N's own files, fails the
 # untouched exercise on the claims listed here, and rejects each typical wrong solution of
-# exercises/checker/wrong_solutions.py with its diagnosis. The step's own files run only the claims
-# listed here, its own-binary claim and its CLAIM@launch: its other claims are the integration tests
+# exercises/checker/wrong_solutions.py with its diagnosis. The step's own files run only their unit
+# tests, their own-binary claim and their CLAIM@launch: their other claims are the integration tests
 # above, on the same sources compiled the same way (exercises/selftest.sh says why).
 if(CMAKE_GENERATOR MATCHES "Ninja" AND DDP_HAVE_MPI)
   set(untouched_02 step02_redundant)
@@ -107,7 +108,7 @@ if(CMAKE_GENERATOR MATCHES "Ninja" AND DDP_HAVE_MPI)
     add_test(NAME exercise_checker_${n}
              COMMAND ${PROJECT_SOURCE_DIR}/exercises/selftest.sh ${n} ${untouched_${n}})
     set_tests_properties(exercise_checker_${n} PROPERTIES
-      LABELS integration PROCESSORS 2 TIMEOUT 900
+      LABELS integration TIMEOUT 900
       ENVIRONMENT "DDP_BUILD_DIR=${PROJECT_BINARY_DIR};DDP_MPIEXEC=${DDP_MPIEXEC};${DDP_MPI_ENV}")
   endforeach()
   # The checker passes correct solutions written otherwise than the steps
@@ -115,7 +116,7 @@ if(CMAKE_GENERATOR MATCHES "Ninja" AND DDP_HAVE_MPI)
   add_test(NAME exercise_right_solutions
            COMMAND ${Python3_EXECUTABLE} -m exercises.checker.right_solutions)
   set_tests_properties(exercise_right_solutions PROPERTIES
-    LABELS integration PROCESSORS 2 TIMEOUT 900
+    LABELS integration TIMEOUT 900
     ENVIRONMENT "DDP_BUILD_DIR=${PROJECT_BINARY_DIR};DDP_MPIEXEC=${DDP_MPIEXEC};${DDP_MPI_ENV};${DDP_PYTHONPATH}")
   # The checker itself (exercises/checker/checker_cases.py): Ctrl-C on a hung submission ends it and its
   # ranks within seconds (exit 130); a claim killed at DDP_CHECK_TIMEOUT leaves no process and no
@@ -126,7 +127,7 @@ if(CMAKE_GENERATOR MATCHES "Ninja" AND DDP_HAVE_MPI)
     add_test(NAME exercise_checker_${case}
              COMMAND ${Python3_EXECUTABLE} -m exercises.checker.checker_cases ${case})
     set_tests_properties(exercise_checker_${case} PROPERTIES
-      LABELS integration PROCESSORS 2 TIMEOUT 300
+      LABELS integration TIMEOUT 300
       ENVIRONMENT "DDP_BUILD_DIR=${PROJECT_BINARY_DIR};DDP_MPIEXEC=${DDP_MPIEXEC};${DDP_MPI_ENV};${DDP_PYTHONPATH}")
   endforeach()
 endif()
@@ -155,7 +156,7 @@ if(DDP_HAVE_MPI)
   add_test(NAME bad_input_catalogue
            COMMAND ${Python3_EXECUTABLE} -m tests.integration.bad_inputs)
   set_tests_properties(bad_input_catalogue PROPERTIES
-    LABELS integration PROCESSORS 2 TIMEOUT 600
+    LABELS integration TIMEOUT 600
     ENVIRONMENT "DDP_BIN_DIR=${CMAKE_RUNTIME_OUTPUT_DIRECTORY};DDP_MPIEXEC=${DDP_MPIEXEC};${DDP_MPI_ENV};DDP_HAVE_GLOO=${DDP_HAVE_GLOO};${DDP_PYTHONPATH}")
 endif()
 
@@ -170,7 +171,7 @@ if(DDP_HAVE_MPI)
   add_test(NAME dist_collectives_chunked
            COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 3 $<TARGET_FILE:test_dist_chunked>)
   set_tests_properties(dist_collectives_chunked PROPERTIES
-    LABELS integration PROCESSORS 2 TIMEOUT 120 FAIL_REGULAR_EXPRESSION "FAILED"
+    LABELS integration TIMEOUT 120 FAIL_REGULAR_EXPRESSION "FAILED"
     ENVIRONMENT "${DDP_MPI_ENV}")
 endif()
 
@@ -187,7 +188,7 @@ function(ddp_fault name drill)
            COMMAND ${Python3_EXECUTABLE} -m tests.fault.restart_drill ${drill} ${ARGN}
                    --bin_dir ${CMAKE_RUNTIME_OUTPUT_DIRECTORY} --mpiexec ${DDP_MPIEXEC})
   set_tests_properties(fault_${name} PROPERTIES
-    LABELS "integration;fault" PROCESSORS 2 TIMEOUT 600 SKIP_RETURN_CODE 77
+    LABELS "integration;fault" TIMEOUT 600 SKIP_RETURN_CODE 77
     ENVIRONMENT "DDP_BIN_DIR=${CMAKE_RUNTIME_OUTPUT_DIRECTORY};${DDP_MPI_ENV};${DDP_PYTHONPATH}")
 endfunction()
 ddp_fault(kill_06_np2 kill --step 06_full --np 2 --seeds 1,2)
@@ -217,7 +218,7 @@ foreach(case launch_args grace_values grace_launch grace_restart orphan orphan_m
            COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tests/fault/supervisor_cases.py ${case}
                    --mpiexec ${DDP_MPIEXEC})
   set_tests_properties(supervisor_${case} PROPERTIES
-    LABELS "integration;fault" PROCESSORS 2 TIMEOUT 120 SKIP_RETURN_CODE 77
+    LABELS "integration;fault" TIMEOUT 120 SKIP_RETURN_CODE 77
     ENVIRONMENT "${DDP_MPI_ENV}")
 endforeach()
 
@@ -285,7 +286,7 @@ function(ddp_matrix where out)
     list(APPEND env "DDP_HAVE_MPI=${DDP_HAVE_MPI}" ${M_ENV} "${DDP_PYTHONPATH}")
     add_test(NAME ${name} COMMAND ${Python3_EXECUTABLE} -m tests.integration.matrix ${launcher} ${np})
     set_tests_properties(${name} PROPERTIES
-      LABELS "${labels}" PROCESSORS 2 TIMEOUT 600 SKIP_RETURN_CODE 77 ENVIRONMENT "${env}")
+      LABELS "${labels}" TIMEOUT 600 SKIP_RETURN_CODE 77 ENVIRONMENT "${env}")
     list(APPEND names ${name})
   endforeach()
   set(${out} ${names} PARENT_SCOPE)

@@ -26,7 +26,7 @@ endforeach()
 foreach(case ${slurm_cases})
   add_test(NAME ${case} COMMAND ${Python3_EXECUTABLE} -m tests.slurm.check ${case})
   set_tests_properties(${case} PROPERTIES
-    LABELS slurm PROCESSORS 2 TIMEOUT 300 SKIP_RETURN_CODE 77
+    LABELS slurm TIMEOUT 300 SKIP_RETURN_CODE 77
     FIXTURES_REQUIRED slurm_cluster RESOURCE_LOCK slurm_cluster
     ENVIRONMENT "DDP_BIN_DIR=${CMAKE_RUNTIME_OUTPUT_DIRECTORY};DDP_MPIEXEC=${DDP_MPIEXEC};${DDP_MPI_ENV};DDP_SLURM_POINTER=${DDP_SLURM_POINTER};${DDP_PYTHONPATH}")
 endforeach()
@@ -45,5 +45,5 @@ endif()
 add_test(NAME multinode_two_nodes
          COMMAND ${PROJECT_SOURCE_DIR}/tests/multinode/two_nodes.sh ${CMAKE_RUNTIME_OUTPUT_DIRECTORY})
 set_tests_properties(multinode_two_nodes PROPERTIES
-  LABELS multinode PROCESSORS 2 TIMEOUT 300 SKIP_RETURN_CODE 77
+  LABELS multinode TIMEOUT 300 SKIP_RETURN_CODE 77
   ENVIRONMENT "DDP_MPIEXEC=${DDP_MPIEXEC};${DDP_MPI_ENV}")
