@@ -7,6 +7,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -30,7 +31,7 @@
 #define ADDRESS_BYTES 256     // Gloo's value holds one address (136 bytes) per peer
 #define SPARE_SHARES 16       // the job's total: (world_size + SPARE_SHARES) connections' shares
 #define ACCEPT_PAUSE_S 0.05   // pause before retrying an accept that failed for want of resources
-#define TURN_AWAY_S 0.2       // longest wait for a turned-away client's hello before closing
+#define TURN_AWAY_S 0.2       // longest a turned-away connection stays open for its client's hello
 #define THREAD_STACK (256u * 1024u)  // bytes: a connection's thread needs little
 #define BACKOFF_FIRST_S 0.01         // first pause between connect attempts
 #define BACKOFF_LAST_S 0.5           // the pause doubles up to this
@@ -341,12 +342,28 @@ static bool serve(Server *sv, int fd) {
   return served;
 }
 
-// Tells a connection that could not be served why ('B' len reason, the answer to the rank's hello),
-// and closes it: rank 0 says so once on stderr and in a get that times out (store_get()), the rank
-// in its own message, instead of both blaming a rank that died or never started. The client's hello
-// is read (for at most TURN_AWAY_S) before the close, which would otherwise reset the connection and
-// could lose the reason.
-static void turn_away(Server *sv, int fd) {
+// Connections turned away and not yet closed: each is closed once its client has read the reason
+// and gone, or after TURN_AWAY_S (accept_clients() polls them beside the listening socket).
+#define TURN_AWAY_MAX 32
+typedef struct Closing {
+  int fd[TURN_AWAY_MAX];
+  double until[TURN_AWAY_MAX];
+  int n;
+} Closing;
+
+static void closing_drop(Closing *c, int i) {
+  close(c->fd[i]);
+  c->n--;
+  c->fd[i] = c->fd[c->n];
+  c->until[i] = c->until[c->n];
+}
+
+// Tells a connection that could not be served why ('B' len reason, the answer to the rank's hello):
+// rank 0 says so once on stderr and in a get that times out (store_get()), the rank in its own
+// message, instead of both blaming a rank that died or never started. The connection is not closed
+// here: closed before the client's hello is read, it would be reset, and the reason could be lost;
+// it joins @p c, which the accept loop drains without waiting on any one client.
+static void turn_away(Server *sv, int fd, Closing *c) {
   pthread_mutex_lock(&sv->lock);
   bool stopping = sv->stopping, first = !stopping && sv->turned_away++ == 0, full = sv->open == sv->max_open;
   int slots = sv->max_open;
@@ -371,29 +388,62 @@ static void turn_away(Server *sv, int fd) {
   memcpy(b + 5, reason, n);
   (void)send(fd, b, (size_t)n + 5, MSG_NOSIGNAL | MSG_DONTWAIT);  // a fresh socket's buffer has room
   shutdown(fd, SHUT_WR);
-  struct timeval tv = {0, 50000};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  char junk[256];
-  for (double until = now_s() + TURN_AWAY_S; now_s() < until && recv(fd, junk, sizeof junk, 0) > 0;) {
+  if (c->n == TURN_AWAY_MAX) closing_drop(c, 0);  // many at once: the oldest goes first
+  c->fd[c->n] = fd;
+  c->until[c->n++] = now_s() + TURN_AWAY_S;
+}
+
+// Reads what the turned-away clients sent (their hellos) and closes each one that has gone, or whose
+// TURN_AWAY_S are over.
+static void closing_drain(Closing *c, const struct pollfd *p) {
+  double t = now_s();
+  for (int i = c->n - 1; i >= 0; i--) {
+    char junk[256];
+    ssize_t got = 1;
+    if (p[i].revents) {
+      while ((got = recv(c->fd[i], junk, sizeof junk, MSG_DONTWAIT)) > 0) {
+      }
+    }
+    if (got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK) || t >= c->until[i])
+      closing_drop(c, i);
   }
-  close(fd);
 }
 
 static void *accept_clients(void *arg) {
   Server *sv = arg;
   bool warned = false;
+  Closing c = {.n = 0};
+  struct pollfd p[TURN_AWAY_MAX + 1];
   for (;;) {
+    // The listening socket and the turned-away connections (p[0 .. c.n - 1]), until the next deadline
+    int wait_ms = -1;
+    for (int i = 0; i < c.n; i++) {
+      p[i] = (struct pollfd){.fd = c.fd[i], .events = POLLIN};
+      int ms = (int)((c.until[i] - now_s()) * 1000) + 1;
+      if (wait_ms < 0 || ms < wait_ms) wait_ms = ms < 0 ? 0 : ms;
+    }
+    p[c.n] = (struct pollfd){.fd = sv->listen_fd, .events = POLLIN};
+    int ready = poll(p, (nfds_t)c.n + 1, wait_ms);
+    if (ready < 0 && errno != EINTR)
+      die(1, "rank 0: the rendezvous store's poll failed: %s", strerror(errno));
+    bool listener = ready > 0 && p[c.n].revents;
+    if (c.n) closing_drain(&c, p);
+    if (!listener) continue;
     int fd = accept(sv->listen_fd, NULL, NULL);
     if (fd < 0) {
       int e = errno;
       pthread_mutex_lock(&sv->lock);
       bool stopping = sv->stopping;
       pthread_mutex_unlock(&sv->lock);
-      if (stopping) return NULL;  // the listening socket was shut down
+      if (stopping) {  // the listening socket was shut down
+        while (c.n) closing_drop(&c, 0);
+        return NULL;
+      }
       // A connection that failed before it was accepted (accept(2): pending network errors are
       // reported here); the next one may be a rank's.
       if (e == EINTR || e == ECONNABORTED || e == EPROTO || e == EPERM || e == ENETDOWN || e == ENOPROTOOPT ||
-          e == EHOSTDOWN || e == ENONET || e == EHOSTUNREACH || e == ENETUNREACH)
+          e == EHOSTDOWN || e == ENONET || e == EHOSTUNREACH || e == ENETUNREACH || e == EAGAIN ||
+          e == EWOULDBLOCK)
         continue;
       // Out of descriptors (EMFILE, ENFILE) or memory (ENOBUFS, ENOMEM), or anything else: wait for
       // some to be freed and try again; the ranks' connections wait in the backlog meanwhile.
@@ -406,7 +456,7 @@ static void *accept_clients(void *arg) {
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    if (!serve(sv, fd)) turn_away(sv, fd);  // too many open at once, or no thread: told so
+    if (!serve(sv, fd)) turn_away(sv, fd, &c);  // too many open at once, or no thread: told so
   }
 }
 

@@ -115,13 +115,13 @@ def port_scan(tmp):
                 raise Failure(f"connection {i} to rank 0's store failed: {e}")
         took = time.monotonic() - t0
         now = open_fds(job.pid(0))
-        deadline = time.monotonic() + 3
+        deadline = time.monotonic() + 15  # no leak, not a speed: a loaded machine closes them late
         while now > base + 4 and time.monotonic() < deadline:
             time.sleep(0.1)
             now = open_fds(job.pid(0))
         if job.procs[0][0].poll() is not None:
             raise Failure(f"rank 0 ended during the port scan: {job.stderr(0)!r}")
-        problem = (f"rank 0 holds {now} descriptors 3 s after 1100 connections closed ({base} before them; "
+        problem = (f"rank 0 holds {now} descriptors 15 s after 1100 connections closed ({base} before them; "
                    f"the scan took {took:.1f} s)" if now > base + 4 else None)
         job.start(1)
         try:
