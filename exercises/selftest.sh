@@ -27,10 +27,14 @@ files=(exercises/"$folder"/*.c)
 reference=("${files[@]/#"exercises/$folder"/"steps/$step"}")
 all=$(scripts/check_exercise.sh --claims "$n") || exit 2
 # The main build's reference runs, the same in all three parts below, run once and are replayed after
-# (tests/harness/cache.py says when a run is the same).
-DDP_REFERENCE_CACHE=$(mktemp -d "${TMPDIR:-/tmp}/selftest_$n.XXXXXX") || exit 2
+# (tests/harness/cache.py says when a run is the same): in DDP_REFERENCE_CACHE when it is set (CTest
+# sets one folder for all the checker's tests), else in a folder of this run's own.
+if [ -z "${DDP_REFERENCE_CACHE:-}" ]; then
+  DDP_REFERENCE_CACHE=$(mktemp -d "${TMPDIR:-/tmp}/selftest_$n.XXXXXX") || exit 2
+  trap 'rm -rf "$DDP_REFERENCE_CACHE"' EXIT
+fi
+mkdir -p "$DDP_REFERENCE_CACHE" || exit 2
 export DDP_REFERENCE_CACHE
-trap 'rm -rf "$DDP_REFERENCE_CACHE"' EXIT
 ref_claims="step${n:0:2}_own_binary"
 for c in $all; do
   [[ $c == *@* ]] && ref_claims+=" $c"

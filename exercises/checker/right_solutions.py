@@ -138,9 +138,11 @@ def main():
             if a.check or a.write:
                 continue
             print(f"== {n} {r.name}: {r.what} (claims: {r.claims or 'all'})", flush=True)
-            # the main build's reference runs, run once and replayed after (tests/harness/cache.py's REF_CACHE)
-            env = dict(os.environ, DDP_REFERENCE_CACHE=os.path.join(tmp, "reference_runs"))
-            os.makedirs(env["DDP_REFERENCE_CACHE"], exist_ok=True)
+            # the main build's reference runs, run once and replayed after (tests/harness/cache.py's REF_CACHE):
+            # in DDP_REFERENCE_CACHE when it is set (CTest's, for all the checker's tests), else here
+            cache = os.environ.get("DDP_REFERENCE_CACHE") or os.path.join(tmp, "reference_runs")
+            env = dict(os.environ, DDP_REFERENCE_CACHE=cache)
+            os.makedirs(cache, exist_ok=True)
             env.pop("DDP_CLAIMS", None)
             if r.claims:
                 env["DDP_CLAIMS"] = r.claims

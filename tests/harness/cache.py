@@ -14,19 +14,25 @@ from tests.harness.env import BIN
 
 # ---- the exercise checker's cache of reference runs ---------------------------------------------------
 #
-# DDP_REFERENCE_CACHE=DIR (set by exercises/checker/wrong_solutions.py and exercises/selftest.sh for one
-# test): a successful run of a program of the main build (in the checker's bin/, a link out of it; the
+# DDP_REFERENCE_CACHE=DIR (set by exercises/checker/wrong_solutions.py, right_solutions.py and
+# exercises/selftest.sh for one test, or by CTest for all the checker's tests of a suite run: one folder
+# in the build, emptied at its start by the fixture exercise_reference_runs): a successful run of a program of the main build (in the checker's bin/, a link out of it; the
 # learner's program is never cached) is kept in DIR, and the same run again is replayed from there:
 # its output and the files it wrote in the scenario's folder. "The same run" is the same program file
 # (path, size, time), the same command line and rank count and launcher, the same environment of the
-# programs, and the same files in the scenario's folder before it (path and content: a run that
+# programs (the checker's own settings, which no program reads, left out: CACHE_ENV_SKIP), and the
+# same files in the scenario's folder before it (path and content: a run that
 # resumes the learner's checkpoint is another run). The programs are deterministic (the tests prove
 # it bit for bit), so a replay is the run; it spares the checker's selftest running step 06 as the
 # reference of step 07 or 08 once per typical wrong solution.
 REF_CACHE = os.environ.get("DDP_REFERENCE_CACHE")
 SCENARIO_TMP = None  # the scenario's folder (main())
 PLACEHOLDER = "\0scenario\0"
-CACHE_ENV_SKIP = ("DDP_BIN_DIR", "DDP_CHECK_TMPDIR", "DDP_REFERENCE_CACHE", "DDP_EXE_RECORD")
+# The checker's and the harness's own variables: what a claim runs is in its command line. (DDP_CLAIMS and
+# DDP_UNIT differ between a selftest's parts and between wrong solutions: kept in the key, they made
+# every part and every other claim list run the same references again.)
+CACHE_ENV_SKIP = ("DDP_BIN_DIR", "DDP_CHECK_TMPDIR", "DDP_REFERENCE_CACHE", "DDP_EXE_RECORD", "DDP_CLAIMS",
+                  "DDP_UNIT", "DDP_ALLOW_WEAK", "DDP_CHECK_TIMEOUT", "DDP_BUILD_DIR", "DDP_BUILD_OUT", "DDP_PORTS")
 
 
 def tree_state(root):

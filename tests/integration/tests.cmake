@@ -104,20 +104,26 @@ if(CMAKE_GENERATOR MATCHES "Ninja" AND DDP_HAVE_MPI)
   set(untouched_06_fault fault06_drill fault06_one_writer fault06_barrier fault06_resume_mid_epoch)
   # 07_clip: the extra exercise on step 07's global norm under sharding (issue 35; hooks_check.py's claims)
   set(untouched_07_clip clip_steps_np2)
+  # The main build's reference runs (step 06 as the reference of 07 and 08, step 04 of 06, ...) are the
+  # same in every test of the checker: they run once in a suite run and are replayed after, from one
+  # folder (tests/harness/cache.py says when a run is the same), which the fixture empties first.
+  set(ddp_reference_runs "DDP_REFERENCE_CACHE=${PROJECT_BINARY_DIR}/reference_runs")
+  add_test(NAME exercise_reference_runs COMMAND ${CMAKE_COMMAND} -E rm -rf ${PROJECT_BINARY_DIR}/reference_runs)
+  set_tests_properties(exercise_reference_runs PROPERTIES LABELS integration FIXTURES_SETUP exercise_reference_runs)
   foreach(n 02 03 04 05 06 07 08 06_fault 07_clip)
     add_test(NAME exercise_checker_${n}
              COMMAND ${PROJECT_SOURCE_DIR}/exercises/selftest.sh ${n} ${untouched_${n}})
     set_tests_properties(exercise_checker_${n} PROPERTIES
-      LABELS integration TIMEOUT 900
-      ENVIRONMENT "DDP_BUILD_DIR=${PROJECT_BINARY_DIR};DDP_MPIEXEC=${DDP_MPIEXEC};${DDP_MPI_ENV}")
+      LABELS integration TIMEOUT 900 FIXTURES_REQUIRED exercise_reference_runs
+      ENVIRONMENT "DDP_BUILD_DIR=${PROJECT_BINARY_DIR};DDP_MPIEXEC=${DDP_MPIEXEC};${DDP_MPI_ENV};${ddp_reference_runs}")
   endforeach()
   # The checker passes correct solutions written otherwise than the steps
   # (exercises/checker/right_solutions.py: other words in a die(), another wrap, another loop).
   add_test(NAME exercise_right_solutions
            COMMAND ${Python3_EXECUTABLE} -m exercises.checker.right_solutions)
   set_tests_properties(exercise_right_solutions PROPERTIES
-    LABELS integration TIMEOUT 900
-    ENVIRONMENT "DDP_BUILD_DIR=${PROJECT_BINARY_DIR};DDP_MPIEXEC=${DDP_MPIEXEC};${DDP_MPI_ENV};${DDP_PYTHONPATH}")
+    LABELS integration TIMEOUT 900 FIXTURES_REQUIRED exercise_reference_runs
+    ENVIRONMENT "DDP_BUILD_DIR=${PROJECT_BINARY_DIR};DDP_MPIEXEC=${DDP_MPIEXEC};${DDP_MPI_ENV};${DDP_PYTHONPATH};${ddp_reference_runs}")
   # The checker itself (exercises/checker/checker_cases.py): Ctrl-C on a hung submission ends it and its
   # ranks within seconds (exit 130); a claim killed at DDP_CHECK_TIMEOUT leaves no process and no
   # temporary folder; spaces in TMPDIR and a checkout reached through symlinks; and the 06_fault
