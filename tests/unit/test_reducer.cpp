@@ -374,3 +374,19 @@ TEST_F(ReducerHooks, FinalizeStopsWhenAHookWasMissed) {
          "was never started (the ranks would otherwise step with unreduced gradients), with a message "
          "that names what is missing: the buckets, a layer or its hook (any words)";
 }  // (TearDown waits for the buckets 0-3 still in flight here)
+
+TEST_F(ReducerHooks, CountsTheBytesItAllReduces) {
+  make(0);
+  // Each step hands every bucket to its all-reduce once: the whole gradient buffer, 4 bytes a float.
+  // reducer_take_bytes returns the count since its last call (the metrics file's allreduce_bytes).
+  const long long per_step = (long long)(m.n_params * sizeof(float));
+  for (int step = 0; step < 2; step++) {
+    reducer_prepare_for_backward(&r);
+    for (int l = 2; l >= 0; l--) reducer_autograd_hook(l, &r);
+    reducer_finalize_backward(&r);
+    EXPECT_EQ(reducer_take_bytes(&r), per_step)
+        << "step " << step << ": likely cause: the byte count: mark_bucket_ready must add the bytes of each "
+        << "bucket it starts to r->bytes (r->bytes += b->count * sizeof(float)), which reducer_take_bytes "
+        << "hands to the metrics file's allreduce_bytes (0 when nothing is counted)";
+  }
+}
