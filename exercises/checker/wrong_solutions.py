@@ -255,6 +255,15 @@ WRONG = {
                        "allreduce_bytes"],
               "mark_bucket_ready never adds a bucket's bytes to r->bytes: right numbers, the metrics file "
               "logs allreduce_bytes 0"),
+        Wrong("bucket_from_tensor_index", R06,
+              [("static void mark_variable_ready(Reducer *r, int tensor) { r->buckets[r->bucket_of[tensor]].pending--; }",
+                "static void mark_variable_ready(Reducer *r, int tensor) {\n"
+                "  r->buckets[2 * r->model->n_layers - 1 - tensor].pending--;  // tensors arrive in reverse order\n}")],
+              "none", ["FAIL unit ReducerHooks.ABucketStartsWhenAllItsTensorsAreReady", "mark_variable_ready",
+                       "r->bucket_of[tensor]", "still waits for"],
+              "mark_variable_ready counts tensor t down in bucket 2L-1-t (one tensor per bucket, right at cap 0) "
+              "instead of its own bucket r->bucket_of[t]: with a larger cap, a bucket never becomes ready",
+              unexpected=["ready at once", "a `while` loop"]),
     ],
     # 07_clip: the global norm under sharding (its claims are tests/integration/hooks_check.py's)
     "07_clip": [
