@@ -264,6 +264,13 @@ WRONG = {
               "mark_variable_ready counts tensor t down in bucket 2L-1-t (one tensor per bucket, right at cap 0) "
               "instead of its own bucket r->bucket_of[t]: with a larger cap, a bucket never becomes ready",
               unexpected=["ready at once", "a `while` loop"]),
+        Wrong("next_bucket_not_advanced", R06,
+              [("    int i = r->next_bucket++;", "    int i = r->next_bucket;")],
+              "step06_replicas_np2", ["FAIL step06_replicas_np2", "this handle is still in flight",
+                                      "r->next_bucket", "started twice in one backward"],
+              "mark_bucket_ready never advances r->next_bucket: it starts the same bucket again, whose "
+              "all-reduce is in flight",
+              unexpected=["must dist_wait every bucket", "never waited for"]),
     ],
     # 07_clip: the global norm under sharding (its claims are tests/integration/hooks_check.py's)
     "07_clip": [
