@@ -33,7 +33,13 @@ void comm_hook_init(CommHook *h, ProcessGroup *pg, CommHookKind kind, size_t n, 
   h->pg = pg;
   h->n = n;
   if (kind == COMM_HOOK_POWERSGD) powersgd_init(&h->psgd, pg, n, psgd_rank, psgd_start, seed);
-  if (kind == COMM_HOOK_FP16 || kind == COMM_HOOK_BF16) h->narrow = dev_alloc(pg->ctx, n * sizeof *h->narrow);
+  if (kind == COMM_HOOK_FP16 || kind == COMM_HOOK_BF16) {
+    h->narrow = dev_alloc(pg->ctx, n * sizeof *h->narrow);
+    // The library must sum the 16-bit type: an NCCL built without its kernels all-reduces nothing,
+    // with no error. One small all-reduce of known values, once, before the first bucket.
+    dist_verify_sum(pg, kind == COMM_HOOK_BF16 ? DIST_BF16 : DIST_HALF,
+                    kind == COMM_HOOK_BF16 ? "--comm_hook bf16" : "--comm_hook fp16");
+  }
 }
 
 void comm_hook_add_tensor(CommHook *h, int bucket, size_t offset, int rows, int cols) {

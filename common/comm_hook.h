@@ -75,6 +75,8 @@ int comm_hook_parse(const char *name, CommHookKind *kind);
  * @param[in] psgd_rank  powersgd: matrix_approximation_rank (`--powersgd_rank`).
  * @param[in] psgd_start powersgd: start_powerSGD_iter (`--powersgd_start_iter`).
  * @param[in] seed       powersgd: the initial Qs' seed (`--seed`: the same on every rank).
+ * fp16 and bf16 first check that the library sums their type (dist_verify_sum(): one small blocking
+ * all-reduce, on every rank) and end the job, naming the library and the missing kernel, when it does not.
  */
 void comm_hook_init(CommHook *h, ProcessGroup *pg, CommHookKind kind, size_t n, int psgd_rank, int psgd_start,
                     uint64_t seed);

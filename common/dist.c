@@ -17,6 +17,7 @@
 #include "check.h"
 #include "devmem.h"
 #include "dist_backend.h"
+#include "half.h"
 #include "placement.h"
 #include "watchdog.h"
 
@@ -408,7 +409,8 @@ static bool fills(const DistBackendOps *o, DistSlot s) {
   return false;
 }
 
-// Every slot has a DistSlot: the table is its four header fields and DIST_SLOT_COUNT function pointers.
+// Every slot has a DistSlot: the table is its header fields (name .. version) and DIST_SLOT_COUNT function
+// pointers.
 _Static_assert(sizeof(DistBackendOps) ==
                    offsetof(DistBackendOps, connect) + DIST_SLOT_COUNT * sizeof(void (*)(void)),
                "a slot of DistBackendOps has no DistSlot (or a DistSlot no slot)");
@@ -532,6 +534,80 @@ void dist_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, DistO
   if (op == DIST_AVG && type != DIST_FLOAT) die(1, "dist_all_reduce: DIST_AVG needs float data");
   if (n == 0 || solo(pg)) return;
   need(pg, DIST_SLOT_ALL_REDUCE, "dist_all_reduce")->all_reduce(pg, buf, n, type, op);
+}
+
+// ---- the sum canary (dist_verify_sum) ----------------------------------------------------------------
+
+// Element i of the canary on rank r: only ranks 0 and 1 send anything but zeros, so every addition a
+// backend makes is exact in every type, 16-bit ones included (1 + 0, 1.5 + 0.25), whatever the
+// order; and every rank's own values differ from the sum, so a collective that moves nothing leaves
+// every rank, not only some, with a wrong answer.
+enum { CANARY_N = 3 };
+static double canary_value(int i, int r) {
+  static const double v[CANARY_N][2] = {{1, 0}, {0, 2}, {1.5, 0.25}};
+  return r < 2 ? v[i][r] : 0;
+}
+
+static void canary_put(void *buf, DistType t, int i, double x) {
+  if (t == DIST_HALF || t == DIST_BF16)
+    ((uint16_t *)buf)[i] = t == DIST_HALF ? half_from_float((float)x) : bf16_from_float((float)x);
+  else if (t == DIST_DOUBLE)
+    ((double *)buf)[i] = x;
+  else if (t == DIST_INT)
+    ((int *)buf)[i] = (int)x;
+  else
+    ((float *)buf)[i] = (float)x;
+}
+
+static double canary_get(const void *buf, DistType t, int i) {
+  if (t == DIST_HALF) return half_to_float(((const uint16_t *)buf)[i]);
+  if (t == DIST_BF16) return bf16_to_float(((const uint16_t *)buf)[i]);
+  if (t == DIST_DOUBLE) return ((const double *)buf)[i];
+  if (t == DIST_INT) return ((const int *)buf)[i];
+  return ((const float *)buf)[i];
+}
+
+const char *dist_type_name(DistType t) {
+  static const char *const names[] = {"float32", "int32", "float64", "fp16", "bf16"};
+  return (unsigned)t < sizeof names / sizeof names[0] ? names[t] : "?";
+}
+
+// NCCL's name of the type in its device functions (ncclDevFunc_AllReduce_Sum_<suffix>_...; it sums
+// int32 as u32, as scripts/nccl_caps.py says).
+static const char *nccl_suffix(DistType t) {
+  static const char *const names[] = {"f32", "u32", "f64", "f16", "bf16"};
+  return (unsigned)t < sizeof names / sizeof names[0] ? names[t] : "?";
+}
+
+void dist_verify_sum(ProcessGroup *pg, DistType type, const char *who) {
+  begin(pg, "dist_verify_sum");
+  if (pg->world_size < 2 || solo(pg)) return;  // one rank: its values are the sum
+  size_t bytes = CANARY_N * dist_type_size(type);
+  double host[CANARY_N];  // room for CANARY_N elements of any type
+  for (int i = 0; i < CANARY_N; i++) canary_put(host, type, i, canary_value(i, pg->rank));
+  void *buf = dev_alloc(pg->ctx, bytes);
+  dev_upload(pg->ctx, buf, host, bytes);
+  dist_all_reduce(pg, buf, CANARY_N, type, DIST_SUM);
+  // Test hook: DDP_TEST_UNSUMMED_CANARY=1 keeps this rank's own values, as an all-reduce that moved
+  // nothing would (NCCL runs a device function its library lacks as an empty kernel). The collective
+  // still runs, so that a rank without the variable is not left waiting.
+  const char *unsummed = getenv("DDP_TEST_UNSUMMED_CANARY");
+  if (!unsummed || strcmp(unsummed, "1") != 0) dev_download(pg->ctx, host, buf, bytes);
+  dev_free(pg->ctx, buf);
+  const DistBackendOps *o = table(pg);
+  const char *version = o->version ? o->version() : NULL;
+  for (int i = 0; i < CANARY_N; i++) {
+    double got = canary_get(host, type, i), want = canary_value(i, 0) + canary_value(i, 1);
+    if (got == want) continue;
+    die(1,
+        "%s: rank %d: the %s library (%s%s%s) does not sum %s: a test all-reduce of known values came back "
+        "wrong (element %d: %g, the sum is %g), with no error. A library built without that type's kernel "
+        "(NCCL: ncclDevFunc_AllReduce_Sum_%s, left out by NCCL's ONLY_FUNCS) runs it as an empty kernel, "
+        "and the replicas would drift apart. Use a library that carries it (scripts/nccl_caps.py LIBRARY "
+        "lists what one carries), or another --comm_hook",
+        who, pg->rank, o->library, o->name, version ? " " : "", version ? version : "", dist_type_name(type),
+        i, got, want, nccl_suffix(type));
+  }
 }
 
 void dist_work_init(ProcessGroup *pg, DistWork *w) {

@@ -137,6 +137,23 @@ void dist_connect(ProcessGroup *pg, const Ctx *c);
  */
 void dist_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op);
 
+/** @brief The name of @p type in messages: "float32", "int32", "float64", "fp16", "bf16" ("?" else). */
+const char *dist_type_name(DistType type);
+
+/**
+ * @brief The sum canary: checks that the backend's library really sums @p type, by one blocking
+ * all-reduce (DIST_SUM) of three known values whose sum is exact in every type, and ends the job
+ * (die(), on every rank) when the answer is wrong, naming the library (backend, version), the type
+ * and the kernel it lacks. An NCCL built without a type's kernels (its ONLY_FUNCS) runs that
+ * all-reduce as an empty kernel, with no error: nothing else would notice. A group of one rank has
+ * nothing to check. Every rank must call it at the same point (it is a collective). Test hook:
+ * `DDP_TEST_UNSUMMED_CANARY=1` makes this rank keep its own values, as such a library would.
+ * @param[in,out] pg the process group (connected).
+ * @param[in] type   the type to check.
+ * @param[in] who    what needs the type, for the message (e.g. "--comm_hook fp16").
+ */
+void dist_verify_sum(ProcessGroup *pg, DistType type, const char *who);
+
 /**
  * @brief An asynchronous collective in flight: from dist_all_reduce_async(),
  * dist_reduce_scatter_async() or dist_all_gather_async() to dist_wait(). It records what completion has to

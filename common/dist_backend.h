@@ -54,6 +54,9 @@ typedef struct DistBackendOps {
   const char *library;  ///< the library, as refusals name it: "MPI", "NCCL" or "Gloo"
   bool built;           ///< false for the table of a backend this build lacks (every slot NULL)
   unsigned refuses;     ///< bit (1u << s) for each DistSlot s that this backend lacks on purpose (NULL)
+  /** @brief The loaded library's version as messages name it (NCCL: `2.21.5`; MPI: the first line of
+   *  MPI_Get_library_version), after connect; NULL where the backend cannot tell (Gloo). */
+  const char *(*version)(void);
 
   /** @brief Joins the group (after dist_init() chose the backend, once the context is known); see
    *  dist_connect(). */

@@ -404,11 +404,23 @@ static void dist_mpi_destroy(ProcessGroup *pg) { (void)pg; }
 // MPI has no groups of collectives: each runs when it is called (dist_group_start() does nothing).
 static void dist_mpi_group(ProcessGroup *pg) { (void)pg; }
 
+// The first line of MPI_Get_library_version (e.g. `Open MPI v4.1.2, package: ...`), cut at 120
+// characters: enough to tell the implementation and its release in a message.
+static const char *dist_mpi_version(void) {
+  static char line[MPI_MAX_LIBRARY_VERSION_STRING];
+  int len = 0;
+  mpiCheck(MPI_Get_library_version(line, &len));
+  line[strcspn(line, "\r\n")] = '\0';
+  if (strlen(line) > 120) line[120] = '\0';
+  return line;
+}
+
 const DistBackendOps *dist_mpi_ops(void) {
   static const DistBackendOps ops = {
       .name = "mpi",
       .library = "MPI",
       .built = true,
+      .version = dist_mpi_version,
       .connect = dist_mpi_connect,
       .all_reduce = dist_mpi_all_reduce,
       .all_reduce_start = dist_mpi_all_reduce_start,

@@ -442,11 +442,24 @@ static void dist_nccl_wait(ProcessGroup *pg, DistWork *w) { dev_stream_wait(pg->
 // A handle needs nothing of NCCL's own: its events (dist.c) are all that the streams need.
 static void dist_nccl_work(ProcessGroup *pg, DistWork *w) { (void)pg, (void)w; }
 
+// The loaded library's version as NCCL prints it: its code is major*10000 + minor*100 + patch from
+// 2.9 on, major*1000 + minor*100 + patch before.
+static const char *dist_nccl_version(void) {
+  static char text[32];
+  int v = g_version;
+  if (v >= 10000)
+    snprintf(text, sizeof text, "%d.%d.%d", v / 10000, v / 100 % 100, v % 100);
+  else
+    snprintf(text, sizeof text, "%d.%d.%d", v / 1000, v / 100 % 10, v % 100);
+  return text;
+}
+
 const DistBackendOps *dist_nccl_ops(void) {
   static const DistBackendOps ops = {
       .name = "nccl",
       .library = "NCCL",
       .built = true,
+      .version = dist_nccl_version,
       .connect = dist_nccl_connect,
       .all_reduce = dist_nccl_all_reduce,
       .all_reduce_start = dist_nccl_all_reduce_start,

@@ -415,12 +415,29 @@ if rc == 0 and not failed:
 
 
 def several_ready(test):
-    """The reducer's typical `if` for `while`: a check of started() in `test` found a non-empty proper
-    prefix of the buckets expected (one hook made several ready, and only the first started)."""
+    """A check of started() in `test` that found a non-empty proper prefix of the buckets expected: the
+    first bucket left out either was ready (no tensor pending, as the test prints after the check: one
+    hook made several ready, and only the first started: the reducer's typical `if` for `while`), or
+    was not (its count is wrong: mark_variable_ready counted its tensors down elsewhere, or too often)."""
     part = out.split(f"[ RUN      ] {test}", 1)[-1].split("[ RUN      ]", 1)[0]
-    for got, want in re.findall(r"started\(\)\n\s+Which is: \{ ([\d, ]*) \}\n.*\n\s+Which is: \{ ([\d, ]*) \}", part):
-        got, want = got.split(", "), want.split(", ")
+    for got, want, pending in re.findall(r"started\(\)\n\s+Which is: \{ ([\d, ]*) \}\n.*\n\s+Which is: \{ ([\d, ]*) \}"
+                                         r"(?:\npending tensors per bucket: \{ ([-\d, ]*) \})?", part):
+        got, want, pending = got.split(", "), want.split(", "), pending.split(", ") if pending else []
         if got != [""] and len(got) < len(want) and want[:len(got)] == got:
+            nxt = int(want[len(got)])
+            left = int(pending[nxt]) if nxt < len(pending) else 0
+            if left > 0:
+                return (f"likely cause: bucket {nxt} should have started (the hooks of all its tensors ran), but it "
+                        f"still waits for {left} of its tensors, so mark_bucket_ready rightly stops there: "
+                        "mark_variable_ready counts a tensor down in a bucket other than its own: it must decrement "
+                        "the pending count of the tensor's own bucket, r->buckets[r->bucket_of[tensor]].pending "
+                        "(a bucket may hold several tensors)")
+            if left < 0:
+                return (f"likely cause: bucket {nxt} was counted down {-left} more time{'s' if left < -1 else ''} "
+                        "than it has tensors (its pending count is "
+                        f"{left}, never 0), so mark_bucket_ready rightly stops there: mark_variable_ready must "
+                        "decrement, once per tensor, the pending count of the tensor's own bucket, "
+                        "r->buckets[r->bucket_of[tensor]].pending")
             return (f"likely cause: one hook made buckets {', '.join(want[len(got) - 1:])} ready at once, and "
                     f"mark_bucket_ready started only bucket {got[-1]}: in reducer.c it must start every ready bucket "
                     "from r->next_bucket on, in order, one after the other (a `while` loop, not an `if`: one "

@@ -22,6 +22,10 @@
 #      (steps 04-06), steps 06 = 05, 07 = 06, 08 = 06 (bit-identical at 2 ranks, the same steps
 #      above), step 05 one step on the GPUs from the CPU's state within float32 rounding; at 2 ranks the ncclAvg fallback and an IPv6 bootstrap; on a node of 2
 #      or more GPUs, the probe's bus-bandwidth table over all of them;
+#  5b. then, at 2 ranks (section 5's placement): step 06 with --comm_hook fp16, bf16 and powersgd
+#      (replicas identical; PowerSGD's --trace well formed, its spans those of what ran), steps 06,
+#      07 and 08 with --clip_grad_norm (bit-identical losses, norms and digests), and --check_finite
+#      with a NaN injected on rank 1 (the job ends, naming rank 1);
 #   6. with BENCH=R: bench/gpu_bench.sh -r R, under the same deadline.
 # Every run is bounded: `timeout` around it (RUN_LIMIT seconds, default 300, or what is left before
 # the deadline), the trainer's --timeout 60 (its watchdog), and, where ranks share a GPU,
@@ -125,10 +129,10 @@ trap 'finish "ended early (exit status $?) after $(elapsed) s, in $where"' EXIT
 # ---- the deadline ------------------------------------------------------------------------------------
 # Estimated seconds of each section on one H200 (16 cores): what the deadline is shared by. Estimates,
 # not measurements (nothing has run on a GPU yet); section 5's is per world size.
-EST_BUILD=90 EST_SMOKE=15 EST_GPU_TESTS=60 EST_STEP01=30 EST_WS1=60 EST_MULTI=45 EST_BENCH=150
+EST_BUILD=90 EST_SMOKE=15 EST_GPU_TESTS=60 EST_STEP01=30 EST_WS1=60 EST_MULTI=45 EST_HOOKS=35 EST_BENCH=150
 # the sum over the sections of this run (section 5's world sizes are added once CUDA has counted the
 # GPUs; until then it counts one)
-total_est=$((1 + EST_BUILD + EST_SMOKE + EST_GPU_TESTS + EST_STEP01 + EST_WS1 + EST_MULTI))
+total_est=$((1 + EST_BUILD + EST_SMOKE + EST_GPU_TESTS + EST_STEP01 + EST_WS1 + EST_MULTI + EST_HOOKS))
 [ "${BENCH:-0}" -gt 0 ] && total_est=$((total_est + EST_BENCH * BENCH))
 left() {  # seconds left before the deadline, less the reserve (a large number without one)
   if [ -n "$DEADLINE" ]; then echo $((DEADLINE - $(elapsed) - RESERVE)); else echo 999999999; fi
@@ -728,6 +732,62 @@ while read -r np k; do  # smallest world size first
     verdict "probe, $on: bus bandwidth" "$(verdict_probe "$last_rc" "$last_log" "$np")"
   fi
 done <<< "$plan"
+
+# ---- 5b. step 06's hooks, clipping in 06-08, --check_finite: 2 ranks -----------------------------------
+# What step 06 adds beyond the course (docs/hooks_and_clipping.md), on NCCL: section 5's 2-rank
+# placement and runs, each changed by one flag. A 16-bit all-reduce that sums nothing, or a hook that
+# skips a bucket, leaves the replicas apart; a trace on events the hook never recorded has spans of no
+# elements before the trace's start.
+section 5b "hooks, clipping and the finite check, 2 ranks" $EST_HOOKS
+k2=$(awk '$1 == 2 {print $2}' <<< "$plan")
+if [ -z "$k2" ]; then
+  skip "hooks, clipping, --check_finite (2 ranks)" "needs NCCL >= 2.30 loaded or 2 or more GPUs ($ngpu GPU(s), NCCL ${loaded:-unknown})"
+else
+  on=$(ranks_on 2 "$k2")
+  placement 2 "$k2"
+  two() {  # NAME ROW ARGS...: step 06 (or ARGS' program) at 2 ranks; a row only when the run fails
+    run "$1" launch 2 "${place[@]}" "${@:3}" || verdict "$2" "$(verdict_run "$last_rc" "$last_log" "")"
+  }
+  # the 16-bit hooks: the bucket cast and divided, summed by NCCL in fp16 or bf16 (their canary at
+  # set-up ends the job where the library does not sum the type)
+  for h in fp16 bf16; do
+    two "step06_${h}_np2" "step 06 --comm_hook $h, $on" "$BIN/06_full" "${nccl[@]}" "${mr[@]}" --comm_hook $h \
+      --metrics "$LOG/h${h}_np2_{rank}.jsonl"
+    compare "step 06 --comm_hook $h, $on: replicas identical" replicas "$LOG/h${h}_np2_" 2
+  done
+  # PowerSGD compressing from iteration 3 (its factors all-reduced, error feedback on), traced: the
+  # trace's spans must be those of what ran (issue 40, V3)
+  two "step06_powersgd_np2" "step 06 --comm_hook powersgd, $on" "$BIN/06_full" "${nccl[@]}" "${mr[@]}" \
+    --comm_hook powersgd --powersgd_start_iter 3 --metrics "$LOG/hpsgd_np2_{rank}.jsonl" \
+    --trace "$LOG/trace_psgd_np2_{rank}.json"
+  compare "step 06 --comm_hook powersgd, $on: replicas identical" replicas "$LOG/hpsgd_np2_" 2
+  compare "step 06 --comm_hook powersgd --trace, $on: its spans" hook_trace "$LOG/trace_psgd_np2_0.json" powersgd
+  # --clip_grad_norm in 06, 07 and 08: at 2 ranks every sum of two terms has one order and the norm's
+  # sums are integers, so the three train bit for bit alike (hooks_clip_steps_np2 on the CPU); a MAX
+  # below the norms here, so that every step clips (the row fails if none did)
+  for s in 06_full 07_zero 08_fsdp; do
+    n=${s%%_*}
+    two "step${n}_clip_np2" "step $n --clip_grad_norm, $on" "$BIN/$s" "${nccl[@]}" "${mr[@]}" \
+      --clip_grad_norm 0.01 --metrics "$LOG/clip${n}_np2_{rank}.jsonl"
+  done
+  compare "step 06 --clip_grad_norm, $on: replicas identical" replicas "$LOG/clip06_np2_" 2
+  for n in 07 08; do
+    compare "step $n = step 06 with --clip_grad_norm, $on" clip "$LOG/clip06_np2_0.jsonl" \
+      "$LOG/clip${n}_np2_0.jsonl" 0.01
+  done
+  # --check_finite with a NaN in rank 1's third backward pass (common/mlp.c's test hook
+  # DDP_TEST_NAN_BACKWARD, set on rank 1 alone): the job ends before that bucket's all-reduce, naming
+  # rank 1 and step 3 (the ranks' agreement over NCCL; a hang here is a rank left in a collective)
+  cat > "$work/nan_on_rank1" <<'SH'
+#!/bin/sh
+[ "$RANK" = 1 ] && export DDP_TEST_NAN_BACKWARD=3
+exec "$@"
+SH
+  chmod +x "$work/nan_on_rank1"
+  run "step06_finite_np2" launch 2 "${place[@]}" "$work/nan_on_rank1" "$BIN/06_full" "${nccl[@]}" "${mr[@]}" \
+    --check_finite
+  compare "step 06 --check_finite, a NaN on rank 1, $on: stopped" finite "$last_log" "$last_rc" 1 3
+fi
 multi_rows off
 
 # ---- 6. the benchmark ------------------------------------------------------------------------------------

@@ -28,6 +28,10 @@ REDUCING = {  # collective -> the ops it is called with
     "Reduce": ("Sum", "PreMulSum"),            # the same with unequal counts: one reduce per root
 }
 BYTES = ("Broadcast", "AllGather")             # dist_broadcast, dist_all_gather
+# --comm_hook fp16 and bf16 all-reduce in 16 bits (DIST_HALF f16, DIST_BF16 bf16; Sum only). A library
+# built without them ran the hooks' all-reduces as empty kernels and the replicas drifted apart; the
+# hook's canary (dist_verify_sum) now ends such a job at start-up, and this says so beforehand.
+HALF = ("f16", "bf16")
 
 
 def required():
@@ -36,7 +40,7 @@ def required():
         for op in ops:
             for t in TYPES if op == "Sum" else ("f32", "f64"):
                 names.append(f"{coll}_{op}_{t}")
-    return names + list(BYTES)
+    return names + [f"AllReduce_Sum_{t}" for t in HALF] + list(BYTES)
 
 
 def names_in(path):
@@ -64,20 +68,33 @@ def check(path):
               + ", ".join("ncclDevFunc_" + m for m in missing))
         return 1
     print(f"ok: {path} carries all {len(required())} NCCL device functions the code calls "
-          f"({', '.join(REDUCING)}: Sum f32 f64 u32, PreMulSum f32 f64; {', '.join(BYTES)})")
+          f"({', '.join(REDUCING)}: Sum f32 f64 u32, PreMulSum f32 f64; AllReduce: Sum {' '.join(HALF)}; "
+          f"{', '.join(BYTES)})")
     return 0
 
 
+# NCCL's data types as dist_nccl.c names them, and their names in the device functions
+NCCL_TYPES = {"ncclFloat32": "f32", "ncclFloat64": "f64", "ncclInt32": "u32", "ncclFloat16": "f16",
+              "ncclBfloat16": "bf16"}
+
+
 def calls(source):
-    """The collectives a source file calls must be the ones this script checks."""
+    """The collectives a source file calls, and the types it uses, must be the ones this script checks."""
     with open(source) as f:
-        called = set(re.findall(r"\bnccl(AllReduce|ReduceScatter|Reduce|Broadcast|AllGather|Send|Recv"
-                                r"|AllToAll|Gather|Scatter)\s*\(", f.read()))
+        text = f.read()
+    called = set(re.findall(r"\bnccl(AllReduce|ReduceScatter|Reduce|Broadcast|AllGather|Send|Recv"
+                            r"|AllToAll|Gather|Scatter)\s*\(", text))
     checked = set(REDUCING) | set(BYTES)
     if called != checked:
         print(f"FAILED: {source} calls {sorted(called)}, nccl_caps.py checks {sorted(checked)}")
         return 1
-    print(f"ok: {source} calls exactly the collectives checked: {', '.join(sorted(called))}")
+    types = {t for name, t in NCCL_TYPES.items() if re.search(rf"\b{name}\b", text)}
+    if types != set(TYPES) | set(HALF):
+        print(f"FAILED: {source} uses the types {sorted(types)}, nccl_caps.py checks "
+              f"{sorted(set(TYPES) | set(HALF))}")
+        return 1
+    print(f"ok: {source} calls exactly the collectives checked: {', '.join(sorted(called))}; "
+          f"types {', '.join(sorted(types))}")
     return 0
 
 

@@ -45,6 +45,7 @@ HINTS = [
     ("this handle is still in flight", "a layer's reduce-scatter was started again while its previous one was "
                                        "never waited for: in fsdp.c, fold_gradient must dist_wait each layer's "
                                        "reduce-scatter (f->reduce[l]) once per backward", ("08",)),
+    ("this handle is still in flight", lambda text: diagnose_restarted_bucket(), ("06",)),
     ("this handle is still in flight", "an all-reduce was started on a bucket whose previous "
                                        "all-reduce was never waited for: reducer_finalize_backward must "
                                        "dist_wait every bucket, and each bucket is started once per step"),
@@ -110,6 +111,26 @@ def diagnose_zero_recv():
                 "the shards, where b->shard_offset is 0 and every bucket starts a shard, it works)")
     return ("the reduce-scatter receives, in place, outside this rank's own chunk of the send buffer: in step 07's "
             "reducer.c the receive pointer must be grads + rank·S + b->shard_offset and the counts b->counts")
+
+
+# One step of step 06 at one rank, with 3 buckets (the --hidden and cap of step06_replicas_np2's
+# first run): enough for a bucket to be started twice in one backward.
+ONE_STEP_06 = small(hidden="16,9728") + ["--epochs", "1", "--max_steps", "1", "--bucket_cap_mb", "0.00005"]
+
+
+def diagnose_restarted_bucket():
+    """Step 06's reducer started a bucket whose all-reduce was still in flight: within one backward (a
+    single step at one rank ends so too: the bucket was started twice, r->next_bucket not advanced past
+    it), or in a later step (the previous step's all-reduce was never waited for)?"""
+    _, err = run("06_full", ONE_STEP_06, expect_rc=None)
+    if "this handle is still in flight" in err:
+        return ("a bucket was started twice in one backward (a single step at one rank ends so too, so no "
+                "earlier step's missing wait is the cause): in reducer.c mark_bucket_ready must advance "
+                "r->next_bucket past each bucket it starts (int i = r->next_bucket++), so that its loop, and "
+                "the next hook, go on from the first bucket not yet started")
+    return ("an all-reduce was started on a bucket whose previous all-reduce was never waited for (a single "
+            "step at one rank starts no bucket twice): reducer_finalize_backward must dist_wait every bucket, "
+            "and each bucket is started once per step")
 
 
 launch.HINTERS.append(hint)

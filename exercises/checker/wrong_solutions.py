@@ -264,6 +264,28 @@ WRONG = {
                "integer division", "(float)b / B / t->world_size"],
               "backward's scale in integer arithmetic: b / B / W is 0, so no gradient is ever non-zero",
               unexpected=["is every gradient tensor averaged"]),
+        Wrong("bytes_not_counted", R06,
+              [("      r->bytes += (long long)(b->count * sizeof(float));  // allreduce_bytes in the metrics file\n", "")],
+              "none", ["FAIL unit ReducerHooks.CountsTheBytesItAllReduces", "byte count", "r->bytes",
+                       "allreduce_bytes"],
+              "mark_bucket_ready never adds a bucket's bytes to r->bytes: right numbers, the metrics file "
+              "logs allreduce_bytes 0"),
+        Wrong("bucket_from_tensor_index", R06,
+              [("static void mark_variable_ready(Reducer *r, int tensor) { r->buckets[r->bucket_of[tensor]].pending--; }",
+                "static void mark_variable_ready(Reducer *r, int tensor) {\n"
+                "  r->buckets[2 * r->model->n_layers - 1 - tensor].pending--;  // tensors arrive in reverse order\n}")],
+              "none", ["FAIL unit ReducerHooks.ABucketStartsWhenAllItsTensorsAreReady", "mark_variable_ready",
+                       "r->bucket_of[tensor]", "still waits for"],
+              "mark_variable_ready counts tensor t down in bucket 2L-1-t (one tensor per bucket, right at cap 0) "
+              "instead of its own bucket r->bucket_of[t]: with a larger cap, a bucket never becomes ready",
+              unexpected=["ready at once", "a `while` loop"]),
+        Wrong("next_bucket_not_advanced", R06,
+              [("    int i = r->next_bucket++;", "    int i = r->next_bucket;")],
+              "step06_replicas_np2", ["FAIL step06_replicas_np2", "this handle is still in flight",
+                                      "r->next_bucket", "started twice in one backward"],
+              "mark_bucket_ready never advances r->next_bucket: it starts the same bucket again, whose "
+              "all-reduce is in flight",
+              unexpected=["must dist_wait every bucket", "never waited for"]),
     ],
     # 07_clip: the global norm under sharding (its claims are tests/integration/hooks_check.py's)
     "07_clip": [

@@ -1,5 +1,5 @@
-// test_dist_gpu.c: the reduce-scatter and in-place all-gather cases of tests/mpi/test_dist.c
-// (tests/mpi/dist_cases.c) on GPU buffers, with 2 or more ranks:
+// test_dist_gpu.c: the reduce-scatter, in-place all-gather and 16-bit all-reduce cases of
+// tests/mpi/test_dist.c (tests/mpi/dist_cases.c) on GPU buffers, with 2 or more ranks:
 //
 //   scripts/launch.sh -n 3 build/bin/test_dist_gpu nccl   over NCCL (one GPU: NCCL >= 2.30 and
 //                                                         NCCL_MULTI_RANK_GPU_ENABLE=1)
@@ -19,7 +19,7 @@
 
 #include "device.h"      // device.h: Ctx, device_init, device_cuda_count
 #include "dist.h"        // dist.h: ProcessGroup, dist_init, dist_connect, dist_destroy
-#include "dist_cases.h"  // dist_cases.h: expect_passed, expect_failed, dist_cases_zero
+#include "dist_cases.h"  // dist_cases.h: expect_passed, expect_failed, dist_cases_zero, dist_cases_half
 
 static int skip(const char *why) {
   printf("SKIPPED: %s\n", why);
@@ -63,6 +63,7 @@ int main(int argc, char **argv) {
     printf("%d ranks, backend %s%s\n", pg.world_size, dist_backend_name(pg.backend),
            getenv("DDP_NCCL_NO_AVG") ? " (DDP_NCCL_NO_AVG: averages as a sum and a division)" : "");
   dist_cases_zero(&pg);
+  dist_cases_half(&pg);
   int p = expect_passed(), q = expect_failed();
   if (pg.rank == 0) printf("%d passed, %d failed\n", p, q);
   dist_destroy(&pg);

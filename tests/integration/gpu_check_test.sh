@@ -18,11 +18,16 @@
 #             10 s; nvidia-smi would be waited for 20 s), status 143, the hung nvidia-smi gone;
 #   nccl_choice  an NCCL carried in DEPS_DIR and a stock one (the toolkit's, or a stand-in wheel): 2 GPUs
 #             take the stock one, 1 GPU the carried one, and the summary's "# NCCL chosen:" says so.
+#   hooks     section 5b (step 06's hooks, clipping in 06-08, --check_finite, 2 ranks on 2 GPUs) with
+#             stand-in trainers that succeed and write metrics and traces: every row of 5b ok; then
+#             again with each condition broken (STUB_BROKEN=1: rank 1's replica apart under a hook or
+#             clipping, PowerSGD's spans from unrecorded events, 07 and 08 logging a local norm, the NaN
+#             unseen), every row of 5b FAILED, saying why.
 # No timing is asserted: the guards below only stop a hung script (generous, 60 s). SHOW=1 prints
 # the summary and the output even when every check holds.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-scenario=${1:?usage: gpu_check_test.sh killed|interrupted|deadline|smoke|hung|hung_killed|nccl_choice}
+scenario=${1:?usage: gpu_check_test.sh killed|interrupted|deadline|smoke|hung|hung_killed|nccl_choice|hooks}
 tmp=$(mktemp -d)
 pid=""
 trap '[ -n "$pid" ] && kill -KILL "$pid" 2> /dev/null; rm -rf "$tmp"' EXIT
@@ -133,7 +138,7 @@ case $scenario in
     want "it says it completed, and what the deadline did" grep -qE '^# complete after [0-9]+ s \(.*deadline' "$S"
     want "rows SKIPPED \"deadline\"" grep -qE ' SKIPPED: deadline' "$S"
     want "section 5's row is SKIPPED" grep -qE '^several ranks \(steps 04-08\) +SKIPPED: ' "$S"
-    for n in 0 1 1b 2 3 4 5; do want "section $n is in the table" grep -q "^## $n\. " "$S"; done
+    for n in 0 1 1b 2 3 4 5 5b; do want "section $n is in the table" grep -q "^## $n\. " "$S"; done
     want "nothing ran once the deadline was reached: no FAILED row after the first 'deadline: reached'" \
       bash -c "! sed -n '/SKIPPED: deadline: reached/,\$p' '$S' | grep -q ' FAILED: '"
     want "the logs are packed" packed
@@ -151,6 +156,8 @@ case $scenario in
     want "the collectives row: $mr" grep -qE "^reduce-scatter, all-gather in place.* $mr" "$S"
     want "section 5's rows are those of 2 ranks on 2 GPUs, each $mr" \
       grep -qE "^step 06 = step 05, 2 ranks on 2 GPUs +$mr" "$S"
+    want "section 5b's rows too, e.g. the fp16 hook's: $mr" \
+      grep -qE "^step 06 --comm_hook fp16, 2 ranks on 2 GPUs: replicas identical +$mr" "$S"
     want "section 5: no other verdict" bash -c "! sed -n '/^## 5\./,\$p' '$S' | grep -E ' (ok|SKIPPED): '"
     want "section 5: no run started (no log)" bash -c "! tar -tzf '$tmp/out/logs.tar.gz' | grep -E 'np[0-9]'"
     want "the world-size-1 rows ran (not multi-rank)" grep -qE '^step 05, 1 rank, 2 epochs +FAILED: error: stand-in' "$S"
@@ -215,6 +222,98 @@ case $scenario in
       grep -qE "^# NCCL chosen: the NCCL carried in $tmp/deps/nccl " "$tmp/summary_1.txt"
     want "... and unpacked" [ -f "$tmp/deps/nccl/include/nccl.h" ]
     S=$tmp/summary_2.txt
+    ;;
+  hooks)
+    # a stand-in that succeeds: the probe's ok lines, and the trainers' metrics and traces (what
+    # gpu_compare.py reads), from their flags; STUB_BROKEN=1 breaks each condition of section 5b
+    cat > "$B/bin/trainer" <<'PY'
+#!/usr/bin/env python3
+import json, os, sys
+prog, a = os.path.basename(sys.argv[0]), sys.argv[1:]
+rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+broken = os.environ.get("STUB_BROKEN") == "1"
+with open(os.environ["STUB_PIDS"], "a") as f:
+    print(os.getpid(), file=f)
+def flag(name, default=None):
+    return a[a.index(name) + 1] if name in a else default
+if prog == "probe":
+    print(f"[stand-in rank {rank}/{world} local {rank} device cuda:{rank}] ok")
+    if rank == 0:
+        print("# backend nccl: stand-in\n# #wrong in all: 0 OK")
+    sys.exit(0)
+hook, clip = flag("--comm_hook", "allreduce"), flag("--clip_grad_norm")
+if "--check_finite" in a and os.environ.get("DDP_TEST_NAN_BACKWARD") == "3" and not broken:
+    print(f"error: [rank {rank}] --check_finite: rank {rank}, step 3: 1 non-finite gradient value (NaN or "
+          "infinity) in bucket 2 (layers 0 to 0), found before its all-reduce: no replica received it", file=sys.stderr)
+    sys.exit(1)
+# broken: rank 1 keeps its own bucket (a 16-bit all-reduce that sums nothing) or clips by its own
+# norm, and 07 and 08 log a shard's norm (a local norm)
+digest = f"00{hook}{clip}" + ("-rank1" if broken and rank == 1 and (hook != "allreduce" or clip) else "")
+scale = 2 ** -0.5 if broken and prog != "06_full" else 1.0
+if flag("--metrics"):
+    with open(flag("--metrics").replace("{rank}", str(rank)), "w") as f:
+        for k in range(1, 5):
+            r = {"type": "step", "step": k, "epoch": 0, "loss": 2.3 - 0.1 * k}
+            if clip:
+                r["grad_norm"] = scale / k
+            print(json.dumps(r), file=f)
+        print(json.dumps({"type": "epoch", "epoch": 0, "test_acc": 0.5}), file=f)
+        print(json.dumps({"type": "final", "world_size": world, "param_digest": digest}), file=f)
+if flag("--trace"):  # PowerSGD compressing from step 3; broken: spans of events never recorded (V3)
+    ev = [{"ph": "M", "name": "thread_name", "pid": rank, "tid": t, "args": {"name": n}}
+          for t, n in ((1, "compute: backward"), (2, "communication"))]
+    for k in range(1, 5):
+        n, ts = (0, -1234.5) if broken else (269322 if k < 3 else 1044, 100.0 * k + 10)
+        ev += [{"ph": "X", "name": "backward layer 0", "pid": rank, "tid": 1, "ts": 100.0 * k, "dur": 5.0,
+                "args": {"step": k}},
+               {"ph": "X", "name": f"powersgd bucket 0: {n} floats ({n * 4 / 2 ** 20:.2f} MiB)", "pid": rank,
+                "tid": 2, "ts": ts, "dur": 3.0, "args": {"step": k}}]
+    with open(flag("--trace").replace("{rank}", str(rank)), "w") as f:
+        json.dump({"displayTimeUnit": "ms", "traceEvents": ev}, f)
+PY
+    chmod +x "$B/bin/trainer"
+    for p in 01_single_gpu 04_ddp_wrap 05_metrics_ckpt 06_full 07_zero 08_fsdp probe; do
+      ln -sf trainer "$B/bin/$p"
+    done
+    # each row of section 5b, and what it must say when its condition is broken
+    hooks=(
+      "step 06 --comm_hook fp16, 2 ranks on 2 GPUs: replicas identical" "(DIFFERENT)"
+      "step 06 --comm_hook bf16, 2 ranks on 2 GPUs: replicas identical" "(DIFFERENT)"
+      "step 06 --comm_hook powersgd, 2 ranks on 2 GPUs: replicas identical" "(DIFFERENT)"
+      "step 06 --comm_hook powersgd --trace, 2 ranks on 2 GPUs: its spans" "before the trace's start"
+      "step 06 --clip_grad_norm, 2 ranks on 2 GPUs: replicas identical" "(DIFFERENT)"
+      "step 07 = step 06 with --clip_grad_norm, 2 ranks on 2 GPUs" "grad_norm identical: False"
+      "step 08 = step 06 with --clip_grad_norm, 2 ranks on 2 GPUs" "grad_norm identical: False"
+      "step 06 --check_finite, a NaN on rank 1, 2 ranks on 2 GPUs: stopped" "exit 0: the run went on"
+    )
+    for broken in 0 1; do
+      STUB_BROKEN=$broken STUB_GPUS=2 STUB_SLEEP=0 "$root/scripts/gpu_check.sh" "$B" > "$tmp/stdout" 2>&1 &
+      pid=$!
+      want "STUB_BROKEN=$broken: it ends by itself (guard: 60 s)" finished "$pid" 60
+      wait "$pid"
+      pid=""
+      cp "$S" "$tmp/summary_$broken.txt"
+      cp "$tmp/out/logs.tar.gz" "$tmp/logs_$broken.tar.gz"
+      sed -n '/^## 5b\./,/^## /p' "$S" | grep -E ' (ok|FAILED|SKIPPED): ' > "$tmp/rows5b"
+      want "STUB_BROKEN=$broken: section 5b has $(grep -c . "$tmp/rows5b") rows, expected $((${#hooks[@]} / 2))" \
+        [ "$(grep -c . "$tmp/rows5b")" -eq $((${#hooks[@]} / 2)) ]
+      for ((i = 0; i < ${#hooks[@]}; i += 2)); do
+        row=$(grep -F "${hooks[i]} " "$tmp/rows5b")
+        verdict=$(sed -E 's/^ +//' <<< "${row#"${hooks[i]}"}")  # the row's result, its name cut off
+        if [ "$broken" -eq 0 ]; then
+          want "the row '${hooks[i]}' is ok (${verdict:0:60})" [ "${verdict:0:4}" = "ok: " ]
+        else
+          want "broken: the row '${hooks[i]}' FAILED, saying '${hooks[i + 1]}'" \
+            grep -qF -- "${hooks[i + 1]}" <<< "${verdict#FAILED: }"
+          want "... FAILED" [ "${verdict:0:8}" = "FAILED: " ]
+        fi
+      done
+    done
+    # DDP_TEST_NAN_BACKWARD on rank 1 alone: only rank 1 found a NaN
+    tar -xzOf "$tmp/logs_0.tar.gz" --wildcards '*_step06_finite_np2.log' > "$tmp/finite.log"
+    want "the NaN run's log: rank 1 stopped at step 3" grep -qF -- "--check_finite: rank 1, step 3: " "$tmp/finite.log"
+    want "... and rank 0 had no NaN of its own" bash -c "! grep -qF -- '--check_finite: rank 0' '$tmp/finite.log'"
+    S=$tmp/summary_1.txt
     ;;
   *) echo "unknown scenario $scenario" >&2; exit 2 ;;
 esac

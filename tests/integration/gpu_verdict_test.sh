@@ -197,6 +197,67 @@ expect ok "trace" "$(cmp trace "$tmp/t.json")"
 echo '{"traceEvents": [{"ph": "X", "name": "backward", "dur": 5}]}' > "$tmp/t0.json"
 expect FAILED "trace, no all-reduce" "$(cmp trace "$tmp/t0.json")"
 
+# ---- section 5b: clipping (06, 07, 08 bit for bit), a hook's trace, the finite check's stop ----
+clipped() {  # FILE DIGEST NORM...: step records with grad_norm (losses 2.3, 2.2, ...)
+  local f=$1 d=$2 k=0 g; shift 2
+  : > "$f"
+  for g in "$@"; do
+    k=$((k + 1))
+    echo "{\"type\": \"step\", \"step\": $k, \"epoch\": 0, \"loss\": 2.$((4 - k)), \"grad_norm\": $g}" >> "$f"
+  done
+  echo "{\"type\": \"final\", \"world_size\": 2, \"param_digest\": \"$d\"}" >> "$f"
+}
+clipped "$tmp/k06.jsonl" 00cc 1.05 0.98 0.91
+clipped "$tmp/k07.jsonl" 00cc 1.05 0.98 0.91
+clipped "$tmp/k08.jsonl" 00cc 1.05 0.9800001 0.91  # a norm off in its last digit: another sum
+expect ok "clip, 07 = 06" "$(cmp clip "$tmp/k06.jsonl" "$tmp/k07.jsonl" 0.01)"
+expect FAILED "clip, one grad_norm differs" "$(cmp clip "$tmp/k06.jsonl" "$tmp/k08.jsonl" 0.01)"
+expect FAILED "clip, no step clipped" "$(cmp clip "$tmp/k06.jsonl" "$tmp/k07.jsonl" 2)"
+expect FAILED "clip, no grad_norm (the flag not given)" "$(cmp clip "$tmp/a_0.jsonl" "$tmp/a_1.jsonl" 0.01)"
+clipped "$tmp/k07d.jsonl" 00cd 1.05 0.98 0.91
+expect FAILED "clip, digests differ" "$(cmp clip "$tmp/k06.jsonl" "$tmp/k07d.jsonl" 0.01)"
+htrace() {  # FILE HOOK_NAME UNIT BYTES "N TS"...: a trace of 2 steps, one communication span per step
+  local f=$1 what=$2 unit=$3 size=$4 s=0 nts; shift 4
+  {
+    echo '{"displayTimeUnit": "ms", "traceEvents": ['
+    echo '{"ph": "M", "name": "thread_name", "pid": 0, "tid": 1, "args": {"name": "compute: backward"}},'
+    echo '{"ph": "M", "name": "thread_name", "pid": 0, "tid": 2, "args": {"name": "communication"}}'
+    for nts in "$@"; do
+      set -- $nts
+      s=$((s + 1))
+      echo ",{\"ph\": \"X\", \"name\": \"backward layer 0\", \"pid\": 0, \"tid\": 1, \"ts\": $((100 * s)).0, \"dur\": 5.0, \"args\": {\"step\": $s}}"
+      printf ',{"ph": "X", "name": "%s bucket 0: %s %s (%s MiB)", "pid": 0, "tid": 2, "ts": %s, "dur": 3.0, "args": {"step": %s}}\n' \
+        "$what" "$1" "$unit" "$(awk -v n="$1" -v b="$size" 'BEGIN {printf "%.2f", n * b / 1048576}')" "$2" $s
+    done
+    echo ']}'
+  } > "$f"
+}
+htrace "$tmp/h16.json" all-reduce "fp16 values" 2 "269322 110.0" "269322 210.0"
+expect ok "hook trace, fp16" "$(cmp hook_trace "$tmp/h16.json" fp16)"
+expect FAILED "hook trace, fp16 spans read as bf16" "$(cmp hook_trace "$tmp/h16.json" bf16)"
+htrace "$tmp/hps.json" powersgd floats 4 "269322 110.0" "1044 210.0"
+expect ok "hook trace, powersgd compressing" "$(cmp hook_trace "$tmp/hps.json" powersgd)"
+htrace "$tmp/hps0.json" powersgd floats 4 "269322 110.0" "269322 210.0"
+expect FAILED "hook trace, powersgd never compressed" "$(cmp hook_trace "$tmp/hps0.json" powersgd)"
+# issue 40, V3: spans from events the hook never recorded: no elements, before the trace's zero
+htrace "$tmp/hpsv3.json" powersgd floats 4 "269322 110.0" "0 -1234.5"
+line=$(cmp hook_trace "$tmp/hpsv3.json" powersgd)
+expect FAILED "hook trace, powersgd's unrecorded events" "$line"
+[[ "$line" == *"before the trace's start"* ]] || { echo "WRONG   hook trace: V3 not named: '$line'"; bad=1; }
+head -n -1 "$tmp/hps.json" > "$tmp/hps_cut.json"  # a process killed before trace_close: no ']}'
+expect FAILED "hook trace, not closed" "$(cmp hook_trace "$tmp/hps_cut.json" powersgd)"
+expect FAILED "hook trace, no file" "$(cmp hook_trace "$tmp/none.json" powersgd)"
+{
+  echo "error: [rank 1] --check_finite: rank 1, step 3: 1 non-finite gradient value (NaN or infinity) in bucket 2 (layers 0 to 0), found before its all-reduce: no replica received it"
+  echo "scripts/launch.sh: a rank exited with status 1; stopping the others"
+} > "$tmp/fin_ok"
+expect ok "finite, stopped naming rank 1" "$(cmp finite "$tmp/fin_ok" 1 1 3)"
+expect FAILED "finite, exit 0 (the NaN unseen)" "$(cmp finite "$tmp/fin_ok" 0 1 3)"
+expect FAILED "finite, a hang" "$(cmp finite "$tmp/fin_ok" 124 1 3)"
+expect FAILED "finite, rank 0 named" "$(cmp finite "$tmp/fin_ok" 1 0 3)"
+echo "error: rank 0: step 4: the loss is nan" > "$tmp/fin_nan"
+expect FAILED "finite, only the loss check stopped it" "$(cmp finite "$tmp/fin_nan" 1 1 3)"
+
 # ---- the table: rows of every state, and only FAILED ones fail ----
 rows=() failed=0
 verdict "a" "$(verdict_caps /l 0 'ok: x')"

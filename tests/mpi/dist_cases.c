@@ -4,9 +4,11 @@
 #include "dist_cases.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "devmem.h"
+#include "half.h"
 
 #define MAX_W 16        // ranks these cases support
 #define MAX_S 8         // shard size, elements
@@ -266,4 +268,61 @@ void dist_cases_zero(ProcessGroup *pg) {
   all_gather_in_place_case(pg);
   all_gather_async_case(pg);
   zero_step_case(pg);
+}
+
+// Element g of rank q in the 16-bit cases: multiples of 1/8 up to 1, so that every partial sum of up to 16
+// ranks (at most 136/8 = 17, 7 significant bits) is exact in fp16 and bf16 whatever the order: the
+// all-reduce must give exactly the sum, on any backend.
+static float value16(int q, size_t g) { return (float)(q + 1) * (float)(g % 8 + 1) / 8.0f; }
+
+// The fp16 or bf16 all-reduce of --comm_hook fp16/bf16 (DIST_HALF, DIST_BF16; DIST_SUM), blocking and
+// asynchronous (the hook's form), over n elements, against the exact sums; and the hook's canary.
+static void half_case(ProcessGroup *pg, DistType type, size_t n, bool async) {
+  bool bf16 = type == DIST_BF16;
+  int W = pg->world_size;
+  uint16_t *host = malloc(n * sizeof *host);
+  if (!host) {
+    expect(pg, 0, "malloc");
+    return;
+  }
+  for (size_t g = 0; g < n; g++) {
+    float x = value16(pg->rank, g);
+    host[g] = bf16 ? bf16_from_float(x) : half_from_float(x);
+  }
+  uint16_t *d = dev_alloc(pg->ctx, n * sizeof *d);
+  dev_upload(pg->ctx, d, host, n * sizeof *d);
+  if (async) {
+    DistWork w;
+    dist_work_init(pg, &w);
+    dist_all_reduce_async(pg, d, n, type, DIST_SUM, &w);
+    dist_wait(pg, &w);
+    dist_work_free(pg, &w);
+  } else {
+    dist_all_reduce(pg, d, n, type, DIST_SUM);
+  }
+  dev_download(pg->ctx, host, d, n * sizeof *d);
+  dev_free(pg->ctx, d);
+  int ok = 1;
+  for (size_t g = 0; g < n && ok; g++) {
+    float got = bf16 ? bf16_to_float(host[g]) : half_to_float(host[g]);
+    ok = got == (float)(W * (W + 1) / 2) * (float)(g % 8 + 1) / 8.0f;
+  }
+  free(host);
+  char what[128];
+  snprintf(what, sizeof what, "%s all-reduce (sum), %zu elements, %s: exactly the sum", dist_type_name(type),
+           n, async ? "asynchronous (the hook's)" : "blocking");
+  expect(pg, ok, what);
+}
+
+void dist_cases_half(ProcessGroup *pg) {
+  if (pg->world_size > MAX_W) return;
+  for (int t = 0; t < 2; t++) {
+    DistType type = t ? DIST_BF16 : DIST_HALF;
+    half_case(pg, type, 8, false);
+    half_case(pg, type, (size_t)1 << 20, true);    // several of NCCL's chunks and channels
+    dist_verify_sum(pg, type, "dist_cases_half");  // the hooks' canary: ends the job if it fails
+    expect(pg, 1,
+           type == DIST_BF16 ? "the sum canary of bf16 (dist_verify_sum) passes"
+                             : "the sum canary of fp16 (dist_verify_sum) passes");
+  }
 }

@@ -19,4 +19,8 @@ int expect_failed(void);
 // (sum and average), its asynchronous handle, the in-place all-gather, and the two together.
 void dist_cases_zero(ProcessGroup *pg);
 
+// The 16-bit all-reduces of --comm_hook fp16 and bf16 (blocking and asynchronous, exact sums) and
+// their sum canary (dist_verify_sum).
+void dist_cases_half(ProcessGroup *pg);
+
 #endif

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "dist.h"
-#include "dist_cases.h"  // dist_cases.h: expect, expect_passed, expect_failed, dist_cases_zero
+#include "dist_cases.h"  // dist_cases.h: expect, expect_passed, expect_failed, dist_cases_zero, dist_cases_half
 
 int main(void) {
   ProcessGroup pg;
@@ -68,6 +68,7 @@ int main(void) {
   dist_work_free(&pg, &w[0]);
 
   dist_cases_zero(&pg);
+  dist_cases_half(&pg);
 
   dist_barrier(&pg);
   expect(&pg, 1, "barrier");

@@ -248,6 +248,13 @@ class ReducerHooks : public ::testing::Test {
       if (r.work[i].done) s.push_back(i);
     return s;
   }
+  // What the checker reads after a failed started() check: each bucket's count of tensors still
+  // pending, which tells a bucket ready but not started (0) from one counted down wrongly.
+  std::string pending_note() const {
+    std::vector<int> p;
+    for (int i = 0; i < r.n_buckets; i++) p.push_back(r.buckets[i].pending);
+    return "pending tensors per bucket: " + ::testing::PrintToString(p) + "\n";
+  }
   std::vector<int> in_flight() const {
     std::vector<int> s;
     for (int i = 0; i < r.n_buckets; i++)
@@ -261,15 +268,17 @@ TEST_F(ReducerHooks, BucketsStartInBucketOrderAsBackwardRuns) {
   make(0);
   ASSERT_EQ(r.n_buckets, 6);
   reducer_prepare_for_backward(&r);
-  EXPECT_EQ(started(), std::vector<int>{}) << "likely cause: a bucket started before any gradient";
+  EXPECT_EQ(started(), std::vector<int>{})
+      << pending_note() << "likely cause: a bucket started before any gradient";
   reducer_autograd_hook(2, &r);  // backward produces the last layer first: buckets 0 and 1
   EXPECT_EQ(started(), (std::vector<int>{0, 1}))
+      << pending_note()
       << "likely cause: a bucket must start as soon as all its tensors are ready (mark_variable_ready "
          "counts each tensor down in its own bucket, r->bucket_of; mark_bucket_ready starts it)";
   reducer_autograd_hook(1, &r);
-  EXPECT_EQ(started(), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(started(), (std::vector<int>{0, 1, 2, 3})) << pending_note();
   reducer_autograd_hook(0, &r);
-  EXPECT_EQ(started(), (std::vector<int>{0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(started(), (std::vector<int>{0, 1, 2, 3, 4, 5})) << pending_note();
   for (int i = 0; i < r.n_buckets; i++) {
     const DistWork &w = r.work[i];
     EXPECT_EQ(w.buf, (void *)(m.grads + r.buckets[i].offset))
@@ -287,14 +296,17 @@ TEST_F(ReducerHooks, ALaterReadyBucketWaitsForTheEarlierOnes) {
   reducer_prepare_for_backward(&r);
   reducer_autograd_hook(0, &r);  // the first layer's gradients first: buckets 4 and 5 are ready ...
   EXPECT_EQ(started(), std::vector<int>{})
+      << pending_note()
       << "likely cause: buckets must start in bucket order (r->next_bucket onwards): a later bucket that "
          "is ready waits for the earlier ones, so that every rank starts the same all-reduces in the "
          "same order";
   reducer_autograd_hook(2, &r);  // ... but only 0 and 1 may start
   EXPECT_EQ(started(), (std::vector<int>{0, 1}))
+      << pending_note()
       << "likely cause: buckets must start in bucket order, stopping at the first that is not ready";
   reducer_autograd_hook(1, &r);  // now 2, 3, and the waiting 4 and 5
   EXPECT_EQ(started(), (std::vector<int>{0, 1, 2, 3, 4, 5}))
+      << pending_note()
       << "likely cause: when an earlier bucket starts, the later ready ones must start after it";
   reducer_finalize_backward(&r);
 }
@@ -307,10 +319,11 @@ TEST_F(ReducerHooks, ABucketStartsWhenAllItsTensorsAreReady) {
   reducer_autograd_hook(2, &r);
   reducer_autograd_hook(1, &r);
   EXPECT_EQ(started(), std::vector<int>{0})
+      << pending_note()
       << "likely cause: a bucket started before all its tensors were ready (count each tensor down in "
          "its bucket, Bucket.pending, and start the bucket only at 0)";
   reducer_autograd_hook(0, &r);
-  EXPECT_EQ(started(), (std::vector<int>{0, 1}));
+  EXPECT_EQ(started(), (std::vector<int>{0, 1})) << pending_note();
   reducer_finalize_backward(&r);
 }
 
@@ -374,3 +387,19 @@ TEST_F(ReducerHooks, FinalizeStopsWhenAHookWasMissed) {
          "was never started (the ranks would otherwise step with unreduced gradients), with a message "
          "that names what is missing: the buckets, a layer or its hook (any words)";
 }  // (TearDown waits for the buckets 0-3 still in flight here)
+
+TEST_F(ReducerHooks, CountsTheBytesItAllReduces) {
+  make(0);
+  // Each step hands every bucket to its all-reduce once: the whole gradient buffer, 4 bytes a float.
+  // reducer_take_bytes returns the count since its last call (the metrics file's allreduce_bytes).
+  const long long per_step = (long long)(m.n_params * sizeof(float));
+  for (int step = 0; step < 2; step++) {
+    reducer_prepare_for_backward(&r);
+    for (int l = 2; l >= 0; l--) reducer_autograd_hook(l, &r);
+    reducer_finalize_backward(&r);
+    EXPECT_EQ(reducer_take_bytes(&r), per_step)
+        << "step " << step << ": likely cause: the byte count: mark_bucket_ready must add the bytes of each "
+        << "bucket it starts to r->bytes (r->bytes += b->count * sizeof(float)), which reducer_take_bytes "
+        << "hands to the metrics file's allreduce_bytes (0 when nothing is counted)";
+  }
+}
