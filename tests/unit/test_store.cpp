@@ -24,21 +24,9 @@
 extern "C" {
 #include "store.h"
 }
+#include "free_port.h"
 
 namespace {
-
-// A port that nothing listens on now (the store binds it right after).
-int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr *>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr *>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
 
 // A raw connection to @p ip:@p port; -1 when refused.
 int dial(const char *ip, int port) {

@@ -18,20 +18,9 @@
 extern "C" {
 #include "store.h"
 }
+#include "free_port.h"
 
 namespace {
-int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr *>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr *>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
 // A client that connects, shows it is served (a get of a missing key with no wait answers '-'), and
 // then stays idle, holding its slot; -1 when the server did not serve it.
 int idle_client(int port) {
