@@ -457,6 +457,9 @@ if san or not failed:
            (f": {died[0]}" if died else "")))
     if not san and ((src == "reducer.c" and several_ready(t)) or t in causes):
         print(f"     {(src == 'reducer.c' and several_ready(t)) or causes[t]}")
+    elif not san and src == "reducer.c" and died and "still in flight" in died[0]:
+        print("     likely cause: a bucket was started again while its all-reduce was in flight: within one "
+              "backward, mark_bucket_ready must advance r->next_bucket past every bucket it starts")
     frames = [l.strip() for l in out.splitlines() if re.match(r"\s*#\d+ .* in .*" + re.escape(src), l)]
     if frames:
         print(f"     at {frames[0].split(' in ', 1)[1]}")
