@@ -13,10 +13,7 @@
 #include "log.h"
 
 #ifdef HAVE_OPENBLAS
-// OpenBLAS's own queries (its cblas.h declares them; declared here so that no other header is needed).
-char *openblas_get_config(void);
-char *openblas_get_corename(void);
-int openblas_get_num_threads(void);
+#include "blas.h"  // OpenBLAS's own queries: its config, its kernel, its threads
 #endif
 
 int device_cuda_count(void) {
@@ -74,7 +71,9 @@ static void log_blas(void) {
   int threads = openblas_get_num_threads();
   log0("blas: %s %s, kernel %s, %d thread%s\n", name, version, kernel ? kernel : "unknown", threads,
        threads == 1 ? "" : "s");
-  const char *hint = "choose one with OPENBLAS_CORETYPE, e.g. OPENBLAS_CORETYPE=Haswell";
+  const char *hint =
+      "scripts/setup.sh installs an OpenBLAS that knows current CPUs (CMake's DDP_BLAS=scipy-openblas), or "
+      "choose a kernel with OPENBLAS_CORETYPE, e.g. OPENBLAS_CORETYPE=Haswell";
   if (device_blas_kernel_is_fallback(kernel, cpu_has_avx2()))
     log0(
         "blas: kernel %s is a generic fallback that leaves this CPU's AVX2 unused (GEMMs several times "

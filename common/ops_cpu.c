@@ -7,7 +7,7 @@
 #include "ops_backend.h"
 
 #ifdef HAVE_OPENBLAS
-#include <cblas.h>
+#include "blas.h"
 
 bool ops_have_blas(void) { return true; }
 
