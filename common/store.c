@@ -32,9 +32,10 @@
 #define SPARE_SHARES 16       // the job's total: (world_size + SPARE_SHARES) connections' shares
 #define ACCEPT_PAUSE_S 0.05   // pause before retrying an accept that failed for want of resources
 #define TURN_AWAY_S 0.2       // longest a turned-away connection stays open for its client's hello
-#define THREAD_STACK (256u * 1024u)  // bytes: a connection's thread needs little
-#define BACKOFF_FIRST_S 0.01         // first pause between connect attempts
-#define BACKOFF_LAST_S 0.5           // the pause doubles up to this
+#define THREAD_STACK (256u * 1024u)         // bytes: a connection's thread needs little
+#define THREAD_STACK_ROOMY (4096u * 1024u)  // when the libraries' thread-local storage leaves too little
+#define BACKOFF_FIRST_S 0.01                // first pause between connect attempts
+#define BACKOFF_LAST_S 0.5                  // the pause doubles up to this
 
 // ---- time and sockets -------------------------------------------------------------------------------
 
@@ -329,7 +330,12 @@ static bool serve(Server *sv, int fd) {
   if (c) {
     *c = (Conn){.server = sv, .fd = fd, .slot = slot};
     pthread_t t;
-    if (pthread_create(&t, &attr, serve_client, c) == 0) {  // it waits for the lock to end
+    int rc = pthread_create(&t, &attr, serve_client, c);  // it waits for the lock to end
+    if (rc == EINVAL) {  // glibc carves the libraries' static TLS out of the stack (OpenBLAS 0.3.34's
+      pthread_attr_setstacksize(&attr, THREAD_STACK_ROOMY);  // is 140 KiB): a stack with room for it
+      rc = pthread_create(&t, &attr, serve_client, c);
+    }
+    if (rc == 0) {
       sv->fds[slot] = fd;
       sv->open++;
       served = true;

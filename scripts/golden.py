@@ -4,13 +4,14 @@
 tests/golden/<step>_np<W>.jsonl holds, for one step at W ranks on small synthetic data (the flags are
 in the file's first line), every rank's per-step loss, each epoch's train loss and test accuracy, and
 its final param_digest. They were written by `scripts/golden.py generate` on the 2-core build VM
-(OpenBLAS 0.3.21, OPENBLAS_NUM_THREADS=1 as scripts/mpi_env.sh sets it, and OPENBLAS_CORETYPE=Haswell:
-the kernel the docs' outputs were made with; that VM's own detection picks Prescott).
+(OpenBLAS 0.3.34.481.3 from PyPI, the build's default BLAS, which picks its SkylakeX kernel there by
+itself, and OPENBLAS_NUM_THREADS=1 as scripts/mpi_env.sh sets it: the BLAS the docs' outputs were made
+with; each file's header names it).
 
 How a run is compared (the project's rule for comparing runs: bit equality where the arithmetic is
 the same, structure where it is not, never a value at the end of a trajectory under a guessed
 tolerance):
-- where the run's OpenBLAS kernel (its start-up line `blas: ... kernel K, N thread`) is the one that
+- where the run's BLAS (its start-up line `blas: LIBRARY VERSION, kernel K, N thread`) is the one that
   wrote the files (their header's "kernel"), the arithmetic is the same: every loss, train loss, test
   accuracy and param_digest must be equal to the file's (the metrics print float32 values with 9
   significant digits, which is exact);
@@ -74,11 +75,12 @@ def run_step(program, w, flags, outdir):
 
 
 def run_kernel(output):
-    """The OpenBLAS kernel and thread count a run names in its start-up line, e.g. "Haswell, 1 thread";
-    "none" for a build without OpenBLAS."""
-    m = re.search(r"^blas: \S+ \S+, kernel (\S+), (\d+) threads?", output, re.M)
+    """The BLAS a run names in its start-up line, library, version, kernel and threads, e.g. "OpenBLAS
+    0.3.34.481.3, kernel SkylakeX, 1 thread" (two versions' kernels of one name need not add in the
+    same order); "none" for a build without OpenBLAS."""
+    m = re.search(r"^blas: (\S+ \S+, kernel \S+, \d+ threads?)", output, re.M)
     if m:
-        return f"{m.group(1)}, {m.group(2)} thread{'s' if m.group(2) != '1' else ''}"
+        return m.group(1)
     return "none" if re.search(r"^blas: none", output, re.M) else "unknown"
 
 

@@ -21,7 +21,7 @@ def docs06_launcher_digest(tmp):
     with open(os.path.join(ROOT, "docs", "06_full.md")) as f:
         text = f.read()
     with open(os.path.join(ROOT, "docs", "README.md")) as f:
-        docs_kernel = re.search(r"its kernel: (\w+)", f.read()).group(1)
+        docs_kernel = re.search(r"its BLAS: `?(\S+ \S+, kernel \w+)", f.read()).group(1)
     block = text[text.index("$ torchrun --standalone --nproc_per_node 2"):]
     pasted = re.search(r"\[default0\]:done: 8 steps, param_digest ([0-9a-f]{16})", block).group(1)
     claim = re.search(r"`scripts/launch.sh -n 2` with the same flags end at `param_digest ([0-9a-f]{16})` too",
@@ -32,15 +32,15 @@ def docs06_launcher_digest(tmp):
     for launcher in ("mpirun", "launch"):
         out, _ = run("06_full", args, np=2, tmp=tmp, launcher=launcher)
         got[launcher] = re.search(r"done: 8 steps, param_digest ([0-9a-f]{16})", out).group(1)
-        kernel = re.search(r"^blas: \S+ \S+, kernel (\S+),", out, re.M).group(1)
+        kernel = re.search(r"^blas: (\S+ \S+, kernel \S+),", out, re.M).group(1)
     if len(set(got.values())) != 1 or claim != pasted:
         raise Failure(f"docs/06_full.md pastes param_digest {pasted} (torchrun) and {claim} (mpirun, launch.sh); "
                       f"the commands end at {got}")
     if kernel != docs_kernel:
-        print(f"mpirun and launch.sh agree ({got['mpirun']}); OpenBLAS kernel {kernel}, not the docs' "
+        print(f"mpirun and launch.sh agree ({got['mpirun']}); BLAS {kernel}, not the docs' "
               f"{docs_kernel}: the pasted {pasted} is not compared")
         return
     if got["mpirun"] != pasted:
-        raise Failure(f"docs/06_full.md pastes param_digest {pasted}; with the docs' OpenBLAS kernel {kernel} the "
+        raise Failure(f"docs/06_full.md pastes param_digest {pasted}; with the docs' BLAS {kernel} the "
                       f"commands end at {got}")
     print(f"docs/06_full.md's digest {pasted}: mpirun and launch.sh end there (kernel {kernel})")

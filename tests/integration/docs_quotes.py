@@ -20,8 +20,9 @@ continuations are the command, not output; a line `…` stands for any number of
 - timing figures are masked (samples/s, ms/step, ETA, GFLOP/s, MFU, the metrics' "time",
   "samples_per_s" and "gflops"), and so are the metrics' "peak_rss_kib" and the host name of the
   `ranks:` line;
-- where the run's OpenBLAS kernel (its start-up line `blas: ... kernel K, ...`) is the one the docs
-  name (docs/README.md, "its kernel: K"), everything else must be equal: losses, accuracies, digests;
+- where the run's BLAS (its start-up line `blas: LIBRARY VERSION, kernel K, ...`) is the one the docs
+  name (docs/README.md, "its BLAS: LIBRARY VERSION, kernel K"), everything else must be equal:
+  losses, accuracies, digests;
 - on any other kernel the GEMMs add in another order (another blocking, other FMA use), so the
   parameters differ in their last bits and training amplifies that every step: no value a run computes
   can be compared with the paste by any tolerance that holds for every kernel (a guessed one failed:
@@ -35,6 +36,9 @@ continuations are the command, not output; a line `…` stands for any number of
   proved by the `parity` tests, one step at a time.
 `--selftest` checks the comparison itself on a stale line (no program runs); `--pastes` runs it first.
 `--only=TEXT` re-runs the pastes of the chapters whose file name contains TEXT (`--only=08`).
+`--pastes --write` rewrites each paste with its run's output where its structure still matches (its
+`$ ` lines and `…` kept; timings and all): how the pastes are made again after a change of the
+docs' BLAS (docs/README.md names it), on a machine that runs that BLAS.
 Never sets OPENBLAS_CORETYPE: the kernel is whatever this machine's OpenBLAS picks.
 """
 import pathlib
@@ -156,11 +160,13 @@ def same_digests(pairs):
     return None
 
 
-def compare(pasted, got, same_kernel):
-    """None when the output lines `got` match the pasted lines, else what differs."""
-    j, pairs = 0, []
+def align(pasted, got, same_kernel):
+    """(the output line each pasted line matches, or None for a `…`; None) when `got` matches `pasted`,
+    else (None, what differs)."""
+    j, at = 0, []
     for i, p in enumerate(pasted):
         if p.strip() in ("…", "..."):
+            at.append(None)
             nxt = next((q for q in pasted[i + 1:] if q.strip() not in ("…", "...")), None)
             if nxt is None:
                 j = len(got)
@@ -168,17 +174,50 @@ def compare(pasted, got, same_kernel):
             while j < len(got) and not same_line(nxt, got[j], same_kernel):
                 j += 1
             if j == len(got):
-                return f"no output line matches {nxt!r} (after the …)"
+                return None, f"no output line matches {nxt!r} (after the …)"
             continue
         if j >= len(got):
-            return f"the output ends before the pasted line {p!r}"
+            return None, f"the output ends before the pasted line {p!r}"
         if not same_line(p, got[j], same_kernel):
-            return f"pasted line {i + 1} {p!r}\n    the run printed {got[j]!r}"
-        pairs += zip(DIGEST.findall(p), DIGEST.findall(got[j]))
+            return None, f"pasted line {i + 1} {p!r}\n    the run printed {got[j]!r}"
+        at.append(j)
         j += 1
     if j < len(got):
-        return f"the run printed more lines than the paste, from {got[j]!r}"
-    return None if same_kernel else same_digests(pairs)
+        return None, f"the run printed more lines than the paste, from {got[j]!r}"
+    return at, None
+
+
+def compare(pasted, got, same_kernel):
+    """None when the output lines `got` match the pasted lines, else what differs."""
+    at, diff = align(pasted, got, same_kernel)
+    if diff or same_kernel:
+        return diff
+    pairs = [pq for i, j in enumerate(at) if j is not None for pq in zip(DIGEST.findall(pasted[i]), DIGEST.findall(got[j]))]
+    return same_digests(pairs)
+
+
+def rewrite(lines, n, got):
+    """--write: the chapter's lines with the paste whose marker is line n (1-based) holding the run's
+    output `got`, line for line where the paste's structure matches (its `$ ` lines and its `…` kept);
+    None when the structure does not match (a change to fix by hand)."""
+    k, body = n + 1, []
+    while not lines[k].startswith("```"):
+        body.append(k)
+        k += 1
+    out, cont = [], False  # the indices in `lines` of the output lines (not the `$ command` lines)
+    for b in body:
+        if lines[b].startswith("$ ") or cont:
+            cont = lines[b].rstrip().endswith("\\")
+            continue
+        out.append(b)
+    at, diff = align([lines[b] for b in out], got, False)
+    if diff:
+        return None
+    new = list(lines)
+    for b, j in zip(out, at):
+        if j is not None:
+            new[b] = got[j]
+    return new
 
 
 def shell_commands(text):
@@ -231,12 +270,16 @@ def pastes(md):
 
 
 def docs_kernel():
-    m = re.search(r"its kernel: (\w+)", (root / "docs" / "README.md").read_text())
+    """The BLAS the docs' outputs came from, as docs/README.md names it ("its BLAS: OpenBLAS 0.3.34.481.3,
+    kernel SkylakeX"): the library, its version and its kernel, since two versions' kernels of one name
+    need not add in the same order."""
+    m = re.search(r"its BLAS: `?(\S+ \S+, kernel \w+)", (root / "docs" / "README.md").read_text())
     return m.group(1) if m else None
 
 
 def run_kernel(output):
-    m = re.search(r"^(?:\[default\d+\]:)?blas: \S+ \S+, kernel (\S+),", output, re.M)
+    """The BLAS a run names in its start-up line (`blas: OpenBLAS 0.3.34.481.3, kernel SkylakeX, 1 thread`)."""
+    m = re.search(r"^(?:\[default\d+\]:)?blas: (\S+ \S+, kernel \S+),", output, re.M)
     return m.group(1) if m else None
 
 
@@ -265,10 +308,12 @@ def check_pastes():
     failed = ran = 0
     kernel_seen = None  # a paste without a start-up line (a grep of a metrics file) keeps the last run's
     only = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--only=")), "")
+    write = "--write" in sys.argv
     for md in sorted((root / "docs").glob("*.md")):
         if only not in md.name:
             continue
         text = md.read_text()
+        lines = text.splitlines()
         shown = shell_commands(text)
         marked = pastes(md)
         if not marked:
@@ -295,6 +340,16 @@ def check_pastes():
                 kernel = run_kernel(p.stdout) or kernel_seen
                 kernel_seen = kernel
                 same = kernel is not None and kernel == want
+                if write:
+                    new = rewrite(lines, n, got)
+                    if new is None:
+                        failed += 1
+                        print(f"{where}: NOT WRITTEN, its structure changed (edit it by hand): {cmd}")
+                    else:
+                        lines = new
+                        md.write_text("\n".join(lines) + "\n")
+                        print(f"{where}: written ({kernel}): {cmd}")
+                    continue
                 diff = compare(pasted, got, same)
                 how = "exact" if same else f"kernel {kernel}, not the docs' {want}: structure only"
                 if diff:
@@ -316,11 +371,11 @@ def check_pastes():
 def selftest():
     """The comparison catches a stale line, and only that (returns the number of failures)."""
     now = ["epoch 1/2  step 50/158  loss 0.4681  3724 samples/s  34.4 ms/step  ETA 00:04  13.73 GFLOP/s",
-           "blas: OpenBLAS 0.3.21, kernel Haswell, 1 thread", "ranks: node7 0-1 (local 0-1)",
+           "blas: OpenBLAS 0.3.34.481.3, kernel SkylakeX, 1 thread", "ranks: node7 0-1 (local 0-1)",
            "done: 158 steps, param_digest 0291fedd2f555641"]
     cases = [  # (pasted, same kernel, should match)
         (["epoch 1/2  step 50/158  loss 0.4681  99 samples/s  1.0 ms/step  ETA 01:00  2.00 GFLOP/s"] + now[1:], True, True),
-        (now[:1] + ["blas: OpenBLAS 0.3.21, kernel Haswell, 1 thread", "ranks: vm 0-1 (local 0-1)"] + now[3:], True, True),
+        (now[:1] + ["blas: OpenBLAS 0.3.34.481.3, kernel SkylakeX, 1 thread", "ranks: vm 0-1 (local 0-1)"] + now[3:], True, True),
         (["epoch 1/2  step 50/158  loss 0.4681  3724 samples/s  34.4 ms/step  ETA 00:04"] + now[1:], True, False),
         (now[:3] + ["done: 158 steps, param_digest f29e20f22655a283"], True, False),
         (now[:3] + ["done: 158 steps, param_digest f29e20f22655a283"], False, True),
@@ -332,7 +387,7 @@ def selftest():
         (now[1:], True, False),
         (now[:1] + ["…"] + now[3:], True, True),
         (now[:1] + ["blas: none, plain C GEMMs (built without OpenBLAS: several times slower)"] + now[2:], False, True),
-        (now[:1] + ["blas: OpenBLAS 0.3.21, kernel Haswell, 2 threads"] + now[2:], True, False),
+        (now[:1] + ["blas: OpenBLAS 0.3.34.481.3, kernel SkylakeX, 2 threads"] + now[2:], True, False),
     ]
     d1, d2 = "0291fedd2f555641", "f29e20f22655a283"
     two = [f'{{"type":"final","world_size":2,"steps":158,"param_digest":"{d}"}}' for d in (d1, d1)]
