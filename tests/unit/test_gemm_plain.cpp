@@ -1,5 +1,7 @@
 // The plain C GEMM (the CPU GEMM of a build without OpenBLAS) against a float64 loop, and against
-// OpenBLAS's cblas_sgemm when the build has both, on every transposition case.
+// the build's OpenBLAS (CMake's DDP_BLAS: scipy-openblas32 from PyPI by default, or the system's) when
+// it has one: on every transposition case of an odd small shape and a layer-like one, and on every
+// GEMM of one training step of the course's default model (784-1024-1024-10, batch 128).
 #include <gtest/gtest.h>
 
 #include <cfloat>
@@ -90,6 +92,43 @@ TEST_P(GemmPlain, MatchesOpenBlas) {
         ADD_FAILURE() << "C[" << i << "][" << j << "]: plain " << plain[x] << ", OpenBLAS " << blas[x];
     }
   EXPECT_EQ(bad, 0);
+}
+
+// One training step's GEMMs of the default model, as common/mlp.c calls them (bench/gemm_bound.c lists
+// them): forward (B, OUT) = (B, IN)·(OUT, IN)ᵀ; backward dW (OUT, IN) = (B, OUT)ᵀ·(B, IN) and
+// dX (B, IN) = (B, OUT)·(OUT, IN).
+TEST(GemmCourse, OpenBlasMatchesPlainOnEveryGemmOfAStep) {
+  if (!ops_have_blas()) GTEST_SKIP() << "this build has no OpenBLAS: nothing to compare with";
+  const int B = 128, sizes[] = {784, 1024, 1024, 10};
+  Ctx c{};
+  device_init(&c, DEVICE_CPU, 0);
+  for (int l = 0; l < 3; l++) {
+    const int in = sizes[l], out = sizes[l + 1];
+    // (transpose A, transpose B, M, N, K) of the forward, dW and dX GEMMs of layer l
+    const int cases[3][5] = {{0, 1, B, out, in}, {1, 0, out, in, B}, {0, 0, B, in, out}};
+    for (int g = 0; g < (l > 0 ? 3 : 2); g++) {
+      const bool ta = cases[g][0], tb = cases[g][1];
+      const int M = cases[g][2], N = cases[g][3], K = cases[g][4];
+      std::vector<float> A = uniform((size_t)M * K, 10 + g), Bm = uniform((size_t)K * N, 20 + g);
+      std::vector<float> plain((size_t)M * N), blas((size_t)M * N);
+      ops_gemm_plain_cpu(&c, ta, tb, M, N, K, 1.0f, A.data(), Bm.data(), 0.0f, plain.data());
+      ops_gemm_cpu(&c, ta, tb, M, N, K, 1.0f, A.data(), Bm.data(), 0.0f, blas.data());
+      int bad = 0;
+      for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+          double mag =
+              0;  // Σ|a·b|: each sum is within K·u·Σ|a·b| of the exact one, so the two within (K + 4)·EPS
+          for (int k = 0; k < K; k++)
+            mag += std::fabs((double)(ta ? A[(size_t)k * M + i] : A[(size_t)i * K + k]) *
+                             (tb ? Bm[(size_t)j * K + k] : Bm[(size_t)k * N + j]));
+          size_t x = (size_t)i * N + j;
+          if (!(std::fabs((double)plain[x] - blas[x]) <= (K + 4) * FLT_EPSILON * mag + 1e-30) && bad++ < 5)
+            ADD_FAILURE() << "layer " << l << " GEMM " << g << " C[" << i << "][" << j << "]: plain "
+                          << plain[x] << ", OpenBLAS " << blas[x];
+        }
+      EXPECT_EQ(bad, 0) << "layer " << l << ", GEMM " << g << " (" << M << "x" << N << "x" << K << ")";
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllCases, GemmPlain,
