@@ -21,7 +21,7 @@ def docs06_launcher_digest(tmp):
     with open(os.path.join(ROOT, "docs", "06_full.md")) as f:
         text = f.read()
     with open(os.path.join(ROOT, "docs", "README.md")) as f:
-        docs_kernel = re.search(r"its BLAS: `?(\S+ \S+, kernel \w+)", f.read()).group(1)
+        docs_kernel = re.search(r"its BLAS:\s+`?(\S+ \S+, kernel \w+)", f.read()).group(1)
     block = text[text.index("$ torchrun --standalone --nproc_per_node 2"):]
     pasted = re.search(r"\[default0\]:done: 8 steps, param_digest ([0-9a-f]{16})", block).group(1)
     claim = re.search(r"`scripts/launch.sh -n 2` with the same flags end at `param_digest ([0-9a-f]{16})` too",

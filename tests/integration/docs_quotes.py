@@ -273,7 +273,7 @@ def docs_kernel():
     """The BLAS the docs' outputs came from, as docs/README.md names it ("its BLAS: OpenBLAS 0.3.34.481.3,
     kernel SkylakeX"): the library, its version and its kernel, since two versions' kernels of one name
     need not add in the same order."""
-    m = re.search(r"its BLAS: `?(\S+ \S+, kernel \w+)", (root / "docs" / "README.md").read_text())
+    m = re.search(r"its BLAS:\s+`?(\S+ \S+, kernel \w+)", (root / "docs" / "README.md").read_text())
     return m.group(1) if m else None
 
 
