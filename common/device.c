@@ -5,6 +5,7 @@
 #include "device.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -71,9 +72,20 @@ static void log_blas(void) {
   int threads = openblas_get_num_threads();
   log0("blas: %s %s, kernel %s, %d thread%s\n", name, version, kernel ? kernel : "unknown", threads,
        threads == 1 ? "" : "s");
-  const char *hint =
-      "scripts/setup.sh installs an OpenBLAS that knows current CPUs (CMake's DDP_BLAS=scipy-openblas), or "
-      "choose a kernel with OPENBLAS_CORETYPE, e.g. OPENBLAS_CORETYPE=Haswell";
+  // What to do about it: a kernel forced by hand is the user's; a system OpenBLAS may just be older
+  // than the CPU.
+  const char *forced = getenv("OPENBLAS_CORETYPE");
+  char hint[256];
+  if (forced && *forced)
+    snprintf(hint, sizeof hint,
+             "OPENBLAS_CORETYPE=%.32s chose it: unset it, or choose one this CPU fits, "
+             "e.g. OPENBLAS_CORETYPE=Haswell",
+             forced);
+  else
+    snprintf(hint, sizeof hint,
+             "scripts/setup.sh installs an OpenBLAS that knows current CPUs (CMake's "
+             "DDP_BLAS=scipy-openblas), or choose a kernel with OPENBLAS_CORETYPE, e.g. "
+             "OPENBLAS_CORETYPE=Haswell");
   if (device_blas_kernel_is_fallback(kernel, cpu_has_avx2()))
     log0(
         "blas: kernel %s is a generic fallback that leaves this CPU's AVX2 unused (GEMMs several times "

@@ -24,6 +24,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -558,6 +559,7 @@ def main():
             if a.only and w.name != a.only:
                 continue
             print(f"== {n} {w.name}: {w.what} (claims: {w.claims})", flush=True)
+            t0 = time.time()
             try:
                 path = write(w, os.path.join(tmp, w.name))
             except ValueError as e:
@@ -590,7 +592,7 @@ def main():
             elif misleading:
                 problems.append(f"{w.name}: rejected, but with a misleading diagnosis: {misleading}")
             else:
-                print(f"   -> rejected for the expected reason ({'; '.join(w.expect)})")
+                print(f"   -> rejected for the expected reason ({'; '.join(w.expect)}) [{time.time() - t0:.1f} s]")
     if problems:
         print(f"wrong_solutions.py {n}: the checker does not reject every wrong solution as it should:")
         for p in problems:
