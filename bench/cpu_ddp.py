@@ -128,7 +128,7 @@ def run_ours(a, tmp, world, tag):
 
 
 def run_torch(a, tmp, world, tag, port):
-    script = os.path.join(ROOT, "scripts", "bench", "torch_mlp.py")
+    script = os.path.join(ROOT, "bench", "torch_mlp.py")
     args = ["--steps", str(a.steps), "--warmup", str(a.warmup), "--threads", "1",
             "--batch_size", str(B)]
     procs = []
