@@ -29,11 +29,12 @@ typedef struct {
   uint32_t pad;
 } CacheHeader;
 
-// The file of @p key in DDP_SYNTHETIC_CACHE; false when the variable is unset or the path too long.
-static bool cache_path(char *out, size_t len, const char *key) {
+// The file of @p key in DDP_SYNTHETIC_CACHE; returns the folder, or NULL when the variable is unset
+// or the path too long.
+static const char *cache_path(char *out, size_t len, const char *key) {
   const char *dir = getenv("DDP_SYNTHETIC_CACHE");
-  if (!dir || !*dir) return false;
-  return (size_t)snprintf(out, len, "%s/%s.bin", dir, key) < len;
+  if (!dir || !*dir || (size_t)snprintf(out, len, "%s/%s.bin", dir, key) >= len) return NULL;
+  return dir;
 }
 
 bool data_cache_load(const char *key, float *x, size_t count, uint32_t *crc) {
@@ -52,8 +53,9 @@ bool data_cache_load(const char *key, float *x, size_t count, uint32_t *crc) {
 
 void data_cache_store(const char *key, const float *x, size_t count, uint32_t crc) {
   char path[4096], tmp[4160];
-  if (!cache_path(path, sizeof path, key)) return;
-  (void)mkdir(getenv("DDP_SYNTHETIC_CACHE"), 0755);  // one level; an existing folder is fine
+  const char *dir = cache_path(path, sizeof path, key);
+  if (!dir) return;
+  (void)mkdir(dir, 0755);  // one level; an existing folder is fine
   snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
   FILE *f = fopen(tmp, "wb");
   if (!f) return;

@@ -93,6 +93,16 @@ stubs_gone() {  # every stand-in process has ended
   return 0
 }
 rows() { grep -cE ' (ok|FAILED|SKIPPED): ' "$S"; }
+run_whole() {  # LABEL [VAR=VALUE...]: gpu_check.sh with those variables, to its own end (guard: 60 s); sets rc
+  local label=${1:+$1: }
+  shift
+  env "$@" "$root/scripts/gpu_check.sh" "$B" > "$tmp/stdout" 2>&1 &
+  pid=$!
+  want "${label}it ends by itself (guard: 60 s)" finished "$pid" 60
+  wait "$pid"
+  rc=$?
+  pid=""
+}
 
 case $scenario in
   killed | interrupted)
@@ -128,12 +138,7 @@ case $scenario in
   deadline)
     # 1 GPU, an NCCL < 2.30 (none answers): no smoke test, no section 5 runs. Each run takes 2 s, and
     # sections 3 and 4 hold 10 of them plus torchrun: more than 20 s
-    STUB_GPUS=1 STUB_SLEEP=2 DDP_GPU_DEADLINE=20 "$root/scripts/gpu_check.sh" "$B" > "$tmp/stdout" 2>&1 &
-    pid=$!
-    want "it ends by itself (guard: 60 s)" finished "$pid" 60
-    wait "$pid"
-    rc=$?
-    pid=""
+    run_whole "" STUB_GPUS=1 STUB_SLEEP=2 DDP_GPU_DEADLINE=20
     want "exit status 1: its rows failed (it was $rc)" [ "$rc" -eq 1 ]
     want "it says it completed, and what the deadline did" grep -qE '^# complete after [0-9]+ s \(.*deadline' "$S"
     want "rows SKIPPED \"deadline\"" grep -qE ' SKIPPED: deadline' "$S"
@@ -145,11 +150,7 @@ case $scenario in
     want "the stand-ins it started are gone" stubs_gone
     ;;
   smoke)
-    STUB_GPUS=2 STUB_SLEEP=0 "$root/scripts/gpu_check.sh" "$B" > "$tmp/stdout" 2>&1 &
-    pid=$!
-    want "it ends by itself (guard: 60 s)" finished "$pid" 60
-    wait "$pid"
-    pid=""
+    run_whole "" STUB_GPUS=2 STUB_SLEEP=0
     mr="FAILED: multi-rank NCCL does not work here"
     want "the smoke test FAILED" grep -qE '^NCCL smoke test: probe, 2 ranks +FAILED: exit 1: error: stand-in' "$S"
     want "the bucket-order row: $mr" grep -qE "^bucket all-reduce order.* $mr" "$S"
@@ -164,12 +165,7 @@ case $scenario in
     want "it says it completed" grep -qE '^# complete after [0-9]+ s$' "$S"
     ;;
   hung)
-    STUB_SMI_HANG=1 STUB_GPUS=1 STUB_SLEEP=2 DDP_GPU_DEADLINE=8 "$root/scripts/gpu_check.sh" "$B" > "$tmp/stdout" 2>&1 &
-    pid=$!
-    want "it ends by itself (guard: 60 s)" finished "$pid" 60
-    wait "$pid"
-    rc=$?
-    pid=""
+    run_whole "" STUB_SMI_HANG=1 STUB_GPUS=1 STUB_SLEEP=2 DDP_GPU_DEADLINE=8
     want "exit status 1: a row failed (it was $rc)" [ "$rc" -eq 1 ]
     want "the nvidia-smi row FAILED: it did not answer"       grep -qE '^nvidia-smi +FAILED: did not answer in [0-9]+ s \(hung' "$S"
     secs=$(sed -nE 's/^# complete after ([0-9]+) s.*/\1/p' "$S")
@@ -208,11 +204,7 @@ case $scenario in
     wheel=$(python3 -c 'import site; print(site.getusersitepackages())')/nvidia/nccl
     mkdir -p "$wheel/include" && cp "$tmp/nccl/include/nccl.h" "$wheel/include/"
     for g in 2 1; do
-      STUB_GPUS=$g STUB_SLEEP=0 DDP_GPU_DEADLINE=30 "$root/scripts/gpu_check.sh" "$B" > "$tmp/stdout" 2>&1 &
-      pid=$!
-      want "$g GPU(s): it ends by itself (guard: 60 s)" finished "$pid" 60
-      wait "$pid"
-      pid=""
+      run_whole "$g GPU(s)" STUB_GPUS=$g STUB_SLEEP=0 DDP_GPU_DEADLINE=30
       cp "$S" "$tmp/summary_$g.txt"
     done
     want "2 GPUs: the stock NCCL is chosen, and why" \
@@ -287,11 +279,7 @@ PY
       "step 06 --check_finite, a NaN on rank 1, 2 ranks on 2 GPUs: stopped" "exit 0: the run went on"
     )
     for broken in 0 1; do
-      STUB_BROKEN=$broken STUB_GPUS=2 STUB_SLEEP=0 "$root/scripts/gpu_check.sh" "$B" > "$tmp/stdout" 2>&1 &
-      pid=$!
-      want "STUB_BROKEN=$broken: it ends by itself (guard: 60 s)" finished "$pid" 60
-      wait "$pid"
-      pid=""
+      run_whole "STUB_BROKEN=$broken" STUB_BROKEN=$broken STUB_GPUS=2 STUB_SLEEP=0
       cp "$S" "$tmp/summary_$broken.txt"
       cp "$tmp/out/logs.tar.gz" "$tmp/logs_$broken.tar.gz"
       sed -n '/^## 5b\./,/^## /p' "$S" | grep -E ' (ok|FAILED|SKIPPED): ' > "$tmp/rows5b"
