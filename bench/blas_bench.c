@@ -4,7 +4,7 @@
 //
 // The library is loaded with dlopen, so that one program measures any of them: Debian's OpenBLAS,
 // OpenBLAS from PyPI (scipy-openblas32, whose symbols carry the prefix `scipy_`), BLIS; or, with
-// --lib plain, the project's own plain C GEMM (ops_gemm_plain_cpu, common/ops_cpu.c). OpenBLAS picks
+// --lib plain, the project's own plain C GEMM (ops_gemm_plain_cpu, common/ops/ops_cpu.c). OpenBLAS picks
 // its kernel when the library is loaded, so a kernel forced by hand (OPENBLAS_CORETYPE) is a process's
 // environment: the driver sets it.
 //

@@ -1,7 +1,7 @@
 // gemm_bound.c: the GEMM-only lower bound of one MLP training step, on the CPU (OpenBLAS) or a GPU
 // (cuBLAS).
 //
-// Times exactly the 3·L − 1 GEMMs of one step of common/mlp.c, through the same ops_gemm calls (same
+// Times exactly the 3·L − 1 GEMMs of one step of common/nn/mlp.c, through the same ops_gemm calls (same
 // shapes, transposes, alphas and betas), on device buffers allocated and filled once before timing,
 // and nothing else: no bias, ReLU, softmax, gather or SGD:
 //   forward   act_l  = in_l · W_lᵀ          (B, OUT) = (B, IN)·(OUT, IN)ᵀ       beta 0

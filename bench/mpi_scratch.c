@@ -1,6 +1,6 @@
 // mpi_scratch: how much memory an MPI collective takes for itself, per rank: the growth of the peak
 // RSS (getrusage) over three calls. One collective per run, since a process's peak only rises. Why
-// step 07 reduce-scatters with its own ring (common/dist_mpi.c) rather than MPI_Ireduce_scatter:
+// step 07 reduce-scatters with its own ring (common/dist/dist_mpi.c) rather than MPI_Ireduce_scatter:
 // with Open MPI 4.1, the library's reduce-scatters take scratch as large as the whole send buffer.
 //
 //   for c in 0 1 2 3 4; do mpirun -np 4 build/bin/mpi_scratch $c 16; done   (CALL, MiB of floats)

@@ -37,7 +37,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 
-# As the C programs' default (common/data.h), overridden like the tests' by DDP_FASHION_MNIST_DIR.
+# As the C programs' default (common/data/data.h), overridden like the tests' by DDP_FASHION_MNIST_DIR.
 DATA_DIR = os.environ.get("DDP_FASHION_MNIST_DIR", "/usr/share/datasets/fashion-mnist")
 MEAN, STD = 0.2860, 0.3530
 

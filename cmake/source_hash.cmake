@@ -1,7 +1,7 @@
 # cmake -DOUT=header -DFILES=a,b -P source_hash.cmake: writes OUT with one line,
 #   #define DDP_SYNTHETIC_SOURCE "<16 hex digits of the SHA-256 of FILES' contents>"
-# (rewritten only when it changes). common/data.c keys the test suite's cache of generated datasets
-# with it (common/data_cache.c), so that a changed generator never reads an older one's data.
+# (rewritten only when it changes). common/data/data.c keys the test suite's cache of generated datasets
+# with it (common/data/data_cache.c), so that a changed generator never reads an older one's data.
 set(all "")
 string(REPLACE "," ";" FILES "${FILES}")
 foreach(f ${FILES})

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Loads a ddp-in-c checkpoint (format: docs/formats.md, common/ckpt.h) into a PyTorch nn.Sequential.
+"""Loads a ddp-in-c checkpoint (format: docs/formats.md, common/ckpt/ckpt.h) into a PyTorch nn.Sequential.
 
     python3 docs/load_checkpoint.py CHECKPOINT [FASHION_MNIST_DIR [N]]
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PCG32 and the epoch permutation of common/rng.h; prints the order for n = 10, seed 42."""
+"""PCG32 and the epoch permutation of common/base/rng.h; prints the order for n = 10, seed 42."""
 M = 2**64 - 1
 def pcg32(seed, seq):  # rng_init(seed, seq), then rng_next() forever
     inc = (seq << 1 | 1) & M

@@ -1,4 +1,4 @@
-// fuzz_ckpt.c: fuzz target for the checkpoint reader, ckpt_load() (common/ckpt.c).
+// fuzz_ckpt.c: fuzz target for the checkpoint reader, ckpt_load() (common/ckpt/ckpt.c).
 //
 // Input layout: byte 0 holds flags, the rest is the file. Flag bit 0: recompute the trailing CRC-32
 // before writing the file, so that mutations reach the checks after the CRC (the shape comparison

@@ -1,4 +1,4 @@
-// fuzz_idx.c: fuzz target for the IDX reader, dataset_load_idx() (common/data.c).
+// fuzz_idx.c: fuzz target for the IDX reader, dataset_load_idx() (common/data/data.c).
 //
 // Input layout: byte 0 = --dataset_size limit (0 = all), bytes 1..4 = length L of the image file
 // (little-endian u32, clamped to what is left), then L bytes of image file, then the label file.

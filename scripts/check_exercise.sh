@@ -12,7 +12,7 @@
 # file is step 06's train.c, its claims the fault drill's; no unit tests). Each FILE replaces the step's file of the same name (train.c, sampler.c,
 # reducer.c, fsdp.c); the step's other files are used as they are. The program is compiled and linked exactly
 # as the main build compiles the step (the commands come from `ninja -t commands`, so the flags and
-# the ddp_common library are the build's own), into a temporary folder, under the step's name, next
+# the ddp_* libraries of common/ are the build's own), into a temporary folder, under the step's name, next
 # to links to the main build's other step programs. Then the scenario runner (python3 -m tests.harness) runs the step's
 # claims with DDP_BIN_DIR pointing there, and this prints PASS or FAIL per claim, with the runner's
 # reason for a failure and its likely cause. Every run gets --timeout $DDP_RUN_TIMEOUT (15 s), so that
@@ -267,7 +267,7 @@ if [ $build_only = 0 ] && [ -n "$unit_src" ] && ! (cd "$build" && ninja -t query
     cmake -S . -B build -G Ninja && cmake --build build")
 fi
 if [ $build_only = 0 ] && [ -n "$claims" ]; then
-  if ! (cd "$build" && ninja -t commands ddp_common) 2> /dev/null | grep -c -- -DHAVE_MPI=1 > /dev/null; then
+  if ! (cd "$build" && ninja -t commands ddp_base) 2> /dev/null | grep -c -- -DHAVE_MPI=1 > /dev/null; then
     weak+=("the build in $build has no MPI (it was configured without Open MPI): the claims run the
   program at 2 and more ranks under mpiexec. Install it (Debian/Ubuntu: sudo apt-get install
   libopenmpi-dev openmpi-bin) and configure and build again: cmake -S . -B build -G Ninja && cmake --build build")
@@ -281,7 +281,7 @@ fi
 # CLAIM@launch runs under scripts/launch.sh, on the Gloo backend: a build without Gloo skips them.
 no_gloo_claims=""
 if [ $build_only = 0 ] && [[ $claims == *@launch* ]] &&
-   ! (cd "$build" && ninja -t commands ddp_common) 2> /dev/null | grep -c -- -DHAVE_GLOO=1 > /dev/null; then
+   ! (cd "$build" && ninja -t commands ddp_base) 2> /dev/null | grep -c -- -DHAVE_GLOO=1 > /dev/null; then
   for c in $claims; do [[ $c == *@launch ]] && no_gloo_claims+=" $c"; done
   claims=$(for c in $claims; do [[ $c == *@launch ]] || printf '%s ' "$c"; done)
 fi
@@ -321,7 +321,7 @@ for base in "${!mine[@]}"; do cp "${mine[$base]}" "$tmp/src/$base"; done
 echo "building $step from: $*"
 targets=$(cd "$root/steps" && ls -d [0-9][0-9]_* | tr '\n' ' ')
 # shellcheck disable=SC2086
-if ! cmake --build "$build" --target ddp_common $targets > "$tmp/build.log" 2>&1; then
+if ! cmake --build "$build" --target ddp_monitor $targets > "$tmp/build.log" 2>&1; then
   echo "FAIL build: the main build in $build does not build; fix that first:" >&2
   tail -n 20 "$tmp/build.log" >&2
   exit 1

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fuzzes the two file readers that take untrusted input with libFuzzer (clang), each for a bounded time:
-#   idx   dataset_load_idx (common/data.c): IDX image + label files, plain or gzip
-#   ckpt  ckpt_load (common/ckpt.c): checkpoint files
+#   idx   dataset_load_idx (common/data/data.c): IDX image + label files, plain or gzip
+#   ckpt  ckpt_load (common/ckpt/ckpt.c): checkpoint files
 # Usage: scripts/fuzz.sh [seconds per target, default 60] [target...]
 # Builds into build-fuzz/ (ASan + UBSan + libFuzzer), starts from the committed seeds in
 # fuzz/corpus/<target>/ and keeps what it learns in build-fuzz/corpus-<target>/ (not committed). A crash
@@ -18,10 +18,15 @@ command -v "$CC" >/dev/null || { echo "fuzz.sh: $CC not found (apt-get install c
 out=build-fuzz
 mkdir -p "$out"
 flags=(-std=c11 -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined
-       -fno-sanitize-recover=undefined -Wall -Wextra -Icommon -Ifuzz)
-declare -A src=([idx]="fuzz/fuzz_idx.c common/data.c common/file.c common/check.c common/rng.c"
-                [ckpt]="fuzz/fuzz_ckpt.c common/ckpt.c common/file.c common/data.c common/check.c
-                        common/rng.c")  # ckpt.c names a checkpoint's data with data.c's dataset_id_str
+       -fno-sanitize-recover=undefined -Wall -Wextra -Ifuzz)
+for floor in common/*/; do flags+=(-I"${floor%/}"); done  # common/'s floors (common/CMakeLists.txt)
+# data.c includes the generator's source hash, which the build makes (cmake/source_hash.cmake).
+cmake -DOUT="$out/generated/synthetic_source.h" -DFILES=common/data/data.c,common/base/rng.c \
+  -P cmake/source_hash.cmake
+flags+=(-I"$out/generated")
+declare -A src=([idx]="fuzz/fuzz_idx.c common/data/data.c common/base/file.c common/base/check.c common/base/rng.c"
+                [ckpt]="fuzz/fuzz_ckpt.c common/ckpt/ckpt.c common/base/file.c common/data/data.c common/base/check.c
+                        common/base/rng.c")  # ckpt.c names a checkpoint's data with data.c's dataset_id_str
 libs=(-ldeflate -lm)
 status=0
 for t in "${targets[@]}"; do

@@ -50,7 +50,7 @@ FLAGS = ["--device", "cpu", "--data", "synthetic", "--dataset_size", "2048", "--
          "--save_interval", "0"]
 STEPS = {"01_single_gpu": [1], "02_init": [1, 2, 3], "03_sampler": [1, 2, 3], "04_ddp_wrap": [1, 2, 3],
          "05_metrics_ckpt": [1, 2, 3], "06_full": [1, 2, 3],
-         # not at 1 rank: there, step 07's reduce-scatter (the CPU ring of common/dist_mpi.c) never ends
+         # not at 1 rank: there, step 07's reduce-scatter (the CPU ring of common/dist/dist_mpi.c) never ends
          "07_zero": [2, 3]}
 
 

@@ -775,7 +775,7 @@ else
     compare "step $n = step 06 with --clip_grad_norm, $on" clip "$LOG/clip06_np2_0.jsonl" \
       "$LOG/clip${n}_np2_0.jsonl" 0.01
   done
-  # --check_finite with a NaN in rank 1's third backward pass (common/mlp.c's test hook
+  # --check_finite with a NaN in rank 1's third backward pass (common/nn/mlp.c's test hook
   # DDP_TEST_NAN_BACKWARD, set on rank 1 alone): the job ends before that bucket's all-reduce, naming
   # rank 1 and step 3 (the ranks' agreement over NCCL; a hang here is a rank left in a collective)
   cat > "$work/nan_on_rank1" <<'SH'

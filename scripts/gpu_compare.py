@@ -27,20 +27,20 @@ def say(good, detail):
 
 def mfu(prefix, w, k):
     """The last epoch's MFU of W ranks on K GPUs. Each rank's figure is its own GEMM rate against the
-    whole GPU's peak (common/flops.c), so where ranks share a GPU the GPU's is their sum."""
+    whole GPU's peak (common/base/flops.c), so where ranks share a GPU the GPU's is their sum."""
     try:
         last = [recs(f"{prefix}{r}.jsonl", "epoch")[-1] for r in range(w)]
     except (OSError, IndexError, ValueError, KeyError):
         return "MFU: no epoch record"
     if any("mfu" not in e for e in last):
-        return "MFU: unknown (this GPU's peak is not in common/flops.c)"
+        return "MFU: unknown (this GPU's peak is not in common/base/flops.c)"
     u = [100 * e["mfu"] for e in last]
     if w > k:
         return (f"MFU of the {k} GPU(s) {sum(u) / k:.2f}% (the sum over the {w} ranks sharing them; "
                 f"each rank's own figure, against the whole GPU, is 1/{w // k} of it or so)")
     return f"MFU per GPU {sum(u) / w:.2f}% (mean over the {w} ranks; min {min(u):.2f}%, max {max(u):.2f}%)"
 
-# --trace's communication spans of each --comm_hook (common/trace.c): what ran, the unit of its
+# --trace's communication spans of each --comm_hook (common/monitor/trace.c): what ran, the unit of its
 # elements and their bytes (tests/integration/hooks_check.py, hook_trace_np2, on the CPU)
 HOOK_SPANS = {"fp16": ("all-reduce", "fp16 values", 2), "bf16": ("all-reduce", "bf16 values", 2),
               "powersgd": ("powersgd", "floats", 4)}

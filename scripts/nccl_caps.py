@@ -8,7 +8,7 @@ have no op or type; int32 is u32, as NCCL sums signed and unsigned alike), so th
 and string table says what it can do.
 
 Usage: scripts/nccl_caps.py LIBRARY_OR_LIST    (a libnccl.so, or a text file of names)
-       scripts/nccl_caps.py --calls common/dist_nccl.c   (the collectives that file calls must be
+       scripts/nccl_caps.py --calls common/dist/dist_nccl.c   (the collectives that file calls must be
                                                           the ones checked here)
 Prints one line, "ok: ..." or "MISSING: ...", and exits 0 when every function is there, 1 when one is
 missing, 2 when the file cannot be read.
@@ -17,7 +17,7 @@ import mmap
 import re
 import sys
 
-# What common/dist_nccl.c calls, with the types of dist.h (DIST_FLOAT f32, DIST_DOUBLE f64, DIST_INT
+# What common/dist/dist_nccl.c calls, with the types of dist.h (DIST_FLOAT f32, DIST_DOUBLE f64, DIST_INT
 # u32) and its ops: DIST_SUM is Sum; DIST_AVG is ncclAvg, which NCCL runs as PreMulSum (a multiply by
 # 1/W, then a sum) for floats; dist.h allows DIST_AVG for floats only. Without ncclAvg (NCCL < 2.10,
 # or DDP_NCCL_NO_AVG) only Sum is called.

@@ -22,7 +22,7 @@
 # later, whatever STOP_GRACE says. So when the attempt is an mpirun (mpirun, mpiexec, orterun), the
 # SIGTERM goes to every other process of its session, its ranks on this node, and not to mpirun, which
 # ends when they do; the ranks have STOP_GRACE to finish their step and save. (Ranks on other nodes get
-# nothing: the trainers' preemption agreement stops them too; see common/preempt.h.)
+# nothing: the trainers' preemption agreement stops them too; see common/ckpt/preempt.h.)
 #
 # SIGKILL to restart.sh cannot be trapped: so that the attempt is not left running unsupervised, it
 # starts under `setpriv --pdeathsig TERM` (util-linux), and gets SIGTERM when restart.sh dies (an
@@ -30,8 +30,8 @@
 # says so at start and runs without it.
 set -uo pipefail
 me=${0##*/}
-PREEMPTED=75           # common/preempt.h: PREEMPT_EXIT_STATUS
-PREEMPTED_UNSAVED=143  # common/preempt.h: PREEMPT_UNSAVED_EXIT_STATUS (128 + SIGTERM)
+PREEMPTED=75           # common/ckpt/preempt.h: PREEMPT_EXIT_STATUS
+PREEMPTED_UNSAVED=143  # common/ckpt/preempt.h: PREEMPT_UNSAVED_EXIT_STATUS (128 + SIGTERM)
 usage() {
   echo "usage: $me --max_restarts K -- COMMAND [ARGS...]" >&2
   exit 2

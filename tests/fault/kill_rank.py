@@ -14,7 +14,7 @@ SIGKILL at a chosen point and measures the time from the kill until mpirun exits
 After every trial: mpirun must have exited non-zero within --timeout seconds (otherwise the trial is a
 hang: every process of the job's session is killed), no rank may be left running, the output should
 name the killed rank (Open MPI prints "process rank R ... exited on signal 9"), and checkpoint.bin, if
-present, must be a complete checkpoint (size and CRC-32 as in common/ckpt.h). A stale
+present, must be a complete checkpoint (size and CRC-32 as in common/ckpt/ckpt.h). A stale
 checkpoint.bin.tmp.PID next to it is expected after SIGKILL (the writer cannot clean up) and is
 counted, not failed: what matters is that the real name never holds a partial file.
 

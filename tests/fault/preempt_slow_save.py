@@ -9,7 +9,7 @@ watchdog ended it at once (exit 1, the save lost). The drill makes the write lon
 writes (checkpoint.bin.tmp.PID exists, after a first checkpoint.bin), it stops rank 0, lets the barrier
 grow past the grace, sends SIGTERM to every rank, and lets the write go on 2 s more (SIGCONT to rank 0),
 7.5 s of writing in all. The job must end with exit 75
-(common/preempt.h) after the save, with the "preempted" line, no watchdog line, a complete checkpoint.bin,
+(common/ckpt/preempt.h) after the save, with the "preempted" line, no watchdog line, a complete checkpoint.bin,
 and a --resume auto run from it must end with the param_digest of a run nothing interrupted (bit for bit).
 
 Usage: python3 -m tests.fault.preempt_slow_save [--step 06_full] [--bin_dir build/bin] [--mpiexec mpirun]
@@ -28,7 +28,7 @@ import time
 from tests.harness.drill import (BIG, PREEMPTED, Failure, Job, digest, mpi_cmd, reference, verify_checkpoint,
                                  wait_ranks, wait_until)
 
-GRACE_S = 5.0  # common/watchdog.h: WATCHDOG_SIGNAL_GRACE_S
+GRACE_S = 5.0  # common/dist/watchdog.h: WATCHDOG_SIGNAL_GRACE_S
 # How long rank 0 stays stopped before the signal: past the grace, so that rank 1's wait is older than it
 # when the signal comes. The length of the write is the point here, not a condition to await.
 STOPPED_S = GRACE_S + 1.5

@@ -15,7 +15,7 @@ import threading
 import time
 import zlib
 
-# ---- checkpoint verification (the format of common/ckpt.h) -------------------------------------------
+# ---- checkpoint verification (the format of common/ckpt/ckpt.h) -------------------------------------------
 
 def verify_checkpoint(path):
     """Returns None when path is a complete checkpoint, else a sentence saying what is wrong."""
@@ -132,7 +132,7 @@ def wait_until(cond, timeout, poll=0.001):
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RESTART = os.path.join(ROOT, "scripts", "restart.sh")
-PREEMPTED = 75  # common/preempt.h: PREEMPT_EXIT_STATUS
+PREEMPTED = 75  # common/ckpt/preempt.h: PREEMPT_EXIT_STATUS
 
 # 4096 samples of batch 32: 64 steps per epoch at 2 ranks (43 at 3), a snapshot every 7 steps. Small
 # enough to run in a few seconds on a loaded machine, long enough that a kill at step <= 24 lands in it.

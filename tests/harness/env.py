@@ -10,7 +10,7 @@ import os
 BIN = os.environ.get("DDP_BIN_DIR", "build/bin")
 MPIEXEC = os.environ.get("DDP_MPIEXEC", "mpiexec")
 # The Fashion-MNIST folder the programs read by default: CTest passes the build's
-# (DDP_FASHION_MNIST_DIR, from common/data.h); run by hand, the Debian package's folder.
+# (DDP_FASHION_MNIST_DIR, from common/data/data.h); run by hand, the Debian package's folder.
 FASHION = os.environ.get("DDP_FASHION_MNIST_DIR", "/usr/share/datasets/fashion-mnist")
 SKIP = 77  # CTest's SKIP_RETURN_CODE
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

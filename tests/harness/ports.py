@@ -13,7 +13,7 @@ from tests.harness.env import Failure
 
 def port_free(port):
     """Whether the rendezvous store could listen on port now: a bind with SO_REUSEADDR, as
-    common/store.c's (the TIME_WAIT its own earlier connections leave on the port does not refuse it;
+    common/dist/store.c's (the TIME_WAIT its own earlier connections leave on the port does not refuse it;
     a listener, or an outgoing connection's TIME_WAIT, does)."""
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

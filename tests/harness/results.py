@@ -1,4 +1,4 @@
-"""Readers of what the programs write: metrics files (JSON lines), checkpoints (common/ckpt.h), the
+"""Readers of what the programs write: metrics files (JSON lines), checkpoints (common/ckpt/ckpt.h), the
 lines they log.
 """
 import json
@@ -28,7 +28,7 @@ def metrics(path):
 # ---- steps 02-05: the process group, the sampler, DDP, metrics and checkpoints ----------------------
 
 def read_checkpoint(path):
-    """Parses the checkpoint format of common/ckpt.h; returns (header dict, params as floats)."""
+    """Parses the checkpoint format of common/ckpt/ckpt.h; returns (header dict, params as floats)."""
     with open(path, "rb") as f:
         data = f.read()
     if data[:8] != b"DDPCKPT\0":

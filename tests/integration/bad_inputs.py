@@ -371,7 +371,7 @@ def checkpoint(d):
     v2 = bytearray(mid[:steps_at] + mid[steps_at + 16 + 4:-4])  # as version 2 wrote it (no version 4 pixels CRC)
     v2[8:16] = struct.pack("<II", 2, steps_at)
     open(f"{d}/mid2.bin", "wb").write(bytes(v2) + struct.pack("<I", zlib.crc32(bytes(v2))))
-    # Edits with a valid CRC: header offsets from common/ckpt.h's table (epoch 16, steps into the
+    # Edits with a valid CRC: header offsets from common/ckpt/ckpt.h's table (epoch 16, steps into the
     # epoch 20, global step 24, header size 12), floats after the header.
     hsize = struct.unpack_from("<I", good, 12)[0]
     n = (len(good) - hsize - 4) // 8  # parameters, then as many optimizer values

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 40, G1: the sum canary of the 16-bit hooks (dist_verify_sum in common/dist.c).
+"""Issue 40, G1: the sum canary of the 16-bit hooks (dist_verify_sum in common/dist/dist.c).
 
 An NCCL built without the fp16/bf16 all-reduce kernels runs them as empty kernels: no error, nothing
 summed, and the replicas of `--comm_hook fp16`/`bf16` drift apart. The hook now checks, when it is

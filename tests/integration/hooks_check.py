@@ -116,7 +116,7 @@ def clip_cases(tmp, cases, shards=5):
 
 
 def clip_vs_torch(tmp):
-    """--clip_grad_norm's clipper (common/clip.c) against torch.nn.utils.clip_grad_norm_ on the same
+    """--clip_grad_norm's clipper (common/nn/clip.c) against torch.nn.utils.clip_grad_norm_ on the same
     gradients: the norm within float32 rounding of the exact one and of torch's, the clipped gradients
     bit for bit given the norm; the sums of squares equal over any cut into shards."""
     rng = random.Random(f"clip-{SEED}")
@@ -519,7 +519,7 @@ def bucket_values(rng, n):
 
 
 def hook_vs_torch(tmp):
-    """--comm_hook fp16 and bf16 (common/comm_hook.c) against PyTorch's own fp16_compress_hook and
+    """--comm_hook fp16 and bf16 (common/comm_hooks/comm_hook.c) against PyTorch's own fp16_compress_hook and
     bf16_compress_hook on the same bucket contents at 2 ranks: bit for bit (every sum has two terms);
     the bytes handed to the collective are 2 per element."""
     W, n = 2, 6000
@@ -584,7 +584,7 @@ def hook_bytes_np2(tmp):
 
 
 def powersgd_vs_torch(tmp):
-    """--comm_hook powersgd (common/powersgd.c) against PyTorch's own powerSGD_hook at 2 ranks, from the
+    """--comm_hook powersgd (common/comm_hooks/powersgd.c) against PyTorch's own powerSGD_hook at 2 ranks, from the
     same initial Q, two iterations (the second with error feedback and warm start): the uncompressed
     tensors bit for bit, the compressed ones within float32 rounding; the bytes are the factors'."""
     W, n = 2, 784 * 64 + 64 + 640 + 10
@@ -813,7 +813,7 @@ def powersgd_write_fails_np2(tmp):
 
 def nan_run(tmp, tag, extra, at=3, var="DDP_TEST_NAN_BACKWARD"):
     """Step 06 at 2 ranks where rank 1's backward pass `at` turns a gradient into NaN (the test hook
-    DDP_TEST_NAN_BACKWARD of common/mlp.c, set on rank 1 only; var DDP_TEST_BIG_BACKWARD: into 1e6);
+    DDP_TEST_NAN_BACKWARD of common/nn/mlp.c, set on rank 1 only; var DDP_TEST_BIG_BACKWARD: into 1e6);
     returns (exit status, output, step records of rank 0)."""
     # the bucket model of steps 06 and 07 (tests/harness/families.py), 784-15-10112-10: at this cap, 3 buckets, layer 0's weight alone in the last
     args = small(hidden="15,10112") + ["--batch_size", "64", "--epochs", "1", "--bucket_cap_mb", "0.00005",

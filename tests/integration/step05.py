@@ -73,7 +73,7 @@ def step05_eval_exact(tmp):
 def step05_one_writer(tmp):
     """Step 05 at 2 ranks: one process alone writes the checkpoints (the replicas are equal), each in
     the folder it is meant for (--save_init's initial state in its own folder, not --ckpt_dir's).
-    A writer writes `checkpoint.bin.tmp.<its pid>`, then renames it (common/ckpt.c): one such name per
+    A writer writes `checkpoint.bin.tmp.<its pid>`, then renames it (common/ckpt/ckpt.c): one such name per
     writing process."""
     ck, init = f"{tmp}/ck", f"{tmp}/init"
     os.makedirs(ck)

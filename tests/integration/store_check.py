@@ -1,4 +1,4 @@
-"""The Gloo ranks' rendezvous store (common/store.c) against what else reaches its port, and against
+"""The Gloo ranks' rendezvous store (common/dist/store.c) against what else reaches its port, and against
 ranks started with other settings: real ranks of 06_full, started by environment (RANK, WORLD_SIZE,
 MASTER_ADDR=127.0.0.1, a fresh MASTER_PORT) without a launcher, and clients on loopback only.
 

@@ -171,9 +171,9 @@ endif()
 # chunked path runs and must give the same results.
 if(DDP_HAVE_MPI)
   add_executable(test_dist_chunked ${PROJECT_SOURCE_DIR}/tests/mpi/test_dist.c
-                 ${PROJECT_SOURCE_DIR}/tests/mpi/dist_cases.c ${PROJECT_SOURCE_DIR}/common/dist_mpi.c)
+                 ${PROJECT_SOURCE_DIR}/tests/mpi/dist_cases.c ${PROJECT_SOURCE_DIR}/common/dist/dist_mpi.c)
   target_compile_definitions(test_dist_chunked PRIVATE DDP_MPI_CHUNK=2)
-  target_link_libraries(test_dist_chunked PRIVATE ddp_common ddp_warnings)
+  target_link_libraries(test_dist_chunked PRIVATE ddp_common_internal ddp_warnings)
   add_test(NAME dist_collectives_chunked
            COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 3 $<TARGET_FILE:test_dist_chunked>)
   set_tests_properties(dist_collectives_chunked PROPERTIES

@@ -1,4 +1,4 @@
-// test_dist.c: every collective of the process group (common/dist.h) on CPU buffers under mpirun,
+// test_dist.c: every collective of the process group (common/dist/dist.h) on CPU buffers under mpirun,
 // against values each rank can compute for itself. Run: mpirun -np 3 build/bin/test_dist
 // (CTest runs it at 2, 3 and 4 ranks). The reduce-scatter and in-place all-gather cases are shared
 // with the GPU test (dist_cases.c). Prints one line per check on rank 0 and "N passed, M failed";

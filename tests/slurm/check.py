@@ -183,7 +183,7 @@ def slurm_scancel_resume(tmp):
         raise Failure(f"scancel {job}: ranks {rank_pids(ck)} still run 30 s later")
     gone = time.time() - t0
     log = open(f"{tmp}/job.txt").read()
-    # scancel sends SIGTERM first: the trainers' preemption (common/preempt.h) stops every rank after
+    # scancel sends SIGTERM first: the trainers' preemption (common/ckpt/preempt.h) stops every rank after
     # the same step and writes the checkpoint; a run that ended without it was not cancelled at all.
     if "preempted:" not in log:
         raise Failure(f"job {job}: no 'preempted:' line after scancel (finished before it, or killed "

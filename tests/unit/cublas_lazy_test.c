@@ -1,4 +1,4 @@
-// CTest `cublas_lazy` (label unit; a build with CUDA): common/cublas_lazy.c loads cuBLAS at its first
+// CTest `cublas_lazy` (label unit; a build with CUDA): common/device/cublas_lazy.c loads cuBLAS at its first
 // call, not at start. A program linked like the trainers has no libcublas in its memory map at
 // start (a CPU run never pays for it); the first cuBLAS call (cublasGetStatusString, which needs no
 // GPU) loads it and answers through the real library. Exit 0, or 1 naming what went wrong.

@@ -1,4 +1,4 @@
-// The pure helpers of the process group (common/dist.h): dist_shard_counts, the counts of a bucket's
+// The pure helpers of the process group (common/dist/dist.h): dist_shard_counts, the counts of a bucket's
 // reduce-scatter against the shards of a flat buffer; dist_detect_launcher, the launcher read from a
 // faked environment; dist_nccl_says_gpu_shared, NCCL's message for two ranks on one GPU; and the
 // backends' tables of operations (dist_backend.h): every slot of every backend built is filled or

@@ -1,4 +1,4 @@
-// Unit tests for common/file.c: what a path is, mkdir -p, and a folder's fsync.
+// Unit tests for common/base/file.c: what a path is, mkdir -p, and a folder's fsync.
 #include <gtest/gtest.h>
 
 #include <cerrno>

@@ -94,7 +94,7 @@ TEST_P(GemmPlain, MatchesOpenBlas) {
   EXPECT_EQ(bad, 0);
 }
 
-// One training step's GEMMs of the default model, as common/mlp.c calls them (bench/gemm_bound.c lists
+// One training step's GEMMs of the default model, as common/nn/mlp.c calls them (bench/gemm_bound.c lists
 // them): forward (B, OUT) = (B, IN)·(OUT, IN)ᵀ; backward dW (OUT, IN) = (B, OUT)ᵀ·(B, IN) and
 // dX (B, IN) = (B, OUT)·(OUT, IN).
 TEST(GemmCourse, OpenBlasMatchesPlainOnEveryGemmOfAStep) {

@@ -1,4 +1,4 @@
-// The rendezvous store's server (common/store.c) against clients that are not ranks: connections
+// The rendezvous store's server (common/dist/store.c) against clients that are not ranks: connections
 // that open and close are reaped (descriptors back to where they were, later ranks still served); an
 // accept that fails for want of descriptors is retried; one connection cannot store more than a
 // rank's share, nor all connections together more than the job's; many keys are all found; the

@@ -1,5 +1,5 @@
 /* A stand-in for an older NCCL's nccl.h (2.<SHIM_NCCL_MINOR>.0, -DSHIM_NCCL_MINOR=13 by default), for
- * the compile test nccl_old_headers (tests/CMakeLists.txt): the declarations common/dist_nccl.c uses,
+ * the compile test nccl_old_headers (tests/CMakeLists.txt): the declarations common/dist/dist_nccl.c uses,
  * as those versions had them. Copied in shape from NCCL's own headers of the time: before 2.24,
  * ncclBfloat16 exists only where cuda_bf16.h defines __CUDA_BF16_TYPES_EXIST__ (C++, not C); from
  * 2.24 always. ncclInProgress came with 2.14 (non-blocking communicators), ncclGetLastError with

@@ -173,8 +173,6 @@ void comm_hook_compress(const Ctx *c, bool bf16, const float *src, uint16_t *dst
   IMPL(c, comm_hook_compress)(c, bf16, src, dst, n, W);
 }
 
-void comm_hook_divide(const Ctx *c, float *x, size_t n, int W) { IMPL(c, comm_hook_divide)(c, x, n, W); }
-
 void comm_hook_decompress(const Ctx *c, bool bf16, const uint16_t *src, float *dst, size_t n) {
   IMPL(c, comm_hook_decompress)(c, bf16, src, dst, n);
 }
@@ -187,12 +185,6 @@ void comm_hook_compress_cpu(const Ctx *c, bool bf16, const float *src, uint16_t 
   for (size_t i = 0; i < n; i++)  // `bucket.to(dtype).div_(world_size)`: two roundings, as PyTorch's
     dst[i] = bf16 ? bf16_from_float(bf16_to_float(bf16_from_float(src[i])) / w)
                   : half_from_float(half_to_float(half_from_float(src[i])) / w);
-}
-
-void comm_hook_divide_cpu(const Ctx *c, float *x, size_t n, int W) {
-  (void)c;
-  float w = (float)W;
-  for (size_t i = 0; i < n; i++) x[i] /= w;
 }
 
 void comm_hook_decompress_cpu(const Ctx *c, bool bf16, const uint16_t *src, float *dst, size_t n) {

@@ -43,6 +43,8 @@ void ops_sgd(const Ctx *c, float *p, const float *g, float *buf, size_t n, float
 
 void ops_scale(const Ctx *c, float *x, size_t n, float a) { IMPL(c, ops_scale)(c, x, n, a); }
 
+void ops_div(const Ctx *c, float *x, size_t n, float d) { IMPL(c, ops_div)(c, x, n, d); }
+
 void ops_count_nonfinite(const Ctx *c, const float *x, size_t n, int *count) {
   IMPL(c, ops_count_nonfinite)(c, x, n, count);
 }

@@ -63,6 +63,10 @@ void ops_sgd_cuda(const Ctx *c, float *p, const float *g, float *buf, size_t n, 
 void ops_scale_cpu(const Ctx *c, float *x, size_t n, float a);
 /** @brief CUDA version of ops_scale(). */
 void ops_scale_cuda(const Ctx *c, float *x, size_t n, float a);
+/** @brief CPU reference of ops_div(). */
+void ops_div_cpu(const Ctx *c, float *x, size_t n, float d);
+/** @brief CUDA version of ops_div() (`__fdiv_rn`). */
+void ops_div_cuda(const Ctx *c, float *x, size_t n, float d);
 /** @brief CPU reference of ops_axpy(). */
 void ops_axpy_cpu(const Ctx *c, float *y, const float *x, size_t n, float a);
 /** @brief CUDA version of ops_axpy(). */

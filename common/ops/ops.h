@@ -123,6 +123,16 @@ void ops_sgd(const Ctx *c, float *p, const float *g, float *buf, size_t n, float
 void ops_scale(const Ctx *c, float *x, size_t n, float a);
 
 /**
+ * @brief Divides in place: `x[i] /= d`, one division rounded once (PyTorch's `tensor.div_(d)`;
+ * `__fdiv_rn` on CUDA), which a scale by 1/d is not.
+ * @param[in] c     context.
+ * @param[in,out] x device, (n).
+ * @param[in] n     number of elements.
+ * @param[in] d     divisor.
+ */
+void ops_div(const Ctx *c, float *x, size_t n, float d);
+
+/**
  * @brief Counts the elements that are not finite (NaN or ±infinity): `count += #{i : !isfinite(x[i])}`.
  * @param[in] c         context.
  * @param[in] x         device, (n).

@@ -14,7 +14,6 @@
 #include "devmem.h"
 #include "dist_backend.h"
 #include "half.h"
-#include "ops.h"
 #include "watchdog.h"
 
 // A blocking MPI call, announced to the watchdog so that a peer that never joins ends this rank.

@@ -31,16 +31,6 @@ extern "C" void comm_hook_compress_cuda(const Ctx *c, bool bf16, const float *sr
   cudaCheck(cudaGetLastError());
 }
 
-static __global__ void divide_kernel(float *x, size_t n, float w) {
-  GRID_STRIDE_LOOP(i, n) { x[i] = __fdiv_rn(x[i], w); }
-}
-
-extern "C" void comm_hook_divide_cuda(const Ctx *c, float *x, size_t n, int W) {
-  if (n == 0) return;
-  divide_kernel<<<blocks_for(n), THREADS, 0, stream_of(c)>>>(x, n, (float)W);
-  cudaCheck(cudaGetLastError());
-}
-
 static __global__ void decompress_half_kernel(const __half *src, float *dst, size_t n) {
   GRID_STRIDE_LOOP(i, n) { dst[i] = __half2float(src[i]); }
 }

@@ -74,6 +74,16 @@ extern "C" void ops_scale_cuda(const Ctx *c, float *x, size_t n, float a) {
   cudaCheck(cudaGetLastError());
 }
 
+static __global__ void div_kernel(float *x, size_t n, float d) {
+  GRID_STRIDE_LOOP(i, n) { x[i] = __fdiv_rn(x[i], d); }
+}
+
+extern "C" void ops_div_cuda(const Ctx *c, float *x, size_t n, float d) {
+  if (n == 0) return;
+  div_kernel<<<blocks_for(n), THREADS, 0, stream_of(c)>>>(x, n, d);
+  cudaCheck(cudaGetLastError());
+}
+
 // count += the non-finite elements of x: an integer atomic per block (exact in any order).
 static __global__ void count_nonfinite_kernel(const float *x, size_t n, int *count) {
   __shared__ int block;

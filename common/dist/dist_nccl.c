@@ -16,7 +16,7 @@
 #include "devmem.h"
 #include "dist_backend.h"
 #include "log.h"
-#include "ops_backend.h"
+#include "ops.h"
 #include "watchdog.h"
 
 // Older NCCL headers lack NCCL_VERSION; ncclAvg needs 2.10, ncclGetLastError 2.13.
@@ -131,7 +131,7 @@ static bool g_have_avg;
 static void divide_by_world(const ProcessGroup *pg, float *buf, size_t n, cudaStream_t on) {
   Ctx c = *pg->ctx;
   c.stream = on;
-  ops_scale_cuda(&c, buf, n, 1.0f / (float)pg->world_size);
+  ops_scale(&c, buf, n, 1.0f / (float)pg->world_size);  // a CUDA context: ops_scale_cuda
 }
 
 static int dist_nccl_poll(void *user, double timeout, char *why) {

@@ -12,7 +12,6 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "comm_hook.h"
 #include "devmem.h"
 #include "file.h"
 #include "ops.h"
@@ -138,7 +137,7 @@ void powersgd_hook(PowerSgd *s, int bucket, float *grads) {
   float *g = grads + b->offset, *err = s->error + b->offset, *cp = s->copy + b->offset;
   int W = s->pg->world_size;
   if (s->iter < s->start_iter) {  // PyTorch's _allreduce_fut: divide, then sum
-    comm_hook_divide(c, g, b->count, W);
+    ops_div(c, g, b->count, (float)W);
     all_reduce(s, g, b->count);
     if (bucket == s->n_buckets - 1) s->iter++;
     return;
@@ -150,7 +149,7 @@ void powersgd_hook(PowerSgd *s, int bucket, float *grads) {
     if (t->compress) continue;
     size_t numel = (size_t)t->rows * t->cols;
     all_reduce(s, grads + t->offset, numel);
-    comm_hook_divide(c, grads + t->offset, numel, W);
+    ops_div(c, grads + t->offset, numel, (float)W);
   }
   if (b->q_len) {
     if (b->warm)
@@ -174,7 +173,7 @@ void powersgd_hook(PowerSgd *s, int bucket, float *grads) {
                  b->q + t->q);
     }
     all_reduce(s, b->q, b->q_len);
-    comm_hook_divide(c, b->q, b->q_len, W);
+    ops_div(c, b->q, b->q_len, (float)W);
     for (int k = 0; k < b->n; k++) {  // M = P·Qᵀ
       const PsgdTensor *t = &b->t[k];
       if (t->compress)

@@ -104,15 +104,6 @@ void comm_hook_layout(CommHook *h);
  */
 void comm_hook_check_finite(CommHook *h, bool on);
 
-/**
- * @brief `x = x / W`, elementwise (PyTorch's `tensor.div_(world_size)`: a division, rounded once).
- * @param[in] c     context.
- * @param[in,out] x device, (n).
- * @param[in] n     elements.
- * @param[in] W     the world size.
- */
-void comm_hook_divide(const Ctx *c, float *x, size_t n, int W);
-
 /** @brief True when the hook divides by the world size itself (fp16, bf16), as PyTorch's hooks do. */
 bool comm_hook_divides(const CommHook *h);
 

@@ -136,6 +136,11 @@ void ops_scale_cpu(const Ctx *c, float *x, size_t n, float a) {
   for (size_t i = 0; i < n; i++) x[i] *= a;
 }
 
+void ops_div_cpu(const Ctx *c, float *x, size_t n, float d) {
+  (void)c;
+  for (size_t i = 0; i < n; i++) x[i] /= d;
+}
+
 void ops_count_nonfinite_cpu(const Ctx *c, const float *x, size_t n, int *count) {
   (void)c;
   for (size_t i = 0; i < n; i++) *count += !isfinite(x[i]);

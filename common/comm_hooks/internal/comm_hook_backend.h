@@ -17,10 +17,6 @@ extern "C" {
 void comm_hook_compress_cpu(const Ctx *c, bool bf16, const float *src, uint16_t *dst, size_t n, int W);
 /** @brief CUDA version of comm_hook_compress() (`__float2half_rn`, `__float2bfloat16_rn`). */
 void comm_hook_compress_cuda(const Ctx *c, bool bf16, const float *src, uint16_t *dst, size_t n, int W);
-/** @brief CPU reference of comm_hook_divide(). */
-void comm_hook_divide_cpu(const Ctx *c, float *x, size_t n, int W);
-/** @brief CUDA version of comm_hook_divide() (`__fdiv_rn`). */
-void comm_hook_divide_cuda(const Ctx *c, float *x, size_t n, int W);
 /** @brief CPU reference of comm_hook_decompress(). */
 void comm_hook_decompress_cpu(const Ctx *c, bool bf16, const uint16_t *src, float *dst, size_t n);
 /** @brief CUDA version of comm_hook_decompress(). */
