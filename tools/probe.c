@@ -42,6 +42,7 @@ typedef struct ProbeArgs {
   long warmup;          // --warmup: untimed all-reduces per size, after the checked one
   long wrong_rank;      // --test_wrong_rank: this rank contributes one wrong element (-1: none)
   long absent_rank;     // --test_absent_rank: this rank never checks in (-1: none)
+  bool async;           // --call async: dist_all_reduce_async + dist_wait (the reducer's call)
 } ProbeArgs;
 
 #define MAX_BYTES_LIMIT ((size_t)1 << 33)  // 8 GiB: a bound on --max_bytes, far above any useful size
@@ -63,6 +64,9 @@ static const char *USAGE =
     "  --iters N              timed all-reduces per size (default 20, 1..100000; fewer where a size\n"
     "                         would move more than 1 GiB, at least 1)\n"
     "  --warmup N             untimed all-reduces per size before the timed ones (default 1, 0..1000)\n"
+    "  --call KIND            blocking|async: time dist_all_reduce, or dist_all_reduce_async and\n"
+    "                         dist_wait as the reducers of steps 06-08 call them (default blocking;\n"
+    "                         MPI runs another algorithm for each)\n"
     "  --test_wrong_rank R    FOR TESTS ONLY: rank R contributes a wrong value at element 3\n"
     "  --test_absent_rank R   FOR TESTS ONLY: rank R never arrives (sleeps instead of checking in)\n"
     "  --help                 this text\n";
@@ -118,7 +122,10 @@ static bool set_flag(ProbeArgs *a, const char *name, const char *v) {
     a->iters = (long)parse_size(name, v, 1, 100000);
   else if (!strcmp(name, "warmup"))
     a->warmup = (long)parse_size(name, v, 0, 1000);
-  else if (!strcmp(name, "test_wrong_rank"))
+  else if (!strcmp(name, "call")) {
+    if (strcmp(v, "blocking") && strcmp(v, "async")) usage_error("--call: blocking or async, not '%s'", v);
+    a->async = !strcmp(v, "async");
+  } else if (!strcmp(name, "test_wrong_rank"))
     a->wrong_rank = (long)parse_size(name, v, 0, 1 << 20);
   else if (!strcmp(name, "test_absent_rank"))
     a->absent_rank = (long)parse_size(name, v, 0, 1 << 20);
@@ -128,7 +135,7 @@ static bool set_flag(ProbeArgs *a, const char *name, const char *v) {
 }
 
 static void configure(ProbeArgs *a, int argc, char **argv) {
-  *a = (ProbeArgs){"auto", "auto", 60, 1024, (size_t)256 << 20, 4, 20, 1, -1, -1};
+  *a = (ProbeArgs){"auto", "auto", 60, 1024, (size_t)256 << 20, 4, 20, 1, -1, -1, false};
   for (int i = 1; i < argc; i++) {
     const char *s = argv[i];
     if (!strcmp(s, "--help") || !strcmp(s, "-h")) {
@@ -167,6 +174,7 @@ typedef struct Probe {
   float *host;      // host, (max count): the values to upload, then the result to check
   double *stat;     // device, (2): a rank's [seconds, #wrong], summed over the ranks
   DevEvent t0, t1;  // around the timed iterations
+  DistWork work;    // --call async: the handle of each all-reduce
   double wrong;     // elements wrong, summed over the ranks and all the checks so far
 } Probe;
 
@@ -234,6 +242,7 @@ static void check_flags_agree(Probe *p) {
   agree_add(&a, "--factor", "%zu", p->args.factor);
   agree_add(&a, "--iters", "%ld", p->args.iters);
   agree_add(&a, "--warmup", "%ld", p->args.warmup);
+  agree_add(&a, "--call", "%s", p->args.async ? "async" : "blocking");
   agree_add(&a, "--test_wrong_rank", "%ld", p->args.wrong_rank);
   agree_check(&a, &p->pg, &p->ctx);
 }
@@ -248,9 +257,11 @@ static void alloc_buffers(Probe *p) {
   p->stat = dev_alloc(&p->ctx, 2 * sizeof(double));
   dev_event_init(&p->ctx, &p->t0);
   dev_event_init(&p->ctx, &p->t1);
+  dist_work_init(&p->pg, &p->work);
 }
 
 static void cleanup(Probe *p) {
+  dist_work_free(&p->pg, &p->work);
   dev_event_free(&p->ctx, &p->t1);
   dev_event_free(&p->ctx, &p->t0);
   dev_free(&p->ctx, p->stat);
@@ -364,11 +375,20 @@ static long iters_for(const Probe *p, size_t bytes) {
 
 // Mean seconds of one all-reduce of @p n floats on this rank: from a barrier to the completion of
 // the last of @p iters back-to-back all-reduces (on a GPU, events on the stream the NCCL calls use).
+static void all_reduce(Probe *p, size_t n) {
+  if (!p->args.async) {
+    dist_all_reduce(&p->pg, p->buf, n, DIST_FLOAT, DIST_SUM);
+    return;
+  }
+  dist_all_reduce_async(&p->pg, p->buf, n, DIST_FLOAT, DIST_SUM, &p->work);
+  dist_wait(&p->pg, &p->work);
+}
+
 static double time_all_reduce(Probe *p, size_t n, long iters) {
-  for (long i = 0; i < p->args.warmup; i++) dist_all_reduce(&p->pg, p->buf, n, DIST_FLOAT, DIST_SUM);
+  for (long i = 0; i < p->args.warmup; i++) all_reduce(p, n);
   dist_barrier(&p->pg);
   dev_event_record(&p->ctx, &p->t0, NULL);
-  for (long i = 0; i < iters; i++) dist_all_reduce(&p->pg, p->buf, n, DIST_FLOAT, DIST_SUM);
+  for (long i = 0; i < iters; i++) all_reduce(p, n);
   dev_event_record(&p->ctx, &p->t1, NULL);
   return dev_event_elapsed(&p->ctx, &p->t0, &p->t1) / (double)iters;
 }
@@ -376,9 +396,10 @@ static double time_all_reduce(Probe *p, size_t n, long iters) {
 static void print_header(const Probe *p) {
   int W = p->pg.world_size;
   log0(
-      "#\n# all-reduce, sum, float32, in place, %d rank%s; %ld timed iterations per size (fewer where "
+      "#\n# all-reduce%s, sum, float32, in place, %d rank%s; %ld timed iterations per size (fewer where "
       "they would move more than 1 GiB), after %ld warm-up%s and one checked all-reduce\n",
-      W, W == 1 ? "" : "s", p->args.iters, p->args.warmup, p->args.warmup == 1 ? "" : "s");
+      p->args.async ? " (async, then wait)" : "", W, W == 1 ? "" : "s", p->args.iters, p->args.warmup,
+      p->args.warmup == 1 ? "" : "s");
   log0("# buffers: allocated once at the largest size and written before any timing (hot), on the %s\n",
        p->ctx.dev == DEVICE_CUDA ? "GPU" : "CPU");
   log0("# time: mean over the ranks of (barrier .. last all-reduce complete) / iterations\n");

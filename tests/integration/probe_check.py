@@ -79,11 +79,12 @@ def backend_line(out):
     return m[0]
 
 
-def passes(np):
+def passes(np, call=None):
     def scenario():
-        """ok on every rank, the backend's version and the expected table rows, exit 0."""
+        """ok on every rank, the backend's version and the expected table rows, exit 0 (with --call
+        async: the table of dist_all_reduce_async + dist_wait, as the header says)."""
         W = np or 1
-        p, took, cmd = probe(np, [])
+        p, took, cmd = probe(np, ["--call", call] if call else [])
         if p.returncode != 0:
             raise Failure(f"{cmd} exited {p.returncode}\n{p.stdout}\n{p.stderr}")
         states = rank_lines(p.stdout, W)
@@ -95,8 +96,11 @@ def passes(np):
             raise Failure(f"the header must say the buffers are hot, the footer '0 OK':\n{p.stdout}")
         if W == 1 and "not shown" not in p.stdout:
             raise Failure("one rank: the output must say why busbw is not shown")
-        print(f"{W} rank(s): {W} ok lines, {len(EXPECTED_SIZES)} rows, in {took:.1f} s")
-    scenario.__name__ = f"probe_np{np or 1}"
+        if ("# all-reduce (async, then wait), sum" in p.stdout) != (call == "async"):
+            raise Failure(f"the header must say '(async, then wait)' exactly with --call async:\n{p.stdout}")
+        print(f"{W} rank(s){' --call ' + call if call else ''}: {W} ok lines, {len(EXPECTED_SIZES)} rows, "
+              f"in {took:.1f} s")
+    scenario.__name__ = f"probe_{call + '_' if call else ''}np{np or 1}"
     return scenario
 
 
@@ -154,7 +158,7 @@ def probe_disagree():
 # contributes a wrong value; the missing rank named within --timeout when one never arrives; probe ranks
 # started with different --iters or --max_bytes refused at once, naming the flag. The multi-rank runs
 # launch with mpirun.
-for f in [passes(0), passes(2), passes(3), probe_wrong, probe_absent, probe_disagree]:
+for f in [passes(0), passes(2), passes(3), passes(2, "async"), probe_wrong, probe_absent, probe_disagree]:
     register(f, processors=2, timeout=180, skip=None, env=("bin", "mpiexec", "mpi_env"), labels=("integration",),
              needs=() if f.__name__ == "probe_np1" else ("mpi",), cache=False, sigterm=False)
 
