@@ -51,7 +51,7 @@ slowlink  Two nodes as two network namespaces (tests/multinode/nodes.sh) joined 
                           probe --call blocking; 06-08: --call async, which MPI runs with another
                           algorithm); an all-gather of n bytes at 2 ranks moves half of it, a + c*n/2,
                           and so does a reduce-scatter on MPI (Gloo's is a whole all-reduce:
-                          common/dist_gloo.cc). Compute ("base"): the program's median step at 1
+                          common/dist/dist_gloo.cc). Compute ("base"): the program's median step at 1
                           rank, two copies running at once (each rank's GEMMs share the cores with
                           the other rank's), and the per-layer forward and backward times of step
                           08's 1-rank --trace. Then
@@ -549,7 +549,7 @@ def fsdp_exposed(fwd, bwd, layer_bytes, a, c, rs):
 
 def rs_c(backend, c):
     """The cost per byte of a reduce-scatter of n bytes at 2 ranks. MPI's and NCCL's move half the
-    bytes (c/2); Debian's Gloo has no reduce-scatter, so common/dist_gloo.cc all-reduces the whole
+    bytes (c/2); Debian's Gloo has no reduce-scatter, so common/dist/dist_gloo.cc all-reduces the whole
     buffer and keeps its chunk: a whole all-reduce's c."""
     return c if backend == "gloo" else c / 2
 
