@@ -1,0 +1,186 @@
+// flight.c: the ring of each rank's last collectives, and its JSON Lines dump (flight.h).
+#define _POSIX_C_SOURCE 200809L
+#include "flight.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "file.h"
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static FlightEntry g_ring[FLIGHT_RING];  // entry seq lives at g_ring[seq % FLIGHT_RING]
+static uint64_t g_next = 1;              // the next sequence number
+static char g_dir[512] = "out";
+static int g_rank;
+static volatile sig_atomic_t g_requested;
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+uint64_t flight_record(const char *op, const char *type, size_t count, const char *tag) {
+  pthread_mutex_lock(&g_lock);
+  uint64_t seq = g_next++;
+  FlightEntry *e = &g_ring[seq % FLIGHT_RING];
+  *e = (FlightEntry){.seq = seq, .op = op, .type = type, .count = count, .queued = now()};
+  snprintf(e->tag, sizeof e->tag, "%s", tag ? tag : "");
+  pthread_mutex_unlock(&g_lock);
+  return seq;
+}
+
+void flight_mark(uint64_t seq, FlightState state) {
+  pthread_mutex_lock(&g_lock);
+  FlightEntry *e = &g_ring[seq % FLIGHT_RING];
+  if (e->seq == seq) {
+    double t = now();
+    if (state == FLIGHT_STARTED)
+      e->started = t;
+    else
+      e->finished = t;
+    e->state = state;
+  }
+  pthread_mutex_unlock(&g_lock);
+}
+
+uint64_t flight_skip(void) {
+  pthread_mutex_lock(&g_lock);
+  uint64_t seq = g_next++;
+  pthread_mutex_unlock(&g_lock);
+  return seq;
+}
+
+uint64_t flight_next_seq(void) {
+  pthread_mutex_lock(&g_lock);
+  uint64_t seq = g_next;
+  pthread_mutex_unlock(&g_lock);
+  return seq;
+}
+
+// The ring's entries, oldest first, copied under the lock; returns how many.
+static int snapshot(FlightEntry *out) {
+  pthread_mutex_lock(&g_lock);
+  int n = 0;
+  uint64_t first = g_next > FLIGHT_RING ? g_next - FLIGHT_RING : 1;
+  for (uint64_t s = first; s < g_next; s++)
+    if (g_ring[s % FLIGHT_RING].seq == s) out[n++] = g_ring[s % FLIGHT_RING];
+  pthread_mutex_unlock(&g_lock);
+  return n;
+}
+
+bool flight_oldest_pending(FlightEntry *out) {
+  static FlightEntry all[FLIGHT_RING];  // the watchdog's thread is the only caller
+  int n = snapshot(all);
+  for (int i = 0; i < n; i++)
+    if (all[i].state != FLIGHT_DONE) {
+      *out = all[i];
+      return true;
+    }
+  return false;
+}
+
+static size_t type_bytes(const char *type) {
+  return !strcmp(type, "double") ? 8 : !strcmp(type, "half") || !strcmp(type, "bf16") ? 2 : 4;
+}
+
+void flight_describe(const FlightEntry *e, char *out, size_t len) {
+  double mib = (double)(e->count * type_bytes(e->type)) / (1024.0 * 1024.0);
+  double t = now();
+  int n = snprintf(out, len, "collective #%llu (%s, %s, %s x %zu = %.1f MiB)", (unsigned long long)e->seq,
+                   e->op, e->tag[0] ? e->tag : "untagged", e->type, e->count, mib);
+  if (n < 0 || (size_t)n >= len) return;
+  if (e->state == FLIGHT_QUEUED)
+    snprintf(out + n, len - (size_t)n, " queued %.1f s ago, not started", t - e->queued);
+  else if (e->state == FLIGHT_STARTED)
+    snprintf(out + n, len - (size_t)n, " started %.1f s ago", t - e->started);
+  else
+    snprintf(out + n, len - (size_t)n, " %s %.1f s ago", e->state == FLIGHT_DONE ? "done" : "failed",
+             t - e->finished);
+}
+
+void flight_set_dir(const char *dir, int rank) {
+  pthread_mutex_lock(&g_lock);
+  if (dir && dir[0]) snprintf(g_dir, sizeof g_dir, "%s", dir);
+  g_rank = rank;
+  pthread_mutex_unlock(&g_lock);
+}
+
+const char *flight_dir(void) { return g_dir; }
+
+static const char *state_name(FlightState s) {
+  return s == FLIGHT_QUEUED    ? "queued"
+         : s == FLIGHT_STARTED ? "started"
+         : s == FLIGHT_DONE    ? "done"
+                               : "failed";
+}
+
+// A JSON string's content: quotes, backslashes and control characters escaped.
+static void put_json(FILE *f, const char *s) {
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\')
+      fprintf(f, "\\%c", c);
+    else if (c < 0x20)
+      fprintf(f, "\\u%04x", c);
+    else
+      fputc(c, f);
+  }
+}
+
+int flight_dump(const char *why, int world) {
+  static FlightEntry all[FLIGHT_RING];
+  static pthread_mutex_t dumping = PTHREAD_MUTEX_INITIALIZER;  // one dump at a time (all[] is shared)
+  pthread_mutex_lock(&dumping);
+  int n = snapshot(all);
+  char path[600], tmp[620];
+  snprintf(path, sizeof path, "%s/fr_%d.jsonl", g_dir, g_rank);
+  snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+  int err = file_make_dirs(g_dir) != 0 ? errno : 0;
+  FILE *f = err ? NULL : fopen(tmp, "w");
+  if (!f) {
+    err = err ? err : errno;
+    pthread_mutex_unlock(&dumping);
+    return err;
+  }
+  fprintf(f,
+          "{\"rank\": %d, \"world_size\": %d, \"pid\": %d, \"dumped\": %.6f, \"next_seq\": %llu, \"why\": \"",
+          g_rank, world, (int)getpid(), now(), (unsigned long long)flight_next_seq());
+  put_json(f, why ? why : "");
+  fprintf(f, "\"}\n");
+  for (int i = 0; i < n; i++) {
+    const FlightEntry *e = &all[i];
+    fprintf(f, "{\"seq\": %llu, \"op\": \"%s\", \"type\": \"%s\", \"count\": %zu, \"tag\": \"",
+            (unsigned long long)e->seq, e->op, e->type, e->count);
+    put_json(f, e->tag);
+    fprintf(f, "\", \"state\": \"%s\", \"queued\": %.6f, \"started\": %.6f, \"finished\": %.6f}\n",
+            state_name(e->state), e->queued, e->started, e->finished);
+  }
+  err = ferror(f) ? EIO : 0;
+  if (fflush(f) != 0 && !err) err = errno;
+  if (fclose(f) != 0 && !err) err = errno;
+  if (!err && rename(tmp, path) != 0) err = errno;
+  if (err) unlink(tmp);
+  pthread_mutex_unlock(&dumping);
+  return err;
+}
+
+void flight_request_dump(void) { g_requested = 1; }
+
+bool flight_take_request(void) {
+  if (!g_requested) return false;
+  g_requested = 0;
+  return true;
+}
+
+void flight_reset(void) {
+  pthread_mutex_lock(&g_lock);
+  memset(g_ring, 0, sizeof g_ring);
+  g_next = 1;
+  pthread_mutex_unlock(&g_lock);
+}
