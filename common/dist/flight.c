@@ -16,7 +16,7 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static FlightEntry g_ring[FLIGHT_RING];  // entry seq lives at g_ring[seq % FLIGHT_RING]
 static uint64_t g_next = 1;              // the next sequence number
 static char g_dir[512] = "out";
-static int g_rank;
+static int g_rank, g_world = 1;
 static volatile sig_atomic_t g_requested;
 
 static double now(void) {
@@ -104,10 +104,11 @@ void flight_describe(const FlightEntry *e, char *out, size_t len) {
              t - e->finished);
 }
 
-void flight_set_dir(const char *dir, int rank) {
+void flight_set_dir(const char *dir, int rank, int world) {
   pthread_mutex_lock(&g_lock);
   if (dir && dir[0]) snprintf(g_dir, sizeof g_dir, "%s", dir);
   g_rank = rank;
+  g_world = world;
   pthread_mutex_unlock(&g_lock);
 }
 
@@ -133,7 +134,7 @@ static void put_json(FILE *f, const char *s) {
   }
 }
 
-int flight_dump(const char *why, int world) {
+int flight_dump(const char *why, char *where, size_t len) {
   static FlightEntry all[FLIGHT_RING];
   static pthread_mutex_t dumping = PTHREAD_MUTEX_INITIALIZER;  // one dump at a time (all[] is shared)
   pthread_mutex_lock(&dumping);
@@ -141,6 +142,7 @@ int flight_dump(const char *why, int world) {
   char path[600], tmp[620];
   snprintf(path, sizeof path, "%s/fr_%d.jsonl", g_dir, g_rank);
   snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+  if (where) snprintf(where, len, "%s", path);
   int err = file_make_dirs(g_dir) != 0 ? errno : 0;
   FILE *f = err ? NULL : fopen(tmp, "w");
   if (!f) {
@@ -150,7 +152,7 @@ int flight_dump(const char *why, int world) {
   }
   fprintf(f,
           "{\"rank\": %d, \"world_size\": %d, \"pid\": %d, \"dumped\": %.6f, \"next_seq\": %llu, \"why\": \"",
-          g_rank, world, (int)getpid(), now(), (unsigned long long)flight_next_seq());
+          g_rank, g_world, (int)getpid(), now(), (unsigned long long)flight_next_seq());
   put_json(f, why ? why : "");
   fprintf(f, "\"}\n");
   for (int i = 0; i < n; i++) {

@@ -91,11 +91,12 @@ bool flight_oldest_pending(FlightEntry *out);
 void flight_describe(const FlightEntry *e, char *out, size_t len);
 
 /**
- * @brief Sets where the ring is written (the folder is made when needed) and this rank's number.
- * @param[in] dir  folder; NULL or "" keeps the current one (default "out").
- * @param[in] rank the file's rank, `fr_<rank>.jsonl`.
+ * @brief Sets where the ring is written (the folder is made when needed), this rank and the world size.
+ * @param[in] dir   folder; NULL or "" keeps the current one (default "out").
+ * @param[in] rank  the file's rank, `fr_<rank>.jsonl`.
+ * @param[in] world the world size, for the file's first line.
  */
-void flight_set_dir(const char *dir, int rank);
+void flight_set_dir(const char *dir, int rank, int world);
 
 /** @brief The folder the ring is written to. */
 const char *flight_dir(void);
@@ -104,10 +105,11 @@ const char *flight_dir(void);
  * @brief Writes the ring to `<dir>/fr_<rank>.jsonl` (a first line about the rank and why, then one
  * line per entry, oldest first), through a temporary file and a rename.
  * @param[in] why  why it is written: "watchdog: ...", "SIGUSR2", …
- * @param[in] world the world size, for the first line.
+ * @param[out] path where it was written (or would have been), or NULL.
+ * @param[in] len  bytes of @p path.
  * @return 0, or the errno of the write that failed (nothing is left half-written).
  */
-int flight_dump(const char *why, int world);
+int flight_dump(const char *why, char *path, size_t len);
 
 /** @brief Asks for a dump (async-signal-safe: what the SIGUSR2 handler calls). */
 void flight_request_dump(void);

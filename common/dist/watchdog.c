@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "flight.h"
 #include "log.h"
 
 #define TICK_NS 100000000L  // 100 ms between checks
@@ -117,11 +118,35 @@ static void bound_abort(void *p) {
   s->on_abort(s->user);
 }
 
+// Writes the flight recorder's ring and says where, or why it could not (on stderr, one line).
+static void dump_ring(const char *why) {
+  char path[640];
+  int err = flight_dump(why, path, sizeof path);
+  if (err)
+    fprintf(stderr, "error: [rank %d] flight recorder: cannot write %s: %s\n", check_rank(), path,
+            strerror(err));
+  else
+    fprintf(stderr,
+            "[rank %d] flight recorder: %s written (scripts/fr_analyze.py '%s/fr_{rank}.jsonl' names the "
+            "culprit)\n",
+            check_rank(), path, flight_dir());
+  fflush(stderr);
+}
+
 static void fire(const char *why, Settings s, double timeout) {
   check_set_ending();  // from here on the main thread starts nothing new (check_stop_if_ending)
-  fprintf(stderr, "error: [rank %d] watchdog: %s; ending this rank so the job does not hang\n", check_rank(),
-          why);
+  FlightEntry e;
+  char entry[256] = "";
+  if (flight_oldest_pending(&e)) {
+    flight_describe(&e, entry + 2, sizeof entry - 2);
+    memcpy(entry, ": ", 2);
+  }
+  fprintf(stderr, "error: [rank %d] watchdog: %s%s; ending this rank so the job does not hang\n",
+          check_rank(), why, entry);
   fflush(stderr);
+  char reason[400];
+  snprintf(reason, sizeof reason, "watchdog: %s", why);
+  dump_ring(reason);
   double bound = timeout < WATCHDOG_ABORT_S ? timeout : WATCHDOG_ABORT_S;
   if (s.on_abort && !watchdog_call_bounded(bound_abort, &s, bound)) {
     fprintf(stderr,
@@ -180,7 +205,25 @@ static void *watch(void *arg) {
     }
     pthread_mutex_unlock(&W.polling);
     if (why[0]) fire(why, s, timeout);
+    if (flight_take_request()) dump_ring("SIGUSR2");  // kill -USR2 <pid>: the ring of a running job
   }
+}
+
+static void on_usr2(int sig) {
+  (void)sig;
+  flight_request_dump();  // the watchdog's thread writes it at its next tick
+}
+
+// SIGUSR2 asks for the flight recorder's ring, unless the program handles SIGUSR2 itself.
+static void catch_usr2(void) {
+  struct sigaction old;
+  if (sigaction(SIGUSR2, NULL, &old) != 0 || old.sa_handler != SIG_DFL) return;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_usr2;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGUSR2, &sa, NULL);
 }
 
 void watchdog_start(double timeout_s, WatchdogPoll poll, WatchdogHook bind, WatchdogHook on_abort,
@@ -197,6 +240,7 @@ void watchdog_start(double timeout_s, WatchdogPoll poll, WatchdogHook bind, Watc
   W.running = true;
   pthread_mutex_unlock(&W.lock);
   pthread_mutex_unlock(&W.polling);
+  if (start) catch_usr2();
   if (start && pthread_create(&W.thread, NULL, watch, NULL) != 0) die(1, "cannot start the watchdog thread");
 }
 

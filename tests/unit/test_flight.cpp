@@ -60,8 +60,8 @@ TEST(Flight, KeepsTheLastRingfulAndSkipsLeaveAGap) {
   uint64_t last = flight_record("barrier", "float", 0, nullptr);
   EXPECT_EQ(last, (uint64_t)FLIGHT_RING + 46);
   std::string dir = dir_for("flight_ring");
-  flight_set_dir(dir.c_str(), 3);
-  ASSERT_EQ(flight_dump("test", 4), 0);
+  flight_set_dir(dir.c_str(), 3, 4);
+  ASSERT_EQ(flight_dump("test", nullptr, 0), 0);
   std::vector<std::string> l = lines_of(dir + "/fr_3.jsonl");
   ASSERT_EQ(l.size(), (size_t)FLIGHT_RING) << "a header, then the entries still in the ring";
   EXPECT_NE(l[0].find("\"rank\": 3, \"world_size\": 4"), std::string::npos) << l[0];
@@ -77,8 +77,8 @@ TEST(Flight, TagsAreEscapedAndTruncated) {
   flight_reset();
   flight_record("all-gather", "half", 3, "a \"quoted\"\\tag that is much longer than the forty bytes kept");
   std::string dir = dir_for("flight_escape");
-  flight_set_dir(dir.c_str(), 3);
-  ASSERT_EQ(flight_dump("why \"here\"", 1), 0);
+  flight_set_dir(dir.c_str(), 3, 4);
+  ASSERT_EQ(flight_dump("why \"here\"", nullptr, 0), 0);
   std::vector<std::string> l = lines_of(dir + "/fr_3.jsonl");
   ASSERT_EQ(l.size(), 2u);
   EXPECT_NE(l[0].find("\"why\": \"why \\\"here\\\"\""), std::string::npos) << l[0];
@@ -93,11 +93,11 @@ TEST(Flight, AFailedDumpLeavesNothing) {
   FILE *f = std::fopen(file.c_str(), "w");
   ASSERT_NE(f, nullptr);
   std::fclose(f);
-  flight_set_dir((file + "/sub").c_str(), 3);  // a file stands where a folder must be
-  EXPECT_NE(flight_dump("test", 1), 0);
+  flight_set_dir((file + "/sub").c_str(), 3, 4);  // a file stands where a folder must be
+  EXPECT_NE(flight_dump("test", nullptr, 0), 0);
   struct stat st;
   EXPECT_NE(stat((file + "/sub/fr_3.jsonl").c_str(), &st), 0);
-  flight_set_dir(DDP_TEST_TMPDIR, 0);
+  flight_set_dir(DDP_TEST_TMPDIR, 0, 4);
 }
 
 TEST(Flight, ADumpRequestIsTakenOnce) {
