@@ -296,7 +296,6 @@ def ddpstep(pattern, png, step="2"):
     for r in sorted(ranks):
         st = ranks[r][s]
         t_base = span_end(ranks[r][s - 1])
-        b1 = max(t1 for _, _, t1 in st["bwd"]) - t_base
         _, c0, c1 = st["comm"][0]
         ax.text((c0 + c1) / 2 - t_base, 2.0 - 2 * r - 0.9 - 0.45, f"all-reduce of all gradients "
                 f"({c1 - c0:.2f} ms)", ha="center", va="top", fontsize=8)
