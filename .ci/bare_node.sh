@@ -7,7 +7,7 @@
 # run of the same configuration (BUILD_DIR, default build, made by scripts/test.sh before this).
 # Where no namespace can be made (not root, no unshare), configure runs with the network and
 # DDP_FETCH_GTEST=OFF, and one line says the offline check was skipped and why. libdeflate is the one
-# library such a node must have (or get from scripts/gpu_deps.sh): configure stops without it, and
+# library such a node must have (or get from scripts/gpu/gpu_deps.sh): configure stops without it, and
 # nothing links zlib any more.
 #
 # The CUDA path is compiled too when nvcc is there (as on a CUDA node; BARE_CUDA=OFF leaves it out):
@@ -52,7 +52,7 @@ fi
 
 # The plain GEMM against OpenBLAS: they sum in other orders, so their values differ by fp32 rounding,
 # more with every step; by the tests' rule they are compared one step from the same state, within the
-# float32 error model (tests/harness/parity.py, through scripts/gpu_compare.py one_step): OpenBLAS's
+# float32 error model (tests/harness/parity.py, through scripts/gpu/gpu_compare.py one_step): OpenBLAS's
 # build saves its initial state and takes one step; the bare build resumes that state and takes the
 # same step. n counts every sum on the way (the batch's 128 samples and the layers' 784, 1024 and
 # 1024 inputs). Then 30 steps of the bare build alone must lower the loss (a sanity check of one run).
@@ -64,7 +64,7 @@ OPENBLAS_NUM_THREADS=1 "$BUILD_DIR/bin/01_single_gpu" "${run[@]}" "${one[@]}" --
   --ckpt_dir "$tmp/blas" --metrics "$tmp/blas.jsonl" > /dev/null
 "$BARE/bin/01_single_gpu" "${run[@]}" "${one[@]}" --resume "$tmp/init/checkpoint.bin" --ckpt_dir "$tmp/plain" \
   --metrics "$tmp/plain.jsonl" > /dev/null
-verdict=$(PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" python3 scripts/gpu_compare.py one_step "$tmp/init/checkpoint.bin" \
+verdict=$(PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" python3 scripts/gpu/gpu_compare.py one_step "$tmp/init/checkpoint.bin" \
   "$tmp/blas/checkpoint.bin" "$tmp/blas.jsonl" "$tmp/plain/checkpoint.bin" "$tmp/plain.jsonl" 0.05 0.9 2960)
 echo "bare node: one step of the plain C GEMM from OpenBLAS's state: $verdict"
 [[ $verdict == ok* ]] || exit 1

@@ -12,7 +12,7 @@ The model, in the terms of chapter 06:
      c = 1/bandwidth. Fitted by least squares to build/bin/probe's table over 4 KiB .. 8 MiB (the
      sizes buckets take): MPI on the CPU, NCCL on a GPU, the same probe on both.
   2. Backward's per-layer times: the median "backward layer l" span of a --trace of step 06 (the
-     run at the largest cap), over its steps and ranks (scripts/trace_timeline.py's spans).
+     run at the largest cap), over its steps and ranks (dev/trace_timeline.py's spans).
   3. The buckets of each cap: PyTorch's rule, as reducer_assign does it (tensors in backward order,
      a bucket closes once it holds >= its limit, the first limit 1 MiB whatever the cap); checked
      against tests/unit/bucket_table.txt (--selftest) and against each run's own trace.

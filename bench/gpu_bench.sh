@@ -29,13 +29,13 @@
 #
 # Results as they come: every run appends a line to BENCH_OUT/runs.tsv, and after every repetition
 # BENCH_OUT/results.md holds the tables over the repetitions done so far, so that a run stopped early
-# still leaves its figures. DDP_GPU_DEADLINE=S (seconds from its start, as scripts/gpu_check.sh's,
+# still leaves its figures. DDP_GPU_DEADLINE=S (seconds from its start, as scripts/gpu/gpu_check.sh's,
 # which passes on what it has left): a run starts only while RUN_EST seconds (default 30) are left,
 # each is cut at the deadline, and it ends with the tables of the repetitions it completed (none:
 # the GEMM bounds only) before S.
 #
 # Usage: bench/gpu_bench.sh [-r R] [-s S] [-w W] [BUILD_DIR]   (defaults 3, 200, 20, build-gpu-bench)
-# BUILD_DIR is its own (configured with the benchmarks, for CUDA_ARCHS): not scripts/gpu_check.sh's
+# BUILD_DIR is its own (configured with the benchmarks, for CUDA_ARCHS): not scripts/gpu/gpu_check.sh's
 # build-gpu, which it would otherwise reconfigure for other architectures and maybe another NCCL.
 # Env:   PY (python with CUDA PyTorch, default python3), CUDA_ARCHS (default "80;90"), NCCL_ROOT (the
 #        NCCL to build with, else the one in PY's wheels, else the toolkit's), BENCH_OUT (results
@@ -86,7 +86,7 @@ fi
 "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' ||
   { echo "$PY: PyTorch without CUDA (set PY=python-with-cuda-torch)" >&2; exit 1; }
 
-# ---- build (as scripts/gpu_check.sh: CUDA + NCCL, Release) -------------------------------------------
+# ---- build (as scripts/gpu/gpu_check.sh: CUDA + NCCL, Release) ----------------------------------------
 nvcc=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null || true)
 if [ -n "$nvcc" ]; then
   gen=(); command -v ninja >/dev/null && [ ! -f "$BUILD_DIR/CMakeCache.txt" ] && gen=(-G Ninja)

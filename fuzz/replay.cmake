@@ -1,6 +1,6 @@
 # Replays the committed fuzz corpus (fuzz/corpus/<target>/) through each fuzz target built with the
 # ordinary compiler and a plain main() (replay_main.c) instead of libFuzzer, so CI needs no clang.
-# scripts/fuzz.sh does the actual fuzzing (clang, libFuzzer, ASan + UBSan).
+# dev/fuzz.sh does the actual fuzzing (clang, libFuzzer, ASan + UBSan).
 foreach(target idx ckpt)
   add_executable(fuzz_replay_${target} ${PROJECT_SOURCE_DIR}/fuzz/fuzz_${target}.c
                  ${PROJECT_SOURCE_DIR}/fuzz/fuzz_util.c ${PROJECT_SOURCE_DIR}/fuzz/replay_main.c)

@@ -263,7 +263,7 @@ if [ $build_only = 0 ] && [ -n "$unit_src" ] && ! (cd "$build" && ninja -t query
   unit tests of $unit_src are what catch the mistakes the claims cannot see (e.g. $( [ "$n" = 03 ] &&
   echo "overlapping shards, reads past the permutation" || echo "buckets out of order, waiting too early")).
   Install it (Debian/Ubuntu: sudo apt-get install libgtest-dev; a networked machine can also configure
-  with -DDDP_FETCH_GTEST=ON; a node without apt: scripts/gpu_deps.sh) and configure and build again:
+  with -DDDP_FETCH_GTEST=ON; a node without apt: scripts/gpu/gpu_deps.sh) and configure and build again:
     cmake -S . -B build -G Ninja && cmake --build build")
 fi
 if [ $build_only = 0 ] && [ -n "$claims" ]; then

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The tests: set up, build, then run every test not labelled `gpu` (GPU tests run in
-# scripts/gpu_check.sh on a machine with a GPU; here they would only report "skipped").
+# scripts/gpu/gpu_check.sh on a machine with a GPU; here they would only report "skipped").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh

@@ -573,7 +573,7 @@ const char *dist_type_name(DistType t) {
 }
 
 // NCCL's name of the type in its device functions (ncclDevFunc_AllReduce_Sum_<suffix>_...; it sums
-// int32 as u32, as scripts/nccl_caps.py says).
+// int32 as u32, as scripts/gpu/nccl_caps.py says).
 static const char *nccl_suffix(DistType t) {
   static const char *const names[] = {"f32", "u32", "f64", "f16", "bf16"};
   return (unsigned)t < sizeof names / sizeof names[0] ? names[t] : "?";
@@ -603,7 +603,7 @@ void dist_verify_sum(ProcessGroup *pg, DistType type, const char *who) {
         "%s: rank %d: the %s library (%s%s%s) does not sum %s: a test all-reduce of known values came back "
         "wrong (element %d: %g, the sum is %g), with no error. A library built without that type's kernel "
         "(NCCL: ncclDevFunc_AllReduce_Sum_%s, left out by NCCL's ONLY_FUNCS) runs it as an empty kernel, "
-        "and the replicas would drift apart. Use a library that carries it (scripts/nccl_caps.py LIBRARY "
+        "and the replicas would drift apart. Use a library that carries it (scripts/gpu/nccl_caps.py LIBRARY "
         "lists what one carries), or another --comm_hook",
         who, pg->rank, o->library, o->name, version ? " " : "", version ? version : "", dist_type_name(type),
         i, got, want, nccl_suffix(type));

@@ -207,7 +207,7 @@ static void explain_init_failure(const ProcessGroup *pg, ncclResult_t r, int ver
 // Several ranks of this node on one GPU (NCCL >= 2.30, NCCL_MULTI_RANK_GPU_ENABLE=1; more than one
 // rank per GPU is refused otherwise): NCCL documents its default resources for up to 2 ranks per GPU
 // and warns that running out of them hangs. Each communicator then takes at most 2 CTAs
-// (NCCL_MAX_CTAS=2, as scripts/gpu_check.sh runs them), unless the user chose a value. Set before
+// (NCCL_MAX_CTAS=2, as scripts/gpu/gpu_check.sh runs them), unless the user chose a value. Set before
 // NCCL's first call. (With one GPU per process, each its own, NCCL_MULTI_RANK_GPU_ENABLE=1 would
 // limit them too: it is only for ranks that share a GPU.)
 // The ranks of one communicator must all decide alike, so the count is one they all read alike: MPI's

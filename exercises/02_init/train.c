@@ -1,4 +1,4 @@
-// Exercise 02: generated from steps/02_init/train.c by scripts/make_exercises.py. Fill in every
+// Exercise 02: generated from steps/02_init/train.c by dev/make_exercises.py. Fill in every
 // TODO(02), then check: scripts/check_exercise.sh 02 <this file> (see README.md here).
 /*
  * Step 02 — init: every process joins a process group and takes one GPU, chosen by its local rank.

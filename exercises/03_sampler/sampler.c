@@ -1,4 +1,4 @@
-// Exercise 03: generated from steps/03_sampler/sampler.c by scripts/make_exercises.py. Fill in every
+// Exercise 03: generated from steps/03_sampler/sampler.c by dev/make_exercises.py. Fill in every
 // TODO(03), then check: scripts/check_exercise.sh 03 <this file> (see README.md here).
 // sampler.c — the distributed sampler; see sampler.h for the exact semantics.
 #include "sampler.h"

@@ -1,4 +1,4 @@
-// Exercise 04: generated from steps/04_ddp_wrap/train.c by scripts/make_exercises.py. Fill in every
+// Exercise 04: generated from steps/04_ddp_wrap/train.c by dev/make_exercises.py. Fill in every
 // TODO(04), then check: scripts/check_exercise.sh 04 <this file> (see README.md here).
 /*
  * Step 04 — DDP wrap: the replicas start equal and stay equal.

@@ -1,4 +1,4 @@
-// Exercise 05: generated from steps/05_metrics_ckpt/train.c by scripts/make_exercises.py. Fill in every
+// Exercise 05: generated from steps/05_metrics_ckpt/train.c by dev/make_exercises.py. Fill in every
 // TODO(05), then check: scripts/check_exercise.sh 05 <this file> (see README.md here).
 /*
  * Step 05 — metrics and checkpoints: global figures, one writer, everyone loads.

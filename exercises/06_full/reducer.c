@@ -1,4 +1,4 @@
-// Exercise 06: generated from steps/06_full/reducer.c by scripts/make_exercises.py. Fill in every
+// Exercise 06: generated from steps/06_full/reducer.c by dev/make_exercises.py. Fill in every
 // TODO(06), then check: scripts/check_exercise.sh 06 <this file> (see README.md here).
 // reducer.c — the bucketed, overlapped gradient reducer; see reducer.h.
 #include "reducer.h"

@@ -1,4 +1,4 @@
-// Exercise 06: generated from steps/06_full/train.c by scripts/make_exercises.py. Fill in every
+// Exercise 06: generated from steps/06_full/train.c by dev/make_exercises.py. Fill in every
 // TODO(06), then check: scripts/check_exercise.sh 06 <this file> (see README.md here).
 /*
  * Step 06 — full: the complete trainer, with DDP's bucketed all-reduce overlapped with backward.

@@ -1,4 +1,4 @@
-// Exercise 07_clip: generated from steps/07_zero/train.c by scripts/make_exercises.py. Fill in every
+// Exercise 07_clip: generated from steps/07_zero/train.c by dev/make_exercises.py. Fill in every
 // TODO(07_clip), then check: scripts/check_exercise.sh 07_clip <this file> (see README.md here).
 /*
  * Step 07 — ZeRO stage 1: the optimizer state is sharded across the ranks.

@@ -1,4 +1,4 @@
-// Exercise 07: generated from steps/07_zero/reducer.c by scripts/make_exercises.py. Fill in every
+// Exercise 07: generated from steps/07_zero/reducer.c by dev/make_exercises.py. Fill in every
 // TODO(07), then check: scripts/check_exercise.sh 07 <this file> (see README.md here).
 // reducer.c — the bucketed, overlapped gradient reducer, reduce-scattering to shards; see reducer.h.
 #include "reducer.h"

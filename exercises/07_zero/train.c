@@ -1,4 +1,4 @@
-// Exercise 07: generated from steps/07_zero/train.c by scripts/make_exercises.py. Fill in every
+// Exercise 07: generated from steps/07_zero/train.c by dev/make_exercises.py. Fill in every
 // TODO(07), then check: scripts/check_exercise.sh 07 <this file> (see README.md here).
 /*
  * Step 07 — ZeRO stage 1: the optimizer state is sharded across the ranks.

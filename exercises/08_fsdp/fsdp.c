@@ -1,4 +1,4 @@
-// Exercise 08: generated from steps/08_fsdp/fsdp.c by scripts/make_exercises.py. Fill in every
+// Exercise 08: generated from steps/08_fsdp/fsdp.c by dev/make_exercises.py. Fill in every
 // TODO(08), then check: scripts/check_exercise.sh 08 <this file> (see README.md here).
 // fsdp.c — step 08's fully sharded model: per-layer gathers, reduce-scatters and their state machine;
 // see fsdp.h.

@@ -1,4 +1,4 @@
-// Exercise 08: generated from steps/08_fsdp/train.c by scripts/make_exercises.py. Fill in every
+// Exercise 08: generated from steps/08_fsdp/train.c by dev/make_exercises.py. Fill in every
 // TODO(08), then check: scripts/check_exercise.sh 08 <this file> (see README.md here).
 /*
  * Step 08 — fully sharded data parallel (ZeRO stage 3, PyTorch's FSDP): parameters, gradients and

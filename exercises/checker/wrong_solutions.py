@@ -10,7 +10,7 @@
                                                   matches its step file exactly once (fast)
 
 A wrong solution is the step's own file (the exercise's solution) with a few exact text
-substitutions (old, new), each of which must match exactly once, as scripts/make_exercises.py
+substitutions (old, new), each of which must match exactly once, as dev/make_exercises.py
 describes its cuts: the wrong files are regenerated from the steps every time, so they follow any
 change elsewhere in the step, and a change to the lines they touch makes them fail loudly instead of
 going stale. Each names the claims that catch it (DDP_CLAIMS: "none" when the stage's unit tests do),

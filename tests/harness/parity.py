@@ -141,7 +141,7 @@ def step_within_rounding(m0, ref, got, lr, mu, n_terms, sizes):
     """The error model above, for one step from the same state (its momentum m0; the parameters are
     the same too) of two runs: ref and got are (step loss, parameters, momentum) after it. Returns
     ({"loss", "parameters", "momentum"}: the largest difference over its bound, and "" or a sentence
-    saying where a difference is beyond its bound). Also scripts/gpu_compare.py's (GPU against CPU)."""
+    saying where a difference is beyond its bound). Also scripts/gpu/gpu_compare.py's (GPU against CPU)."""
     la, pa, ma = ref
     lb, pb, mb = got
     G = max(abs(a - mu * b) for a, b in zip(ma, m0))

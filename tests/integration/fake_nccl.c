@@ -1,6 +1,6 @@
 // A stand-in for libnccl.so with the device functions' names of an NCCL built with a subset of them
 // (as NCCL's ONLY_FUNCS builds one): every collective the code calls, except Reduce unless
-// WITH_REDUCE is defined, and the 16-bit all-reduces unless WITHOUT_16BIT is. scripts/nccl_caps.py
+// WITH_REDUCE is defined, and the 16-bit all-reduces unless WITHOUT_16BIT is. scripts/gpu/nccl_caps.py
 // must say which ones are missing (tests/CMakeLists.txt).
 #define DEV(name)                          \
   void ncclDevFunc_##name##_RING_LL(void); \

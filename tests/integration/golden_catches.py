@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""CTest `golden_catches_wrong`: scripts/golden.py tells a wrong run from a right one.
+"""CTest `golden_catches_wrong`: dev/golden.py tells a wrong run from a right one.
 
 1. A golden file turned back into metrics files compares as MATCHES (exit 0); the same files with one
    loss moved by 1e-4 (relative) at step 5 of rank 1 compare as DIFFERS, naming step 5 and rank 1
@@ -17,7 +17,7 @@ import sys
 import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-GOLDEN = ROOT / "scripts" / "golden.py"
+GOLDEN = ROOT / "dev" / "golden.py"
 bad = 0
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/gpu_check.sh itself on a CPU, with a stand-in for the GPU programs (no build, no GPU):
+# scripts/gpu/gpu_check.sh itself on a CPU, with a stand-in for the GPU programs (no build, no GPU):
 # DDP_GPU_REUSE_BUILD=1 on a folder whose bin/ holds one small script under every program's name,
 # which sleeps STUB_SLEEP seconds and fails (gpu_count prints STUB_GPUS), and nvidia-smi and
 # torchrun stand-ins on PATH. Scenarios:
@@ -96,7 +96,7 @@ rows() { grep -cE ' (ok|FAILED|SKIPPED): ' "$S"; }
 run_whole() {  # LABEL [VAR=VALUE...]: gpu_check.sh with those variables, to its own end (guard: 60 s); sets rc
   local label=${1:+$1: }
   shift
-  env "$@" "$root/scripts/gpu_check.sh" "$B" > "$tmp/stdout" 2>&1 &
+  env "$@" "$root/scripts/gpu/gpu_check.sh" "$B" > "$tmp/stdout" 2>&1 &
   pid=$!
   want "${label}it ends by itself (guard: 60 s)" finished "$pid" 60
   wait "$pid"
@@ -110,7 +110,7 @@ case $scenario in
     # ignores SIGINT in it: it must stop on either
     sig=TERM num=15
     [ "$scenario" = interrupted ] && sig=INT num=2
-    STUB_GPUS=2 STUB_SLEEP=40 "$root/scripts/gpu_check.sh" "$B" > "$tmp/stdout" 2>&1 &
+    STUB_GPUS=2 STUB_SLEEP=40 "$root/scripts/gpu/gpu_check.sh" "$B" > "$tmp/stdout" 2>&1 &
     pid=$!
     for ((i = 0; i < 600; i++)); do  # until the smoke test's probe is running (its log exists)
       ls "$tmp/out/logs/"*probe_smoke* > /dev/null 2>&1 && [ -s "$STUB_PIDS" ] && break
@@ -177,7 +177,7 @@ case $scenario in
     want "the stand-ins it started are gone, the hung nvidia-smi too" stubs_gone
     ;;
   hung_killed)
-    STUB_SMI_HANG=1 STUB_GPUS=1 "$root/scripts/gpu_check.sh" "$B" > "$tmp/stdout" 2>&1 &
+    STUB_SMI_HANG=1 STUB_GPUS=1 "$root/scripts/gpu/gpu_check.sh" "$B" > "$tmp/stdout" 2>&1 &
     pid=$!
     for ((i = 0; i < 600; i++)); do  # until the hung nvidia-smi runs
       [ -s "$STUB_PIDS" ] && break

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# scripts/gpu_check.sh's verdicts (scripts/gpu_verdict.sh, scripts/gpu_compare.py) fed made-up logs
+# scripts/gpu/gpu_check.sh's verdicts (scripts/gpu/gpu_verdict.sh, scripts/gpu/gpu_compare.py) fed made-up logs
 # and metrics files, on a CPU: every row reads ok, FAILED and SKIPPED where it should, and a FAILED
 # row, only a FAILED row, fails the check.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 # gpu_compare.py one_step imports the tests' harness (tests/harness/parity.py): the root on PYTHONPATH
 export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
-. "$root/scripts/gpu_verdict.sh"
+. "$root/scripts/gpu/gpu_verdict.sh"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 bad=0
@@ -162,7 +162,7 @@ metrics() {  # FILE DIGEST LOSS...
   echo '{"type": "epoch", "epoch": 0, "test_acc": 0.5}' >> "$f"
   echo "{\"type\": \"final\", \"world_size\": 1, \"param_digest\": \"$d\"}" >> "$f"
 }
-cmp() { python3 "$root/scripts/gpu_compare.py" "$@"; }
+cmp() { python3 "$root/scripts/gpu/gpu_compare.py" "$@"; }
 metrics "$tmp/a_0.jsonl" 00aa 2.3 2.2 2.1
 metrics "$tmp/a_1.jsonl" 00aa 2.3 2.2 2.1
 metrics "$tmp/b_0.jsonl" 00bb 2.3 2.2 2.1000001
@@ -301,7 +301,7 @@ if [ -x "$b" ]; then
     OPENBLAS_NUM_THREADS=1 "$b" "${a[@]}" --lr $lr --resume "$tmp/o_init/checkpoint.bin" --ckpt_dir "$tmp/o_$lr" \
       --metrics "$tmp/o_$lr.jsonl" > /dev/null
   done
-  one() { python3 "$root/scripts/gpu_compare.py" one_step "$tmp/o_init/checkpoint.bin" "$tmp/o_ref/checkpoint.bin" \
+  one() { python3 "$root/scripts/gpu/gpu_compare.py" one_step "$tmp/o_init/checkpoint.bin" "$tmp/o_ref/checkpoint.bin" \
             "$tmp/o_ref.jsonl" "$tmp/o_$1/checkpoint.bin" "$tmp/o_$1.jsonl" 0.05 0.9 912; }
   expect ok "one step, the same arithmetic" "$(one 0.05)"
   expect FAILED "one step, lr 2% off" "$(one 0.051)"

@@ -1,6 +1,6 @@
 // Prints the shards of step 03's distributed sampler: for each epoch and rank, the dataset indices
 // that rank visits, in order, with their padded positions (chapter 03, "What you should see"; the
-// data of scripts/concept_figures.py). Compile from the repository root after a build:
+// data of dev/concept_figures.py). Compile from the repository root after a build:
 //   cc -O2 -Icommon -Isteps/03_sampler tools/shards/shards.c steps/03_sampler/sampler.c \
 //      build/libddp_common.a -lm -o out/shards
 //   out/shards [N W SEED EPOCHS [drop_last]]        (default: 10 3 42 2)

@@ -1,5 +1,5 @@
 # shellcheck shell=bash disable=SC2034  # rows and failed are read by the scripts that source this
-# The verdicts of scripts/gpu_check.sh's table, kept apart so that a CPU test
+# The verdicts of scripts/gpu/gpu_check.sh's table, kept apart so that a CPU test
 # (tests/integration/gpu_verdict_test.sh) can feed them made-up logs. Sourced, not run.
 #
 # A row is a check's name and its verdict: "ok: ...", "FAILED: ..." or "SKIPPED: ...". Each verdict_*
@@ -36,7 +36,7 @@ verdict() {  # name, then a line "ok|FAILED|SKIPPED<TAB>detail"
 }
 say() { printf '%s\t%s\n' "$1" "$2"; }
 
-# The loaded NCCL's device functions: scripts/nccl_caps.py's exit status and line; LIB empty when no
+# The loaded NCCL's device functions: scripts/gpu/nccl_caps.py's exit status and line; LIB empty when no
 # libnccl.so.2 was found (then the build's NCCL line says why).
 verdict_caps() {  # LIB RC LINE
   if [ -z "$1" ]; then say SKIPPED "no libnccl.so.2 found to check"

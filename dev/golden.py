@@ -3,7 +3,7 @@
 
 tests/golden/<step>_np<W>.jsonl holds, for one step at W ranks on small synthetic data (the flags are
 in the file's first line), every rank's per-step loss, each epoch's train loss and test accuracy, and
-its final param_digest. They were written by `scripts/golden.py generate` on the 2-core build VM
+its final param_digest. They were written by `dev/golden.py generate` on the 2-core build VM
 (OpenBLAS 0.3.34.481.3 from PyPI, the build's default BLAS, which picks its SkylakeX kernel there by
 itself, and OPENBLAS_NUM_THREADS=1 as scripts/mpi_env.sh sets it: the BLAS the docs' outputs were made
 with; each file's header names it).
@@ -23,13 +23,13 @@ tolerance):
 A golden file is one seed's run: the comparisons of two runs that must hold for every seed are the
 integration tests' (label `parity`), not these.
 
-  scripts/golden.py run STEP W [--program PATH]   run build/bin/STEP (or PATH, e.g. your own build)
-                                                  at W ranks with the golden flags, then compare
-  scripts/golden.py compare GOLDEN 'RUN_{rank}.jsonl' [--structure]   compare metrics files you
-                                                  already have (written with the golden flags and
-                                                  --metrics; on the files' kernel, else --structure)
-  scripts/golden.py check                         `run` every golden file with build/bin (a CTest)
-  scripts/golden.py generate [STEP...]            rewrite tests/golden/ from build/bin
+  dev/golden.py run STEP W [--program PATH]   run build/bin/STEP (or PATH, e.g. your own build)
+                                              at W ranks with the golden flags, then compare
+  dev/golden.py compare GOLDEN 'RUN_{rank}.jsonl' [--structure]   compare metrics files you
+                                              already have (written with the golden flags and
+                                              --metrics; on the files' kernel, else --structure)
+  dev/golden.py check                         `run` every golden file with build/bin (a CTest)
+  dev/golden.py generate [STEP...]            rewrite tests/golden/ from build/bin
 
 Exit status: 0 the run matches, 1 it differs (the first differing step is named), 2 usage/run error.
 """
@@ -254,7 +254,7 @@ def cmd_generate(only):
                 recs = read_run(pattern, w)
             head = {"type": "golden", "step": step, "world_size": w, "flags": FLAGS,
                     "command": cmd.replace(tmp + "/", "DIR/"),
-                    "written_by": "scripts/golden.py generate", "openblas_num_threads": 1,
+                    "written_by": "dev/golden.py generate", "openblas_num_threads": 1,
                     "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE", "(detected)"), "kernel": kernel}
             with open(golden_path(step, w), "w") as f:
                 for e in [head] + recs:

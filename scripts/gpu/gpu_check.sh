@@ -3,7 +3,7 @@
 # It may get one try on a borrowed machine, so every row of its table is written the moment it is
 # decided, and whatever stops it (a deadline, Ctrl-C, SIGTERM) leaves the table so far and the logs.
 #   0. the GPU (nvidia-smi) and, in a second, whether the libnccl.so.2 the programs will load carries
-#      every collective the code calls (scripts/nccl_caps.py: a library built with a subset runs a
+#      every collective the code calls (scripts/gpu/nccl_caps.py: a library built with a subset runs a
 #      missing one as an empty kernel, with no error);
 #   1. configure and build (only the programs it runs) with CUDA and NCCL (MPI when present); the
 #      NCCL it linked and the one it loads; the GPUs CUDA sees;
@@ -36,10 +36,10 @@
 # line that says how it ended: complete, or stopped (by which signal, at what second, in which section
 # and run). Exit status 1 when any row FAILED (a machine without a GPU: every GPU row fails), else 3
 # when the deadline cut a run or left a section out (a partial table), else 0; 128 + the signal when
-# stopped by one (SIGINT too when started in the background, where a shell ignores it: see below). The verdicts are in scripts/gpu_verdict.sh (tested on CPUs
+# stopped by one (SIGINT too when started in the background, where a shell ignores it: see below). The verdicts are in scripts/gpu/gpu_verdict.sh (tested on CPUs
 # with made-up logs, and this script with a stand-in for the programs: tests/integration/).
 #
-# Usage: [DDP_GPU_DEADLINE=S] [DDP_GPU_OUT=...] [NCCL_ROOT=...] [BENCH=R] scripts/gpu_check.sh [BUILD_DIR]
+# Usage: [DDP_GPU_DEADLINE=S] [DDP_GPU_OUT=...] [NCCL_ROOT=...] [BENCH=R] scripts/gpu/gpu_check.sh [BUILD_DIR]
 #   BUILD_DIR        build folder (default build-gpu)
 #   DDP_GPU_DEADLINE seconds from the start by which it must have ended, summary written: a section
 #                    starts only while its share of S (in proportion to its estimated time, EST_*
@@ -55,8 +55,8 @@
 #                    ranks on one GPU need NCCL >= 2.30); on a node of several GPUs the stock NCCL
 #                    (the toolkit's or the wheel's) is preferred. The summary's "# NCCL chosen:" line
 #                    says which
-#   DEPS_DIR         the folder of carried dependencies (default deps), as for scripts/gpu_deps.sh
-#   DDP_DEPS_PREFIX  Debian packages unpacked by scripts/gpu_deps.sh (OpenBLAS, GoogleTest,
+#   DEPS_DIR         the folder of carried dependencies (default deps), as for scripts/gpu/gpu_deps.sh
+#   DDP_DEPS_PREFIX  Debian packages unpacked by scripts/gpu/gpu_deps.sh (OpenBLAS, GoogleTest,
 #                    libdeflate) for a machine without them; deps/debs/*.deb are unpacked when present
 #   CUDA_ARCHS       CUDA architectures to build (default 90: Hopper)
 #   BENCH=R          then run bench/gpu_bench.sh -r R (needs PyTorch; its own build folder,
@@ -72,7 +72,7 @@ if [ -z "${DDP_GPU_CHECK_SIGINT:-}" ] && [ "$(trap -p INT)" = "trap -- '' SIGINT
   export DDP_GPU_CHECK_SIGINT=1
   exec python3 -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv("/bin/bash", ["bash"] + sys.argv[1:])' "$0" "$@"
 fi
-cd "$(dirname "$0")/.." || exit 1
+cd "$(dirname "$0")/../.." || exit 1
 T0=$SECONDS
 BUILD_DIR=${1:-build-gpu}
 DDP_GPU_OUT=${DDP_GPU_OUT:-$BUILD_DIR/gpu_check}
@@ -87,7 +87,7 @@ rm -rf "$DDP_GPU_OUT/logs" "$DDP_GPU_OUT/logs.tar.gz" "$DDP_GPU_OUT/summary.txt"
 LOG=$DDP_GPU_OUT/logs
 mkdir -p "$LOG" || exit 1
 work=$(mktemp -d)  # data made here, checkpoints: not kept
-. scripts/gpu_verdict.sh  # rows, ok/fail/skip, the verdict_* functions, tally
+. scripts/gpu/gpu_verdict.sh  # rows, ok/fail/skip, the verdict_* functions, tally
 SUMMARY=$DDP_GPU_OUT/summary.txt
 ECHO_ROWS=1
 
@@ -335,7 +335,7 @@ command -v ninja > /dev/null && [ ! -f "$BUILD_DIR/CMakeCache.txt" ] && cmake_ar
 # Which NCCL. NCCL_ROOT when set. Else, on a node of several GPUs (nvidia-smi -L), the stock one (the
 # toolkit's, else PyTorch's wheel): one rank per GPU is what jobs there run, and the stock library
 # what they load, so it is the better test. Else an NCCL >= 2.30 carried in deps/ (an ignored folder,
-# DEPS_DIR as for scripts/gpu_deps.sh: nccl-*.tar.xz, unpacked into deps/nccl/): it runs several ranks
+# DEPS_DIR as for scripts/gpu/gpu_deps.sh: nccl-*.tar.xz, unpacked into deps/nccl/): it runs several ranks
 # on one GPU, which the stock 2.28 refuses. Else the stock one. The summary says which, and why.
 DEPS=${DEPS_DIR:-deps}
 stock_nccl() {  # the toolkit's NCCL (found by CMake as it is), else the wheel's folder
@@ -376,7 +376,7 @@ if [ -n "${NCCL_ROOT:-}" ]; then
   done
 fi
 if [ -z "${DDP_DEPS_PREFIX:-}" ] && compgen -G "$DEPS/debs/*.deb" > /dev/null; then
-  DEPS_DIR=$DEPS scripts/gpu_deps.sh --unpack > "$LOG/gpu_deps.log" 2>&1 && DDP_DEPS_PREFIX=$(cd "$DEPS/prefix" && pwd)
+  DEPS_DIR=$DEPS scripts/gpu/gpu_deps.sh --unpack > "$LOG/gpu_deps.log" 2>&1 && DDP_DEPS_PREFIX=$(cd "$DEPS/prefix" && pwd)
 fi
 if [ -n "${DDP_DEPS_PREFIX:-}" ]; then
   P=$DDP_DEPS_PREFIX/usr
@@ -401,7 +401,7 @@ nccl_to_load() {
 }
 caps_row() {  # NAME LIB: the row "NCCL carries every collective the code calls"
   local line="" rc=2
-  [ -n "$2" ] && { probe 60 nccl_caps scripts/nccl_caps.py "$2"; rc=$?; line=$probe_out; }
+  [ -n "$2" ] && { probe 60 nccl_caps scripts/gpu/nccl_caps.py "$2"; rc=$?; line=$probe_out; }
   caps_lib=$2
   verdict "$1" "$(verdict_caps "$2" $rc "$line")"
 }
@@ -560,10 +560,10 @@ PY
   run make_idx python3 "$work/make_idx.py" "$work/idx" || fail "IDX files made here" "$(last_error)"
   data=(--data fashion-mnist --data_dir "$work/idx")
 fi
-# A comparison of two runs' metrics files (scripts/gpu_compare.py): one row; not run while forced.
+# A comparison of two runs' metrics files (scripts/gpu/gpu_compare.py): one row; not run while forced.
 compare() {
   if [ -n "$forced" ]; then ok "$1" "-"; return; fi
-  PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" probe 60 gpu_compare python3 scripts/gpu_compare.py "${@:2}"
+  PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" probe 60 gpu_compare python3 scripts/gpu/gpu_compare.py "${@:2}"
   verdict "$1" "$probe_out"
 }
 # hidden 256,256: the CPU side may be the plain C GEMM (no OpenBLAS), which must stay quick
@@ -677,9 +677,9 @@ while read -r np k; do  # smallest world size first
     fi
     replicas_row "$n" || continue  # 07, 08: identical by construction; checked as "= step 06" below
     if [ -n "$forced" ]; then compare "step $n, $on: replicas identical"; continue; fi
-    line=$(python3 scripts/gpu_compare.py replicas "$LOG/m${n}_np${np}_" "$np")
+    line=$(python3 scripts/gpu/gpu_compare.py replicas "$LOG/m${n}_np${np}_" "$np")
     # step 06 also says its GEMM rate against the peak: the ranks' sum where they share a GPU
-    [ "$n" = 06 ] && line="$line; $(python3 scripts/gpu_compare.py mfu "$LOG/m${n}_np${np}_" "$np" "$k")"
+    [ "$n" = 06 ] && line="$line; $(python3 scripts/gpu/gpu_compare.py mfu "$LOG/m${n}_np${np}_" "$np" "$k")"
     verdict "step $n, $on: replicas identical" "$line"
   done
   # step 06 = step 05: at 2 ranks a sum of two values has one order, so bit-identical; above, the

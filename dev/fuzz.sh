@@ -2,7 +2,7 @@
 # Fuzzes the two file readers that take untrusted input with libFuzzer (clang), each for a bounded time:
 #   idx   dataset_load_idx (common/data/data.c): IDX image + label files, plain or gzip
 #   ckpt  ckpt_load (common/ckpt/ckpt.c): checkpoint files
-# Usage: scripts/fuzz.sh [seconds per target, default 60] [target...]
+# Usage: dev/fuzz.sh [seconds per target, default 60] [target...]
 # Builds into build-fuzz/ (ASan + UBSan + libFuzzer), starts from the committed seeds in
 # fuzz/corpus/<target>/ and keeps what it learns in build-fuzz/corpus-<target>/ (not committed). A crash
 # leaves build-fuzz/crash-<target>-*; reproduce it with build-fuzz/fuzz_<target> FILE, add it to

@@ -2,8 +2,8 @@
 """Draws step 06's --trace files as a PNG: the bucket assignment, then a timeline of backward and
 the bucket all-reduces.
 
-    scripts/trace_timeline.py TRACE.json OUT.png [--steps FIRST LAST] [--sizes 784,1024,1024,10]
-    scripts/trace_timeline.py TRACE.json --summary
+    dev/trace_timeline.py TRACE.json OUT.png [--steps FIRST LAST] [--sizes 784,1024,1024,10]
+    dev/trace_timeline.py TRACE.json --summary
 
 TRACE.json may contain {rank}, e.g. 'trace_{rank}.json', to read every rank's file.
 

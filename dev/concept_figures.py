@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """Concept figures for the chapters, drawn from the programs' own output (like trace_timeline.py).
 
-  scripts/concept_figures.py sampler SHARDS.txt docs/img/sampler_n10_w3.png
+  dev/concept_figures.py sampler SHARDS.txt docs/img/sampler_n10_w3.png
       chapter 03: the padded positions of one epoch, coloured by the rank that takes them. SHARDS.txt
       is the output of the shard printer tools/shards/shards.c (its header has the compile line):
       out/shards 10 3 42 1 > out/shards.txt
 
-  scripts/concept_figures.py zero 'TRACE_{rank}.json' LOG.txt docs/img/step07_shards_np4.png [SIZES]
+  dev/concept_figures.py zero 'TRACE_{rank}.json' LOG.txt docs/img/step07_shards_np4.png [SIZES]
       chapter 07: the flat gradient buffer at W ranks, tensors in backward order, bucket borders above
       and shard borders below. The bucket sizes are the sums over the ranks of what each rank's trace
       says it receives ("reduce-scatter bucket i: N floats"); the shard size is the log's
@@ -14,7 +14,7 @@
       mpirun -np 4 build/bin/07_zero --device cpu --data synthetic --epochs 1 --max_steps 2 \
         --save_interval 0 --trace 'out/z_{rank}.json' > out/z4.log
 
-  scripts/concept_figures.py accum 'K1_{rank}.json' 'K4_{rank}.json' 4 docs/img/step06_grad_accum.png
+  dev/concept_figures.py accum 'K1_{rank}.json' 'K4_{rank}.json' 4 docs/img/step06_grad_accum.png
       chapter 06: two 2-rank runs of step 06, --grad_accum 1 and K, drawn on one time scale, steps 2 to 4.
       The trace holds only the communicating (last) micro-batch's backward and its bucket all-reduces;
       the hatched gap before each traced backward is measured (previous step's last span end to this
@@ -23,14 +23,14 @@
       mpirun -np 2 build/bin/06_full --device cpu --data synthetic --epochs 1 --max_steps 6 \
         --save_interval 0 --batch_size 32 --grad_accum K --log_interval 1 --trace 'out/accK_{rank}.json'
 
-  scripts/concept_figures.py ddpstep 'TRACE_{rank}.json' docs/img/step04_ddp_step.png [STEP]
+  dev/concept_figures.py ddpstep 'TRACE_{rank}.json' docs/img/step04_ddp_step.png [STEP]
       chapter 04: one DDP step on 2 ranks, seen in step 06's trace with one bucket (a model under
       1 MiB of gradients): backward per layer, then the single all-reduce; the hatched gaps are measured
       and hold what is not traced (forward before, optimizer step after):
       mpirun -np 2 build/bin/06_full --device cpu --data synthetic --hidden 128,128 --epochs 1 \
         --max_steps 4 --save_interval 0 --batch_size 32 --bucket_cap_mb 100 --trace 'out/one_{rank}.json'
 
-  scripts/concept_figures.py fsdp 'TRACE_{rank}.json' docs/img/step08_fsdp_step.png [STEP] [RANK]
+  dev/concept_figures.py fsdp 'TRACE_{rank}.json' docs/img/step08_fsdp_step.png [STEP] [RANK]
       chapter 08: one optimizer step of step 08 on one rank (default step 3, rank 0), from its own
       trace: forward and backward per layer, and per layer its forward all-gather, its backward
       all-gather (all but the last layer) and its reduce-scatter, each bar from the moment the
@@ -39,7 +39,7 @@
       mpirun -np 2 build/bin/08_fsdp --device cpu --data synthetic --epochs 1 --max_steps 6 \
         --save_interval 0 --log_interval 1 --trace 'out/f8_{rank}.json'
 
-  scripts/concept_figures.py hang LOG.txt docs/img/step05_barrier_hang.png
+  dev/concept_figures.py hang LOG.txt docs/img/step05_barrier_hang.png
       chapter 05: the two-rank sequence of the barrier hang, every label a line of LOG.txt: the last
       epoch record both ranks reached, rank 0's "saved" line, and each rank's watchdog line, which
       names the collective it waited in. LOG.txt is a run of step 05 with the barrier moved inside
@@ -296,7 +296,6 @@ def ddpstep(pattern, png, step="2"):
     for r in sorted(ranks):
         st = ranks[r][s]
         t_base = span_end(ranks[r][s - 1])
-        b1 = max(t1 for _, _, t1 in st["bwd"]) - t_base
         _, c0, c1 = st["comm"][0]
         ax.text((c0 + c1) / 2 - t_base, 2.0 - 2 * r - 0.9 - 0.45, f"all-reduce of all gradients "
                 f"({c1 - c0:.2f} ms)", ha="center", va="top", fontsize=8)

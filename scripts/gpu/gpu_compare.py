@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""scripts/gpu_check.sh's comparisons of two runs' metrics files (scripts/gpu_verdict.sh calls it).
+"""scripts/gpu/gpu_check.sh's comparisons of two runs' metrics files (scripts/gpu/gpu_verdict.sh calls it).
 
 Usage: gpu_compare.py steps A.jsonl B.jsonl K | replicas PREFIX W | same A.jsonl B.jsonl |
        digest A.jsonl B.jsonl | trace TRACE.json | mfu PREFIX W K |
@@ -16,7 +16,7 @@ hook_trace: the spans a communication hook's trace holds; finite: how a run ende
 import json, re, sys
 
 # one_step's error model is the tests' own (tests/harness/parity.py, step_within_rounding): run from the
-# repository's root, or with it on PYTHONPATH (scripts/gpu_check.sh does).
+# repository's root, or with it on PYTHONPATH (scripts/gpu/gpu_check.sh does).
 
 def recs(path, kind):
     with open(path) as f:

@@ -11,7 +11,7 @@ cmake --preset asan > /dev/null
 cmake --build --preset asan -j "$(nproc)"
 # The same sanitizer settings as the test preset (Open MPI's own leaks are suppressed).
 export ASAN_OPTIONS="abort_on_error=1:detect_leaks=1:fast_unwind_on_malloc=0:strict_string_checks=1"
-export LSAN_OPTIONS="suppressions=$PWD/scripts/sanitizers/lsan.supp:print_suppressions=0"
+export LSAN_OPTIONS="suppressions=$PWD/dev/sanitizers/lsan.supp:print_suppressions=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Generates the workshop exercises in exercises/ from the steps, so they can never drift from them.
 
-    scripts/make_exercises.py           write exercises/0N_<step>/<file> for N = 02..08, and the
-                                        extra exercise 06_fault (step 06's snapshots and resume)
-    scripts/make_exercises.py --check   exit 1, naming each problem, when a removal below no longer
-                                        matches its step file or a committed exercise file differs
-                                        from what would be generated (CTest `exercises_fresh`)
+    dev/make_exercises.py           write exercises/0N_<step>/<file> for N = 02..08, and the
+                                    extra exercise 06_fault (step 06's snapshots and resume)
+    dev/make_exercises.py --check   exit 1, naming each problem, when a removal below no longer
+                                    matches its step file or a committed exercise file differs
+                                    from what would be generated (CTest `exercises_fresh`)
 
 An exercise is named by its step's number (02, ..., 08; its folder is the step's own name), or, for
 an extra exercise on a step, by its folder (06_fault: a folder of its own, from steps/06_full); the
@@ -27,7 +27,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def header(n, src):
-    return (f"// Exercise {n}: generated from {src} by scripts/make_exercises.py. Fill in every\n"
+    return (f"// Exercise {n}: generated from {src} by dev/make_exercises.py. Fill in every\n"
             f"// TODO({n}), then check: scripts/check_exercise.sh {n} <this file> (see README.md here).\n")
 
 
@@ -304,8 +304,8 @@ def main():
               file=sys.stderr)
         for p in problems:
             print(f"  {p}", file=sys.stderr)
-        print("if a step changed on purpose, update the cuts in scripts/make_exercises.py, then run it"
-              if any("line" in p for p in problems) else "run scripts/make_exercises.py", file=sys.stderr)
+        print("if a step changed on purpose, update the cuts in dev/make_exercises.py, then run it"
+              if any("line" in p for p in problems) else "run dev/make_exercises.py", file=sys.stderr)
         return 1
     if a.check:
         print("make_exercises.py --check: exercises/ matches the steps")

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The build dependencies a GPU machine may lack (no root, no network, no apt), as Debian packages,
-# for scripts/gpu_check.sh:
-#   scripts/gpu_deps.sh            on a networked Debian/Ubuntu machine: download the .debs into
+# for scripts/gpu/gpu_check.sh:
+#   scripts/gpu/gpu_deps.sh            on a networked Debian/Ubuntu machine: download the .debs into
 #                                  deps/debs (git-ignored; about 13 MiB) and unpack them into
 #                                  deps/prefix
-#   scripts/gpu_deps.sh --unpack   on the GPU machine: unpack deps/debs into deps/prefix only
-# then  DDP_DEPS_PREFIX=$PWD/deps/prefix scripts/gpu_check.sh
+#   scripts/gpu/gpu_deps.sh --unpack   on the GPU machine: unpack deps/debs into deps/prefix only
+# then  DDP_DEPS_PREFIX=$PWD/deps/prefix scripts/gpu/gpu_check.sh
 #
 # OpenBLAS (libopenblas0-pthread, libopenblas-pthread-dev, libgfortran5, libquadmath0) and GoogleTest
 # (libgtest-dev) are optional for the build (without them: a plain C CPU GEMM, no unit/gpu gtest
@@ -15,7 +15,7 @@
 # gpu_check.sh builds against them and puts that folder on LD_LIBRARY_PATH.
 # DEPS_DIR chooses another folder than deps/.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 DEPS=${DEPS_DIR:-deps}
 PACKAGES=(libopenblas0-pthread libopenblas-pthread-dev libgfortran5 libquadmath0 libdeflate-dev libdeflate0
           libgtest-dev)
@@ -25,7 +25,7 @@ if [ "${1:-}" != "--unpack" ]; then
 fi
 shopt -s nullglob
 debs=("$DEPS"/debs/*.deb)
-[ ${#debs[@]} -gt 0 ] || { echo "gpu_deps: no .debs in $DEPS/debs (run scripts/gpu_deps.sh on a networked machine)" >&2; exit 1; }
+[ ${#debs[@]} -gt 0 ] || { echo "gpu_deps: no .debs in $DEPS/debs (run scripts/gpu/gpu_deps.sh on a networked machine)" >&2; exit 1; }
 rm -rf "$DEPS/prefix"
 mkdir -p "$DEPS/prefix"
 for d in "${debs[@]}"; do

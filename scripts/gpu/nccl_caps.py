@@ -7,8 +7,8 @@ ncclDevFunc_<Collective>_<Op>_<type>_<algorithm>_<protocol> (Broadcast and AllGa
 have no op or type; int32 is u32, as NCCL sums signed and unsigned alike), so the library's symbol
 and string table says what it can do.
 
-Usage: scripts/nccl_caps.py LIBRARY_OR_LIST    (a libnccl.so, or a text file of names)
-       scripts/nccl_caps.py --calls common/dist/dist_nccl.c   (the collectives that file calls must be
+Usage: scripts/gpu/nccl_caps.py LIBRARY_OR_LIST    (a libnccl.so, or a text file of names)
+       scripts/gpu/nccl_caps.py --calls common/dist/dist_nccl.c   (the collectives that file calls must be
                                                           the ones checked here)
 Prints one line, "ok: ..." or "MISSING: ...", and exits 0 when every function is there, 1 when one is
 missing, 2 when the file cannot be read.

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Formats the C, C++ and CUDA sources with .clang-format, or checks them (CTest `format`).
 #
-#   scripts/format.sh           rewrite every file that differs from its formatted self
-#   scripts/format.sh --check   list the files that differ and exit 1 (nothing is changed)
+#   dev/format.sh           rewrite every file that differs from its formatted self
+#   dev/format.sh --check   list the files that differ and exit 1 (nothing is changed)
 #
 # The layout is clang-format 14's (Debian 12's `clang-format`); other major versions lay some lines
 # out differently, so with another version --check says so and exits 77 (CTest: skipped).
-# exercises/ is generated from steps/ by scripts/make_exercises.py and is not checked here.
+# exercises/ is generated from steps/ by dev/make_exercises.py and is not checked here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 check=0
@@ -27,7 +27,7 @@ for f in "${files[@]}"; do
   clang-format "$f" | cmp -s - "$f" || bad+=("$f")
 done
 if ((${#bad[@]})); then
-  echo "format.sh: ${#bad[@]} of ${#files[@]} files differ from clang-format's layout (run scripts/format.sh):"
+  echo "format.sh: ${#bad[@]} of ${#files[@]} files differ from clang-format's layout (run dev/format.sh):"
   printf '  %s\n' "${bad[@]}"
   exit 1
 fi
