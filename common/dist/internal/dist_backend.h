@@ -1,12 +1,12 @@
 /**
  * @file
- * @brief Internal interface between the process group (dist.c) and its backend files: dist_mpi.c
- * (built with MPI, HAVE_MPI), dist_nccl.c (built with NCCL, HAVE_NCCL) and dist_gloo.cc (built with
- * Gloo, HAVE_GLOO: the one C++ file of common/, behind these C declarations). Each backend file
- * gives dist.c one table of operations (DistBackendOps), which dist.c calls through; a backend that
- * this build lacks has a table of NULL slots, which dist.c refuses by name. The MPI launcher's own
- * calls (MPI_Init, the abort hook, MPI_Finalize: under mpirun whatever the backend) are plain
- * functions. Not for the steps: they use dist.h.
+ * @brief Internal interface between the process group (dist.c; dist_launch.c, its start) and its
+ * backend files: dist_mpi.c (built with MPI, HAVE_MPI), dist_nccl.c (built with NCCL, HAVE_NCCL) and
+ * dist_gloo.cc (built with Gloo, HAVE_GLOO: the one C++ file of common/, behind these C declarations).
+ * Each backend file gives dist.c one table of operations (DistBackendOps), which dist.c calls through;
+ * a backend that this build lacks has a table of NULL slots, which dist.c refuses by name. The MPI
+ * launcher's own calls (MPI_Init, the abort hook, MPI_Finalize: under mpirun whatever the backend) are
+ * plain functions. Not for the steps: they use dist.h.
  */
 #ifndef DDP_DIST_BACKEND_H
 #define DDP_DIST_BACKEND_H
