@@ -5,6 +5,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "dist.h"
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -32,94 +33,90 @@ void *dist_staging(ProcessGroup *pg, size_t bytes) {
 
 // ---- the tables ---------------------------------------------------------------------------------------
 
-// Slot s of a table, as `filled`; one line per slot, in DistSlot's order (-Wswitch names a slot that
-// is missing here).
-static bool fills(const DistBackendOps *o, DistSlot s) {
-  switch (s) {
-    case DIST_SLOT_CONNECT:
-      return o->connect;
-    case DIST_SLOT_ALL_REDUCE:
-      return o->all_reduce;
-    case DIST_SLOT_ALL_REDUCE_START:
-      return o->all_reduce_start;
-    case DIST_SLOT_REDUCE_SCATTER_START:
-      return o->reduce_scatter_start;
-    case DIST_SLOT_ALL_GATHER:
-      return o->all_gather;
-    case DIST_SLOT_ALL_GATHER_START:
-      return o->all_gather_start;
-    case DIST_SLOT_BROADCAST:
-      return o->broadcast;
-    case DIST_SLOT_BARRIER:
-      return o->barrier;
-    case DIST_SLOT_TEST:
-      return o->test;
-    case DIST_SLOT_WAIT:
-      return o->wait;
-    case DIST_SLOT_WORK_INIT:
-      return o->work_init;
-    case DIST_SLOT_WORK_FREE:
-      return o->work_free;
-    case DIST_SLOT_GROUP_START:
-      return o->group_start;
-    case DIST_SLOT_GROUP_END:
-      return o->group_end;
-    case DIST_SLOT_DESTROY:
-      return o->destroy;
-    case DIST_SLOT_COUNT:
-      break;
-  }
-  return false;
+// The table of @p pg: from dist_init(), or (a process group zeroed by hand or by dist_destroy) its
+// backend's. Either way a completed one (dist_backend_complete): every slot is a function to call.
+static const DistBackendOps *table(const ProcessGroup *pg) {
+  return pg->ops ? pg->ops : dist_backend_ops(pg->backend);
 }
 
-// Every slot has a DistSlot: the table is its header fields (name .. version) and DIST_SLOT_COUNT function
-// pointers.
-_Static_assert(sizeof(DistBackendOps) ==
-                   offsetof(DistBackendOps, connect) + DIST_SLOT_COUNT * sizeof(void (*)(void)),
-               "a slot of DistBackendOps has no DistSlot (or a DistSlot no slot)");
-_Static_assert(DIST_SLOT_COUNT <= 32, "DistBackendOps.refuses has 32 bits");
-
-bool dist_backend_fills(const DistBackendOps *ops, DistSlot s) {
-  return (unsigned)s < DIST_SLOT_COUNT && fills(ops, s);
+// The end of the job, on every rank, because the table that @p call went through (table(pg)) lacks
+// @p operation: never another backend's.
+__attribute__((noreturn)) static void lacks(const ProcessGroup *pg, const char *call, const char *operation) {
+  const DistBackendOps *o = table(pg);
+  if (!o->built) die(1, "%s: this program was built without %s", call, o->library);
+  die(1, "%s: the %s backend has no %s", call, o->name, operation);
 }
 
-const char *dist_slot_name(DistSlot s) {
-  static const char *const names[DIST_SLOT_COUNT] = {
-      [DIST_SLOT_CONNECT] = "connect",
-      [DIST_SLOT_ALL_REDUCE] = "all-reduce",
-      [DIST_SLOT_ALL_REDUCE_START] = "all-reduce-async",
-      [DIST_SLOT_REDUCE_SCATTER_START] = "reduce-scatter-async",
-      [DIST_SLOT_ALL_GATHER] = "all-gather",
-      [DIST_SLOT_ALL_GATHER_START] = "all-gather-async",
-      [DIST_SLOT_BROADCAST] = "broadcast",
-      [DIST_SLOT_BARRIER] = "barrier",
-      [DIST_SLOT_TEST] = "test",
-      [DIST_SLOT_WAIT] = "wait",
-      [DIST_SLOT_WORK_INIT] = "work-init",
-      [DIST_SLOT_WORK_FREE] = "work-free",
-      [DIST_SLOT_GROUP_START] = "group-start",
-      [DIST_SLOT_GROUP_END] = "group-end",
-      [DIST_SLOT_DESTROY] = "destroy",
-  };
-  return (unsigned)s < DIST_SLOT_COUNT && names[s] ? names[s] : "?";
+// The defaults, one per slot with the slot's signature: what a table that leaves the slot NULL holds
+// there once completed. Each slot is called by one public function, which the default names.
+static const char *no_version(void) { return NULL; }  // the backend cannot tell
+static void no_connect(ProcessGroup *pg) { lacks(pg, "dist_connect", "connect"); }
+static void no_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op) {
+  (void)buf, (void)n, (void)type, (void)op;
+  lacks(pg, "dist_all_reduce", "all-reduce");
+}
+static void no_all_reduce_start(ProcessGroup *pg, DistWork *w) {
+  (void)w;
+  lacks(pg, "dist_all_reduce_async", "all-reduce-async");
+}
+static void no_reduce_scatter_start(ProcessGroup *pg, void *send, const size_t *counts, DistWork *w) {
+  (void)send, (void)counts, (void)w;
+  lacks(pg, "dist_reduce_scatter_async", "reduce-scatter-async");
+}
+static void no_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type) {
+  (void)send, (void)recv, (void)n, (void)type;
+  lacks(pg, "dist_all_gather", "all-gather");
+}
+static void no_all_gather_start(ProcessGroup *pg, const void *send, DistWork *w) {
+  (void)send, (void)w;
+  lacks(pg, "dist_all_gather_async", "all-gather-async");
+}
+static void no_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, int root) {
+  (void)buf, (void)n, (void)type, (void)root;
+  lacks(pg, "dist_broadcast", "broadcast");
+}
+static void no_barrier(ProcessGroup *pg) { lacks(pg, "dist_barrier", "barrier"); }
+static bool no_test(ProcessGroup *pg, DistWork *w) {
+  (void)w;
+  lacks(pg, "dist_test", "test");
+}
+static void no_wait(ProcessGroup *pg, DistWork *w) {
+  (void)w;
+  lacks(pg, "dist_wait", "wait");
+}
+static void no_work_init(ProcessGroup *pg, DistWork *w) {
+  (void)w;
+  lacks(pg, "dist_work_init", "work-init");
+}
+static void no_work_free(ProcessGroup *pg, DistWork *w) {
+  (void)w;
+  lacks(pg, "dist_work_free", "work-free");
+}
+static void no_group_start(ProcessGroup *pg) { lacks(pg, "dist_group_start", "group-start"); }
+static void no_group_end(ProcessGroup *pg) { lacks(pg, "dist_group_end", "group-end"); }
+static void no_destroy(ProcessGroup *pg) { lacks(pg, "dist_destroy", "destroy"); }
+
+void dist_backend_complete(DistBackendOps *o) {
+  if (!o->version) o->version = no_version;
+  if (!o->connect) o->connect = no_connect;
+  if (!o->all_reduce) o->all_reduce = no_all_reduce;
+  if (!o->all_reduce_start) o->all_reduce_start = no_all_reduce_start;
+  if (!o->reduce_scatter_start) o->reduce_scatter_start = no_reduce_scatter_start;
+  if (!o->all_gather) o->all_gather = no_all_gather;
+  if (!o->all_gather_start) o->all_gather_start = no_all_gather_start;
+  if (!o->broadcast) o->broadcast = no_broadcast;
+  if (!o->barrier) o->barrier = no_barrier;
+  if (!o->test) o->test = no_test;
+  if (!o->wait) o->wait = no_wait;
+  if (!o->work_init) o->work_init = no_work_init;
+  if (!o->work_free) o->work_free = no_work_free;
+  if (!o->group_start) o->group_start = no_group_start;
+  if (!o->group_end) o->group_end = no_group_end;
+  if (!o->destroy) o->destroy = no_destroy;
 }
 
-const char *dist_backend_gap(const DistBackendOps *ops) {
-  if (!ops->built) return NULL;  // refused whole: "this program was built without ..."
-  for (int s = 0; s < DIST_SLOT_COUNT; s++) {
-    bool refused = (ops->refuses >> s) & 1u;
-    if (fills(ops, (DistSlot)s) == refused) return dist_slot_name((DistSlot)s);
-  }
-  return NULL;
-}
-
-void dist_backend_refuse(const DistBackendOps *ops, DistSlot s, const char *call) {
-  if (!ops->built) die(1, "%s: this program was built without %s", call, ops->library);
-  die(1, "%s: the %s backend has no %s", call, ops->name, dist_slot_name(s));
-}
-
-const DistBackendOps *dist_backend_ops(Backend b) {
-  // The tables of the backends this build lacks: every slot NULL, refused as not built.
+// The backend's own table in a build that has it; else one of no slot at all, `built` false.
+static const DistBackendOps *own(Backend b) {
   static const DistBackendOps without[] = {
       [BACKEND_MPI] = {.name = "mpi", .library = "MPI"},
       [BACKEND_NCCL] = {.name = "nccl", .library = "NCCL"},
@@ -141,24 +138,25 @@ const DistBackendOps *dist_backend_ops(Backend b) {
       return dist_gloo_ops();
 #endif
       break;
-    default:
-      die(1, "dist_backend_ops: no backend %d", (int)b);
   }
   return &without[b];
 }
 
-// The table of @p pg: from dist_init(), or (a process group zeroed by hand or by dist_destroy) its
-// backend's.
-static const DistBackendOps *table(const ProcessGroup *pg) {
-  return pg->ops ? pg->ops : dist_backend_ops(pg->backend);
+// Each backend's table, completed once (the first dist_backend_ops(), on whichever thread).
+static DistBackendOps completed[BACKEND_GLOO + 1];
+static pthread_once_t completed_once = PTHREAD_ONCE_INIT;
+
+static void complete_tables(void) {
+  for (int b = 0; b <= BACKEND_GLOO; b++) {
+    completed[b] = *own((Backend)b);
+    dist_backend_complete(&completed[b]);
+  }
 }
 
-// The table of @p pg when it fills slot @p s; else the end of the job, naming the backend and the
-// operation that @p call needed: never another backend's.
-static const DistBackendOps *need(const ProcessGroup *pg, DistSlot s, const char *call) {
-  const DistBackendOps *o = table(pg);
-  if (!fills(o, s)) dist_backend_refuse(o, s, call);
-  return o;
+const DistBackendOps *dist_backend_ops(Backend b) {
+  if ((unsigned)b > BACKEND_GLOO) die(1, "dist_backend_ops: no backend %d", (int)b);
+  pthread_once(&completed_once, complete_tables);
+  return &completed[b];
 }
 
 // Every entry point from here on starts with check_stop_if_ending(): once an abort is under way (the
@@ -188,7 +186,7 @@ void dist_connect(ProcessGroup *pg, const Ctx *c) {
   dev_event_init(c, &pg->ready);
   // Solo before connect: the MPI backend of one process (a build without MPI too), or Gloo, whose
   // connect makes its context (several ranks) or none (one).
-  if (!solo(pg) || table(pg)->built) need(pg, DIST_SLOT_CONNECT, "dist_connect")->connect(pg);
+  if (!solo(pg) || table(pg)->built) table(pg)->connect(pg);
   placement_log(pg);  // rank 0 prints every rank's node: `ranks: nodea 0-1 (local 0-1), ...`
 }
 
@@ -196,7 +194,7 @@ void dist_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, DistO
   begin(pg, "dist_all_reduce");
   if (op == DIST_AVG && type != DIST_FLOAT) die(1, "dist_all_reduce: DIST_AVG needs float data");
   if (n == 0 || solo(pg)) return;
-  need(pg, DIST_SLOT_ALL_REDUCE, "dist_all_reduce")->all_reduce(pg, buf, n, type, op);
+  table(pg)->all_reduce(pg, buf, n, type, op);
 }
 
 // ---- the sum canary (dist_verify_sum) ----------------------------------------------------------------
@@ -258,7 +256,7 @@ void dist_verify_sum(ProcessGroup *pg, DistType type, const char *who) {
   if (!unsummed || strcmp(unsummed, "1") != 0) dev_download(pg->ctx, host, buf, bytes);
   dev_free(pg->ctx, buf);
   const DistBackendOps *o = table(pg);
-  const char *version = o->version ? o->version() : NULL;
+  const char *version = o->version();
   for (int i = 0; i < CANARY_N; i++) {
     double got = canary_get(host, type, i), want = canary_value(i, 0) + canary_value(i, 1);
     if (got == want) continue;
@@ -278,13 +276,13 @@ void dist_work_init(ProcessGroup *pg, DistWork *w) {
   memset(w, 0, sizeof *w);
   dev_event_init(pg->ctx, &w->start);
   dev_event_init(pg->ctx, &w->end);
-  if (!solo(pg)) need(pg, DIST_SLOT_WORK_INIT, "dist_work_init")->work_init(pg, w);
+  if (!solo(pg)) table(pg)->work_init(pg, w);
 }
 
 void dist_work_free(ProcessGroup *pg, DistWork *w) {
   if (w->active) die(1, "dist_work_free: the collective is still in flight (call dist_wait first)");
   // Whatever the group is now: work_free frees what work_init gave, nothing when it gave nothing.
-  if (table(pg)->built) need(pg, DIST_SLOT_WORK_FREE, "dist_work_free")->work_free(pg, w);
+  if (table(pg)->built) table(pg)->work_free(pg, w);
   dev_event_free(pg->ctx, &w->end);
   dev_event_free(pg->ctx, &w->start);
 }
@@ -317,7 +315,7 @@ void dist_all_reduce_async(ProcessGroup *pg, void *buf, size_t n, DistType type,
   if (n == 0 || solo(pg)) {
     work_done_now(pg, w);
   } else {
-    need(pg, DIST_SLOT_ALL_REDUCE_START, "dist_all_reduce_async")->all_reduce_start(pg, w);
+    table(pg)->all_reduce_start(pg, w);
   }
 }
 
@@ -341,8 +339,7 @@ void dist_reduce_scatter_async(ProcessGroup *pg, void *send, void *recv, const s
     if (!in_place) dev_copy(pg->ctx, recv, send, w->n * size);  // one rank: the mean of one is itself
     work_done_now(pg, w);
   } else {
-    need(pg, DIST_SLOT_REDUCE_SCATTER_START, "dist_reduce_scatter_async")
-        ->reduce_scatter_start(pg, send, counts, w);
+    table(pg)->reduce_scatter_start(pg, send, counts, w);
   }
 }
 
@@ -360,20 +357,20 @@ void dist_shard_counts(size_t a, size_t b, size_t S, int W, size_t *counts) {
 bool dist_test(ProcessGroup *pg, DistWork *w) {
   check_stop_if_ending();
   if (!w->active || w->done) return true;  // (a solo group's collectives are done when started)
-  return need(pg, DIST_SLOT_TEST, "dist_test")->test(pg, w);
+  return table(pg)->test(pg, w);
 }
 
 void dist_wait(ProcessGroup *pg, DistWork *w) {
   check_stop_if_ending();
   if (!w->active) die(1, "dist_wait: no all-reduce in flight on this handle");
-  if (!w->done) need(pg, DIST_SLOT_WAIT, "dist_wait")->wait(pg, w);
+  if (!w->done) table(pg)->wait(pg, w);
   w->active = false;
 }
 
 void dist_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, int root) {
   begin(pg, "dist_broadcast");
   if (n == 0 || solo(pg)) return;
-  need(pg, DIST_SLOT_BROADCAST, "dist_broadcast")->broadcast(pg, buf, n, type, root);
+  table(pg)->broadcast(pg, buf, n, type, root);
 }
 
 void dist_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type) {
@@ -385,7 +382,7 @@ void dist_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, D
   if (solo(pg)) {
     if (!in_place) dev_copy(pg->ctx, recv, send, bytes);
   } else {
-    need(pg, DIST_SLOT_ALL_GATHER, "dist_all_gather")->all_gather(pg, send, recv, n, type);
+    table(pg)->all_gather(pg, send, recv, n, type);
   }
 }
 
@@ -401,23 +398,23 @@ void dist_all_gather_async(ProcessGroup *pg, const void *send, void *recv, size_
     if (!in_place) dev_copy(pg->ctx, recv, send, bytes);
     work_done_now(pg, w);
   } else {
-    need(pg, DIST_SLOT_ALL_GATHER_START, "dist_all_gather_async")->all_gather_start(pg, send, w);
+    table(pg)->all_gather_start(pg, send, w);
   }
 }
 
 void dist_barrier(ProcessGroup *pg) {
   begin(pg, "dist_barrier");
-  if (!solo(pg)) need(pg, DIST_SLOT_BARRIER, "dist_barrier")->barrier(pg);
+  if (!solo(pg)) table(pg)->barrier(pg);
 }
 
 void dist_group_start(ProcessGroup *pg) {
   check_stop_if_ending();
-  if (!solo(pg)) need(pg, DIST_SLOT_GROUP_START, "dist_group_start")->group_start(pg);
+  if (!solo(pg)) table(pg)->group_start(pg);
 }
 
 void dist_group_end(ProcessGroup *pg) {
   check_stop_if_ending();
-  if (!solo(pg)) need(pg, DIST_SLOT_GROUP_END, "dist_group_end")->group_end(pg);
+  if (!solo(pg)) table(pg)->group_end(pg);
 }
 
 void dist_destroy(ProcessGroup *pg) {
@@ -425,7 +422,7 @@ void dist_destroy(ProcessGroup *pg) {
   // Shutdown waits for the peers too (the last collectives, MPI_Finalize): the watchdog stays, without
   // the poll of a communicator that is about to go.
   if (pg->launcher != LAUNCH_NONE) watchdog_start(pg->timeout, NULL, NULL, NULL, NULL);
-  if (!solo(pg)) need(pg, DIST_SLOT_DESTROY, "dist_destroy")->destroy(pg);
+  if (!solo(pg)) table(pg)->destroy(pg);
   if (pg->stage) dev_host_free(pg->ctx, pg->stage);
   if (pg->ctx) dev_event_free(pg->ctx, &pg->ready);
   check_set_abort(NULL);
