@@ -1,42 +1,23 @@
-// dist.c: launcher discovery, backend choice, and the collectives: what every backend shares (argument
-// checks, the group of one process, the in-place forms, the work handles), then a call through the
-// backend's table of operations (dist_backend.h: dist_mpi.c, dist_nccl.c, dist_gloo.cc).
+// dist.c: chapter 04's lesson on, the collectives: what every backend shares (argument checks, the
+// group of one process, the in-place forms, the work handles, the sum canary), then a call through the
+// backend's table of operations (dist_backend.h: dist_mpi.c, dist_nccl.c, dist_gloo.cc). Chapter 02's
+// "who am I" (the launcher, the ranks, the bootstrap address, the backend's choice) is dist_launch.c.
 #define _POSIX_C_SOURCE 200809L
 #include "dist.h"
 
-#include <arpa/inet.h>
-#include <errno.h>
-#include <limits.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "check.h"
 #include "devmem.h"
 #include "dist_backend.h"
+#include "dist_have.h"
 #include "half.h"
 #include "placement.h"
 #include "watchdog.h"
-
-// CMake defines HAVE_MPI=1, HAVE_NCCL=1, HAVE_GLOO=1 in a build with that backend. WITH_MPI(call): a
-// call of the MPI launcher (MPI_Init, the abort hook, MPI_Finalize: under mpirun whatever the backend),
-// compiled only in a build with MPI; discover() refuses mpirun in a build without it, so there the
-// call is never reached. The backends' operations go through their tables (dist_backend_ops()).
-#if HAVE_MPI
-#define WITH_MPI(call) call
-#else
-#define HAVE_MPI 0
-#define WITH_MPI(call) die(1, "this program was built without MPI")
-#endif
-#ifndef HAVE_NCCL
-#define HAVE_NCCL 0
-#endif
-#ifndef HAVE_GLOO
-#define HAVE_GLOO 0
-#endif
 
 bool dist_on_gpu(const ProcessGroup *pg) { return pg->ctx && pg->ctx->dev == DEVICE_CUDA; }
 
@@ -50,413 +31,92 @@ void *dist_staging(ProcessGroup *pg, size_t bytes) {
   return pg->stage;
 }
 
-const char *dist_backend_name(Backend b) {
-  return b == BACKEND_NCCL ? "nccl" : b == BACKEND_GLOO ? "gloo" : "mpi";
-}
-
-bool dist_have_mpi(void) { return HAVE_MPI; }
-
-bool dist_have_nccl(void) { return HAVE_NCCL; }
-
-bool dist_have_gloo(void) { return HAVE_GLOO; }
-
-// Reads a non-negative integer environment variable; -1 when unset, ends the job when malformed.
-static int env_int(const char *name) {
-  const char *s = getenv(name);
-  if (!s || !*s) return -1;
-  char *end;
-  errno = 0;
-  long v = strtol(s, &end, 10);
-  if (errno || *end || v < 0 || v > INT_MAX) die(1, "%s='%s' is not a non-negative integer", name, s);
-  return (int)v;
-}
-
-// True when the environment @p env (NAME=VALUE strings, NULL-terminated) sets @p name.
-static bool env_has(char *const *env, const char *name) {
-  size_t n = strlen(name);
-  for (; env && *env; env++)
-    if (strncmp(*env, name, n) == 0 && (*env)[n] == '=') return true;
-  return false;
-}
-
-Launcher dist_detect_launcher(char *const *env, bool have_mpi) {
-  // Open MPI's mpirun is the only launcher that sets OMPI_*. Slurm's PMIx and PMI2 plugins (srun
-  // --mpi=pmix) and other MPIs' launchers set PMI*/PMIX* for any program: an MPI launch where MPI is
-  // built; else the environment launch or srun's SLURM_* below, if there is one.
-  bool pmi = env_has(env, "PMIX_RANK") || env_has(env, "PMI_SIZE") || env_has(env, "PMI_RANK");
-  bool torchrun = env_has(env, "RANK") || env_has(env, "WORLD_SIZE");
-  bool slurm = env_has(env, "SLURM_PROCID") && env_has(env, "SLURM_NTASKS");
-  if (env_has(env, "OMPI_COMM_WORLD_SIZE") || (pmi && have_mpi)) return LAUNCH_MPI;
-  if (torchrun) return LAUNCH_ENV;
-  if (slurm) return LAUNCH_SLURM;
-  if (pmi) return LAUNCH_MPI;  // an MPI launcher and nothing else: dist_init says MPI is not built
-  return LAUNCH_NONE;
-}
-
-bool dist_nccl_says_gpu_shared(const char *last) {
-  return last && (strstr(last, "Duplicate GPU detected") ||                // NCCL <= 2.29
-                  strstr(last, "Multiple Ranks are using the same GPU"));  // NCCL >= 2.30
-}
-
-// A positive count at *p, leaving p after its digits; -1 when there is none.
-static int count_at(const char **p) {
-  char *end;
-  long v = strtol(*p, &end, 10);
-  if (end == *p || v < 1 || v > 1000000) return -1;
-  *p = end;
-  return (int)v;
-}
-
-int dist_most_ranks_per_node(const char *local_world_size, const char *ntasks_per_node, const char *layout) {
-  const char *whole[2] = {local_world_size, ntasks_per_node};
-  for (int i = 0; i < 2; i++) {
-    const char *p = whole[i];
-    int v = p ? count_at(&p) : -1;
-    if (v > 0 && *p == '\0') return v;
-  }
-  // Slurm's layout: comma-separated counts, each maybe repeated: "2(x3),1" is 2, 2, 2 and 1
-  int most = -1;
-  for (const char *p = layout; p && *p;) {
-    int v = count_at(&p);
-    if (v < 0) return -1;
-    if (*p == '(') {
-      p++;
-      if (*p++ != 'x' || count_at(&p) < 0 || *p++ != ')') return -1;
-    }
-    if (*p != ',' && *p != '\0') return -1;
-    if (*p == ',') p++;
-    most = v > most ? v : most;
-  }
-  return most;
-}
-
-bool dist_nccl_limit_ctas(bool multi_rank_gpu, int most_per_node, int gpus) {
-  return multi_rank_gpu && most_per_node > gpus;
-}
-
-// Ranks from RANK / WORLD_SIZE / LOCAL_RANK (torchrun) or SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID.
-static void from_env(ProcessGroup *pg, const char *rank, const char *size, const char *local) {
-  pg->rank = env_int(rank);
-  pg->world_size = env_int(size);
-  pg->local_rank = env_int(local);
-  if (pg->rank < 0 || pg->world_size < 0)
-    die(1, "%s and %s must both be set (%s=%s, %s=%s)", rank, size, rank,
-        getenv(rank) ? getenv(rank) : "unset", size, getenv(size) ? getenv(size) : "unset");
-  if (pg->world_size < 1) die(1, "%s=%d: the world needs at least one process", size, pg->world_size);
-  if (pg->rank >= pg->world_size)
-    die(1, "%s=%d but %s=%d: ranks run from 0 to %d", rank, pg->rank, size, pg->world_size,
-        pg->world_size - 1);
-  if (pg->local_rank < 0) {
-    if (pg->world_size > 1) die(1, "%s is not set; the launcher must say which GPU is this rank's", local);
-    pg->local_rank = 0;
-  }
-  if (pg->local_rank > pg->rank) die(1, "%s=%d is larger than %s=%d", local, pg->local_rank, rank, pg->rank);
-  // Ranks on this node: torchrun sets LOCAL_WORLD_SIZE; srun sets SLURM_NTASKS_PER_NODE when asked
-  // for a fixed count. Without either, this rank only knows that it is at least local_rank + 1.
-  pg->local_size = env_int("LOCAL_WORLD_SIZE");
-  if (pg->local_size < 0) pg->local_size = env_int("SLURM_NTASKS_PER_NODE");
-  if (pg->local_size < 0) pg->local_size = pg->local_rank + 1;
-}
-
-// A TCP port number from the environment: 1..65535, digits only; -1 when unset.
-static int env_port(const char *name) {
-  const char *s = getenv(name);
-  if (!s || !*s) return -1;
-  char *end;
-  errno = 0;
-  long v = strtol(s, &end, 10);
-  if (errno || *end || s[0] < '0' || s[0] > '9' || v < 1 || v > 65535)
-    die(1, "%s='%s' is not a TCP port (a number from 1 to 65535)", name, s);
-  return (int)v;
-}
-
-// MASTER_ADDR as NCCL_COMM_ID wants it: a host name or IPv4 address as it is, an IPv6 literal (with
-// or without brackets, with an optional %zone) in brackets.
-static void bootstrap_host(const char *addr, char *host, size_t size) {
-  size_t n = strlen(addr);
-  bool bracketed = n >= 2 && addr[0] == '[' && addr[n - 1] == ']';
-  if (n == 0 || strspn(addr, " \t") == n)
-    die(1, "MASTER_ADDR is empty: set it to rank 0's host name or address");
-  if (!bracketed && !strchr(addr, ':')) {  // a host name or an IPv4 address
-    if (strpbrk(addr, " \t[]/")) die(1, "MASTER_ADDR='%s' is not a host name or an IP address", addr);
-    snprintf(host, size, "%s", addr);
-    return;
-  }
-  char ip[INET6_ADDRSTRLEN + 64] = "";  // the literal without brackets and zone
-  size_t len = bracketed ? n - 2 : n;
-  if (len >= sizeof ip) die(1, "MASTER_ADDR='%s' is too long for an IPv6 address", addr);
-  memcpy(ip, bracketed ? addr + 1 : addr, len);
-  ip[len] = 0;
-  char *zone = strchr(ip, '%');
-  if (zone) *zone = 0;
-  unsigned char buf[16];
-  if (inet_pton(AF_INET6, ip, buf) != 1)
-    die(1,
-        "MASTER_ADDR='%s' is neither a host name nor an IPv4 or IPv6 address (give the port in "
-        "MASTER_PORT, not in MASTER_ADDR)",
-        addr);
-  snprintf(host, size, "[%.*s]", (int)len, bracketed ? addr + 1 : addr);
-}
-
-// Whether torchrun says that no agent store listens on MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=False,
-// as Debian's torch 1.13 sets it): the port is then the workers' own, and PyTorch's rank 0 serves its
-// store there.
-static bool master_port_is_ours(void) {
-  const char *v = getenv("TORCHELASTIC_USE_AGENT_STORE");
-  return v && (strcasecmp(v, "false") == 0 || strcmp(v, "0") == 0);
-}
-
-// The bootstrap port of an environment launch, one rule for NCCL's root and Gloo's rendezvous store:
-// DDP_NCCL_PORT when set; else MASTER_PORT itself when torchrun's agent store does not listen there
-// (as PyTorch's own init_process_group does); else MASTER_PORT + 1, since torchrun's agent store (or
-// another launcher's) may listen on MASTER_PORT. -1 without MASTER_ADDR and a port
-// (need_bootstrap_address() says so once the backend is known).
-static int bootstrap_port(void) {
-  const char *addr = getenv("MASTER_ADDR");
-  int master = env_port("MASTER_PORT"), port = env_port("DDP_NCCL_PORT");
-  if (!addr || (master < 0 && port < 0)) return -1;
-  if (port < 0 && master_port_is_ours()) return master;
-  if (port < 0) {
-    if (master == 65535)
-      die(1,
-          "MASTER_PORT=65535: NCCL bootstraps on MASTER_PORT + 1, which is not a port; choose a "
-          "lower MASTER_PORT, or set DDP_NCCL_PORT");
-    port = master + 1;
-  }
-  return port;
-}
-
-int dist_bootstrap_address(char *host, size_t size) {
-  int port = bootstrap_port();
-  if (port >= 0) bootstrap_host(getenv("MASTER_ADDR"), host, size);
-  return port;
-}
-
-// Environment launch with several ranks: NCCL bootstraps from NCCL_COMM_ID=host:port, which every
-// rank builds the same way here, before any CUDA or NCCL call, so that a bad MASTER_ADDR or
-// MASTER_PORT is reported at once on every rank (on the CPU too: Gloo's store uses the same address).
-// A user's own NCCL_COMM_ID is kept.
-static void set_bootstrap_address(void) {
-  if (getenv("NCCL_COMM_ID")) return;
-  int port = bootstrap_port();
-  if (port < 0) return;
-  char host[INET6_ADDRSTRLEN + 80], id[INET6_ADDRSTRLEN + 96];
-  bootstrap_host(getenv("MASTER_ADDR"), host, sizeof host);
-  snprintf(id, sizeof id, "%s:%d", host, port);
-  setenv("NCCL_COMM_ID", id, 1);
-}
-
-// With an environment launch of several ranks, NCCL bootstraps from NCCL_COMM_ID and Gloo's ranks
-// meet at rank 0's store, both on the bootstrap address.
-static void need_bootstrap_address(const ProcessGroup *pg) {
-  if (pg->backend == BACKEND_NCCL ? getenv("NCCL_COMM_ID") != NULL : bootstrap_port() >= 0) return;
-  if (pg->backend == BACKEND_NCCL)
-    die(1,
-        "rank %d of %d: set MASTER_ADDR and MASTER_PORT (the address and a free port of rank 0's "
-        "node) so that NCCL can bootstrap",
-        pg->rank, pg->world_size);
-  die(1,
-      "rank %d of %d: set MASTER_ADDR and MASTER_PORT (the address and a free port of rank 0's node) "
-      "so that the Gloo ranks can meet, or start CPU ranks with `mpirun -np %d ...` or, under Slurm, "
-      "`srun --mpi=pmix -n %d ...`",
-      pg->rank, pg->world_size, pg->world_size, pg->world_size);
-}
-
-static bool env_launch(const ProcessGroup *pg) {
-  return (pg->launcher == LAUNCH_ENV || pg->launcher == LAUNCH_SLURM) && pg->world_size > 1;
-}
-
-extern char **environ;
-
-static void discover(ProcessGroup *pg) {
-  pg->launcher = dist_detect_launcher(environ, dist_have_mpi());
-  if (pg->launcher == LAUNCH_MPI) {
-    if (!dist_have_mpi())
-      die(1,
-          "started by mpirun, but this program was built without MPI; rebuild with MPI installed "
-          "or launch with torchrun-style variables (RANK, WORLD_SIZE, LOCAL_RANK)");
-  } else if (pg->launcher == LAUNCH_ENV) {
-    from_env(pg, "RANK", "WORLD_SIZE", "LOCAL_RANK");
-  } else if (pg->launcher == LAUNCH_SLURM) {
-    from_env(pg, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID");
-  } else {
-    pg->world_size = pg->local_size = 1;
-  }
-  if (env_launch(pg)) set_bootstrap_address();
-  // From here until dist_destroy() has left the job, a peer that never arrives, freezes or dies
-  // ends this rank after the timeout instead of hanging it: MPI_Init and the NCCL start-up wait for
-  // every rank.
-  if (pg->launcher != LAUNCH_NONE) watchdog_start(pg->timeout, NULL, NULL, NULL, NULL);
-  if (pg->launcher == LAUNCH_MPI) {
-    WITH_MPI(dist_mpi_init(pg));
-    pg->mpi_up = true;
-  }
-}
-
-// The CPU's backend for --backend auto: MPI under mpirun (and on its own), Gloo under an environment
-// launch (torchrun, scripts/launch.sh, a plain srun), as PyTorch uses gloo for CPUs. A build without
-// Gloo picks MPI there, whose refusal below says how to get Gloo.
-static Backend cpu_default(const ProcessGroup *pg) {
-  bool env = pg->launcher == LAUNCH_ENV || pg->launcher == LAUNCH_SLURM;
-  return env && dist_have_gloo() ? BACKEND_GLOO : BACKEND_MPI;
-}
-
-static Backend choose_backend(const ProcessGroup *pg, const char *name, Device dev) {
-  Backend b;
-  if (strcmp(name, "auto") == 0) {
-    b = dev == DEVICE_CUDA && dist_have_nccl() ? BACKEND_NCCL : cpu_default(pg);
-  } else if (strcmp(name, "nccl") == 0) {
-    b = BACKEND_NCCL;
-  } else if (strcmp(name, "mpi") == 0) {
-    b = BACKEND_MPI;
-  } else if (strcmp(name, "gloo") == 0) {
-    b = BACKEND_GLOO;
-  } else {
-    die(2, "unknown --backend '%s' (expected auto, nccl, mpi or gloo)", name);
-  }
-  if (b == BACKEND_GLOO && !dist_have_gloo())
-    die(1,
-        "--backend gloo: this program was built without Gloo; install libgloo-dev (scripts/setup.sh "
-        "does) and rebuild, or use --backend mpi under mpirun");
-  if (b == BACKEND_GLOO && pg->launcher == LAUNCH_MPI && pg->world_size > 1)
-    die(1,
-        "--backend gloo meets its peers through MASTER_ADDR and MASTER_PORT: launch with torchrun or "
-        "scripts/launch.sh, or use --backend mpi under mpirun");
-  if (b == BACKEND_NCCL && !dist_have_nccl())
-    die(1,
-        "--backend nccl: this program was built without NCCL (CUDA toolkit not found at build "
-        "time); use --backend mpi");
-  if (b == BACKEND_NCCL && dev != DEVICE_CUDA)
-    die(1, "--backend nccl needs GPU buffers; use --device cuda, or --backend mpi on the CPU");
-  if (b == BACKEND_MPI && pg->world_size > 1 && pg->launcher != LAUNCH_MPI && dev != DEVICE_CUDA)
-    die(1,
-        "%d CPU ranks started by %s: the MPI backend needs `mpirun -np %d ...` or, under Slurm, "
-        "`srun --mpi=pmix -n %d ...`; %s",
-        pg->world_size,
-        pg->launcher == LAUNCH_SLURM ? "srun without an MPI plugin"
-                                     : "environment variables (RANK, WORLD_SIZE)",
-        pg->world_size, pg->world_size,
-        dist_have_gloo() ? "a launch like this one is for --backend gloo (the default here) or GPU ranks"
-                         : "this program was built without Gloo, the CPU backend of a launch like this "
-                           "one: install libgloo-dev (scripts/setup.sh does) and rebuild");
-  if (b == BACKEND_MPI && pg->world_size > 1 && pg->launcher != LAUNCH_MPI)
-    die(1,
-        "--backend mpi needs an MPI launcher: start with `mpirun -np %d ...` or `srun --mpi=pmix -n %d "
-        "...`, or use --backend nccl with %s",
-        pg->world_size, pg->world_size, pg->launcher == LAUNCH_SLURM ? "srun" : "torchrun");
-  return b;
-}
-
-void dist_init(ProcessGroup *pg, const char *backend, Device dev, double timeout_s) {
-  memset(pg, 0, sizeof *pg);
-  pg->timeout = timeout_s > 0 ? timeout_s : 300.0;
-  discover(pg);
-  check_set_rank(pg->rank);
-  if (pg->mpi_up) WITH_MPI(dist_mpi_set_abort());  // from now on, a failure on any rank ends all
-  pg->backend = choose_backend(pg, backend, dev);
-  pg->ops = dist_backend_ops(pg->backend);
-  if ((pg->backend == BACKEND_NCCL || pg->backend == BACKEND_GLOO) && env_launch(pg))
-    need_bootstrap_address(pg);
-}
-
-// Under mpirun, NCCL's unique id travels from rank 0 to the others over MPI (an environment launch
-// needs no such step: NCCL_COMM_ID gives every rank the same id). Only an MPI launch calls it, and
-// only a build with MPI has one.
-void dist_share_from_rank0(void *bytes, size_t size) {
-  (void)bytes, (void)size;  // (unused in a build without MPI)
-  WITH_MPI(dist_mpi_broadcast_bytes(bytes, size, 0));
-}
-
 // ---- the tables ---------------------------------------------------------------------------------------
 
-// Slot s of a table, as `filled`; one line per slot, in DistSlot's order (-Wswitch names a slot that
-// is missing here).
-static bool fills(const DistBackendOps *o, DistSlot s) {
-  switch (s) {
-    case DIST_SLOT_CONNECT:
-      return o->connect;
-    case DIST_SLOT_ALL_REDUCE:
-      return o->all_reduce;
-    case DIST_SLOT_ALL_REDUCE_START:
-      return o->all_reduce_start;
-    case DIST_SLOT_REDUCE_SCATTER_START:
-      return o->reduce_scatter_start;
-    case DIST_SLOT_ALL_GATHER:
-      return o->all_gather;
-    case DIST_SLOT_ALL_GATHER_START:
-      return o->all_gather_start;
-    case DIST_SLOT_BROADCAST:
-      return o->broadcast;
-    case DIST_SLOT_BARRIER:
-      return o->barrier;
-    case DIST_SLOT_TEST:
-      return o->test;
-    case DIST_SLOT_WAIT:
-      return o->wait;
-    case DIST_SLOT_WORK_INIT:
-      return o->work_init;
-    case DIST_SLOT_WORK_FREE:
-      return o->work_free;
-    case DIST_SLOT_GROUP_START:
-      return o->group_start;
-    case DIST_SLOT_GROUP_END:
-      return o->group_end;
-    case DIST_SLOT_DESTROY:
-      return o->destroy;
-    case DIST_SLOT_COUNT:
-      break;
-  }
-  return false;
+// The table of @p pg: from dist_init(), or (a process group zeroed by hand or by dist_destroy) its
+// backend's. Either way a completed one (dist_backend_complete): every slot is a function to call.
+static const DistBackendOps *table(const ProcessGroup *pg) {
+  return pg->ops ? pg->ops : dist_backend_ops(pg->backend);
 }
 
-// Every slot has a DistSlot: the table is its header fields (name .. version) and DIST_SLOT_COUNT function
-// pointers.
-_Static_assert(sizeof(DistBackendOps) ==
-                   offsetof(DistBackendOps, connect) + DIST_SLOT_COUNT * sizeof(void (*)(void)),
-               "a slot of DistBackendOps has no DistSlot (or a DistSlot no slot)");
-_Static_assert(DIST_SLOT_COUNT <= 32, "DistBackendOps.refuses has 32 bits");
-
-bool dist_backend_fills(const DistBackendOps *ops, DistSlot s) {
-  return (unsigned)s < DIST_SLOT_COUNT && fills(ops, s);
+// The end of the job, on every rank, because the table that @p call went through (table(pg)) lacks
+// @p operation: never another backend's.
+__attribute__((noreturn)) static void lacks(const ProcessGroup *pg, const char *call, const char *operation) {
+  const DistBackendOps *o = table(pg);
+  if (!o->built) die(1, "%s: this program was built without %s", call, o->library);
+  die(1, "%s: the %s backend has no %s", call, o->name, operation);
 }
 
-const char *dist_slot_name(DistSlot s) {
-  static const char *const names[DIST_SLOT_COUNT] = {
-      [DIST_SLOT_CONNECT] = "connect",
-      [DIST_SLOT_ALL_REDUCE] = "all-reduce",
-      [DIST_SLOT_ALL_REDUCE_START] = "all-reduce-async",
-      [DIST_SLOT_REDUCE_SCATTER_START] = "reduce-scatter-async",
-      [DIST_SLOT_ALL_GATHER] = "all-gather",
-      [DIST_SLOT_ALL_GATHER_START] = "all-gather-async",
-      [DIST_SLOT_BROADCAST] = "broadcast",
-      [DIST_SLOT_BARRIER] = "barrier",
-      [DIST_SLOT_TEST] = "test",
-      [DIST_SLOT_WAIT] = "wait",
-      [DIST_SLOT_WORK_INIT] = "work-init",
-      [DIST_SLOT_WORK_FREE] = "work-free",
-      [DIST_SLOT_GROUP_START] = "group-start",
-      [DIST_SLOT_GROUP_END] = "group-end",
-      [DIST_SLOT_DESTROY] = "destroy",
-  };
-  return (unsigned)s < DIST_SLOT_COUNT && names[s] ? names[s] : "?";
+// The defaults, one per slot with the slot's signature: what a table that leaves the slot NULL holds
+// there once completed. Each slot is called by one public function, which the default names.
+static const char *no_version(void) { return NULL; }  // the backend cannot tell
+static void no_connect(ProcessGroup *pg) { lacks(pg, "dist_connect", "connect"); }
+static void no_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op) {
+  (void)buf, (void)n, (void)type, (void)op;
+  lacks(pg, "dist_all_reduce", "all-reduce");
+}
+static void no_all_reduce_start(ProcessGroup *pg, DistWork *w) {
+  (void)w;
+  lacks(pg, "dist_all_reduce_async", "all-reduce-async");
+}
+static void no_reduce_scatter_start(ProcessGroup *pg, void *send, const size_t *counts, DistWork *w) {
+  (void)send, (void)counts, (void)w;
+  lacks(pg, "dist_reduce_scatter_async", "reduce-scatter-async");
+}
+static void no_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type) {
+  (void)send, (void)recv, (void)n, (void)type;
+  lacks(pg, "dist_all_gather", "all-gather");
+}
+static void no_all_gather_start(ProcessGroup *pg, const void *send, DistWork *w) {
+  (void)send, (void)w;
+  lacks(pg, "dist_all_gather_async", "all-gather-async");
+}
+static void no_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, int root) {
+  (void)buf, (void)n, (void)type, (void)root;
+  lacks(pg, "dist_broadcast", "broadcast");
+}
+static void no_barrier(ProcessGroup *pg) { lacks(pg, "dist_barrier", "barrier"); }
+static bool no_test(ProcessGroup *pg, DistWork *w) {
+  (void)w;
+  lacks(pg, "dist_test", "test");
+}
+static void no_wait(ProcessGroup *pg, DistWork *w) {
+  (void)w;
+  lacks(pg, "dist_wait", "wait");
+}
+static void no_work_init(ProcessGroup *pg, DistWork *w) {
+  (void)w;
+  lacks(pg, "dist_work_init", "work-init");
+}
+static void no_work_free(ProcessGroup *pg, DistWork *w) {
+  (void)w;
+  lacks(pg, "dist_work_free", "work-free");
+}
+static void no_group_start(ProcessGroup *pg) { lacks(pg, "dist_group_start", "group-start"); }
+static void no_group_end(ProcessGroup *pg) { lacks(pg, "dist_group_end", "group-end"); }
+static void no_destroy(ProcessGroup *pg) { lacks(pg, "dist_destroy", "destroy"); }
+
+void dist_backend_complete(DistBackendOps *o) {
+  if (!o->version) o->version = no_version;
+  if (!o->connect) o->connect = no_connect;
+  if (!o->all_reduce) o->all_reduce = no_all_reduce;
+  if (!o->all_reduce_start) o->all_reduce_start = no_all_reduce_start;
+  if (!o->reduce_scatter_start) o->reduce_scatter_start = no_reduce_scatter_start;
+  if (!o->all_gather) o->all_gather = no_all_gather;
+  if (!o->all_gather_start) o->all_gather_start = no_all_gather_start;
+  if (!o->broadcast) o->broadcast = no_broadcast;
+  if (!o->barrier) o->barrier = no_barrier;
+  if (!o->test) o->test = no_test;
+  if (!o->wait) o->wait = no_wait;
+  if (!o->work_init) o->work_init = no_work_init;
+  if (!o->work_free) o->work_free = no_work_free;
+  if (!o->group_start) o->group_start = no_group_start;
+  if (!o->group_end) o->group_end = no_group_end;
+  if (!o->destroy) o->destroy = no_destroy;
 }
 
-const char *dist_backend_gap(const DistBackendOps *ops) {
-  if (!ops->built) return NULL;  // refused whole: "this program was built without ..."
-  for (int s = 0; s < DIST_SLOT_COUNT; s++) {
-    bool refused = (ops->refuses >> s) & 1u;
-    if (fills(ops, (DistSlot)s) == refused) return dist_slot_name((DistSlot)s);
-  }
-  return NULL;
-}
-
-void dist_backend_refuse(const DistBackendOps *ops, DistSlot s, const char *call) {
-  if (!ops->built) die(1, "%s: this program was built without %s", call, ops->library);
-  die(1, "%s: the %s backend has no %s", call, ops->name, dist_slot_name(s));
-}
-
-const DistBackendOps *dist_backend_ops(Backend b) {
-  // The tables of the backends this build lacks: every slot NULL, refused as not built.
+// The backend's own table in a build that has it; else one of no slot at all, `built` false.
+static const DistBackendOps *own(Backend b) {
   static const DistBackendOps without[] = {
       [BACKEND_MPI] = {.name = "mpi", .library = "MPI"},
       [BACKEND_NCCL] = {.name = "nccl", .library = "NCCL"},
@@ -478,24 +138,25 @@ const DistBackendOps *dist_backend_ops(Backend b) {
       return dist_gloo_ops();
 #endif
       break;
-    default:
-      die(1, "dist_backend_ops: no backend %d", (int)b);
   }
   return &without[b];
 }
 
-// The table of @p pg: from dist_init(), or (a process group zeroed by hand or by dist_destroy) its
-// backend's.
-static const DistBackendOps *table(const ProcessGroup *pg) {
-  return pg->ops ? pg->ops : dist_backend_ops(pg->backend);
+// Each backend's table, completed once (the first dist_backend_ops(), on whichever thread).
+static DistBackendOps completed[BACKEND_GLOO + 1];
+static pthread_once_t completed_once = PTHREAD_ONCE_INIT;
+
+static void complete_tables(void) {
+  for (int b = 0; b <= BACKEND_GLOO; b++) {
+    completed[b] = *own((Backend)b);
+    dist_backend_complete(&completed[b]);
+  }
 }
 
-// The table of @p pg when it fills slot @p s; else the end of the job, naming the backend and the
-// operation that @p call needed: never another backend's.
-static const DistBackendOps *need(const ProcessGroup *pg, DistSlot s, const char *call) {
-  const DistBackendOps *o = table(pg);
-  if (!fills(o, s)) dist_backend_refuse(o, s, call);
-  return o;
+const DistBackendOps *dist_backend_ops(Backend b) {
+  if ((unsigned)b > BACKEND_GLOO) die(1, "dist_backend_ops: no backend %d", (int)b);
+  pthread_once(&completed_once, complete_tables);
+  return &completed[b];
 }
 
 // Every entry point from here on starts with check_stop_if_ending(): once an abort is under way (the
@@ -525,7 +186,7 @@ void dist_connect(ProcessGroup *pg, const Ctx *c) {
   dev_event_init(c, &pg->ready);
   // Solo before connect: the MPI backend of one process (a build without MPI too), or Gloo, whose
   // connect makes its context (several ranks) or none (one).
-  if (!solo(pg) || table(pg)->built) need(pg, DIST_SLOT_CONNECT, "dist_connect")->connect(pg);
+  if (!solo(pg) || table(pg)->built) table(pg)->connect(pg);
   placement_log(pg);  // rank 0 prints every rank's node: `ranks: nodea 0-1 (local 0-1), ...`
 }
 
@@ -533,7 +194,7 @@ void dist_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, DistO
   begin(pg, "dist_all_reduce");
   if (op == DIST_AVG && type != DIST_FLOAT) die(1, "dist_all_reduce: DIST_AVG needs float data");
   if (n == 0 || solo(pg)) return;
-  need(pg, DIST_SLOT_ALL_REDUCE, "dist_all_reduce")->all_reduce(pg, buf, n, type, op);
+  table(pg)->all_reduce(pg, buf, n, type, op);
 }
 
 // ---- the sum canary (dist_verify_sum) ----------------------------------------------------------------
@@ -595,7 +256,7 @@ void dist_verify_sum(ProcessGroup *pg, DistType type, const char *who) {
   if (!unsummed || strcmp(unsummed, "1") != 0) dev_download(pg->ctx, host, buf, bytes);
   dev_free(pg->ctx, buf);
   const DistBackendOps *o = table(pg);
-  const char *version = o->version ? o->version() : NULL;
+  const char *version = o->version();
   for (int i = 0; i < CANARY_N; i++) {
     double got = canary_get(host, type, i), want = canary_value(i, 0) + canary_value(i, 1);
     if (got == want) continue;
@@ -615,13 +276,13 @@ void dist_work_init(ProcessGroup *pg, DistWork *w) {
   memset(w, 0, sizeof *w);
   dev_event_init(pg->ctx, &w->start);
   dev_event_init(pg->ctx, &w->end);
-  if (!solo(pg)) need(pg, DIST_SLOT_WORK_INIT, "dist_work_init")->work_init(pg, w);
+  if (!solo(pg)) table(pg)->work_init(pg, w);
 }
 
 void dist_work_free(ProcessGroup *pg, DistWork *w) {
   if (w->active) die(1, "dist_work_free: the collective is still in flight (call dist_wait first)");
   // Whatever the group is now: work_free frees what work_init gave, nothing when it gave nothing.
-  if (table(pg)->built) need(pg, DIST_SLOT_WORK_FREE, "dist_work_free")->work_free(pg, w);
+  if (table(pg)->built) table(pg)->work_free(pg, w);
   dev_event_free(pg->ctx, &w->end);
   dev_event_free(pg->ctx, &w->start);
 }
@@ -654,7 +315,7 @@ void dist_all_reduce_async(ProcessGroup *pg, void *buf, size_t n, DistType type,
   if (n == 0 || solo(pg)) {
     work_done_now(pg, w);
   } else {
-    need(pg, DIST_SLOT_ALL_REDUCE_START, "dist_all_reduce_async")->all_reduce_start(pg, w);
+    table(pg)->all_reduce_start(pg, w);
   }
 }
 
@@ -678,8 +339,7 @@ void dist_reduce_scatter_async(ProcessGroup *pg, void *send, void *recv, const s
     if (!in_place) dev_copy(pg->ctx, recv, send, w->n * size);  // one rank: the mean of one is itself
     work_done_now(pg, w);
   } else {
-    need(pg, DIST_SLOT_REDUCE_SCATTER_START, "dist_reduce_scatter_async")
-        ->reduce_scatter_start(pg, send, counts, w);
+    table(pg)->reduce_scatter_start(pg, send, counts, w);
   }
 }
 
@@ -697,20 +357,20 @@ void dist_shard_counts(size_t a, size_t b, size_t S, int W, size_t *counts) {
 bool dist_test(ProcessGroup *pg, DistWork *w) {
   check_stop_if_ending();
   if (!w->active || w->done) return true;  // (a solo group's collectives are done when started)
-  return need(pg, DIST_SLOT_TEST, "dist_test")->test(pg, w);
+  return table(pg)->test(pg, w);
 }
 
 void dist_wait(ProcessGroup *pg, DistWork *w) {
   check_stop_if_ending();
   if (!w->active) die(1, "dist_wait: no all-reduce in flight on this handle");
-  if (!w->done) need(pg, DIST_SLOT_WAIT, "dist_wait")->wait(pg, w);
+  if (!w->done) table(pg)->wait(pg, w);
   w->active = false;
 }
 
 void dist_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, int root) {
   begin(pg, "dist_broadcast");
   if (n == 0 || solo(pg)) return;
-  need(pg, DIST_SLOT_BROADCAST, "dist_broadcast")->broadcast(pg, buf, n, type, root);
+  table(pg)->broadcast(pg, buf, n, type, root);
 }
 
 void dist_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type) {
@@ -722,7 +382,7 @@ void dist_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, D
   if (solo(pg)) {
     if (!in_place) dev_copy(pg->ctx, recv, send, bytes);
   } else {
-    need(pg, DIST_SLOT_ALL_GATHER, "dist_all_gather")->all_gather(pg, send, recv, n, type);
+    table(pg)->all_gather(pg, send, recv, n, type);
   }
 }
 
@@ -738,23 +398,23 @@ void dist_all_gather_async(ProcessGroup *pg, const void *send, void *recv, size_
     if (!in_place) dev_copy(pg->ctx, recv, send, bytes);
     work_done_now(pg, w);
   } else {
-    need(pg, DIST_SLOT_ALL_GATHER_START, "dist_all_gather_async")->all_gather_start(pg, send, w);
+    table(pg)->all_gather_start(pg, send, w);
   }
 }
 
 void dist_barrier(ProcessGroup *pg) {
   begin(pg, "dist_barrier");
-  if (!solo(pg)) need(pg, DIST_SLOT_BARRIER, "dist_barrier")->barrier(pg);
+  if (!solo(pg)) table(pg)->barrier(pg);
 }
 
 void dist_group_start(ProcessGroup *pg) {
   check_stop_if_ending();
-  if (!solo(pg)) need(pg, DIST_SLOT_GROUP_START, "dist_group_start")->group_start(pg);
+  if (!solo(pg)) table(pg)->group_start(pg);
 }
 
 void dist_group_end(ProcessGroup *pg) {
   check_stop_if_ending();
-  if (!solo(pg)) need(pg, DIST_SLOT_GROUP_END, "dist_group_end")->group_end(pg);
+  if (!solo(pg)) table(pg)->group_end(pg);
 }
 
 void dist_destroy(ProcessGroup *pg) {
@@ -762,7 +422,7 @@ void dist_destroy(ProcessGroup *pg) {
   // Shutdown waits for the peers too (the last collectives, MPI_Finalize): the watchdog stays, without
   // the poll of a communicator that is about to go.
   if (pg->launcher != LAUNCH_NONE) watchdog_start(pg->timeout, NULL, NULL, NULL, NULL);
-  if (!solo(pg)) need(pg, DIST_SLOT_DESTROY, "dist_destroy")->destroy(pg);
+  if (!solo(pg)) table(pg)->destroy(pg);
   if (pg->stage) dev_host_free(pg->ctx, pg->stage);
   if (pg->ctx) dev_event_free(pg->ctx, &pg->ready);
   check_set_abort(NULL);

@@ -2,7 +2,7 @@
 // dist_mpi.c: the MPI backend, whose operations dist.c calls through the table dist_mpi_ops() (at the
 // end). Collectives run on host memory; device buffers of a CUDA context are staged through one pinned
 // host buffer (Open MPI here is not CUDA-aware). MPI_Init and MPI_Finalize are the MPI launcher's,
-// called by dist.c under mpirun whatever the backend.
+// called under mpirun whatever the backend: by dist_launch.c (dist_init) and dist.c (dist_destroy).
 #include <limits.h>
 #include <mpi.h>
 #include <stdio.h>

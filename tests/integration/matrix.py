@@ -98,7 +98,7 @@ MOMENTUM = 0.9
 RUN_TIMEOUT = 60  # --timeout of every run of a step with a process group: a hang ends after 60 s
 # The line of a failed run's output quoted in its summary: the first that looks like the error.
 ERROR_LINE = re.compile(r"error|^\s*\*\*\* \w|abort|segmentation fault|watchdog|killed|signal", re.IGNORECASE)
-# A rank 0 that could not listen on the Gloo store's port (common/dist/dist.c, bootstrap_port). Under
+# A rank 0 that could not listen on the Gloo store's port (common/dist/dist_launch.c, bootstrap_port). Under
 # torchrun's c10d rendezvous (--standalone's; torch 1.13 sets TORCHELASTIC_USE_AGENT_STORE=False)
 # that port is MASTER_PORT itself, which torchrun took from bind(0) and let go again: until rank 0
 # listens there, another test's connection may take it as its local port, and its TIME_WAIT refuses

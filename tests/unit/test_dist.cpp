@@ -1,15 +1,17 @@
 // The pure helpers of the process group (common/dist/dist.h): dist_shard_counts, the counts of a bucket's
 // reduce-scatter against the shards of a flat buffer; dist_detect_launcher, the launcher read from a
 // faked environment; dist_nccl_says_gpu_shared, NCCL's message for two ranks on one GPU; and the
-// backends' tables of operations (dist_backend.h): every slot of every backend built is filled or
-// refused, and a missing one ends the job naming the backend and the operation. The collectives
-// themselves run under mpirun (tests/mpi/test_dist.c) and launch.sh (the gloo_* tests).
+// backends' tables of operations (dist_backend.h): every slot of every backend's completed table is a
+// function, and a slot a backend leaves NULL ends the job naming the backend and the operation (or, for
+// a backend not built, saying so). The collectives themselves run under mpirun (tests/mpi/test_dist.c)
+// and launch.sh (the gloo_* tests).
 #include <gtest/gtest.h>
 
+#include <cstddef>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <numeric>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -184,8 +186,30 @@ bool built_in(Backend b) {
   return b == BACKEND_MPI ? dist_have_mpi() : b == BACKEND_NCCL ? dist_have_nccl() : dist_have_gloo();
 }
 
-// A table of the backend "gloo" with every slot NULL (built, refusing nothing): what a backend looks
-// like to dist.c when it lacks everything.
+// The slots of DistBackendOps, in their order there: every field from `version` on is a function
+// pointer. The static_assert catches a slot added to the table but not here.
+const char *const kSlotNames[] = {
+    "version",    "connect",          "all_reduce", "all_reduce_start", "reduce_scatter_start",
+    "all_gather", "all_gather_start", "broadcast",  "barrier",          "test",
+    "wait",       "work_init",        "work_free",  "group_start",      "group_end",
+    "destroy"};
+using AnySlot = void (*)();
+constexpr size_t kFirstSlot = offsetof(DistBackendOps, version);
+constexpr size_t kSlots = (sizeof(DistBackendOps) - kFirstSlot) / sizeof(AnySlot);
+static_assert((sizeof(DistBackendOps) - kFirstSlot) % sizeof(AnySlot) == 0,
+              "a field after version is no slot");
+static_assert(sizeof kSlotNames / sizeof kSlotNames[0] == kSlots,
+              "a slot of DistBackendOps has no name here");
+
+// Slot @p i of @p o, whatever its type; NULL when the slot is.
+AnySlot slot(const DistBackendOps &o, size_t i) {
+  AnySlot f;
+  std::memcpy(&f, reinterpret_cast<const char *>(&o) + kFirstSlot + i * sizeof f, sizeof f);
+  return f;
+}
+
+// A table of the backend "gloo" with every slot NULL: what a backend looks like to dist.c when it
+// lacks everything.
 DistBackendOps empty_table() {
   DistBackendOps o;
   std::memset(&o, 0, sizeof o);
@@ -198,6 +222,7 @@ DistBackendOps empty_table() {
 // A table of the backend "gloo" with every slot filled (by functions that do nothing).
 DistBackendOps complete_table() {
   DistBackendOps o = empty_table();
+  o.version = [] { return "1.0"; };
   o.connect = [](ProcessGroup *) {};
   o.all_reduce = [](ProcessGroup *, void *, size_t, DistType, DistOp) {};
   o.all_reduce_start = [](ProcessGroup *, DistWork *) {};
@@ -215,135 +240,189 @@ DistBackendOps complete_table() {
   o.destroy = [](ProcessGroup *) {};
   return o;
 }
+
+// The backend's own table, as its file fills it; nullptr in a build without it.
+const DistBackendOps *own_table(Backend b) {
+#if HAVE_MPI
+  if (b == BACKEND_MPI) return dist_mpi_ops();
+#endif
+#if HAVE_NCCL
+  if (b == BACKEND_NCCL) return dist_nccl_ops();
+#endif
+#if HAVE_GLOO
+  if (b == BACKEND_GLOO) return dist_gloo_ops();
+#endif
+  (void)b;
+  return nullptr;
+}
+
+// A process group of two ranks on the CPU whose calls go through the table @p o, with a context (not
+// the group of one, whose collectives are the identity and call no slot). Static: the death tests'
+// children run the calls.
+Ctx g_ctx;
+ProcessGroup g_pg;
+float g_send[4], g_recv[8];
+size_t g_counts[2] = {2, 2};
+DistWork g_w;
+
+void two_ranks_through(const DistBackendOps *o) {
+  device_init(&g_ctx, DEVICE_CPU, 0);  // for the events of dist_connect() and the handles
+  std::memset(&g_pg, 0, sizeof g_pg);
+  g_pg.ctx = &g_ctx;
+  g_pg.rank = 0;
+  g_pg.world_size = 2;
+  g_pg.backend = BACKEND_GLOO;
+  g_pg.gloo = &g_pg;  // a context: not the group of one
+  g_pg.ops = o;
+}
+
+DistWork *fresh() {
+  std::memset(&g_w, 0, sizeof g_w);
+  return &g_w;
+}
+
+DistWork *active() {  // a collective in flight, not yet seen done
+  std::memset(&g_w, 0, sizeof g_w);
+  g_w.active = true;
+  return &g_w;
+}
+
+// Every public call that goes through a slot, with the operation its message names: one per slot but
+// version (which dist_verify_sum reads, and whose default answers NULL).
+struct Call {
+  const char *call, *operation;
+  std::function<void()> run;
+};
+std::vector<Call> every_call() {
+  return {
+      {"dist_connect", "connect", [] { dist_connect(&g_pg, &g_ctx); }},
+      {"dist_all_reduce", "all-reduce", [] { dist_all_reduce(&g_pg, g_send, 4, DIST_FLOAT, DIST_SUM); }},
+      {"dist_all_reduce_async", "all-reduce-async",
+       [] { dist_all_reduce_async(&g_pg, g_send, 4, DIST_FLOAT, DIST_SUM, fresh()); }},
+      {"dist_reduce_scatter_async", "reduce-scatter-async",
+       [] { dist_reduce_scatter_async(&g_pg, g_send, g_recv, g_counts, DIST_FLOAT, DIST_SUM, fresh()); }},
+      {"dist_all_gather", "all-gather", [] { dist_all_gather(&g_pg, g_send, g_recv, 4, DIST_FLOAT); }},
+      {"dist_all_gather_async", "all-gather-async",
+       [] { dist_all_gather_async(&g_pg, g_send, g_recv, 4, DIST_FLOAT, fresh()); }},
+      {"dist_broadcast", "broadcast", [] { dist_broadcast(&g_pg, g_send, 4, DIST_FLOAT, 0); }},
+      {"dist_barrier", "barrier", [] { dist_barrier(&g_pg); }},
+      {"dist_test", "test", [] { dist_test(&g_pg, active()); }},
+      {"dist_wait", "wait", [] { dist_wait(&g_pg, active()); }},
+      {"dist_work_init", "work-init", [] { dist_work_init(&g_pg, &g_w); }},
+      {"dist_work_free", "work-free", [] { dist_work_free(&g_pg, fresh()); }},
+      {"dist_group_start", "group-start", [] { dist_group_start(&g_pg); }},
+      {"dist_group_end", "group-end", [] { dist_group_end(&g_pg); }},
+      {"dist_destroy", "destroy", [] { dist_destroy(&g_pg); }},
+  };
+}
 }  // namespace
 
-// The table each backend fills in its own file: a NULL slot must be one the backend refuses on purpose
-// (DistBackendOps.refuses), never one forgotten, as Gloo's all-gather-async was (dist.c then called
-// MPI_Iallgather under Gloo).
-TEST(DistBackendOps, EverySlotOfEveryBuiltBackendIsFilledOrRefused) {
+// What dist.c calls through: each backend's table, completed, in which no slot is NULL (a NULL one
+// would crash the process, or once called MPI's under Gloo, as Gloo's missing all-gather-async did).
+TEST(DistBackendOps, EverySlotOfEveryBackendsTableIsAFunction) {
   int built = 0;
   for (Backend b : kBackends) {
     const DistBackendOps *o = dist_backend_ops(b);
     ASSERT_NE(o, nullptr);
+    EXPECT_EQ(o, dist_backend_ops(b)) << "completed once";
     EXPECT_STREQ(o->name, dist_backend_name(b));
     EXPECT_EQ(o->built, built_in(b)) << o->name;
-    if (!o->built) continue;
-    built++;
-    for (int s = 0; s < DIST_SLOT_COUNT; s++) {
-      bool refused = (o->refuses >> s) & 1u;
-      EXPECT_NE(dist_backend_fills(o, (DistSlot)s), refused)
-          << "the " << o->name << " backend's " << dist_slot_name((DistSlot)s)
-          << (refused ? " is filled but said refused" : " is NULL but not refused");
-    }
-    EXPECT_STREQ(dist_backend_gap(o), nullptr) << o->name;
+    built += o->built;
+    for (size_t i = 0; i < kSlots; i++)
+      EXPECT_NE(slot(*o, i), nullptr) << "the " << o->name << " backend's " << kSlotNames[i] << " is NULL";
   }
   EXPECT_EQ(built, (int)dist_have_mpi() + (int)dist_have_nccl() + (int)dist_have_gloo());
 }
 
-TEST(DistBackendOps, EverySlotHasItsOwnName) {
-  std::set<std::string> names;
-  for (int s = 0; s < DIST_SLOT_COUNT; s++) {
-    std::string name = dist_slot_name((DistSlot)s);
-    EXPECT_NE(name, "?") << "slot " << s;
-    EXPECT_TRUE(names.insert(name).second) << name << " names two slots";
-  }
-  EXPECT_STREQ(dist_slot_name(DIST_SLOT_ALL_GATHER_START), "all-gather-async");
-  EXPECT_STREQ(dist_slot_name(DIST_SLOT_COUNT), "?");
-}
-
-TEST(DistBackendOps, TheGapIsANullSlotNotRefusedOrAFilledOneRefused) {
-  DistBackendOps o = complete_table();
-  for (int s = 0; s < DIST_SLOT_COUNT; s++) EXPECT_TRUE(dist_backend_fills(&o, (DistSlot)s)) << s;
-  EXPECT_EQ(dist_backend_gap(&o), nullptr);
-  o.all_gather_start = nullptr;
-  EXPECT_FALSE(dist_backend_fills(&o, DIST_SLOT_ALL_GATHER_START));
-  EXPECT_STREQ(dist_backend_gap(&o), "all-gather-async");
-  o.refuses = 1u << DIST_SLOT_ALL_GATHER_START;
-  EXPECT_EQ(dist_backend_gap(&o), nullptr);  // refused on purpose
-  o.refuses |= 1u << DIST_SLOT_BARRIER;
-  EXPECT_STREQ(dist_backend_gap(&o), "barrier");  // filled, yet said refused
-  DistBackendOps e = empty_table();
-  EXPECT_STREQ(dist_backend_gap(&e), "connect");  // the first slot
-  e.built = false;
-  EXPECT_EQ(dist_backend_gap(&e), nullptr);  // a backend not built is refused whole
-}
-
-TEST(DistBackendOps, ARefusalNamesTheCallTheBackendAndTheOperation) {
-  DistBackendOps o = empty_table();
-  for (int s = 0; s < DIST_SLOT_COUNT; s++)
-    EXPECT_EXIT(dist_backend_refuse(&o, (DistSlot)s, "dist_call"), ::testing::ExitedWithCode(1),
-                std::string("dist_call: the gloo backend has no ") + dist_slot_name((DistSlot)s));
-  o.built = false;
-  EXPECT_EXIT(dist_backend_refuse(&o, DIST_SLOT_BARRIER, "dist_barrier"), ::testing::ExitedWithCode(1),
-              "dist_barrier: this program was built without Gloo");
-}
-
-TEST(DistBackendOps, ABackendNotBuiltIsRefusedAsNotBuilt) {
+// Completing keeps what a backend fills: the backends built here fill every operation themselves.
+TEST(DistBackendOps, TheCompletedTableOfABuiltBackendCallsItsOwnFunctions) {
   for (Backend b : kBackends) {
-    const DistBackendOps *o = dist_backend_ops(b);
-    if (o->built) continue;
-    for (int s = 0; s < DIST_SLOT_COUNT; s++) EXPECT_FALSE(dist_backend_fills(o, (DistSlot)s)) << o->name;
-    EXPECT_EXIT(dist_backend_refuse(o, DIST_SLOT_ALL_REDUCE, "dist_all_reduce"), ::testing::ExitedWithCode(1),
-                std::string("dist_all_reduce: this program was built without ") + o->library);
+    const DistBackendOps *mine = own_table(b), *o = dist_backend_ops(b);
+    if (!mine) continue;
+    EXPECT_STREQ(o->library, mine->library);
+    for (size_t i = 0; i < kSlots; i++) {
+      if (slot(*mine, i)) {
+        EXPECT_EQ(slot(*o, i), slot(*mine, i)) << o->name << "'s " << kSlotNames[i];
+      }
+    }
   }
+}
+
+TEST(DistBackendOps, CompletingFillsEveryNullSlotAndNoOther) {
+  DistBackendOps o = empty_table();
+  dist_backend_complete(&o);
+  for (size_t i = 0; i < kSlots; i++) EXPECT_NE(slot(o, i), nullptr) << kSlotNames[i];
+  EXPECT_EQ(o.version(), nullptr);  // the default: the backend cannot tell
+  EXPECT_STREQ(o.name, "gloo");
+  EXPECT_TRUE(o.built);
+
+  DistBackendOps full = complete_table(), done = full;
+  dist_backend_complete(&done);
+  for (size_t i = 0; i < kSlots; i++) EXPECT_EQ(slot(done, i), slot(full, i)) << kSlotNames[i];
+  EXPECT_STREQ(done.version(), "1.0");
+}
+
+// A table with one slot NULL, completed: that call ends the job naming the backend and the operation,
+// and the others still run the backend's own.
+TEST(DistBackendOps, ANullSlotCompletedEndsTheJobNamingTheBackendAndTheOperation) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // the CPU context may start threads (OpenBLAS)
+  static DistBackendOps o = complete_table();
+  o.all_gather_start = nullptr;
+  dist_backend_complete(&o);
+  two_ranks_through(&o);
+  EXPECT_EXIT(dist_all_gather_async(&g_pg, g_send, g_recv, 4, DIST_FLOAT, fresh()),
+              ::testing::ExitedWithCode(1),
+              "dist_all_gather_async: the gloo backend has no all-gather-async");
+  EXPECT_EXIT(o.all_gather_start(&g_pg, g_send, fresh()), ::testing::ExitedWithCode(1),
+              "dist_all_gather_async: the gloo backend has no all-gather-async");
+  dist_all_gather(&g_pg, g_send, g_recv, 4, DIST_FLOAT);  // filled: the backend's own, which returns
+  dist_barrier(&g_pg);
+  device_free(&g_ctx);
 }
 
 // Through the public calls: a process group of two ranks on a backend whose every slot is NULL. Each
 // call ends the job naming itself, the backend and its own operation (and so never reaches another
 // backend's, as dist_all_gather_async reached MPI's under Gloo).
 TEST(DistBackendOps, EveryCallRefusesTheMissingOperationByName) {
-  GTEST_FLAG_SET(death_test_style, "threadsafe");  // the CPU context may start threads (OpenBLAS)
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
   static DistBackendOps o = empty_table();
-  static Ctx ctx;
-  device_init(&ctx, DEVICE_CPU, 0);  // for the events of dist_connect() and the handles
-  static ProcessGroup pg;
-  std::memset(&pg, 0, sizeof pg);
-  pg.ctx = &ctx;
-  pg.rank = 0;
-  pg.world_size = 2;
-  pg.backend = BACKEND_GLOO;
-  pg.gloo = &pg;  // a context: not the group of one, whose collectives are the identity
-  pg.ops = &o;
-  static float send[4], recv[8];
-  static size_t counts[2] = {2, 2};
-  static DistWork w;
-  auto fresh = [] {
-    std::memset(&w, 0, sizeof w);
-    return &w;
-  };
-  auto active = [] {  // a collective in flight, not yet seen done
-    std::memset(&w, 0, sizeof w);
-    w.active = true;
-    return &w;
-  };
-  const struct {
-    const char *call, *operation;
-    std::function<void()> run;
-  } cases[] = {
-      {"dist_connect", "connect", [] { dist_connect(&pg, &ctx); }},
-      {"dist_all_reduce", "all-reduce", [] { dist_all_reduce(&pg, send, 4, DIST_FLOAT, DIST_SUM); }},
-      {"dist_all_reduce_async", "all-reduce-async",
-       [&] { dist_all_reduce_async(&pg, send, 4, DIST_FLOAT, DIST_SUM, fresh()); }},
-      {"dist_reduce_scatter_async", "reduce-scatter-async",
-       [&] { dist_reduce_scatter_async(&pg, send, recv, counts, DIST_FLOAT, DIST_SUM, fresh()); }},
-      {"dist_all_gather", "all-gather", [] { dist_all_gather(&pg, send, recv, 4, DIST_FLOAT); }},
-      {"dist_all_gather_async", "all-gather-async",
-       [&] { dist_all_gather_async(&pg, send, recv, 4, DIST_FLOAT, fresh()); }},
-      {"dist_broadcast", "broadcast", [] { dist_broadcast(&pg, send, 4, DIST_FLOAT, 0); }},
-      {"dist_barrier", "barrier", [] { dist_barrier(&pg); }},
-      {"dist_test", "test", [&] { dist_test(&pg, active()); }},
-      {"dist_wait", "wait", [&] { dist_wait(&pg, active()); }},
-      {"dist_work_init", "work-init", [&] { dist_work_init(&pg, &w); }},
-      {"dist_work_free", "work-free", [&] { dist_work_free(&pg, fresh()); }},
-      {"dist_group_start", "group-start", [] { dist_group_start(&pg); }},
-      {"dist_group_end", "group-end", [] { dist_group_end(&pg); }},
-      {"dist_destroy", "destroy", [] { dist_destroy(&pg); }},
-  };
-  EXPECT_EQ(sizeof cases / sizeof cases[0], (size_t)DIST_SLOT_COUNT);  // every operation has its call
-  for (const auto &c : cases)
+  dist_backend_complete(&o);
+  two_ranks_through(&o);
+  std::vector<Call> calls = every_call();
+  EXPECT_EQ(calls.size(), kSlots - 1);  // every operation has its call
+  for (const Call &c : calls)
     EXPECT_EXIT(c.run(), ::testing::ExitedWithCode(1),
                 std::string(c.call) + ": the gloo backend has no " + c.operation);
-  device_free(&ctx);
+  device_free(&g_ctx);
+}
+
+// The table of a backend this build lacks: every call says that the program was built without it,
+// except dist_work_free, which frees only what work_init gave (nothing, when it never ran), as before.
+TEST(DistBackendOps, ABackendNotBuiltSaysSoOnEveryCall) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  static DistBackendOps o = empty_table();
+  o.built = false;
+  dist_backend_complete(&o);
+  two_ranks_through(&o);
+  for (const Call &c : every_call()) {
+    if (std::string(c.call) == "dist_work_free") {
+      EXPECT_EXIT((c.run(), std::exit(0)), ::testing::ExitedWithCode(0), "") << "work_free is not called";
+      continue;
+    }
+    EXPECT_EXIT(c.run(), ::testing::ExitedWithCode(1),
+                std::string(c.call) + ": this program was built without Gloo");
+  }
+  device_free(&g_ctx);
+  // This build's own tables of the backends it lacks (none where every backend is built).
+  for (Backend b : kBackends) {
+    const DistBackendOps *lacking = dist_backend_ops(b);
+    if (lacking->built) continue;
+    static ProcessGroup pg;
+    std::memset(&pg, 0, sizeof pg);
+    pg.backend = b;  // no table: the backend's, through dist_backend_ops()
+    EXPECT_EXIT(lacking->barrier(&pg), ::testing::ExitedWithCode(1),
+                std::string("dist_barrier: this program was built without ") + lacking->library);
+  }
 }
 
 // The bootstrap port rule: MASTER_PORT + 1 unless torchrun says no agent store listens on MASTER_PORT

@@ -1,12 +1,12 @@
 /**
  * @file
- * @brief Internal interface between the process group (dist.c) and its backend files: dist_mpi.c
- * (built with MPI, HAVE_MPI), dist_nccl.c (built with NCCL, HAVE_NCCL) and dist_gloo.cc (built with
- * Gloo, HAVE_GLOO: the one C++ file of common/, behind these C declarations). Each backend file
- * gives dist.c one table of operations (DistBackendOps), which dist.c calls through; a backend that
- * this build lacks has a table of NULL slots, which dist.c refuses by name. The MPI launcher's own
- * calls (MPI_Init, the abort hook, MPI_Finalize: under mpirun whatever the backend) are plain
- * functions. Not for the steps: they use dist.h.
+ * @brief Internal interface between the process group (dist.c; dist_launch.c, its start) and its
+ * backend files: dist_mpi.c (built with MPI, HAVE_MPI), dist_nccl.c (built with NCCL, HAVE_NCCL) and
+ * dist_gloo.cc (built with Gloo, HAVE_GLOO: the one C++ file of common/, behind these C declarations).
+ * Each backend file gives dist.c one table of operations (DistBackendOps), which dist.c completes and
+ * calls through; a backend that this build lacks has a table whose every slot, completed, ends the job
+ * saying that the program was built without it. The MPI launcher's own calls (MPI_Init, the abort hook,
+ * MPI_Finalize: under mpirun whatever the backend) are plain functions. Not for the steps: they use dist.h.
  */
 #ifndef DDP_DIST_BACKEND_H
 #define DDP_DIST_BACKEND_H
@@ -38,12 +38,13 @@ void *dist_staging(ProcessGroup *pg, size_t bytes);
  * dist_nccl_ops(), dist_gloo_ops()); dist.c keeps what every backend shares: the argument checks,
  * the group of one process and the in-place forms, the watchdog, the work handles and their events.
  *
- * A slot left NULL is an operation the backend does not have: dist.c ends the job there (die(), on
- * every rank) naming the backend and the operation, e.g. `dist_all_gather_async: the gloo backend has
- * no all-gather-async`; it never calls another backend's. A backend that lacks an operation on purpose
- * says so in `refuses`, which the unit test (tests/unit/test_dist.cpp) requires of every NULL slot
- * of every backend built. Where a backend has nothing to do (MPI's group_start, NCCL's work_init) it
- * fills the slot with a function that does nothing, so that the choice is written down.
+ * A slot left NULL is an operation the backend does not have. dist.c never calls a table as a backend
+ * wrote it but the copy that dist_backend_complete() made whole: there each NULL slot holds its
+ * default, which ends the job (die(), on every rank) naming the call, the backend and the operation,
+ * e.g. `dist_all_gather_async: the gloo backend has no all-gather-async`, so that a missing operation
+ * is never another backend's; and dist.c calls every slot as it is, with no check. Where a backend has
+ * nothing to do (MPI's group_start, NCCL's work_init) it fills the slot with a function that does
+ * nothing, so that the choice is written down.
  *
  * dist.c answers a group of one process on MPI or Gloo itself (every collective is the identity) and
  * calls no slot for it, except connect (which makes the group) and work_free (which frees whatever
@@ -52,10 +53,10 @@ void *dist_staging(ProcessGroup *pg, size_t bytes);
 typedef struct DistBackendOps {
   const char *name;     ///< the backend's name, as --backend spells it: "mpi", "nccl" or "gloo"
   const char *library;  ///< the library, as refusals name it: "MPI", "NCCL" or "Gloo"
-  bool built;           ///< false for the table of a backend this build lacks (every slot NULL)
-  unsigned refuses;     ///< bit (1u << s) for each DistSlot s that this backend lacks on purpose (NULL)
+  bool built;           ///< false for the table of a backend this build lacks (every slot its default)
   /** @brief The loaded library's version as messages name it (NCCL: `2.21.5`; MPI: the first line of
-   *  MPI_Get_library_version), after connect; NULL where the backend cannot tell (Gloo). */
+   *  MPI_Get_library_version), after connect; NULL where the backend cannot tell (Gloo leaves the slot
+   *  NULL: its default returns NULL). */
   const char *(*version)(void);
 
   /** @brief Joins the group (after dist_init() chose the backend, once the context is known); see
@@ -98,55 +99,25 @@ typedef struct DistBackendOps {
   void (*destroy)(ProcessGroup *pg);
 } DistBackendOps;
 
-/** @brief The slots of DistBackendOps, in their order there: for naming an operation and for checking
- *  a table slot by slot. */
-typedef enum DistSlot {
-  DIST_SLOT_CONNECT = 0,           ///< DistBackendOps::connect, "connect"
-  DIST_SLOT_ALL_REDUCE,            ///< DistBackendOps::all_reduce, "all-reduce"
-  DIST_SLOT_ALL_REDUCE_START,      ///< DistBackendOps::all_reduce_start, "all-reduce-async"
-  DIST_SLOT_REDUCE_SCATTER_START,  ///< DistBackendOps::reduce_scatter_start, "reduce-scatter-async"
-  DIST_SLOT_ALL_GATHER,            ///< DistBackendOps::all_gather, "all-gather"
-  DIST_SLOT_ALL_GATHER_START,      ///< DistBackendOps::all_gather_start, "all-gather-async"
-  DIST_SLOT_BROADCAST,             ///< DistBackendOps::broadcast, "broadcast"
-  DIST_SLOT_BARRIER,               ///< DistBackendOps::barrier, "barrier"
-  DIST_SLOT_TEST,                  ///< DistBackendOps::test, "test"
-  DIST_SLOT_WAIT,                  ///< DistBackendOps::wait, "wait"
-  DIST_SLOT_WORK_INIT,             ///< DistBackendOps::work_init, "work-init"
-  DIST_SLOT_WORK_FREE,             ///< DistBackendOps::work_free, "work-free"
-  DIST_SLOT_GROUP_START,           ///< DistBackendOps::group_start, "group-start"
-  DIST_SLOT_GROUP_END,             ///< DistBackendOps::group_end, "group-end"
-  DIST_SLOT_DESTROY,               ///< DistBackendOps::destroy, "destroy"
-  DIST_SLOT_COUNT                  ///< the number of slots
-} DistSlot;
-
 /**
- * @brief The table of backend @p b: the backend's own (dist_mpi_ops(), ...) in a build that has it,
- * else one whose every slot is NULL and whose `built` is false, so that a call through it ends the job
- * saying that the program was built without that library.
+ * @brief The table of backend @p b, completed (dist_backend_complete()) once, on the first call: the
+ * backend's own (dist_mpi_ops(), ...) in a build that has it, else one whose `built` is false and whose
+ * every slot, called, ends the job saying that the program was built without that library (`CALL:
+ * this program was built without MPI`). Thread-safe.
  */
 const DistBackendOps *dist_backend_ops(Backend b);
 
-/** @brief The operation of slot @p s as messages name it, e.g. "all-gather-async"; "?" out of range. */
-const char *dist_slot_name(DistSlot s);
-
-/** @brief Whether @p ops fills slot @p s (false out of range). */
-bool dist_backend_fills(const DistBackendOps *ops, DistSlot s);
-
 /**
- * @brief The first slot of @p ops that is NULL without being in its `refuses`, or filled while in it
- * (a contradiction), as dist_slot_name() names it; NULL when every slot is filled or refused. A table
- * of a backend this build lacks has no gap (it refuses everything, as not built).
+ * @brief Fills every NULL slot of @p ops with its default: a function of the slot's signature that ends
+ * the job, on every rank, naming the public call that needed it, the backend and the operation (`CALL:
+ * the NAME backend has no OPERATION`), or, in the table of a backend this build lacks (`built` false),
+ * `CALL: this program was built without LIBRARY`. The backend and the library are those of the table
+ * that the call went through (ProcessGroup::ops, else dist_backend_ops() of its backend), which must be
+ * a completed one. version's default returns NULL (the backend cannot tell). Filled slots stay as
+ * they are.
+ * @param[in,out] ops  the table, a copy of a backend's (the backends' own tables are const).
  */
-const char *dist_backend_gap(const DistBackendOps *ops);
-
-/**
- * @brief Ends the job, on every rank, because @p ops lacks slot @p s: `CALL: the NAME backend has no
- * OPERATION`, or `CALL: this program was built without LIBRARY` for a backend not built in.
- * @param[in] ops  the backend's table.
- * @param[in] s    the slot.
- * @param[in] call the public function that needed it, e.g. "dist_all_gather_async".
- */
-void dist_backend_refuse(const DistBackendOps *ops, DistSlot s, const char *call) __attribute__((noreturn));
+void dist_backend_complete(DistBackendOps *ops);
 
 /** @brief The MPI backend's table (dist_mpi.c; a build with MPI only). */
 const DistBackendOps *dist_mpi_ops(void);
