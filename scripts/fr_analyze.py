@@ -10,10 +10,12 @@ them. Every rank calls the same collectives in the same order, so the rings alig
 the first number at which they do not agree is the culprit. One verdict, and the exit status says
 which:
 
-  0  no culprit: every rank recorded the same collectives (all done, or all waiting in the same one:
-     then the collective itself does not finish, which is the link's or the backend's doing)
-  3  a rank never started collective N while others called it (its last entry is named), or wrote no
-     ring at all (stopped, killed, or hung outside a collective)
+  0  no culprit: every rank recorded the same collectives (all done; all waiting in the same one, so
+     that the collective itself does not finish, which is the link's or the backend's doing; or in
+     flight in a live snapshot, which `kill -USR2` on every rank takes)
+  3  a rank never started collective N while others called it (its last entry is named), did not run
+     while the others waited (frozen: SIGSTOP, a debugger), or wrote no ring at all (stopped, killed,
+     or hung outside a collective)
   4  desync: at collective N the ranks called different operations
   5  size mismatch: at collective N the ranks called the same operation on other types or counts
   2  bad input (no ring found, an unreadable file)
@@ -83,14 +85,32 @@ def verdict(rings, world):
     """(exit status, one paragraph)."""
     absent = [r for r in range(world) if r not in rings]
     called = sorted({s for _, e in rings.values() for s in e})
+    # A rank that did not run at all (its watchdog saw its own ticks stop: SIGSTOP, a debugger, a
+    # paused machine) while another waited in a collective: frozen, whatever its ring says.
+    for seq in called:
+        w, since = waiting(rings, seq)
+        frozen = {r: h for r, (h, _) in rings.items()
+                  if h.get("stalled_s", 0) >= 1.0 and h.get("stalled_until", 0) > since > 0}
+        if w and frozen:
+            others = set(w) - set(frozen)
+            return MISSING, ("; ".join(f"rank {r} did not run for {h['stalled_s']:.1f} s until "
+                                       f"{when(h['stalled_until'])} (stopped: SIGSTOP, a debugger, or a paused "
+                                       f"machine)" for r, h in frozen.items())
+                             + f", while {ranks(others) if others else 'it'} waited in #{seq} "
+                             f"({rings[next(iter(w))][1][seq]['op']}) since {when(since)}")
     # A rank that never called N although another did: the first such N names the culprit.
     for seq in called:
         have = [r for r, (_, e) in rings.items() if seq in e]
         oldest = {r: min(e) if e else 1 for r, (_, e) in rings.items()}
-        lack = [r for r, (_, e) in rings.items() if seq not in e and seq >= oldest[r]]
+        w, since = waiting(rings, seq)
+        first = min(rings[r][1][seq]["started"] or rings[r][1][seq]["queued"] for r in have)
+        # A rank lacks seq when its ring covers that number and it went on past it (it skipped it), or
+        # it wrote its ring after another rank had started seq (it had time to arrive, and did not). A
+        # ring written before the others started seq, or while the job ran (SIGUSR2), says nothing.
+        lack = [r for r, (h, e) in rings.items() if seq not in e and seq >= oldest[r]
+                and (any(s > seq for s in e) or (h.get("dumped", 0) > first and h.get("why") != "SIGUSR2"))]
         if not lack:
             continue
-        w, since = waiting(rings, seq)
         other = rings[have[0]][1][seq]
         lines = []
         for r in lack:
@@ -124,6 +144,10 @@ def verdict(rings, world):
         return MISSING, (f"no ring from {ranks(absent)}: stopped, killed, or hung outside a collective before "
                          f"its watchdog could write one (the others' rings agree up to #{called[-1] if called else 0})"
                          + where)
+    live = all(h.get("why") == "SIGUSR2" for h, _ in rings.values())
+    if stuck and live:
+        return NO_CULPRIT, (f"no culprit: {world} ranks agree on #{called[0]}..#{called[-1]}; a live snapshot "
+                            f"(SIGUSR2), with {len(stuck)} collective(s) in flight when it was taken")
     if stuck:
         s = min(stuck)
         w, since = waiting(rings, s)

@@ -97,6 +97,9 @@ static const Flag FLAGS[] = {
      "communication backend"},
     {"timeout", ARGS_DIST, KIND_FLOAT, F(timeout), "300", RANGE_GT, 0, MAX_TIMEOUT, NULL, "SECONDS",
      "end the job when a collective waits longer than this"},
+    {"fr_dir", ARGS_DIST, KIND_STR, F(fr_dir), NULL, RANGE_NONE, 0, NO_MAX, NULL, "DIR",
+     "where a hung or failed job writes each rank's last collectives, fr_<rank>.jsonl, for "
+     "scripts/fr_analyze.py (default: --metrics' folder, else out)"},
     {"drop_last", ARGS_SAMPLER, KIND_BOOL, F(drop_last), NULL, RANGE_NONE, 0, NO_MAX, NULL, NULL,
      "drop the tail of the data instead of padding it"},
     {"bucket_cap_mb", ARGS_REDUCER, KIND_FLOAT, F(bucket_cap_mb), "25", RANGE_GT, 0, MAX_BUCKET_MB, NULL, "X",
@@ -337,6 +340,19 @@ static bool given_flag(const bool *given, const char *name) {
   return f && given[f - FLAGS];
 }
 
+// --fr_dir's default: the folder of the --metrics file (whose rings then lie beside the metrics), or
+// "out" without metrics or when that folder depends on the rank.
+static const char *default_fr_dir(const char *metrics) {
+  static char dir[512];
+  if (!metrics) return "out";
+  const char *slash = strrchr(metrics, '/');
+  if (!slash) return ".";
+  if (slash == metrics) return "/";
+  if ((size_t)(slash - metrics) >= sizeof dir) return "out";
+  snprintf(dir, sizeof dir, "%.*s", (int)(slash - metrics), metrics);
+  return strstr(dir, "{rank}") ? "out" : dir;
+}
+
 void args_parse(Args *a, int argc, char **argv, unsigned groups, const char *about) {
   Parser c = {argc > 0 && argv[0] ? argv[0] : "train", groups, about};
   bool given[N_FLAGS] = {false};
@@ -389,6 +405,7 @@ void args_parse(Args *a, int argc, char **argv, unsigned groups, const char *abo
            "--%s applies to --comm_hook powersgd only (this run's hook is %s): drop it, or add "
            "--comm_hook powersgd",
            psgd_flags[k], a->comm_hook);
+  if (!a->fr_dir) a->fr_dir = default_fr_dir(a->metrics);
   // Both files are opened for writing: one path would leave the trace where the metrics were.
   if (a->metrics && a->trace && strcmp(a->metrics, a->trace) == 0)
     FAIL(&c,

@@ -62,13 +62,15 @@ typedef struct Args {
   float clip_grad_norm;   ///< --clip_grad_norm: clip the gradient's global 2-norm to this, 0 = off
   const char *backend;    ///< --backend: auto | nccl | mpi (ARGS_DIST)
   float timeout;          ///< --timeout: seconds a collective may wait before the job ends (ARGS_DIST)
-  bool drop_last;         ///< --drop_last: drop the tail instead of padding (ARGS_SAMPLER)
-  float bucket_cap_mb;    ///< --bucket_cap_mb: bucket size cap in MiB (ARGS_REDUCER)
-  int grad_accum;         ///< --grad_accum: micro-batches per optimizer step (ARGS_REDUCER)
-  const char *trace;      ///< --trace: Chrome trace output path (ARGS_REDUCER; NULL: none)
-  int save_steps;         ///< --save_steps: also save every N optimizer steps, 0 = never (ARGS_FAULT)
-  const char *comm_hook;  ///< --comm_hook: allreduce | fp16 | bf16 | powersgd (ARGS_HOOKS)
-  int powersgd_rank;      ///< --powersgd_rank: PowerSGD's matrix_approximation_rank (ARGS_HOOKS)
+  const char
+      *fr_dir;  ///< --fr_dir: the flight recorder's folder (ARGS_DIST; default: --metrics' folder, else out)
+  bool drop_last;           ///< --drop_last: drop the tail instead of padding (ARGS_SAMPLER)
+  float bucket_cap_mb;      ///< --bucket_cap_mb: bucket size cap in MiB (ARGS_REDUCER)
+  int grad_accum;           ///< --grad_accum: micro-batches per optimizer step (ARGS_REDUCER)
+  const char *trace;        ///< --trace: Chrome trace output path (ARGS_REDUCER; NULL: none)
+  int save_steps;           ///< --save_steps: also save every N optimizer steps, 0 = never (ARGS_FAULT)
+  const char *comm_hook;    ///< --comm_hook: allreduce | fp16 | bf16 | powersgd (ARGS_HOOKS)
+  int powersgd_rank;        ///< --powersgd_rank: PowerSGD's matrix_approximation_rank (ARGS_HOOKS)
   int powersgd_start_iter;  ///< --powersgd_start_iter: plain all-reduce before this iteration (ARGS_HOOKS)
   bool check_finite;  ///< --check_finite: check each bucket for NaN/Inf before its collective (ARGS_HOOKS)
 } Args;

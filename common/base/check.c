@@ -19,6 +19,11 @@ void check_set_rank(int rank) { g_rank = rank; }
 int check_rank(void) { return g_rank; }
 void check_set_abort(void (*hook)(int status)) { g_abort = hook; }
 
+static void (*g_last_words)(void) = NULL;
+static atomic_flag g_said = ATOMIC_FLAG_INIT;
+
+void check_set_last_words(void (*fn)(void)) { g_last_words = fn; }
+
 void check_set_ending(void) { atomic_store(&g_ending, true); }
 
 void check_stop_if_ending(void) {
@@ -30,6 +35,7 @@ _Noreturn static void end_job(int status) {
   check_set_ending();
   fflush(stdout);
   fflush(stderr);
+  if (g_last_words && !atomic_flag_test_and_set(&g_said)) g_last_words();
   if (g_abort) g_abort(status);  // never returns: aborts every rank
   exit(status);
 }

@@ -55,6 +55,13 @@ int check_rank(void);
 void check_set_abort(void (*hook)(int status));
 
 /**
+ * @brief Registers what to do once before an error ends the job, before the abort hook: the process
+ * group writes its flight recorder's ring (flight.h). It must not end the process. NULL: nothing.
+ * @param[in] fn called once, by the first thread that ends the job on an error.
+ */
+void check_set_last_words(void (*fn)(void));
+
+/**
  * @brief Marks the job as ending: an abort is under way (on this thread or another: the watchdog's).
  * Called by the abort paths before they abort; never undone.
  */

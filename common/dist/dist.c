@@ -6,8 +6,10 @@
 #include "dist.h"
 
 #include <pthread.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,6 +17,7 @@
 #include "devmem.h"
 #include "dist_backend.h"
 #include "dist_have.h"
+#include "flight.h"
 #include "half.h"
 #include "placement.h"
 #include "watchdog.h"
@@ -180,6 +183,64 @@ static void begin(const ProcessGroup *pg, const char *call) {
         call, pg->rank, pg->world_size);
 }
 
+// ---- the flight recorder (flight.h) ------------------------------------------------------------------
+// Every collective of a group of several ranks is recorded on its rank: the same numbers in the same
+// order on every rank, which is what lets scripts/fr_analyze.py align the rings. Two test hooks, read
+// once from the environment, make one rank misbehave so that the tests can check that the rings name
+// it: DDP_TEST_SKIP_COLLECTIVE=R:N (rank R never calls its collective N; it goes on with the next one)
+// and DDP_TEST_COUNT_DELTA=R:N (rank R calls collective N, or the first after it of more than one
+// element, with one element fewer).
+
+typedef struct {
+  long rank, seq;
+} TestFault;
+
+static TestFault g_skip = {-1, -1}, g_short = {-1, -1};
+static pthread_once_t g_faults_once = PTHREAD_ONCE_INIT;
+
+static TestFault test_fault(const char *name) {
+  TestFault f = {-1, -1};
+  const char *v = getenv(name);
+  if (v && *v && (sscanf(v, "%ld:%ld", &f.rank, &f.seq) != 2 || f.rank < 0 || f.seq < 1))
+    die(2, "%s=%s: expected RANK:N (a rank, and the number of a collective, from 1)", name, v);
+  return f;
+}
+
+static void read_test_faults(void) {
+  g_skip = test_fault("DDP_TEST_SKIP_COLLECTIVE");
+  g_short = test_fault("DDP_TEST_COUNT_DELTA");
+}
+
+// Records a collective this rank starts now (@p op on @p *n elements of @p type, tagged @p tag) and
+// returns its number; 0 when the test hook says this rank skips it. May shorten *n (the other hook).
+static uint64_t fr_start(const ProcessGroup *pg, const char *op, DistType type, size_t *n, const char *tag) {
+  pthread_once(&g_faults_once, read_test_faults);
+  uint64_t next = flight_next_seq();
+  if (g_skip.rank == pg->rank && (uint64_t)g_skip.seq == next) {
+    flight_skip();
+    return 0;
+  }
+  if (g_short.rank == pg->rank && next >= (uint64_t)g_short.seq && *n > 1) {
+    *n -= 1;
+    g_short.rank = -1;  // once
+  }
+  uint64_t seq = flight_record(op, dist_type_name(type), *n, tag);
+  flight_mark(seq, FLIGHT_STARTED);
+  return seq;
+}
+
+static void fr_done(uint64_t seq) {
+  if (seq) flight_mark(seq, FLIGHT_DONE);
+}
+
+// The ring is written when the job ends on an error too (check.h's last words), not only when the
+// watchdog ends it.
+static void fr_last_words(void) { flight_write("the job ended on an error (see the messages above)"); }
+
+void dist_set_fr_dir(const ProcessGroup *pg, const char *dir) {
+  flight_set_dir(dir, pg->rank, pg->world_size);
+}
+
 void dist_connect(ProcessGroup *pg, const Ctx *c) {
   check_stop_if_ending();
   pg->ctx = c;
@@ -187,14 +248,19 @@ void dist_connect(ProcessGroup *pg, const Ctx *c) {
   // Solo before connect: the MPI backend of one process (a build without MPI too), or Gloo, whose
   // connect makes its context (several ranks) or none (one).
   if (!solo(pg) || table(pg)->built) table(pg)->connect(pg);
+  flight_set_dir(NULL, pg->rank, pg->world_size);
+  if (!solo(pg)) check_set_last_words(fr_last_words);
   placement_log(pg);  // rank 0 prints every rank's node: `ranks: nodea 0-1 (local 0-1), ...`
 }
 
-void dist_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op) {
+void dist_all_reduce_at(const char *caller, ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op) {
   begin(pg, "dist_all_reduce");
   if (op == DIST_AVG && type != DIST_FLOAT) die(1, "dist_all_reduce: DIST_AVG needs float data");
   if (n == 0 || solo(pg)) return;
+  uint64_t seq = fr_start(pg, "all-reduce", type, &n, caller);
+  if (!seq) return;
   table(pg)->all_reduce(pg, buf, n, type, op);
+  fr_done(seq);
 }
 
 // ---- the sum canary (dist_verify_sum) ----------------------------------------------------------------
@@ -279,6 +345,13 @@ void dist_work_init(ProcessGroup *pg, DistWork *w) {
   if (!solo(pg)) table(pg)->work_init(pg, w);
 }
 
+void dist_work_name(DistWork *w, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(w->name, sizeof w->name, fmt, ap);
+  va_end(ap);
+}
+
 void dist_work_free(ProcessGroup *pg, DistWork *w) {
   if (w->active) die(1, "dist_work_free: the collective is still in flight (call dist_wait first)");
   // Whatever the group is now: work_free frees what work_init gave, nothing when it gave nothing.
@@ -302,6 +375,10 @@ static void work_begin(DistWork *w, const char *call, const char *what, void *bu
   w->done = false;
 }
 
+// The flight recorder's tag of a collective on @p w: the name the handle was given (dist_work_name()),
+// else the calling function.
+static const char *work_tag(const DistWork *w, const char *caller) { return w->name[0] ? w->name : caller; }
+
 // A collective with nothing to exchange: complete at once (its events mark the moment).
 static void work_done_now(ProcessGroup *pg, DistWork *w) {
   dev_event_record(pg->ctx, &w->start, NULL);
@@ -309,10 +386,11 @@ static void work_done_now(ProcessGroup *pg, DistWork *w) {
   w->done = true;
 }
 
-void dist_all_reduce_async(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op, DistWork *w) {
+void dist_all_reduce_async_at(const char *caller, ProcessGroup *pg, void *buf, size_t n, DistType type,
+                              DistOp op, DistWork *w) {
   begin(pg, "dist_all_reduce_async");
   work_begin(w, "dist_all_reduce_async", "all-reduce", buf, n, type, op);
-  if (n == 0 || solo(pg)) {
+  if (n == 0 || solo(pg) || !(w->seq = fr_start(pg, "all-reduce", type, &w->n, work_tag(w, caller)))) {
     work_done_now(pg, w);
   } else {
     table(pg)->all_reduce_start(pg, w);
@@ -325,8 +403,8 @@ static bool overlap(const void *a, size_t an, const void *b, size_t bn) {
   return an > 0 && bn > 0 && x < y + bn && y < x + an;
 }
 
-void dist_reduce_scatter_async(ProcessGroup *pg, void *send, void *recv, const size_t *counts, DistType type,
-                               DistOp op, DistWork *w) {
+void dist_reduce_scatter_async_at(const char *caller, ProcessGroup *pg, void *send, void *recv,
+                                  const size_t *counts, DistType type, DistOp op, DistWork *w) {
   begin(pg, "dist_reduce_scatter_async");
   work_begin(w, "dist_reduce_scatter_async", "reduce-scatter", recv, counts[pg->rank], type, op);
   size_t total = dist_chunk_offset(counts, pg->world_size), size = dist_type_size(type);
@@ -338,6 +416,8 @@ void dist_reduce_scatter_async(ProcessGroup *pg, void *send, void *recv, const s
   if (total == 0 || solo(pg)) {
     if (!in_place) dev_copy(pg->ctx, recv, send, w->n * size);  // one rank: the mean of one is itself
     work_done_now(pg, w);
+  } else if (!(w->seq = fr_start(pg, "reduce-scatter", type, &total, work_tag(w, caller)))) {
+    work_done_now(pg, w);  // (the test hook: this rank skips it)
   } else {
     table(pg)->reduce_scatter_start(pg, send, counts, w);
   }
@@ -357,23 +437,30 @@ void dist_shard_counts(size_t a, size_t b, size_t S, int W, size_t *counts) {
 bool dist_test(ProcessGroup *pg, DistWork *w) {
   check_stop_if_ending();
   if (!w->active || w->done) return true;  // (a solo group's collectives are done when started)
-  return table(pg)->test(pg, w);
+  bool done = table(pg)->test(pg, w);
+  if (done) fr_done(w->seq), w->seq = 0;
+  return done;
 }
 
 void dist_wait(ProcessGroup *pg, DistWork *w) {
   check_stop_if_ending();
   if (!w->active) die(1, "dist_wait: no all-reduce in flight on this handle");
   if (!w->done) table(pg)->wait(pg, w);
+  fr_done(w->seq), w->seq = 0;  // (on NCCL: queued on the compute stream after the collective)
   w->active = false;
 }
 
-void dist_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, int root) {
+void dist_broadcast_at(const char *caller, ProcessGroup *pg, void *buf, size_t n, DistType type, int root) {
   begin(pg, "dist_broadcast");
   if (n == 0 || solo(pg)) return;
+  uint64_t seq = fr_start(pg, "broadcast", type, &n, caller);
+  if (!seq) return;
   table(pg)->broadcast(pg, buf, n, type, root);
+  fr_done(seq);
 }
 
-void dist_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type) {
+void dist_all_gather_at(const char *caller, ProcessGroup *pg, const void *send, void *recv, size_t n,
+                        DistType type) {
   begin(pg, "dist_all_gather");
   size_t bytes = n * dist_type_size(type);
   bool in_place = send == (const char *)recv + (size_t)pg->rank * bytes;
@@ -381,13 +468,16 @@ void dist_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, D
     die(1, "dist_all_gather: send overlaps recv but is not recv + rank·n (the in-place form)");
   if (solo(pg)) {
     if (!in_place) dev_copy(pg->ctx, recv, send, bytes);
-  } else {
-    table(pg)->all_gather(pg, send, recv, n, type);
+    return;
   }
+  uint64_t seq = fr_start(pg, "all-gather", type, &n, caller);
+  if (!seq) return;
+  table(pg)->all_gather(pg, send, recv, n, type);
+  fr_done(seq);
 }
 
-void dist_all_gather_async(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type,
-                           DistWork *w) {
+void dist_all_gather_async_at(const char *caller, ProcessGroup *pg, const void *send, void *recv, size_t n,
+                              DistType type, DistWork *w) {
   begin(pg, "dist_all_gather_async");
   size_t bytes = n * dist_type_size(type);
   work_begin(w, "dist_all_gather_async", "all-gather", recv, n * (size_t)pg->world_size, type, DIST_SUM);
@@ -397,14 +487,21 @@ void dist_all_gather_async(ProcessGroup *pg, const void *send, void *recv, size_
   if (n == 0 || solo(pg)) {
     if (!in_place) dev_copy(pg->ctx, recv, send, bytes);
     work_done_now(pg, w);
+  } else if (!(w->seq = fr_start(pg, "all-gather", type, &n, work_tag(w, caller)))) {
+    work_done_now(pg, w);  // (the test hook: this rank skips it)
   } else {
     table(pg)->all_gather_start(pg, send, w);
   }
 }
 
-void dist_barrier(ProcessGroup *pg) {
+void dist_barrier_at(const char *caller, ProcessGroup *pg) {
   begin(pg, "dist_barrier");
-  if (!solo(pg)) table(pg)->barrier(pg);
+  if (solo(pg)) return;
+  size_t none = 0;
+  uint64_t seq = fr_start(pg, "barrier", DIST_INT, &none, caller);
+  if (!seq) return;
+  table(pg)->barrier(pg);
+  fr_done(seq);
 }
 
 void dist_group_start(ProcessGroup *pg) {
@@ -426,6 +523,7 @@ void dist_destroy(ProcessGroup *pg) {
   if (pg->stage) dev_host_free(pg->ctx, pg->stage);
   if (pg->ctx) dev_event_free(pg->ctx, &pg->ready);
   check_set_abort(NULL);
+  check_set_last_words(NULL);
   if (pg->mpi_up) WITH_MPI(dist_mpi_finalize());
   watchdog_stop();
   memset(pg, 0, sizeof *pg);

@@ -38,6 +38,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "device.h"
 #include "devmem.h"
@@ -128,14 +129,26 @@ void dist_init(ProcessGroup *pg, const char *backend, Device dev, double timeout
 void dist_connect(ProcessGroup *pg, const Ctx *c);
 
 /**
+ * @brief Where this rank's flight recorder writes its last collectives when the job hangs or fails,
+ * or on SIGUSR2: `<dir>/fr_<rank>.jsonl` (flight.h; `--fr_dir`; default `out`), which
+ * `scripts/fr_analyze.py 'DIR/fr_{rank}.jsonl'` reads to name the rank that never arrived.
+ * @param[in] pg  process group from dist_init().
+ * @param[in] dir the folder (made when the ring is written); NULL keeps the current one.
+ */
+void dist_set_fr_dir(const ProcessGroup *pg, const char *dir);
+
+/**
  * @brief All-reduce in place, queued on the context's stream (NCCL) or blocking (MPI).
+ * @param[in] caller the calling function (`__func__`, passed by the macro): the flight recorder's tag.
  * @param[in] pg    process group.
  * @param[in,out] buf device memory of the connected context, (n) elements of @p type.
  * @param[in] n     element count.
  * @param[in] type  element type.
  * @param[in] op    DIST_SUM or DIST_AVG (DIST_AVG for floats only).
  */
-void dist_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op);
+void dist_all_reduce_at(const char *caller, ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op);
+/** @brief dist_all_reduce_at() with the calling function as the flight recorder's tag (flight.h). */
+#define dist_all_reduce(...) dist_all_reduce_at(__func__, __VA_ARGS__)
 
 /** @brief The name of @p type in messages: "float32", "int32", "float64", "fp16", "bf16" ("?" else). */
 const char *dist_type_name(DistType type);
@@ -176,6 +189,8 @@ typedef struct DistWork {
                           ///< several ranks; else NULL)
   DevEvent start;         ///< when the collective started (on the communication stream on a GPU)
   DevEvent end;           ///< when it ended (on the communication stream; on the CPU: when seen done)
+  uint64_t seq;           ///< the flight recorder's number of the collective in flight (0: none)
+  char name[24];          ///< what it carries, e.g. "bucket 3" (dist_work_name()); "" for the caller's name
 } DistWork;
 
 /**
@@ -184,6 +199,14 @@ typedef struct DistWork {
  * allocates nothing).
  */
 void dist_work_init(ProcessGroup *pg, DistWork *w);
+/**
+ * @brief Names what the collectives on @p w carry, e.g. `dist_work_name(&w, "bucket %d", i)`: the
+ * flight recorder's tag for them (default: the function that starts them). After dist_work_init().
+ * @param[in,out] w   the handle.
+ * @param[in] fmt     printf-style name, at most 23 characters kept.
+ */
+void dist_work_name(DistWork *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /** @brief Releases what dist_work_init() created. @pre @p w is not active. */
 void dist_work_free(ProcessGroup *pg, DistWork *w);
 
@@ -196,6 +219,7 @@ void dist_work_free(ProcessGroup *pg, DistWork *w);
  * of a CUDA context are reduced at once, through the host). Gloo: queued on the worker thread, which
  * runs the process group's collectives one at a time in the order they were started (as PyTorch's
  * ProcessGroupGloo does, with one thread); device buffers as on MPI.
+ * @param[in] caller the calling function (`__func__`, passed by the macro): the flight recorder's tag.
  * @param[in] pg    process group.
  * @param[in,out] buf device memory of the connected context, (n) elements.
  * @param[in] n     element count.
@@ -203,7 +227,10 @@ void dist_work_free(ProcessGroup *pg, DistWork *w);
  * @param[in] op    DIST_SUM or DIST_AVG.
  * @param[in,out] w the handle (from dist_work_init(), not active).
  */
-void dist_all_reduce_async(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op, DistWork *w);
+void dist_all_reduce_async_at(const char *caller, ProcessGroup *pg, void *buf, size_t n, DistType type,
+                              DistOp op, DistWork *w);
+/** @brief dist_all_reduce_async_at() with the calling function as the flight recorder's tag (flight.h). */
+#define dist_all_reduce_async(...) dist_all_reduce_async_at(__func__, __VA_ARGS__)
 
 /**
  * @brief Starts a reduce-scatter and returns at once: chunk j of @p send, summed (or averaged) over
@@ -226,6 +253,7 @@ void dist_all_reduce_async(ProcessGroup *pg, void *buf, size_t n, DistType type,
  * (twice the bytes of a reduce-scatter, what PyTorch falls back to). Neither buffer may be touched until
  * dist_wait(), and
  * @p send's contents are undefined afterwards (the ring makes its partial sums there).
+ * @param[in] caller the calling function (`__func__`, passed by the macro): the flight recorder's tag.
  * @param[in] pg     process group.
  * @param[in,out] send device memory of the connected context, (counts[0] + ... + counts[W-1]) elements;
  *                   scratch afterwards.
@@ -237,8 +265,11 @@ void dist_all_reduce_async(ProcessGroup *pg, void *buf, size_t n, DistType type,
  * @param[in] op     DIST_SUM or DIST_AVG (DIST_AVG for floats only).
  * @param[in,out] w  the handle (from dist_work_init(), not active).
  */
-void dist_reduce_scatter_async(ProcessGroup *pg, void *send, void *recv, const size_t *counts, DistType type,
-                               DistOp op, DistWork *w);
+void dist_reduce_scatter_async_at(const char *caller, ProcessGroup *pg, void *send, void *recv,
+                                  const size_t *counts, DistType type, DistOp op, DistWork *w);
+/** @brief dist_reduce_scatter_async_at() with the calling function as the flight recorder's tag (flight.h).
+ */
+#define dist_reduce_scatter_async(...) dist_reduce_scatter_async_at(__func__, __VA_ARGS__)
 
 /**
  * @brief The counts of a reduce-scatter for the slice [@p a, @p b) of a flat buffer cut into
@@ -271,26 +302,33 @@ void dist_wait(ProcessGroup *pg, DistWork *w);
 
 /**
  * @brief Broadcast from @p root in place (device memory of the connected context).
+ * @param[in] caller the calling function (`__func__`, passed by the macro): the flight recorder's tag.
  * @param[in] pg      process group.
  * @param[in,out] buf device, (n) elements of @p type.
  * @param[in] n       element count.
  * @param[in] type    element type.
  * @param[in] root    rank whose data everyone receives.
  */
-void dist_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, int root);
+void dist_broadcast_at(const char *caller, ProcessGroup *pg, void *buf, size_t n, DistType type, int root);
+/** @brief dist_broadcast_at() with the calling function as the flight recorder's tag (flight.h). */
+#define dist_broadcast(...) dist_broadcast_at(__func__, __VA_ARGS__)
 
 /**
  * @brief All-gather: rank r's @p n elements land at `recv + r·n` on every rank. In place when
  * @p send is `recv + rank·n` (each rank's part is already where it belongs, as a shard of a flat
  * buffer is after a sharded optimizer step): MPI_IN_PLACE on MPI, natively on NCCL. Any other
  * overlap of @p send and @p recv ends the job. NCCL: queued on the context's stream; MPI: blocking.
+ * @param[in] caller the calling function (`__func__`, passed by the macro): the flight recorder's tag.
  * @param[in] pg    process group.
  * @param[in] send  device, (n); `recv + rank·n` for the in-place form.
  * @param[out] recv device, (world_size · n).
  * @param[in] n     elements per rank.
  * @param[in] type  element type.
  */
-void dist_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type);
+void dist_all_gather_at(const char *caller, ProcessGroup *pg, const void *send, void *recv, size_t n,
+                        DistType type);
+/** @brief dist_all_gather_at() with the calling function as the flight recorder's tag (flight.h). */
+#define dist_all_gather(...) dist_all_gather_at(__func__, __VA_ARGS__)
 
 /**
  * @brief dist_all_gather() started asynchronously (`MPI_Iallgather`; NCCL: `ncclAllGather` on the
@@ -300,6 +338,7 @@ void dist_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, D
  * it with dist_wait() (dist_test() lets MPI progress); neither buffer may be touched before. @p w's
  * `what` is "all-gather", its `buf` @p recv and its `n` the gathered elements (world_size · @p n). MPI
  * and Gloo with a CUDA context: blocking, through the host.
+ * @param[in] caller the calling function (`__func__`, passed by the macro): the flight recorder's tag.
  * @param[in] pg    process group.
  * @param[in] send  device, (n); `recv + rank·n` for the in-place form.
  * @param[out] recv device, (world_size · n).
@@ -307,8 +346,10 @@ void dist_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, D
  * @param[in] type  element type.
  * @param[in,out] w the handle (from dist_work_init(), not active).
  */
-void dist_all_gather_async(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type,
-                           DistWork *w);
+void dist_all_gather_async_at(const char *caller, ProcessGroup *pg, const void *send, void *recv, size_t n,
+                              DistType type, DistWork *w);
+/** @brief dist_all_gather_async_at() with the calling function as the flight recorder's tag (flight.h). */
+#define dist_all_gather_async(...) dist_all_gather_async_at(__func__, __VA_ARGS__)
 
 /**
  * @brief Opens a group of collectives: on NCCL (`ncclGroupStart`), the collectives called until
@@ -327,9 +368,12 @@ void dist_group_end(ProcessGroup *pg);
 
 /**
  * @brief Waits until every rank has reached this call (and, on NCCL, until queued work finished).
+ * @param[in] caller the calling function (`__func__`, passed by the macro): the flight recorder's tag.
  * @param[in] pg process group.
  */
-void dist_barrier(ProcessGroup *pg);
+void dist_barrier_at(const char *caller, ProcessGroup *pg);
+/** @brief dist_barrier_at() with the calling function as the flight recorder's tag (flight.h). */
+#define dist_barrier(...) dist_barrier_at(__func__, __VA_ARGS__)
 
 /**
  * @brief Leaves the job: destroys the communicator, finalises MPI, removes the abort hook.

@@ -17,6 +17,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -366,6 +367,27 @@ std::shared_ptr<gloo::rendezvous::Context> connect_mesh(ProcessGroup *pg, ::Stor
   }
 }
 
+// An exception that leaves one of Gloo's own threads (its TCP transport's loop, which this file cannot
+// wrap: e.g. "op.preamble.length <= op.nbytes" when a peer sends a message of another size) reaches
+// std::terminate: say what it was, as every other Gloo failure is said, and end the job through
+// check.h (the flight recorder's ring is written, the abort hook ends the rank), instead of abort()
+// with only the C++ runtime's line.
+[[noreturn]] void on_terminate() {
+  std::string what = "an unknown exception";
+  try {
+    if (std::exception_ptr e = std::current_exception()) std::rethrow_exception(e);
+    what = "std::terminate without an exception";
+  } catch (const std::exception &e) {
+    what = e.what();
+  } catch (...) {
+  }
+  check_fail(
+      "GLOO", __FILE__, __LINE__,
+      "an exception in one of Gloo's threads: %s (a peer sent what this rank did not expect: the ranks "
+      "called collectives of other sizes or kinds, or a peer failed)",
+      what.c_str());
+}
+
 // ---- dist.c's entry points (the table at the end) ---------------------------------------------------
 
 // Joins the group: the rendezvous through the store (store.h) that rank 0 serves at host:port, Gloo's
@@ -373,6 +395,7 @@ std::shared_ptr<gloo::rendezvous::Context> connect_mesh(ProcessGroup *pg, ::Stor
 // (`_exit`, when MPI is not up). Covered by the watchdog.
 void connect_at(ProcessGroup *pg, const char *host, int port) {
   if (!pg->mpi_up) check_set_abort(gloo_abort);
+  std::set_terminate(on_terminate);
   // A write to a pair whose peer has died must fail with EPIPE (an IoException, reported), not kill
   // this process with SIGPIPE and no message.
   signal(SIGPIPE, SIG_IGN);

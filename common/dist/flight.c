@@ -18,6 +18,7 @@ static uint64_t g_next = 1;              // the next sequence number
 static char g_dir[512] = "out";
 static int g_rank, g_world = 1;
 static volatile sig_atomic_t g_requested;
+static double g_stall, g_stall_end;  // the longest stall noted, and when it ended (wall clock)
 
 static double now(void) {
   struct timespec ts;
@@ -86,7 +87,9 @@ bool flight_oldest_pending(FlightEntry *out) {
 }
 
 static size_t type_bytes(const char *type) {
-  return !strcmp(type, "double") ? 8 : !strcmp(type, "half") || !strcmp(type, "bf16") ? 2 : 4;
+  return !strcmp(type, "float64")                         ? 8
+         : !strcmp(type, "fp16") || !strcmp(type, "bf16") ? 2
+                                                          : 4;  // dist_type_name()
 }
 
 void flight_describe(const FlightEntry *e, char *out, size_t len) {
@@ -151,8 +154,9 @@ int flight_dump(const char *why, char *where, size_t len) {
     return err;
   }
   fprintf(f,
-          "{\"rank\": %d, \"world_size\": %d, \"pid\": %d, \"dumped\": %.6f, \"next_seq\": %llu, \"why\": \"",
-          g_rank, g_world, (int)getpid(), now(), (unsigned long long)flight_next_seq());
+          "{\"rank\": %d, \"world_size\": %d, \"pid\": %d, \"dumped\": %.6f, \"next_seq\": %llu, "
+          "\"stalled_s\": %.3f, \"stalled_until\": %.6f, \"why\": \"",
+          g_rank, g_world, (int)getpid(), now(), (unsigned long long)flight_next_seq(), g_stall, g_stall_end);
   put_json(f, why ? why : "");
   fprintf(f, "\"}\n");
   for (int i = 0; i < n; i++) {
@@ -170,6 +174,28 @@ int flight_dump(const char *why, char *where, size_t len) {
   if (err) unlink(tmp);
   pthread_mutex_unlock(&dumping);
   return err;
+}
+
+void flight_write(const char *why) {
+  char path[640];
+  int err = flight_dump(why, path, sizeof path);
+  if (err)
+    fprintf(stderr, "error: [rank %d] flight recorder: cannot write %s: %s\n", g_rank, path, strerror(err));
+  else
+    fprintf(stderr,
+            "[rank %d] flight recorder: %s written (scripts/fr_analyze.py '%s/fr_{rank}.jsonl' names the "
+            "culprit)\n",
+            g_rank, path, g_dir);
+  fflush(stderr);
+}
+
+void flight_note_stall(double seconds) {
+  pthread_mutex_lock(&g_lock);
+  if (seconds > g_stall) {
+    g_stall = seconds;
+    g_stall_end = now();
+  }
+  pthread_mutex_unlock(&g_lock);
 }
 
 void flight_request_dump(void) { g_requested = 1; }

@@ -41,7 +41,7 @@ typedef enum FlightState {
 typedef struct FlightEntry {
   uint64_t seq;          ///< 1, 2, …: this rank's collectives in the order it called them
   const char *op;        ///< "all-reduce", "reduce-scatter", "all-gather", "broadcast", "barrier"
-  const char *type;      ///< the element type: "float", "double", "int", "half", "bf16"
+  const char *type;      ///< the element type, as dist_type_name() says: "float32", "int32", "fp16", …
   size_t count;          ///< elements (all-gather: this rank's part)
   char tag[FLIGHT_TAG];  ///< what it carries: "bucket 1", "loss", … or the calling function
   double queued;         ///< wall-clock seconds (CLOCK_REALTIME, comparable across the ranks of a node)
@@ -110,6 +110,20 @@ const char *flight_dir(void);
  * @return 0, or the errno of the write that failed (nothing is left half-written).
  */
 int flight_dump(const char *why, char *path, size_t len);
+
+/**
+ * @brief flight_dump(), then one line on stderr: where the ring is and the command that reads the
+ * rings (`scripts/fr_analyze.py 'DIR/fr_{rank}.jsonl'`), or why it could not be written.
+ * @param[in] why why it is written.
+ */
+void flight_write(const char *why);
+
+/**
+ * @brief Notes that this process did not run for @p seconds, until now (the watchdog sees its own
+ * ticks stop: SIGSTOP, a debugger, a paused machine). The longest such stall goes into the ring's
+ * first line, so that the analyzer can name a frozen rank even when it froze inside a collective.
+ */
+void flight_note_stall(double seconds);
 
 /** @brief Asks for a dump (async-signal-safe: what the SIGUSR2 handler calls). */
 void flight_request_dump(void);

@@ -34,6 +34,7 @@ static struct {
   double since[MAX_DEPTH];
   double signal_seen;  // log_clock() when the thread first saw a preemption signal (0: not yet)
   bool hurry;          // the grace applies now (set by the thread at each tick)
+  bool signal_ring;    // the flight recorder's ring was written for the preemption signal
 } W = {.lock = PTHREAD_MUTEX_INITIALIZER, .polling = PTHREAD_MUTEX_INITIALIZER};
 
 // 0: no preemption signal; 1: one arrived, no step boundary passed since (the grace applies); 2: handled
@@ -118,21 +119,6 @@ static void bound_abort(void *p) {
   s->on_abort(s->user);
 }
 
-// Writes the flight recorder's ring and says where, or why it could not (on stderr, one line).
-static void dump_ring(const char *why) {
-  char path[640];
-  int err = flight_dump(why, path, sizeof path);
-  if (err)
-    fprintf(stderr, "error: [rank %d] flight recorder: cannot write %s: %s\n", check_rank(), path,
-            strerror(err));
-  else
-    fprintf(stderr,
-            "[rank %d] flight recorder: %s written (scripts/fr_analyze.py '%s/fr_{rank}.jsonl' names the "
-            "culprit)\n",
-            check_rank(), path, flight_dir());
-  fflush(stderr);
-}
-
 static void fire(const char *why, Settings s, double timeout) {
   check_set_ending();  // from here on the main thread starts nothing new (check_stop_if_ending)
   FlightEntry e;
@@ -146,7 +132,7 @@ static void fire(const char *why, Settings s, double timeout) {
   fflush(stderr);
   char reason[400];
   snprintf(reason, sizeof reason, "watchdog: %s", why);
-  dump_ring(reason);
+  flight_write(reason);
   double bound = timeout < WATCHDOG_ABORT_S ? timeout : WATCHDOG_ABORT_S;
   if (s.on_abort && !watchdog_call_bounded(bound_abort, &s, bound)) {
     fprintf(stderr,
@@ -162,6 +148,7 @@ static void *watch(void *arg) {
   (void)arg;
   struct timespec tick = {0, TICK_NS};
   unsigned bound = 0;  // settings the thread has bound for (0: none yet)
+  double last_tick = 0;
   for (;;) {
     nanosleep(&tick, NULL);
     char why[256] = "";
@@ -173,6 +160,10 @@ static void *watch(void *arg) {
       return NULL;
     }
     double t = log_clock();
+    // Ticks 100 ms apart: a gap of seconds means this whole process did not run (SIGSTOP, a debugger,
+    // a paused machine), which the flight recorder's ring then says.
+    if (last_tick > 0 && t - last_tick > 2.0) flight_note_stall(t - last_tick);
+    last_tick = t;
     // after a SIGTERM or SIGUSR1, until the next step boundary: the grace instead of the timeout,
     // counted from when this thread first saw the signal (a wait that began before it, e.g. the
     // barrier behind rank 0's checkpoint write, gets the whole grace after the signal too)
@@ -180,6 +171,10 @@ static void *watch(void *arg) {
     bool hurry = g_signal == 1 && W.timeout > WATCHDOG_SIGNAL_GRACE_S;
     double timeout = hurry ? WATCHDOG_SIGNAL_GRACE_S : W.timeout;
     W.hurry = hurry;
+    // A launcher stops every rank when one fails (mpirun's MPI_Abort: SIGTERM, SIGKILL 1 s later): a
+    // rank that waits in a collective then writes its ring at once, so that the analyzer has them all.
+    bool ring_now = g_signal == 1 && W.depth > 0 && !W.signal_ring;
+    if (ring_now) W.signal_ring = true;
     int depth = W.depth < MAX_DEPTH ? W.depth : MAX_DEPTH;
     for (int i = 0; i < depth && !why[0]; i++)
       if (overdue(W.since[i], t))
@@ -204,8 +199,9 @@ static void *watch(void *arg) {
                 sizeof why - strlen(why) - 1);
     }
     pthread_mutex_unlock(&W.polling);
+    if (ring_now && !why[0]) flight_write("SIGTERM or SIGUSR1 while waiting in a collective");
     if (why[0]) fire(why, s, timeout);
-    if (flight_take_request()) dump_ring("SIGUSR2");  // kill -USR2 <pid>: the ring of a running job
+    if (flight_take_request()) flight_write("SIGUSR2");  // kill -USR2 <pid>: the ring of a running job
   }
 }
 

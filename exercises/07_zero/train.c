@@ -25,7 +25,7 @@
 #include "device.h"      // device.h: Ctx, device_parse, device_init, device_set_tf32, device_free
 #include "devmem.h"      // devmem.h: dev_alloc, dev_upload, dev_download, dev_copy, dev_zero, dev_free
 #include "dist.h"        // dist.h: ProcessGroup, dist_init, dist_connect, dist_broadcast, dist_all_reduce,
-                         //         dist_all_gather, dist_barrier, dist_destroy
+                         //         dist_set_fr_dir, dist_all_gather, dist_barrier, dist_destroy
 #include "loader.h"      // loader.h: Loader, loader_init, loader_set_order, loader_batch
 #include "log.h"         // log.h: log0, log_clock
 #include "loss_log.h"    // loss_log.h: LossLog, loss_log_init, loss_log_push, loss_log_epoch
@@ -94,6 +94,7 @@ static void setup(Trainer *t) {
   device_init(&t->ctx, dev, gpus == 1 ? 0 : t->local_rank);
   device_set_tf32(&t->ctx, t->args.tf32);  // --tf32: faster GPU GEMMs, inputs rounded to TF32
   dist_connect(&t->pg, &t->ctx);           // [init] the communicator, on this rank's GPU
+  dist_set_fr_dir(&t->pg, t->args.fr_dir);  // [init] where a hung job's last collectives go (--fr_dir)
   preempt_init(&t->preempt, &t->ctx);      // [fault] from now on SIGTERM stops every rank after one more step
   log0("rank %d of %d (local rank %d) on %s\n", t->rank, t->world_size, t->local_rank, device_name(dev));
 }

@@ -23,7 +23,7 @@
 #include "device.h"      // device.h: Ctx, device_parse, device_init, device_set_tf32, device_free
 #include "devmem.h"      // devmem.h: dev_alloc, dev_upload, dev_download, dev_zero, dev_sync, dev_free
 #include "dist.h"        // dist.h: ProcessGroup, dist_init, dist_connect, dist_broadcast, dist_all_reduce,
-                         //         dist_barrier, dist_destroy
+                         //         dist_set_fr_dir, dist_barrier, dist_destroy
 #include "loader.h"      // loader.h: Loader, loader_init, loader_set_order, loader_batch
 #include "log.h"         // log.h: log0, log_clock
 #include "loss_log.h"    // loss_log.h: LossLog, loss_log_init, loss_log_push, loss_log_epoch
@@ -80,8 +80,9 @@ static void setup(Trainer *t) {
   if (gpus > 1 && t->pg.local_size > gpus)
     die(1, "%d ranks on this node but only %d GPUs: start at most one rank per GPU", t->pg.local_size, gpus);
   device_init(&t->ctx, dev, gpus == 1 ? 0 : t->local_rank);
-  device_set_tf32(&t->ctx, t->args.tf32);  // --tf32: faster GPU GEMMs, inputs rounded to TF32
-  dist_connect(&t->pg, &t->ctx);           // [init] the communicator, on this rank's GPU
+  device_set_tf32(&t->ctx, t->args.tf32);   // --tf32: faster GPU GEMMs, inputs rounded to TF32
+  dist_connect(&t->pg, &t->ctx);            // [init] the communicator, on this rank's GPU
+  dist_set_fr_dir(&t->pg, t->args.fr_dir);  // [init] where a hung job's last collectives go (--fr_dir)
   log0("rank %d of %d (local rank %d) on %s\n", t->rank, t->world_size, t->local_rank, device_name(dev));
 }
 

@@ -42,15 +42,25 @@ CASES = {
                ["desync at #7", "rank 0 all-reduce", "rank 1 all-gather"]),
     "size": (5, {0: ring(12), 1: ring(12, {5: entry(5, count=99)})},
              ["size mismatch at #5", "rank 0 float x 100", "rank 1 float x 99"]),
+    # a live snapshot (SIGUSR2): rank 1 wrote its ring before rank 0 started #31: not a culprit
+    "live": (0, {0: ring(31, {31: entry(31, state="started")}), 1: ring(30)},
+             ["no culprit", "a live snapshot (SIGUSR2)"]),
+    # the same rings from a hang: rank 1 wrote its ring long after rank 0 started #31
+    "late": (3, {0: ring(31, {31: entry(31, state="started")}), 1: ring(30)}, ["rank 1 never started #31"]),
+    # rank 1 frozen inside #8 (SIGSTOP), then let go by its launcher: both rings show #8 in flight
+    "frozen": (3, {r: ring(8, {8: entry(8, state="started")}) for r in range(2)},
+               ["rank 1 did not run for 12.0 s", "stopped: SIGSTOP", "while rank 0 waited in #8"]),
     "all_wait": (0, {r: ring(8, {8: entry(8, state="started")}) for r in range(3)},
                  ["no culprit rank", "every rank called #8", "the collective itself does not finish"]),
 }
 
 
-def write(folder, rings, world):
+def write(folder, rings, world, why="test", dumped=None, stalled=None):
     for r, entries in rings.items():
         with open(os.path.join(folder, f"fr_{r}.jsonl"), "w") as f:
-            f.write(json.dumps({"rank": r, "world_size": world, "pid": 1, "dumped": T0 + 999, "why": "test"}) + "\n")
+            stall, until = (stalled or {}).get(r, (0, 0))
+            f.write(json.dumps({"rank": r, "world_size": world, "pid": 1, "dumped": (dumped or {}).get(r, T0 + 999),
+                                "stalled_s": stall, "stalled_until": until, "why": why}) + "\n")
             for e in entries:
                 f.write(json.dumps(e) + "\n")
 
@@ -60,7 +70,12 @@ def main():
     for name, (status, rings, words) in CASES.items():
         with tempfile.TemporaryDirectory() as d:
             world = max(rings) + 1 if name != "no_ring" else 3
-            write(d, rings, world)
+            if name == "frozen":
+                write(d, rings, world, stalled={1: (12.0, T0 + 30)})
+            elif name == "live":
+                write(d, rings, world, why="SIGUSR2", dumped={0: T0 + 31.5, 1: T0 + 30.9})
+            else:
+                write(d, rings, world)
             p = subprocess.run([sys.executable, ANALYZE, os.path.join(d, "fr_{rank}.jsonl")], capture_output=True,
                                text=True, timeout=60)
         out = p.stdout + p.stderr

@@ -352,3 +352,26 @@ TEST(Args, PowerSgdSettingsNeedThePowerSgdHook) {
   EXPECT_EQ(a.powersgd_rank, 2);
   EXPECT_EQ(a.powersgd_start_iter, 5);
 }
+
+// --fr_dir: the flight recorder's rings go beside the metrics unless told otherwise; a metrics folder
+// that depends on the rank (one folder per rank) would scatter them, so then they go to out/.
+TEST(Args, FlightRecorderFolderDefaultsBesideTheMetrics) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{}, "out"},
+      {{"--metrics", "m{rank}.jsonl"}, "."},
+      {{"--metrics", "runs/a/m{rank}.jsonl"}, "runs/a"},
+      {{"--metrics", "/m.jsonl"}, "/"},
+      {{"--metrics", "runs/{rank}/m.jsonl"}, "out"},
+      {{"--metrics", "runs/a/m{rank}.jsonl", "--fr_dir", "hangs"}, "hangs"},
+  };
+  for (const auto &c : cases) {
+    Argv v({});
+    v.s.insert(v.s.end(), c.first.begin(), c.first.end());
+    v.p.clear();
+    for (auto &x : v.s) v.p.push_back(x.data());
+    v.p.push_back(nullptr);
+    Args a;
+    parse(&a, v);
+    EXPECT_STREQ(a.fr_dir, c.second.c_str()) << (c.first.empty() ? "(no flags)" : c.first[1]);
+  }
+}

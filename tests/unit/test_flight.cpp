@@ -30,8 +30,8 @@ std::string dir_for(const char *name) {
 
 TEST(Flight, RecordsInOrderWithStates) {
   flight_reset();
-  EXPECT_EQ(flight_record("all-reduce", "float", 10, "bucket 0"), 1u);
-  uint64_t b = flight_record("all-reduce", "float", 20, "bucket 1");
+  EXPECT_EQ(flight_record("all-reduce", "float32", 10, "bucket 0"), 1u);
+  uint64_t b = flight_record("all-reduce", "float32", 20, "bucket 1");
   EXPECT_EQ(b, 2u);
   flight_mark(1, FLIGHT_STARTED);
   flight_mark(1, FLIGHT_DONE);
@@ -45,7 +45,7 @@ TEST(Flight, RecordsInOrderWithStates) {
   EXPECT_EQ(e.finished, 0.0);
   char line[200];
   flight_describe(&e, line, sizeof line);
-  EXPECT_NE(std::string(line).find("collective #2 (all-reduce, bucket 1, float x 20 = 0.0 MiB) started "),
+  EXPECT_NE(std::string(line).find("collective #2 (all-reduce, bucket 1, float32 x 20 = 0.0 MiB) started "),
             std::string::npos)
       << line;
   flight_mark(b, FLIGHT_DONE);
@@ -55,9 +55,9 @@ TEST(Flight, RecordsInOrderWithStates) {
 TEST(Flight, KeepsTheLastRingfulAndSkipsLeaveAGap) {
   flight_reset();
   for (int i = 0; i < FLIGHT_RING + 44; i++)
-    flight_mark(flight_record("broadcast", "int", 1, "x"), FLIGHT_DONE);
+    flight_mark(flight_record("broadcast", "int32", 1, "x"), FLIGHT_DONE);
   EXPECT_EQ(flight_skip(), (uint64_t)FLIGHT_RING + 45);
-  uint64_t last = flight_record("barrier", "float", 0, nullptr);
+  uint64_t last = flight_record("barrier", "float32", 0, nullptr);
   EXPECT_EQ(last, (uint64_t)FLIGHT_RING + 46);
   std::string dir = dir_for("flight_ring");
   flight_set_dir(dir.c_str(), 3, 4);
@@ -75,7 +75,7 @@ TEST(Flight, KeepsTheLastRingfulAndSkipsLeaveAGap) {
 
 TEST(Flight, TagsAreEscapedAndTruncated) {
   flight_reset();
-  flight_record("all-gather", "half", 3, "a \"quoted\"\\tag that is much longer than the forty bytes kept");
+  flight_record("all-gather", "fp16", 3, "a \"quoted\"\\tag that is much longer than the forty bytes kept");
   std::string dir = dir_for("flight_escape");
   flight_set_dir(dir.c_str(), 3, 4);
   ASSERT_EQ(flight_dump("why \"here\"", nullptr, 0), 0);
@@ -88,7 +88,7 @@ TEST(Flight, TagsAreEscapedAndTruncated) {
 
 TEST(Flight, AFailedDumpLeavesNothing) {
   flight_reset();
-  flight_record("all-reduce", "float", 1, "loss");
+  flight_record("all-reduce", "float32", 1, "loss");
   std::string file = std::string(DDP_TEST_TMPDIR) + "/flight_not_a_dir";
   FILE *f = std::fopen(file.c_str(), "w");
   ASSERT_NE(f, nullptr);
