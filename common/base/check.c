@@ -19,10 +19,10 @@ void check_set_rank(int rank) { g_rank = rank; }
 int check_rank(void) { return g_rank; }
 void check_set_abort(void (*hook)(int status)) { g_abort = hook; }
 
-static void (*g_last_words)(void) = NULL;
+static void (*g_last_words)(const char *kind) = NULL;
 static atomic_flag g_said = ATOMIC_FLAG_INIT;
 
-void check_set_last_words(void (*fn)(void)) { g_last_words = fn; }
+void check_set_last_words(void (*fn)(const char *kind)) { g_last_words = fn; }
 
 void check_set_ending(void) { atomic_store(&g_ending, true); }
 
@@ -31,11 +31,13 @@ void check_stop_if_ending(void) {
   for (;;) pause();  // the thread that is aborting ends the process (_exit, MPI_Abort)
 }
 
-_Noreturn static void end_job(int status) {
+// kind: the failed check's ("MPI", "NCCL", ...), for the last words; NULL for die() (a refusal, not
+// a failure: nothing to record).
+_Noreturn static void end_job(int status, const char *kind) {
   check_set_ending();
   fflush(stdout);
   fflush(stderr);
-  if (g_last_words && !atomic_flag_test_and_set(&g_said)) g_last_words();
+  if (kind && g_last_words && !atomic_flag_test_and_set(&g_said)) g_last_words(kind);
   if (g_abort) g_abort(status);  // never returns: aborts every rank
   exit(status);
 }
@@ -48,7 +50,7 @@ void check_fail(const char *kind, const char *file, int line, const char *fmt, .
   vfprintf(stderr, fmt, ap);
   va_end(ap);
   fputc('\n', stderr);
-  end_job(1);
+  end_job(1, kind);
 }
 
 void die(int status, const char *fmt, ...) {
@@ -65,7 +67,7 @@ void die(int status, const char *fmt, ...) {
   va_end(again);
   fprintf(stderr, "%s%s\n", prefix, text ? text : fmt);
   free(text);
-  end_job(status);
+  end_job(status, NULL);
 }
 
 void *malloc_check_impl(size_t bytes, const char *file, int line) {

@@ -55,11 +55,13 @@ int check_rank(void);
 void check_set_abort(void (*hook)(int status));
 
 /**
- * @brief Registers what to do once before an error ends the job, before the abort hook: the process
- * group writes its flight recorder's ring (flight.h). It must not end the process. NULL: nothing.
- * @param[in] fn called once, by the first thread that ends the job on an error.
+ * @brief Registers what to do once before a failed check (check_fail(), the `*Check` macros; not
+ * die()'s refusals) ends the job, before the abort hook: the process group writes its flight
+ * recorder's ring (flight.h). It must not end the process. NULL: nothing.
+ * @param[in] fn called once, by the first thread that ends the job on a failed check, with the
+ * check's kind ("MPI", "NCCL", "GLOO", "CUDA", "IO", ...).
  */
-void check_set_last_words(void (*fn)(void));
+void check_set_last_words(void (*fn)(const char *kind));
 
 /**
  * @brief Marks the job as ending: an abort is under way (on this thread or another: the watchdog's).

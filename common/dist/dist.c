@@ -233,9 +233,14 @@ static void fr_done(uint64_t seq) {
   if (seq) flight_mark(seq, FLIGHT_DONE);
 }
 
-// The ring is written when the job ends on an error too (check.h's last words), not only when the
-// watchdog ends it.
-static void fr_last_words(void) { flight_write("the job ended on an error (see the messages above)"); }
+// The ring is written when a collective fails too (check.h's last words for a failed MPI, NCCL or Gloo
+// call), not only when the watchdog ends the job.
+static void fr_last_words(const char *kind) {
+  if (strcmp(kind, "MPI") != 0 && strcmp(kind, "NCCL") != 0 && strcmp(kind, "GLOO") != 0) return;
+  char why[64];
+  snprintf(why, sizeof why, "a failed %s call (see the messages above)", kind);
+  flight_write(why);
+}
 
 void dist_set_fr_dir(const ProcessGroup *pg, const char *dir) {
   flight_set_dir(dir, pg->rank, pg->world_size);

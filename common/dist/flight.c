@@ -177,6 +177,10 @@ int flight_dump(const char *why, char *where, size_t len) {
 }
 
 void flight_write(const char *why) {
+  if (flight_next_seq() == 1) {  // before the first collective (the rendezvous): nothing to write
+    fprintf(stderr, "[rank %d] flight recorder: no collective was called yet: no ring written\n", g_rank);
+    return;
+  }
   char path[640];
   int err = flight_dump(why, path, sizeof path);
   if (err)

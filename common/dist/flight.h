@@ -113,7 +113,8 @@ int flight_dump(const char *why, char *path, size_t len);
 
 /**
  * @brief flight_dump(), then one line on stderr: where the ring is and the command that reads the
- * rings (`scripts/fr_analyze.py 'DIR/fr_{rank}.jsonl'`), or why it could not be written.
+ * rings (`scripts/fr_analyze.py 'DIR/fr_{rank}.jsonl'`), or why it could not be written. Before the
+ * first collective (a hang in the rendezvous) there is nothing to write: it says so instead.
  * @param[in] why why it is written.
  */
 void flight_write(const char *why);

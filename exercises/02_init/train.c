@@ -77,7 +77,6 @@ static void setup(Trainer *t) {
   device_init(&t->ctx, dev, t->local_rank);
   device_set_tf32(&t->ctx, t->args.tf32);  // --tf32: faster GPU GEMMs, inputs rounded to TF32
   // TODO(02): open the communicator on this rank's device (dist_connect)
-  dist_set_fr_dir(&t->pg, t->args.fr_dir);  // [init] where a hung job's last collectives go (--fr_dir)
   log0("rank %d of %d (local rank %d) on %s\n", t->rank, t->world_size, t->local_rank, device_name(dev));
 }
 

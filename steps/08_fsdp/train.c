@@ -83,6 +83,7 @@ static void setup(Trainer *t) {
   Device dev;
   if (device_parse(t->args.device, &dev) != 0) die(2, "unknown --device '%s'", t->args.device);
   dist_init(&t->pg, t->args.backend, dev, t->args.timeout);  // [init] who am I, how many are we
+  dist_set_fr_dir(&t->pg, t->args.fr_dir);                   // [init] --fr_dir: the flight recorder's folder
   t->rank = t->pg.rank;
   t->world_size = t->pg.world_size;
   t->local_rank = t->pg.local_rank;
@@ -92,10 +93,9 @@ static void setup(Trainer *t) {
   if (gpus > 1 && t->pg.local_size > gpus)
     die(1, "%d ranks on this node but only %d GPUs: start at most one rank per GPU", t->pg.local_size, gpus);
   device_init(&t->ctx, dev, gpus == 1 ? 0 : t->local_rank);
-  device_set_tf32(&t->ctx, t->args.tf32);   // --tf32: faster GPU GEMMs, inputs rounded to TF32
-  dist_connect(&t->pg, &t->ctx);            // [init] the communicator, on this rank's GPU
-  dist_set_fr_dir(&t->pg, t->args.fr_dir);  // [init] where a hung job's last collectives go (--fr_dir)
-  preempt_init(&t->preempt, &t->ctx);  // [fault] from now on SIGTERM stops every rank after one more step
+  device_set_tf32(&t->ctx, t->args.tf32);  // --tf32: faster GPU GEMMs, inputs rounded to TF32
+  dist_connect(&t->pg, &t->ctx);           // [init] the communicator, on this rank's GPU
+  preempt_init(&t->preempt, &t->ctx);      // [fault] from now on SIGTERM stops every rank after one more step
   log0("rank %d of %d (local rank %d) on %s\n", t->rank, t->world_size, t->local_rank, device_name(dev));
 }
 

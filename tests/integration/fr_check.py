@@ -95,15 +95,20 @@ def start_long(tmp, extra=()):
     cmd = [os.path.join(BIN, "06_full")] + SMALL + TIMEOUT + LONG + [
         "--fr_dir", tag, "--metrics", f"{tmp}/m{{rank}}.jsonl", "--log_interval", "1"] + list(extra)
     argv, env = launch(cmd, 2)
-    return subprocess.Popen(argv, env=env, cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True), tag
+    with open(f"{tmp}/stderr.txt", "w") as err:  # a file: a pipe nobody reads while the job runs may fill
+        return subprocess.Popen(argv, env=env, cwd=tmp, stdout=subprocess.DEVNULL, stderr=err), tag
+
+
+def stderr_of(tmp):
+    with open(f"{tmp}/stderr.txt") as f:
+        return f.read()[-3000:]
 
 
 def wait_steps(p, tmp, n=20, limit=120):
     deadline = time.monotonic() + limit
     while min(steps_done(f"{tmp}/m{r}.jsonl") for r in range(2)) < n:
         if p.poll() is not None:
-            raise Failure(f"the job ended before {n} steps (exit {p.returncode}):\n{p.stderr.read()}")
+            raise Failure(f"the job ended before {n} steps (exit {p.returncode}):\n{stderr_of(tmp)}")
         if time.monotonic() > deadline:
             raise Failure(f"the job made fewer than {n} steps in {limit} s")
         time.sleep(0.05)
@@ -128,7 +133,16 @@ def fr_freeze(tmp):
     rc, out = analyze(f"{tmp}/fr")
     named = any(w in out for w in ("rank 1 did not run", "rank 1 never started", "no ring from rank 1"))
     if rc != 3 or not named:
-        raise Failure(f"SIGSTOP on rank 1: fr_analyze.py exited {rc} (want 3, naming rank 1):\n{out}")
+        heads = []
+        for r in range(2):
+            try:
+                with open(f"{tmp}/fr/fr_{r}.jsonl") as f:
+                    lines = f.readlines()
+                heads.append(lines[0].strip() + "\n  last: " + (lines[-1].strip() if len(lines) > 1 else "-"))
+            except OSError as e:
+                heads.append(f"rank {r}: {e}")
+        raise Failure(f"SIGSTOP on rank 1: fr_analyze.py exited {rc} (want 3, naming rank 1):\n{out}\n"
+                      + "\n".join(heads))
     print(f"SIGSTOP on rank 1: {out.splitlines()[-1]}")
 
 
@@ -148,7 +162,7 @@ def fr_clean(tmp):
                 raise Failure(f"SIGUSR2: no ring within 30 s ({[os.path.exists(f) for f in rings]})")
             time.sleep(0.05)
         if wait_exit(p, 180) is None or p.returncode != 0:
-            raise Failure(f"the job did not end well after SIGUSR2 (exit {p.returncode}):\n{p.stderr.read()}")
+            raise Failure(f"the job did not end well after SIGUSR2 (exit {p.returncode}):\n{stderr_of(tmp)}")
     finally:
         if p.poll() is None:
             p.kill()
