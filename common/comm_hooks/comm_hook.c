@@ -140,18 +140,17 @@ void comm_hook_run(CommHook *h, int bucket, float *grads, size_t offset, size_t 
     w->what = "powersgd";
     w->type = DIST_FLOAT;
     w->n = (size_t)(h->psgd.bytes - before) / sizeof(float);
+    w->bytes += h->psgd.bytes - before;  // what its all-reduces sent: the bucket's bytes (dist_take_bytes)
     return;
   }
   if (h->kind == COMM_HOOK_ALLREDUCE) {  // the gradients arrive divided by W: their sum is the mean
     dist_all_reduce_async(h->pg, grads + offset, count, DIST_FLOAT, DIST_SUM, w);
-    h->bytes += (long long)(count * sizeof(float));
     return;
   }
   bool bf16 = h->kind == COMM_HOOK_BF16;  // fp16 or bf16: cast, divide by W, all-reduce in 16 bits
   comm_hook_compress(h->pg->ctx, bf16, grads + offset, h->narrow + offset, count, h->pg->world_size);
   if (h->widened) check_sent(h, bucket, offset, count);  // --check_finite: what is sent
   dist_all_reduce_async(h->pg, h->narrow + offset, count, bf16 ? DIST_BF16 : DIST_HALF, DIST_SUM, w);
-  h->bytes += (long long)(count * sizeof(uint16_t));
 }
 
 void comm_hook_wait(CommHook *h, int bucket, float *grads, size_t offset, size_t count, DistWork *w) {
@@ -160,13 +159,6 @@ void comm_hook_wait(CommHook *h, int bucket, float *grads, size_t offset, size_t
   dist_wait(h->pg, w);
   if (h->kind == COMM_HOOK_FP16 || h->kind == COMM_HOOK_BF16)  // PyTorch's decompress: copy_ back
     comm_hook_decompress(h->pg->ctx, h->kind == COMM_HOOK_BF16, h->narrow + offset, grads + offset, count);
-}
-
-long long comm_hook_take_bytes(CommHook *h) {
-  long long b = h->bytes + h->psgd.bytes;
-  h->bytes = 0;
-  h->psgd.bytes = 0;
-  return b;
 }
 
 void comm_hook_compress(const Ctx *c, bool bf16, const float *src, uint16_t *dst, size_t n, int W) {

@@ -21,7 +21,8 @@
  *   weight gradient instead of the gradient, error feedback, warm start. It needs the bucket's tensors
  *   (PyTorch's GradBucket.gradients()): comm_hook_add_tensor() for each, then comm_hook_layout().
  * comm_hook_divides() says whether the hook divides by W itself (the trainer then must not).
- * Every hook counts the bytes it hands to collectives: the metrics file's `allreduce_bytes`.
+ * What a hook sends for a bucket counts in the bucket's handle (DistWork.bytes, dist_take_bytes()):
+ * the metrics file's `allreduce_bytes`.
  */
 #ifndef DDP_COMM_HOOK_H
 #define DDP_COMM_HOOK_H
@@ -52,7 +53,6 @@ typedef struct CommHook {
   ProcessGroup *pg;   ///< who to reduce with (its context: where the buffers live)
   uint16_t *narrow;   ///< device, (n): fp16/bf16: the buckets cast to 16 bits, at the gradients' offsets
   size_t n;           ///< floats of the gradient buffer the buckets are slices of
-  long long bytes;    ///< bytes handed to collectives since the last comm_hook_take_bytes()
   PowerSgd psgd;      ///< powersgd: its state
   float *widened;     ///< device, (n): fp16/bf16 with comm_hook_check_finite(): what is sent, widened back
   int *nonfinite;     ///< device, (1): fp16/bf16 with comm_hook_check_finite(): the count of that check
@@ -123,9 +123,6 @@ void comm_hook_run(CommHook *h, int bucket, float *grads, size_t offset, size_t 
  * the ranks' gradients (for fp16/bf16: cast back from 16 bits). Same arguments as comm_hook_run().
  */
 void comm_hook_wait(CommHook *h, int bucket, float *grads, size_t offset, size_t count, DistWork *w);
-
-/** @brief The bytes handed to collectives since the previous call (or comm_hook_init()); resets them. */
-long long comm_hook_take_bytes(CommHook *h);
 
 /**
  * @brief Saves the hook's state of optimizer step @p step beside a checkpoint (powersgd:

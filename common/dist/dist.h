@@ -176,6 +176,8 @@ typedef struct DistWork {
                           ///< several ranks; else NULL)
   DevEvent start;         ///< when the collective started (on the communication stream on a GPU)
   DevEvent end;           ///< when it ended (on the communication stream; on the CPU: when seen done)
+  long long bytes;        ///< the bytes of the collectives started on it since dist_take_bytes(): @ref n
+                          ///< elements of @ref type each (a hook may add what it sent through others)
 } DistWork;
 
 /**
@@ -186,6 +188,15 @@ typedef struct DistWork {
 void dist_work_init(ProcessGroup *pg, DistWork *w);
 /** @brief Releases what dist_work_init() created. @pre @p w is not active. */
 void dist_work_free(ProcessGroup *pg, DistWork *w);
+
+/**
+ * @brief The bytes of the collectives started on @p n handles since the previous call (DistWork.bytes,
+ * summed), and resets them: what the metrics file's `allreduce_bytes` counts (step 06's buckets).
+ * @param[in,out] works host, (n): the handles.
+ * @param[in] n         how many.
+ * @return the bytes.
+ */
+long long dist_take_bytes(DistWork *works, int n);
 
 /**
  * @brief Starts an all-reduce in place and returns at once, so that computation can go on meanwhile.

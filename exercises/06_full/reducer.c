@@ -107,10 +107,8 @@ static void mark_bucket_ready(Reducer *r) {
   // TODO(06): start, in bucket order (r->next_bucket onwards), every bucket none of whose
   // tensors is still pending: an asynchronous DIST_SUM all-reduce of its slice of the flat
   // gradient buffer (dist_all_reduce_async into its handle, r->work[i] for bucket i; a sum, because
-  // backward ran on the loss times 1/W), and add its bytes (b->count floats) to r->bytes, the
-  // byte count that reducer_take_bytes hands to the metrics file's allreduce_bytes. Stop at the
-  // first bucket that is not ready, even if a later one is: every rank must start the same
-  // buckets in the same order.
+  // backward ran on the loss times 1/W). Stop at the first bucket that is not ready, even if a
+  // later one is: every rank must start the same buckets in the same order.
   // (--check_finite and --comm_hook: step 06 calls check_bucket_finite first, and hands the
   // bucket to its hook when one is registered; the exercise's checks need neither.)
   (void)r;
@@ -137,10 +135,4 @@ void reducer_finalize_backward(Reducer *r) {
   // a message that says how many buckets, or which bucket or layer, went missing), then wait
   // for each bucket's all-reduce (dist_wait) before the optimizer may use the gradients
   (void)r;
-}
-
-long long reducer_take_bytes(Reducer *r) {
-  long long b = r->bytes + (r->hook ? comm_hook_take_bytes(r->hook) : 0);
-  r->bytes = 0;
-  return b;
 }

@@ -265,12 +265,6 @@ WRONG = {
                "integer division", "(float)b / B / t->world_size"],
               "backward's scale in integer arithmetic: b / B / W is 0, so no gradient is ever non-zero",
               unexpected=["is every gradient tensor averaged"]),
-        Wrong("bytes_not_counted", R06,
-              [("      r->bytes += (long long)(b->count * sizeof(float));  // allreduce_bytes in the metrics file\n", "")],
-              "none", ["FAIL unit ReducerHooks.CountsTheBytesItAllReduces", "byte count", "r->bytes",
-                       "allreduce_bytes"],
-              "mark_bucket_ready never adds a bucket's bytes to r->bytes: right numbers, the metrics file "
-              "logs allreduce_bytes 0"),
         Wrong("bucket_from_tensor_index", R06,
               [("static void mark_variable_ready(Reducer *r, int tensor) { r->buckets[r->bucket_of[tensor]].pending--; }",
                 "static void mark_variable_ready(Reducer *r, int tensor) {\n"

@@ -111,7 +111,6 @@ static void mark_bucket_ready(Reducer *r) {
     } else {
       // a sum: backward ran on the loss times 1/W, so the gradients are already divided by W
       dist_all_reduce_async(r->pg, r->model->grads + b->offset, b->count, DIST_FLOAT, DIST_SUM, &r->work[i]);
-      r->bytes += (long long)(b->count * sizeof(float));  // allreduce_bytes in the metrics file
     }
   }
 }
@@ -137,10 +136,4 @@ void reducer_finalize_backward(Reducer *r) {
     return;
   }
   for (int i = 0; i < r->n_buckets; i++) dist_wait(r->pg, &r->work[i]);
-}
-
-long long reducer_take_bytes(Reducer *r) {
-  long long b = r->bytes + (r->hook ? comm_hook_take_bytes(r->hook) : 0);
-  r->bytes = 0;
-  return b;
 }

@@ -78,7 +78,6 @@ typedef struct Reducer {
   bool check_finite;                   // --check_finite: each bucket checked before its collective
   int *nonfinite;                      // device, (1): --check_finite's count (NULL without it)
   long long iteration;                 // backward passes reduced so far (PyTorch: num_iterations_)
-  long long bytes;                     // bytes handed to its own all-reduces since reducer_take_bytes()
 } Reducer;
 
 /**
@@ -102,9 +101,6 @@ void reducer_init(Reducer *r, ProcessGroup *pg, Mlp *m, double cap_mb);
 // infinity, and a bad one ends the job naming this rank, the step and the bucket's layers.
 // A NULL hook keeps the reducer's own all-reduce (what --comm_hook allreduce means).
 void reducer_register_comm_hook(Reducer *r, CommHook *hook, bool check_finite);
-
-// The bytes handed to the gradient collectives (its own, or the hook's) since the previous call.
-long long reducer_take_bytes(Reducer *r);
 
 // Call before a backward pass whose gradients are to be reduced (not before no_sync ones).
 void reducer_prepare_for_backward(Reducer *r);

@@ -269,7 +269,7 @@ static bool run_epoch(Trainer *t, int epoch) {
   double acc = evaluate(t);
   log0("epoch %d/%d  train loss %.4f  test accuracy %.4f  %.0f samples/s\n", epoch + 1, t->args.epochs,
        train_loss, acc, samples_per_s);
-  metrics_epoch_bytes(&t->metrics, reducer_take_bytes(&t->reducer));  // allreduce_bytes: the buckets' bytes
+  metrics_epoch_bytes(&t->metrics, dist_take_bytes(t->reducer.work, t->reducer.n_buckets));  // [trace]
   metrics_epoch(&t->metrics, epoch, (float)train_loss, acc, samples_per_s, batches < steps_per_epoch(t));
   t->epoch_step = batches == steps_per_epoch(t) ? 0 : batches;  // where a --max_steps stop leaves it
   return t->epoch_step == 0;

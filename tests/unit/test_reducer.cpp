@@ -391,15 +391,15 @@ TEST_F(ReducerHooks, FinalizeStopsWhenAHookWasMissed) {
 TEST_F(ReducerHooks, CountsTheBytesItAllReduces) {
   make(0);
   // Each step hands every bucket to its all-reduce once: the whole gradient buffer, 4 bytes a float.
-  // reducer_take_bytes returns the count since its last call (the metrics file's allreduce_bytes).
+  // Each handle counts what was started on it (dist_take_bytes: the metrics file's allreduce_bytes).
   const long long per_step = (long long)(m.n_params * sizeof(float));
   for (int step = 0; step < 2; step++) {
     reducer_prepare_for_backward(&r);
     for (int l = 2; l >= 0; l--) reducer_autograd_hook(l, &r);
     reducer_finalize_backward(&r);
-    EXPECT_EQ(reducer_take_bytes(&r), per_step)
-        << "step " << step << ": likely cause: the byte count: mark_bucket_ready must add the bytes of each "
-        << "bucket it starts to r->bytes (r->bytes += b->count * sizeof(float)), which reducer_take_bytes "
-        << "hands to the metrics file's allreduce_bytes (0 when nothing is counted)";
+    EXPECT_EQ(dist_take_bytes(r.work, r.n_buckets), per_step)
+        << "step " << step << ": likely cause: each bucket's all-reduce must cover the bucket's b->count "
+        << "floats, once per step, on its own handle r->work[i] (the handles count the bytes the metrics "
+        << "file logs as allreduce_bytes)";
   }
 }
