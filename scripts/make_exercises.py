@@ -129,7 +129,7 @@ EXERCISES = [
          "  for (int i = 0; i < r->next_bucket; i++) dist_test(r->pg, &r->work[i]);  // let MPI progress",
          "  // TODO(06): give MPI a chance to advance the all-reduces already started (dist_test)\n"),
         ("  if (r->next_bucket != r->n_buckets)",
-         "  for (int i = 0; i < r->n_buckets; i++) dist_wait(r->pg, &r->work[i]);",
+         "      comm_hook_wait(&r->hook, i, r->model->grads, r->buckets[i].offset, r->buckets[i].count, &r->work[i]);",
          "  // TODO(06): every bucket must have been started (if not, a hook was missed: die(1, ...), with\n"
          "  // a message that says how many buckets, or which bucket or layer, went missing), then wait\n"
          "  // for each bucket's all-reduce (dist_wait) before the optimizer may use the gradients\n"

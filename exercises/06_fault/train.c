@@ -21,7 +21,7 @@
 #include "check.h"       // check.h: die, check_set_rank
 #include "ckpt_model.h"  // ckpt_model.h: CkptMeta, ckpt_model_meta, ckpt_save_model, ckpt_load_model
 #include "clip.h"        // clip.h: Clip, clip_init, clip_sum_squares, clip_scale, clip_free
-#include "comm_hook.h"   // comm_hook.h: CommHook, comm_hook_parse, comm_hook_init, comm_hook_divides
+#include "comm_hook.h"   // [hook] comm_hook.h: comm_hook_divides, comm_hook_save, comm_hook_load
 #include "data.h"        // data.h: Dataset, DataId, data_parse, dataset_load, dataset_id
 #include "device.h"      // device.h: Ctx, device_parse, device_init, device_set_tf32, device_free
 #include "devmem.h"      // devmem.h: dev_alloc, dev_upload, dev_download, dev_zero, dev_sync, dev_free
@@ -56,7 +56,6 @@ typedef struct Trainer {
   Sgd opt;               // momentum buffer
   Clip clip;             // --clip_grad_norm: the norm's sums, the norm, the scale factor
   Reducer reducer;       // gradient buckets and their all-reduces
-  CommHook hook;         // --comm_hook: what each bucket sends (DDP's register_comm_hook)
   float *loss;           // device, (1): the step's loss, summed over its micro-batches
   Trace trace;           // --trace timeline
   Loader train, test;    // datasets on the device, batch buffers
@@ -160,14 +159,7 @@ static void build_model(Trainer *t) {
   mlp_init(&t->model, &t->ctx, sizes, n_layers, max_batch, t->args.seed);
   reducer_init(&t->reducer, &t->pg, &t->model, t->args.bucket_cap_mb);  // [bucket] buckets of --bucket_cap_mb
   log0("reducer: %d buckets (cap %g MiB)\n", t->reducer.n_buckets, t->args.bucket_cap_mb);
-  // --comm_hook (PyTorch: ddp_model.register_comm_hook(state, hook)): what each bucket sends
-  CommHookKind hook;
-  if (comm_hook_parse(t->args.comm_hook, &hook) != 0) die(2, "unknown --comm_hook '%s'", t->args.comm_hook);
-  comm_hook_init(&t->hook, &t->pg, hook, t->model.n_params, t->args.powersgd_rank,
-                 t->args.powersgd_start_iter, t->args.seed);
-  // the default, allreduce, is the reducer's own all-reduce: a hook is registered for the others
-  reducer_register_comm_hook(&t->reducer, hook == COMM_HOOK_ALLREDUCE ? NULL : &t->hook,
-                             t->args.check_finite);
+  reducer_register_comm_hook(&t->reducer, &t->args);  // [hook] --comm_hook (DDP's), --check_finite
   sgd_init(&t->opt, &t->ctx, t->model.n_params, t->args.lr, t->args.momentum, 0.0f, t->args.weight_decay,
            false);
   clip_init(&t->clip, &t->ctx, t->args.clip_grad_norm);  // --clip_grad_norm (0: off)
@@ -208,8 +200,8 @@ static const float *run_batch(Trainer *t, int start, int B) {
     // [bucket] backward of the loss times 1/W, so that the reducer's all-reduce, a plain sum, yields the mean
     // [accum] and times b/B, so that the K micro-batches' gradients add up to the mean over B
     float scale = (float)b / B / t->world_size;
-    if (comm_hook_divides(&t->hook)) scale = (float)b / B;  // --comm_hook: the hook divides by W itself
-    if (sync) reducer_prepare_for_backward(&t->reducer);
+    if (comm_hook_divides(&t->reducer.hook)) scale = (float)b / B;  // [hook] the hook divides by W itself
+    if (sync) reducer_prepare_for_backward(&t->reducer, t->step + 1);
     // [bucket] the hook starts each bucket's all-reduce as soon as its gradients are ready
     mlp_backward(&t->model, &t->ctx, t->train.xb, b, scale, sync ? reducer_autograd_hook : NULL, &t->reducer);
   }
@@ -292,15 +284,13 @@ static CkptMeta checkpoint_meta(const Trainer *t, int epochs_done) {
 }
 
 static void save_checkpoint(Trainer *t, const char *dir, int epochs_done) {
+  comm_hook_save(&t->reducer.hook, dir, t->step);  // [hook] powersgd: every rank's state first
   CkptMeta meta = checkpoint_meta(t, epochs_done);
-  // --comm_hook powersgd: every rank saves its own state (its error feedback) of this step first, and
-  // the checkpoint follows once all have: a rank killed in between leaves the previous one whole
-  if (comm_hook_save(&t->hook, dir, t->rank, t->step)) dist_barrier(&t->pg);
   // TODO(06_fault): the replicas are equal, so one rank writes the snapshot; and no rank may go
   // on (or, after a restart, read the file) before it is complete. Until then every rank writes
   // it, and each goes on as soon as its own write is done.
   ckpt_save_model(dir, &meta, &t->model, &t->opt, &t->ctx);
-  comm_hook_prune(&t->hook, dir, t->rank, t->step);  // powersgd: the states of older checkpoints
+  comm_hook_prune(&t->reducer.hook, dir, t->step);  // [hook] powersgd: the states of older checkpoints
 }
 
 static void resume(Trainer *t) {
@@ -308,7 +298,7 @@ static void resume(Trainer *t) {
   if (!path) return;
   CkptMeta expect = checkpoint_meta(t, 0), meta;
   ckpt_load_model(path, &expect, &meta, &t->model, &t->opt, &t->ctx);
-  comm_hook_load(&t->hook, path, t->rank, (long long)meta.step);  // powersgd: its state, beside it
+  comm_hook_load(&t->reducer.hook, path, (long long)meta.step);  // [hook] powersgd: its state, beside it
   t->epoch0 = (int)meta.epoch;
   t->step = (long long)meta.step;
   // TODO(06_fault): a snapshot taken inside an epoch resumes at the step after it: take the steps
@@ -343,7 +333,6 @@ static void train(Trainer *t) {
   // --clip_grad_norm: each step record gets the step's grad_norm
   if (t->clip.norm) loss_log_set_norm(&t->losses, t->clip.norm);
   if (t->args.save_init) save_checkpoint(t, t->args.save_init, t->epoch0);  // the state to start from
-  t->reducer.iteration = t->step;  // --check_finite names the step: count from the resume point
   for (int epoch = t->epoch0; epoch < t->args.epochs && !out_of_steps(t); epoch++) {
     bool complete = run_epoch(t, epoch);  // false after a --max_steps stop inside the epoch
     if (save_after_epoch(t, epoch, complete))
@@ -366,7 +355,6 @@ static void finish(Trainer *t) {
   clip_free(&t->clip, &t->ctx);
   sgd_free(&t->opt, &t->ctx);
   reducer_free(&t->reducer);
-  comm_hook_free(&t->hook);
   mlp_free(&t->model, &t->ctx);
 }
 

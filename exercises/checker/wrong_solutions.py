@@ -207,14 +207,19 @@ WRONG = {
               "none", ["FAIL unit ReducerHooks.ALaterReadyBucketWaitsForTheEarlierOnes", "bucket order"],
               "a ready bucket starts at once, even before an earlier bucket: ranks may then differ in order"),
         Wrong("wait_too_early", R06,
-              [("DIST_FLOAT, DIST_SUM, &r->work[i]);\n",
-                "DIST_FLOAT, DIST_SUM, &r->work[i]);\n    dist_wait(r->pg, &r->work[i]);\n"),
-               ("  for (int i = 0; i < r->n_buckets; i++) dist_wait(r->pg, &r->work[i]);",
-                "  for (int i = 0; i < r->n_buckets; i++) dist_test(r->pg, &r->work[i]);")],
+              [("      dist_wait(r->pg, &r->work[i]);\n", "      dist_test(r->pg, &r->work[i]);\n"),
+               ("      dist_all_reduce_async(r->pg, r->model->grads + b->offset, b->count, DIST_FLOAT, DIST_SUM, &r->work[i]);\n",
+                "    {\n"
+                "      dist_all_reduce_async(r->pg, r->model->grads + b->offset, b->count, DIST_FLOAT, DIST_SUM, &r->work[i]);\n"
+                "      dist_wait(r->pg, &r->work[i]);\n"
+                "    }\n")],
               "none", ["FAIL unit ReducerHooks.BucketsStayInFlightUntilFinalize", "waits too early"],
               "each bucket is waited for as soon as it starts: correct numbers, but nothing overlaps"),
         Wrong("no_wait", R06,
-              [("  for (int i = 0; i < r->n_buckets; i++) dist_wait(r->pg, &r->work[i]);\n", "")],
+              [("  for (int i = 0; i < r->n_buckets; i++)\n    if (!r->hooked)\n      dist_wait(r->pg, &r->work[i]);\n"
+                "    else  // --comm_hook: the hook waits, then turns the answer into the mean (PyTorch: fut.then)\n"
+                "      comm_hook_wait(&r->hook, i, r->model->grads, r->buckets[i].offset, r->buckets[i].count, &r->work[i]);\n",
+                "")],
               "none", ["FAIL unit ReducerHooks.BucketsStayInFlightUntilFinalize",
                        "must dist_wait every bucket"],
               "finalize never waits: the optimizer may use gradients still being reduced"),
