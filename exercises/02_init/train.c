@@ -86,7 +86,7 @@ static void setup(Trainer *t) {
 static void check_ranks_agree(Trainer *t) {
   Agreement a;
   agree_init(&a);                                      // the program itself
-  agree_args(&a, &t->args);                            // every flag that changes training
+  agree_args(&a, args_settings(&t->args));             // every flag that changes training
   agree_model(&a, t->model.sizes, t->model.n_layers);  // the layer sizes
   agree_data(&a, &t->data_id);                         // what was loaded
   agree_add(&a, "the resume point", "epoch %d, step %lld", t->epoch0, t->step);
@@ -208,7 +208,8 @@ static bool run_epoch(Trainer *t, int epoch) {
 // Checkpoint
 
 static CkptMeta checkpoint_meta(const Trainer *t, int epochs_done) {
-  CkptMeta meta = ckpt_model_meta(&t->model, &t->opt, &t->args, &t->data_id);
+  CkptMeta meta = ckpt_model_meta(&t->model, &t->opt, &t->data_id, t->args.seed, t->args.batch_size,
+                                  t->args.grad_accum, t->args.drop_last);
   meta.epoch = (uint32_t)epochs_done;
   meta.epoch_step = (uint32_t)t->epoch_step;
   meta.step = (uint64_t)t->step;

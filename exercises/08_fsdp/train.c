@@ -106,7 +106,7 @@ static void setup(Trainer *t) {
 static void check_ranks_agree(Trainer *t) {
   Agreement a;
   agree_init(&a);                                      // the program itself
-  agree_args(&a, &t->args);                            // every flag that changes training
+  agree_args(&a, args_settings(&t->args));             // every flag that changes training
   agree_model(&a, t->model.sizes, t->model.n_layers);  // the layer sizes
   agree_data(&a, &t->data_id);                         // what was loaded
   agree_add(&a, "the resume point", "epoch %d, step %lld", t->epoch0, t->step);
@@ -284,7 +284,7 @@ static bool run_epoch(Trainer *t, int epoch) {
     preempt_agree(&t->preempt, &t->pg, &t->ctx, t->step);  // [fault] one rank's SIGTERM stops them all here
     // [fault] a snapshot taken now resumes at the next step
     t->epoch_step = batches;
-    if (snapshot_due(&t->args, t->step) && batches < steps_per_epoch(t) && !out_of_steps(t))
+    if (snapshot_due(t->args.save_steps, t->step) && batches < steps_per_epoch(t) && !out_of_steps(t))
       save_checkpoint(t, t->args.ckpt_dir, epoch);  // [fault] --save_steps: a snapshot inside the epoch
   }
   double train_loss = loss_log_epoch(&t->losses, &t->ctx);  // the last steps' losses; their mean
@@ -301,7 +301,8 @@ static bool run_epoch(Trainer *t, int epoch) {
 // Checkpoint
 
 static CkptMeta checkpoint_meta(const Trainer *t, int epochs_done) {
-  CkptMeta meta = ckpt_model_meta(&t->model, &t->opt, &t->args, &t->data_id);
+  CkptMeta meta = ckpt_model_meta(&t->model, &t->opt, &t->data_id, t->args.seed, t->args.batch_size,
+                                  t->args.grad_accum, t->args.drop_last);
   meta.epoch = (uint32_t)epochs_done;
   meta.epoch_step = (uint32_t)t->epoch_step;
   meta.step = (uint64_t)t->step;
@@ -340,7 +341,7 @@ static void save_checkpoint(Trainer *t, const char *dir, int epochs_done) {
 }
 
 static void resume(Trainer *t) {
-  const char *path = snapshot_resume_path(&t->args);  // [fault] --resume auto: --ckpt_dir's, if there is one
+  const char *path = snapshot_resume_path(t->args.resume, t->args.ckpt_dir);  // [fault] --resume auto
   if (!path) return;
   CkptMeta expect = checkpoint_meta(t, 0), meta;
   Mlp full;  // [fsdp] the file's full parameters and momentum, for the moment: each rank keeps its shards
@@ -365,7 +366,9 @@ static void resume(Trainer *t) {
 // epoch or at its end; [fault] and after a preemption (when saving is on) or a --save_steps snapshot on
 // its last step.
 static bool save_after_epoch(Trainer *t, int epoch, bool complete) {
-  if (preempt_save_due(&t->preempt, &t->args) || snapshot_due(&t->args, t->step)) return true;  // [fault]
+  if (preempt_save_due(&t->preempt, t->args.save_interval, t->args.save_steps) ||
+      snapshot_due(t->args.save_steps, t->step))
+    return true;  // [fault]
   bool stopped = !complete || out_of_steps(t);
   return t->args.save_interval > 0 && (stopped || (epoch + 1) % t->args.save_interval == 0);
 }

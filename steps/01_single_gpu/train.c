@@ -182,7 +182,8 @@ static bool run_epoch(Trainer *t, int epoch) {
 // Checkpoint
 
 static CkptMeta checkpoint_meta(const Trainer *t, int epochs_done) {
-  CkptMeta meta = ckpt_model_meta(&t->model, &t->opt, &t->args, &t->data_id);
+  CkptMeta meta = ckpt_model_meta(&t->model, &t->opt, &t->data_id, t->args.seed, t->args.batch_size,
+                                  t->args.grad_accum, t->args.drop_last);
   meta.epoch = (uint32_t)epochs_done;
   meta.epoch_step = (uint32_t)t->epoch_step;
   meta.step = (uint64_t)t->step;
