@@ -31,6 +31,7 @@
 #include "loss_log.h"    // loss_log.h: LossLog, loss_log_init, loss_log_push, loss_log_epoch
 #include "metrics.h"     // metrics.h: Metrics, metrics_open, metrics_step, metrics_epoch
 #include "mlp.h"         // mlp.h: Mlp, mlp_init, mlp_forward, mlp_loss, mlp_backward
+#include "mlp_shard.h"   // [zero] mlp_shard.h: mlp_init_sharded (the padded flat buffers)
 #include "ops.h"         // ops.h: ops_axpy
 #include "optim.h"       // optim.h: Sgd, sgd_init, sgd_step
 #include "preempt.h"     // preempt.h: Preempt, preempt_init, preempt_agree, preempt_exit_status

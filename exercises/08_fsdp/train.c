@@ -29,18 +29,19 @@
 #include "devmem.h"      // devmem.h: dev_alloc, dev_upload, dev_download, dev_copy, dev_zero, dev_free
 #include "dist.h"        // dist.h: ProcessGroup, dist_init, dist_connect, dist_all_reduce, dist_barrier,
                          //         dist_destroy
-#include "fsdp.h"    // fsdp.h: Fsdp, fsdp_init, fsdp_autograd_hook, fsdp_finalize_backward, fsdp_gather_full
-#include "loader.h"  // loader.h: Loader, loader_init, loader_set_order, loader_batch
-#include "log.h"     // log.h: log0, log_clock
-#include "loss_log.h"  // loss_log.h: LossLog, loss_log_init, loss_log_push, loss_log_epoch
-#include "metrics.h"   // metrics.h: Metrics, metrics_open, metrics_step, metrics_epoch
-#include "mlp.h"       // mlp.h: Mlp, mlp_init_layout, mlp_forward, mlp_loss, mlp_backward
-#include "ops.h"       // ops.h: ops_axpy
-#include "optim.h"     // optim.h: Sgd, sgd_init, sgd_step
-#include "preempt.h"   // preempt.h: Preempt, preempt_init, preempt_agree, preempt_exit_status
-#include "sampler.h"   // sampler.h: Sampler, sampler_init, sampler_set_epoch, sampler_indices
-#include "snapshot.h"  // snapshot.h: snapshot_due, snapshot_resume_path
-#include "trace.h"     // trace.h: Trace, trace_open, trace_backward, trace_close
+#include "fsdp.h"        // [fsdp] fsdp.h: Fsdp, fsdp_init, fsdp_autograd_hook, fsdp_finalize_backward, ...
+#include "loader.h"      // loader.h: Loader, loader_init, loader_set_order, loader_batch
+#include "log.h"         // log.h: log0, log_clock
+#include "loss_log.h"    // loss_log.h: LossLog, loss_log_init, loss_log_push, loss_log_epoch
+#include "metrics.h"     // metrics.h: Metrics, metrics_open, metrics_step, metrics_epoch
+#include "mlp.h"         // mlp.h: Mlp, mlp_init, mlp_forward, mlp_loss, mlp_backward
+#include "mlp_shard.h"   // [fsdp] mlp_shard.h: mlp_init_layout (the model without its parameters)
+#include "ops.h"         // ops.h: ops_axpy
+#include "optim.h"       // optim.h: Sgd, sgd_init, sgd_step
+#include "preempt.h"     // preempt.h: Preempt, preempt_init, preempt_agree, preempt_exit_status
+#include "sampler.h"     // sampler.h: Sampler, sampler_init, sampler_set_epoch, sampler_indices
+#include "snapshot.h"    // snapshot.h: snapshot_due, snapshot_resume_path
+#include "trace.h"       // trace.h: Trace, trace_open, trace_backward, trace_close
 
 // ---------------------------------------------------------------------------------------------------
 // Configuration

@@ -6,10 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"   // check.h: die, mallocCheck
-#include "devmem.h"  // devmem.h: dev_alloc, dev_copy, dev_zero, dev_upload, events
-#include "ops.h"     // ops.h: ops_axpy
-#include "rng.h"     // rng.h: Rng, rng_init, RNG_STREAM_INIT
+#include "check.h"      // check.h: die, mallocCheck
+#include "devmem.h"     // devmem.h: dev_alloc, dev_copy, dev_zero, dev_upload, events
+#include "mlp_shard.h"  // mlp_shard.h: MlpHooks, mlp_register_hooks, mlp_init_layer_params, mlp_digest_update
+#include "ops.h"        // ops.h: ops_axpy
+#include "rng.h"        // rng.h: Rng, rng_init, RNG_STREAM_INIT
 
 static int W(const Fsdp *f) { return f->pg->world_size; }
 static int L(const Fsdp *f) { return f->model->n_layers; }
