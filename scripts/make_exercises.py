@@ -137,20 +137,20 @@ EXERCISES = [
     ]),
     ("06_full", "steps/06_full/train.c", [
         ("    // [bucket] backward of the loss times 1/W, so that the reducer's all-reduce, a plain sum, yields the mean",
-         "    float scale = (float)b / B / t->world_size;",
+         "    float scale = (float)b / B / t->world_size;  // [bucket] [accum] the mean over the W ranks and B samples",
          "    // TODO(06): the factor backward multiplies the loss by: 1 / W, so that the reducer's sum of\n"
          "    // the ranks' gradients is their average, and, with K > 1 micro-batches, also b / B, so that\n"
          "    // the gradients summed over the K backward passes are the mean over all B samples.\n"
          "    float scale = 1.0f;\n"),
     ]),
     ("06_fault", "steps/06_full/train.c", [
-        ("    // [fault] a snapshot taken now resumes at the next step",
+        ("    t->epoch_step = batches;  // [fault] a snapshot taken now resumes at the next step",
          "      save_checkpoint(t, t->args.ckpt_dir, epoch);  // [fault] --save_steps: a snapshot inside the epoch",
          "    // TODO(06_fault): every --save_steps steps (snapshot_due: t->step is the global step), save a\n"
          "    // snapshot to --ckpt_dir (save_checkpoint, with this epoch's number: it is not done yet) that a\n"
          "    // restart resumes at the next step; so first record, in t->epoch_step (checkpoint_meta saves\n"
          "    // it), how many steps of this epoch are done. Not after the epoch's last step, nor when\n"
-         "    // training stops here (out_of_steps): the epoch's end saves then (save_after_epoch). Until\n"
+         "    // training stops here (out_of_steps): the epoch's end saves then (train()). Until\n"
          "    // then the only checkpoints are the epochs' ends: a failure inside an epoch loses all of it.\n"),
         ("  if (t->rank == 0)  // [ckpt] one writer: the replicas are equal",
          "  dist_barrier(&t->pg);  // [ckpt] nobody goes on (or reads the file) before it is complete",

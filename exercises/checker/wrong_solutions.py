@@ -360,7 +360,8 @@ WRONG = {
               "resume takes the global step (meta.step) for the steps done in the saved epoch: equal in the "
               "first epoch, past the epoch's end in a later one",
               unexpected=["resume started the epoch over"]),
-        Wrong("snapshot_without_position", T06, [("    t->epoch_step = batches;\n", "")],
+        Wrong("snapshot_without_position", T06,
+              [("    t->epoch_step = batches;  // [fault] a snapshot taken now resumes at the next step\n", "")],
               "fault06_resume_mid_epoch", ["records 0 steps done", "does not record the position in the epoch"],
               "the snapshot inside the epoch is saved without the steps done in it (t->epoch_step)"),
         Wrong("every_rank_snapshots", T06,
