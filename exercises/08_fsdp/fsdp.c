@@ -217,6 +217,21 @@ void fsdp_free(Fsdp *f) {
   mlp_register_hooks(f->model, NULL);
 }
 
+// ---- evaluation -------------------------------------------------------------------------------------
+
+void fsdp_count_correct(Fsdp *f, Loader *ld, int batch, int *correct) {
+  int most = (ld->n + W(f) - 1) / W(f);  // the samples of the rank with the most
+  for (int start = 0; start < most; start += batch) {
+    int B = ld->n_order - start < batch ? ld->n_order - start : batch;
+    if (B <= 0) {
+      mlp_forward(f->model, f->ctx, ld->xb, 1);  // the gathers only
+      continue;
+    }
+    loader_batch(ld, f->ctx, start, B);
+    mlp_count_correct(f->model, f->ctx, ld->xb, ld->yb, B, correct);
+  }
+}
+
 // ---- whole-model views: checkpoints and the digest ---------------------------------------------------
 
 // Gathers layer l of `shards` into full_grad[l % 2] (free between steps): its n_l floats, padded.

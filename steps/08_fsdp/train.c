@@ -213,8 +213,7 @@ static const float *run_batch(Trainer *t, int start, int B) {
     float scale = (float)b / B / t->world_size;  // [bucket] [accum] the mean over the W ranks and B samples
     // [fsdp] the full gradients are the micro-batch's own (written, not added): the shards accumulate
     mlp_zero_grad(&t->model);
-    // [fsdp] every micro-batch reduce-scatters each layer as soon as its gradients are ready, and adds
-    // its shard of the sum into this rank's gradient shard: the gradients stay sharded in between
+    // [fsdp] each layer's gradient is reduce-scattered once ready, its shard added into this rank's
     mlp_backward(&t->model, &t->ctx, t->train.xb, b, scale, fsdp_autograd_hook, &t->fsdp);
     // [fsdp] the reduce-scatters are in; every layer is sharded again
     fsdp_finalize_backward(&t->fsdp);
@@ -228,21 +227,10 @@ static const float *run_batch(Trainer *t, int start, int B) {
   return t->loss;                                             // [accum]
 }
 
-// [fsdp] Every forward all-gathers its layers: every rank runs as many test batches as the rank with
-// the most samples (ranks' shards differ by one: 1001 samples at 2 ranks are two batches and one), a
-// rank that has run out forwarding one sample, not counted, only to join the others' gathers.
 static double evaluate(Trainer *t) {
   dev_zero(&t->ctx, t->correct, sizeof(int));
-  int most = (t->test.n + t->world_size - 1) / t->world_size, n = t->test.n_order;
-  for (int start = 0; start < most; start += EVAL_BATCH) {
-    int B = n - start < EVAL_BATCH ? n - start : EVAL_BATCH;
-    if (B <= 0) {
-      mlp_forward(&t->model, &t->ctx, t->test.xb, 1);  // [fsdp] the gathers only
-      continue;
-    }
-    loader_batch(&t->test, &t->ctx, start, B);
-    mlp_count_correct(&t->model, &t->ctx, t->test.xb, t->test.yb, B, t->correct);
-  }
+  // [fsdp] every forward all-gathers its layers: every rank runs as many batches as the one with the most
+  fsdp_count_correct(&t->fsdp, &t->test, EVAL_BATCH, t->correct);
   dist_all_reduce(&t->pg, t->correct, 1, DIST_INT, DIST_SUM);  // [metrics] all ranks' answers
   int correct;
   dev_download(&t->ctx, &correct, t->correct, sizeof correct);
@@ -322,8 +310,7 @@ static void free_full(Trainer *t, Mlp *full, Sgd *full_opt) {
 
 static void save_checkpoint(Trainer *t, const char *dir, int epochs_done) {
   CkptMeta meta = checkpoint_meta(t, epochs_done);
-  // [fsdp] every rank's shards of the parameters and the momentum, gathered layer by layer to rank 0:
-  // the file is step 06's
+  // [fsdp] the shards of the parameters and momentum, gathered layer by layer to rank 0: step 06's file
   Mlp full;
   Sgd full_opt;
   full_state(t, t->rank == 0, &full, &full_opt);
