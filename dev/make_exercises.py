@@ -112,10 +112,8 @@ EXERCISES = [
          "  // TODO(06): start, in bucket order (r->next_bucket onwards), every bucket none of whose\n"
          "  // tensors is still pending: an asynchronous DIST_SUM all-reduce of its slice of the flat\n"
          "  // gradient buffer (dist_all_reduce_async into its handle, r->work[i] for bucket i; a sum, because\n"
-         "  // backward ran on the loss times 1/W), and add its bytes (b->count floats) to r->bytes, the\n"
-         "  // byte count that reducer_take_bytes hands to the metrics file's allreduce_bytes. Stop at the\n"
-         "  // first bucket that is not ready, even if a later one is: every rank must start the same\n"
-         "  // buckets in the same order.\n"
+         "  // backward ran on the loss times 1/W). Stop at the first bucket that is not ready, even if a\n"
+         "  // later one is: every rank must start the same buckets in the same order.\n"
          "  // (--check_finite and --comm_hook: step 06 calls check_bucket_finite first, and hands the\n"
          "  // bucket to its hook when one is registered; the exercise's checks need neither.)\n"
          "  (void)r;\n"
@@ -131,7 +129,7 @@ EXERCISES = [
          "  for (int i = 0; i < r->next_bucket; i++) dist_test(r->pg, &r->work[i]);  // let MPI progress",
          "  // TODO(06): give MPI a chance to advance the all-reduces already started (dist_test)\n"),
         ("  if (r->next_bucket != r->n_buckets)",
-         "  for (int i = 0; i < r->n_buckets; i++) dist_wait(r->pg, &r->work[i]);",
+         "      comm_hook_wait(&r->hook, i, r->model->grads, r->buckets[i].offset, r->buckets[i].count, &r->work[i]);",
          "  // TODO(06): every bucket must have been started (if not, a hook was missed: die(1, ...), with\n"
          "  // a message that says how many buckets, or which bucket or layer, went missing), then wait\n"
          "  // for each bucket's all-reduce (dist_wait) before the optimizer may use the gradients\n"
@@ -139,20 +137,20 @@ EXERCISES = [
     ]),
     ("06_full", "steps/06_full/train.c", [
         ("    // [bucket] backward of the loss times 1/W, so that the reducer's all-reduce, a plain sum, yields the mean",
-         "    float scale = (float)b / B / t->world_size;",
+         "    float scale = (float)b / B / t->world_size;  // [bucket] [accum] the mean over the W ranks and B samples",
          "    // TODO(06): the factor backward multiplies the loss by: 1 / W, so that the reducer's sum of\n"
          "    // the ranks' gradients is their average, and, with K > 1 micro-batches, also b / B, so that\n"
          "    // the gradients summed over the K backward passes are the mean over all B samples.\n"
          "    float scale = 1.0f;\n"),
     ]),
     ("06_fault", "steps/06_full/train.c", [
-        ("    // [fault] a snapshot taken now resumes at the next step",
+        ("    t->epoch_step = batches;  // [fault] a snapshot taken now resumes at the next step",
          "      save_checkpoint(t, t->args.ckpt_dir, epoch);  // [fault] --save_steps: a snapshot inside the epoch",
          "    // TODO(06_fault): every --save_steps steps (snapshot_due: t->step is the global step), save a\n"
          "    // snapshot to --ckpt_dir (save_checkpoint, with this epoch's number: it is not done yet) that a\n"
          "    // restart resumes at the next step; so first record, in t->epoch_step (checkpoint_meta saves\n"
          "    // it), how many steps of this epoch are done. Not after the epoch's last step, nor when\n"
-         "    // training stops here (out_of_steps): the epoch's end saves then (save_after_epoch). Until\n"
+         "    // training stops here (out_of_steps): the epoch's end saves then (train()). Until\n"
          "    // then the only checkpoints are the epochs' ends: a failure inside an epoch loses all of it.\n"),
         ("  if (t->rank == 0)  // [ckpt] one writer: the replicas are equal",
          "  dist_barrier(&t->pg);  // [ckpt] nobody goes on (or reads the file) before it is complete",

@@ -313,6 +313,63 @@ static void set_value(const Parser *c, Args *a, const Flag *f, const char *v) {
   check_range(c, f, parse_number(c, f, v, dst), v);
 }
 
+// ---- settings ---------------------------------------------------------------------------------------
+
+// Appends the line "name<TAB>value" (value formatted like printf) to buf, which has room for len.
+static void __attribute__((format(printf, 4, 5)))
+add_setting(char *buf, size_t len, const char *name, const char *fmt, ...) {
+  size_t used = strlen(buf);
+  if (used >= len) return;
+  used += (size_t)snprintf(buf + used, len - used, "%s\t", name);
+  if (used >= len) return;
+  va_list ap;
+  va_start(ap, fmt);
+  used += (size_t)vsnprintf(buf + used, len - used, fmt, ap);
+  va_end(ap);
+  if (used < len) snprintf(buf + used, len - used, "\n");
+}
+
+// A float as its user wrote it ("0.05"), unless that text would not tell it from a neighbour; then
+// with 9 significant digits, which always do.
+static void add_float(char *buf, size_t len, const char *name, float x) {
+  char text[32];
+  snprintf(text, sizeof text, "%g", (double)x);
+  if (strtof(text, NULL) != x) snprintf(text, sizeof text, "%.9g", (double)x);
+  add_setting(buf, len, name, "%s", text);
+}
+
+const char *args_settings(const Args *g) {
+  static char s[4096];
+  const size_t n = sizeof s;
+  s[0] = '\0';
+  add_setting(s, n, "--epochs", "%d", g->epochs);
+  add_setting(s, n, "--batch_size", "%d", g->batch_size);
+  add_float(s, n, "--lr", g->lr);
+  add_float(s, n, "--momentum", g->momentum);
+  add_float(s, n, "--weight_decay", g->weight_decay);
+  add_float(s, n, "--clip_grad_norm", g->clip_grad_norm);
+  add_setting(s, n, "--dataset_size", "%d", g->dataset_size);
+  add_setting(s, n, "--data", "%s", g->data);
+  add_setting(s, n, "--seed", "%llu", (unsigned long long)g->seed);
+  add_setting(s, n, "--max_steps", "%d", g->max_steps);
+  add_setting(s, n, "--save_interval", "%d", g->save_interval);
+  add_setting(s, n, "--device", "%s", g->device);
+  add_setting(s, n, "--tf32", "%s", g->tf32 ? "on" : "off");
+  add_setting(s, n, "--drop_last", "%s", g->drop_last ? "on" : "off");
+  add_float(s, n, "--bucket_cap_mb", g->bucket_cap_mb);
+  add_setting(s, n, "--grad_accum", "%d", g->grad_accum);
+  add_setting(s, n, "--trace", "%s", g->trace ? "on" : "off");
+  add_setting(s, n, "--save_init", "%s", g->save_init ? "on" : "off");  // a save has a barrier from step 05
+  add_setting(s, n, "--save_steps", "%d", g->save_steps);               // so do snapshots (step 06)
+  add_setting(s, n, "--comm_hook", "%s", g->comm_hook ? g->comm_hook : "allreduce");
+  add_setting(s, n, "--powersgd_rank", "%d", g->powersgd_rank);
+  add_setting(s, n, "--powersgd_start_iter", "%d", g->powersgd_start_iter);
+  add_setting(s, n, "--check_finite", "%s", g->check_finite ? "on" : "off");
+  add_setting(s, n, "--resume auto", "%s",
+              g->resume && strcmp(g->resume, ARGS_RESUME_AUTO) == 0 ? "on" : "off");
+  return s;
+}
+
 // ---- parsing ----------------------------------------------------------------------------------------
 
 static const Flag *find_flag(const char *name, size_t len) {

@@ -85,6 +85,21 @@ typedef struct Args {
  */
 void args_parse(Args *a, int argc, char **argv, unsigned groups, const char *about);
 
+/**
+ * @brief Every flag that changes what is trained, as text that ranks can compare (agree_args()): one
+ * line `--NAME<TAB>VALUE` each, for epochs, batch size, learning rate, momentum, weight decay,
+ * clipping, dataset size and kind, seed, step limit, save interval, device, TF32, and the later
+ * stages' `--drop_last`, `--bucket_cap_mb`, `--grad_accum`, `--save_steps`, `--comm_hook` and its
+ * flags, `--check_finite`, and whether `--trace`, `--save_init` and `--resume auto` are on (all add
+ * collectives). Flags that only say where output goes (`--metrics`, `--ckpt_dir`, `--log_interval`,
+ * `--timeout`) are left out; `--hidden` and `--data_dir` are compared through what they produce. A
+ * new flag that changes training joins this list. A float is written as its user would ("0.05"),
+ * unless that text does not tell it from a neighbour: then with 9 significant digits.
+ * @param[in] a the flags.
+ * @return the text, in static storage (the next call overwrites it).
+ */
+const char *args_settings(const Args *a);
+
 #ifdef __cplusplus
 }
 #endif

@@ -8,18 +8,19 @@
 #include "check.h"
 #include "log.h"
 
-CkptMeta ckpt_model_meta(const Mlp *m, const Sgd *opt, const Args *args, const DataId *data) {
+CkptMeta ckpt_model_meta(const Mlp *m, const Sgd *opt, const DataId *data, uint64_t seed, int batch_size,
+                         int grad_accum, bool drop_last) {
   CkptMeta meta;
   memset(&meta, 0, sizeof meta);
-  meta.seed = args->seed;
+  meta.seed = seed;
   meta.optim = OPTIM_SGD;
   meta.optim_steps = (uint32_t)opt->steps;
   meta.n_layers = m->n_layers;
   memcpy(meta.sizes, m->sizes, sizeof meta.sizes);
   meta.data = *data;
-  meta.batch_size = (uint32_t)args->batch_size;
-  meta.grad_accum = (uint32_t)args->grad_accum;  // 1 in the steps without --grad_accum
-  meta.drop_last = args->drop_last;
+  meta.batch_size = (uint32_t)batch_size;
+  meta.grad_accum = (uint32_t)grad_accum;  // 1 in the steps without --grad_accum
+  meta.drop_last = drop_last;
   return meta;
 }
 

@@ -12,7 +12,6 @@
 #ifndef DDP_CKPT_MODEL_H
 #define DDP_CKPT_MODEL_H
 
-#include "args.h"
 #include "ckpt.h"
 #include "device.h"
 #include "mlp.h"
@@ -24,15 +23,19 @@ extern "C" {
 
 /**
  * @brief The header fields that the model and its optimizer determine: layer sizes, optimizer kind
- * and step count, plus the run's seed, data and how it cuts an epoch into steps (`--batch_size`,
- * `--grad_accum`, `--drop_last`). The caller adds epoch, step and world size.
- * @param[in] m    the model.
- * @param[in] opt  its optimizer.
- * @param[in] args the run's flags.
- * @param[in] data the data it trains on.
+ * and step count, plus the run's data, seed and how it cuts an epoch into steps. The caller adds
+ * epoch, step and world size.
+ * @param[in] m          the model.
+ * @param[in] opt        its optimizer.
+ * @param[in] data       the data it trains on.
+ * @param[in] seed       `--seed`.
+ * @param[in] batch_size `--batch_size`.
+ * @param[in] grad_accum `--grad_accum` (1 in the steps before 06).
+ * @param[in] drop_last  `--drop_last` (off before step 03).
  * @return the header, its other fields zero.
  */
-CkptMeta ckpt_model_meta(const Mlp *m, const Sgd *opt, const Args *args, const DataId *data);
+CkptMeta ckpt_model_meta(const Mlp *m, const Sgd *opt, const DataId *data, uint64_t seed, int batch_size,
+                         int grad_accum, bool drop_last);
 
 /**
  * @brief Makes sure, before training, that checkpoints can be written to @p dir (ckpt_dir_check():

@@ -75,9 +75,9 @@ bool preempt_agree(Preempt *p, ProcessGroup *pg, const Ctx *c, long long step) {
   return false;
 }
 
-bool preempt_save_due(Preempt *p, const Args *a) {
+bool preempt_save_due(Preempt *p, int save_interval, int save_steps) {
   if (!p->stop) return false;
-  if (a->save_interval > 0 || a->save_steps > 0) return true;
+  if (save_interval > 0 || save_steps > 0) return true;
   if (!p->unsaved)  // "0 = never": --ckpt_dir may hold another run's file, which a save would replace
     log0(
         "preempted: no checkpoint written: --save_interval and --save_steps are 0 (saving is off); exit "

@@ -32,7 +32,6 @@
 
 #include <stdbool.h>
 
-#include "args.h"
 #include "device.h"
 #include "devmem.h"
 #include "dist.h"
@@ -87,10 +86,11 @@ bool preempt_agree(Preempt *p, ProcessGroup *pg, const Ctx *c, long long step);
  * `preempted: no checkpoint written: --save_interval and --save_steps are 0 (saving is off); exit
  * status 143`, and preempt_exit_status() becomes PREEMPT_UNSAVED_EXIT_STATUS. False before a stop.
  * @param[in,out] p the state.
- * @param[in] a     the flags.
+ * @param[in] save_interval `--save_interval`.
+ * @param[in] save_steps    `--save_steps`.
  * @return true when the trainer must save because of the preemption.
  */
-bool preempt_save_due(Preempt *p, const Args *a);
+bool preempt_save_due(Preempt *p, int save_interval, int save_steps);
 
 /**
  * @brief The process's exit status: PREEMPT_EXIT_STATUS after an agreed stop, PREEMPT_UNSAVED_EXIT_STATUS

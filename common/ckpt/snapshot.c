@@ -10,13 +10,13 @@
 #include "check.h"
 #include "log.h"
 
-bool snapshot_due(const Args *a, long long step) { return a->save_steps > 0 && step % a->save_steps == 0; }
+bool snapshot_due(int save_steps, long long step) { return save_steps > 0 && step % save_steps == 0; }
 
-const char *snapshot_resume_path(const Args *a) {
+const char *snapshot_resume_path(const char *resume, const char *ckpt_dir) {
   static char path[4096];
-  if (!a->resume || strcmp(a->resume, ARGS_RESUME_AUTO) != 0) return a->resume;
-  if (snprintf(path, sizeof path, "%s/checkpoint.bin", a->ckpt_dir) >= (int)sizeof path)
-    die(2, "--ckpt_dir '%s' is too long", a->ckpt_dir);
+  if (!resume || strcmp(resume, ARGS_RESUME_AUTO) != 0) return resume;
+  if (snprintf(path, sizeof path, "%s/checkpoint.bin", ckpt_dir) >= (int)sizeof path)
+    die(2, "--ckpt_dir '%s' is too long", ckpt_dir);
   struct stat st;
   if (lstat(path, &st) == 0) {
     log0("--resume auto: found %s\n", path);
@@ -28,6 +28,6 @@ const char *snapshot_resume_path(const Args *a) {
     return path;
   }
   if (errno != ENOENT) die(1, "--resume auto: cannot look at %s: %s", path, strerror(errno));
-  log0("--resume auto: no checkpoint in %s: starting from the beginning\n", a->ckpt_dir);
+  log0("--resume auto: no checkpoint in %s: starting from the beginning\n", ckpt_dir);
   return NULL;
 }

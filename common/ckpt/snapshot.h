@@ -12,7 +12,7 @@
 
 #include <stdbool.h>
 
-#include "args.h"
+#include "args.h"  // ARGS_RESUME_AUTO
 
 #ifdef __cplusplus
 extern "C" {
@@ -20,11 +20,11 @@ extern "C" {
 
 /**
  * @brief Whether the step just finished is a `--save_steps` snapshot.
- * @param[in] a     the flags.
- * @param[in] step  global optimizer steps done.
- * @return true when `--save_steps` N > 0 and @p step is a multiple of N.
+ * @param[in] save_steps `--save_steps` N (0: never).
+ * @param[in] step       global optimizer steps done.
+ * @return true when N > 0 and @p step is a multiple of N.
  */
-bool snapshot_due(const Args *a, long long step);
+bool snapshot_due(int save_steps, long long step);
 
 /**
  * @brief The checkpoint to resume from: `--resume FILE` as given; for `--resume auto`, `--ckpt_dir`'s
@@ -35,10 +35,11 @@ bool snapshot_due(const Args *a, long long step);
  * (saved inside an epoch) world size, samples per step or --drop_last differ from this run's, is then
  * refused by the loader as `--resume FILE` refuses it (ckpt_load_model()), never silently replaced by
  * a fresh start. A file of a run that differs only in the flags not recorded resumes.
- * @param[in] a the flags.
+ * @param[in] resume   `--resume`: a checkpoint file, ARGS_RESUME_AUTO, or NULL.
+ * @param[in] ckpt_dir `--ckpt_dir`, where `--resume auto` looks.
  * @return the path (static storage for auto), or NULL: no resume.
  */
-const char *snapshot_resume_path(const Args *a);
+const char *snapshot_resume_path(const char *resume, const char *ckpt_dir);
 
 #ifdef __cplusplus
 }

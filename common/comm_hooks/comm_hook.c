@@ -42,6 +42,22 @@ void comm_hook_init(CommHook *h, ProcessGroup *pg, CommHookKind kind, size_t n, 
   }
 }
 
+bool comm_hook_setup(CommHook *h, ProcessGroup *pg, const char *name, int psgd_rank, int psgd_start,
+                     uint64_t seed, const Mlp *m, const int *bucket_of, bool check_finite) {
+  CommHookKind kind;
+  if (comm_hook_parse(name, &kind) != 0) die(2, "unknown --comm_hook '%s'", name);
+  comm_hook_init(h, pg, kind, m->n_params, psgd_rank, psgd_start, seed);
+  if (kind == COMM_HOOK_ALLREDUCE) return false;
+  for (int t = 0; t < 2 * m->n_layers; t++) {  // tensor 2l: layer l's weight (out x in), 2l+1: its bias
+    int l = t / 2;
+    comm_hook_add_tensor(h, bucket_of[t], t % 2 ? m->b_off[l] : m->w_off[l], m->sizes[l + 1],
+                         t % 2 ? 1 : m->sizes[l]);
+  }
+  comm_hook_layout(h);
+  comm_hook_check_finite(h, check_finite);  // a 16-bit hook checks what it sends, after its cast
+  return true;
+}
+
 void comm_hook_add_tensor(CommHook *h, int bucket, size_t offset, int rows, int cols) {
   if (h->kind == COMM_HOOK_POWERSGD) powersgd_add_tensor(&h->psgd, bucket, offset, rows, cols);
 }
@@ -61,11 +77,8 @@ void comm_hook_check_finite(CommHook *h, bool on) {
 // here is the cast's overflow (fp16 tops out at 65504). Reads one count back: the device waits.
 static void check_sent(CommHook *h, int bucket, size_t offset, size_t count) {
   bool bf16 = h->kind == COMM_HOOK_BF16;
-  int bad;
   comm_hook_decompress(h->pg->ctx, bf16, h->narrow + offset, h->widened + offset, count);
-  dev_zero(h->pg->ctx, h->nonfinite, sizeof bad);
-  ops_count_nonfinite(h->pg->ctx, h->widened + offset, count, h->nonfinite);
-  dev_download(h->pg->ctx, &bad, h->nonfinite, sizeof bad);
+  int bad = ops_nonfinite(h->pg->ctx, h->widened + offset, count, h->nonfinite);
   if (bad == 0) return;
   const char *type = bf16 ? "bf16" : "fp16", *largest = bf16 ? "3.39e38" : "65504";
   die(1,
@@ -84,16 +97,17 @@ static void state_path(char *path, size_t size, const char *dir, int dir_len, lo
     die(1, "--comm_hook powersgd: the folder %.*s is too long for its state files", dir_len, dir);
 }
 
-bool comm_hook_save(const CommHook *h, const char *dir, int rank, long long step) {
-  if (h->kind != COMM_HOOK_POWERSGD) return false;
+void comm_hook_save(const CommHook *h, const char *dir, long long step) {
+  if (h->kind != COMM_HOOK_POWERSGD) return;
   char path[4096];
-  state_path(path, sizeof path, dir, (int)strlen(dir), step, rank);
+  state_path(path, sizeof path, dir, (int)strlen(dir), step, h->pg->rank);
   powersgd_save(&h->psgd, path);
-  return true;
+  dist_barrier(h->pg);  // every rank's state is on disk before the checkpoint that needs it is written
 }
 
-void comm_hook_prune(const CommHook *h, const char *dir, int rank, long long step) {
+void comm_hook_prune(const CommHook *h, const char *dir, long long step) {
   if (h->kind != COMM_HOOK_POWERSGD) return;
+  int rank = h->pg->rank;
   DIR *d = opendir(dir);
   if (!d) return;
   for (struct dirent *e; (e = readdir(d)) != NULL;) {
@@ -112,11 +126,12 @@ void comm_hook_prune(const CommHook *h, const char *dir, int rank, long long ste
   closedir(d);
 }
 
-void comm_hook_load(CommHook *h, const char *ckpt_path, int rank, long long step) {
+void comm_hook_load(CommHook *h, const char *ckpt_path, long long step) {
   if (h->kind != COMM_HOOK_POWERSGD) return;
   const char *slash = strrchr(ckpt_path, '/');
   char path[4096];
-  state_path(path, sizeof path, slash ? ckpt_path : ".", slash ? (int)(slash - ckpt_path) : 1, step, rank);
+  state_path(path, sizeof path, slash ? ckpt_path : ".", slash ? (int)(slash - ckpt_path) : 1, step,
+             h->pg->rank);
   powersgd_load(&h->psgd, path, step);
 }
 
@@ -140,18 +155,17 @@ void comm_hook_run(CommHook *h, int bucket, float *grads, size_t offset, size_t 
     w->what = "powersgd";
     w->type = DIST_FLOAT;
     w->n = (size_t)(h->psgd.bytes - before) / sizeof(float);
+    w->bytes += h->psgd.bytes - before;  // what its all-reduces sent: the bucket's bytes (dist_take_bytes)
     return;
   }
   if (h->kind == COMM_HOOK_ALLREDUCE) {  // the gradients arrive divided by W: their sum is the mean
     dist_all_reduce_async(h->pg, grads + offset, count, DIST_FLOAT, DIST_SUM, w);
-    h->bytes += (long long)(count * sizeof(float));
     return;
   }
   bool bf16 = h->kind == COMM_HOOK_BF16;  // fp16 or bf16: cast, divide by W, all-reduce in 16 bits
   comm_hook_compress(h->pg->ctx, bf16, grads + offset, h->narrow + offset, count, h->pg->world_size);
   if (h->widened) check_sent(h, bucket, offset, count);  // --check_finite: what is sent
   dist_all_reduce_async(h->pg, h->narrow + offset, count, bf16 ? DIST_BF16 : DIST_HALF, DIST_SUM, w);
-  h->bytes += (long long)(count * sizeof(uint16_t));
 }
 
 void comm_hook_wait(CommHook *h, int bucket, float *grads, size_t offset, size_t count, DistWork *w) {
@@ -160,13 +174,6 @@ void comm_hook_wait(CommHook *h, int bucket, float *grads, size_t offset, size_t
   dist_wait(h->pg, w);
   if (h->kind == COMM_HOOK_FP16 || h->kind == COMM_HOOK_BF16)  // PyTorch's decompress: copy_ back
     comm_hook_decompress(h->pg->ctx, h->kind == COMM_HOOK_BF16, h->narrow + offset, grads + offset, count);
-}
-
-long long comm_hook_take_bytes(CommHook *h) {
-  long long b = h->bytes + h->psgd.bytes;
-  h->bytes = 0;
-  h->psgd.bytes = 0;
-  return b;
 }
 
 void comm_hook_compress(const Ctx *c, bool bf16, const float *src, uint16_t *dst, size_t n, int W) {

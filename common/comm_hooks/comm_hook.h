@@ -21,7 +21,8 @@
  *   weight gradient instead of the gradient, error feedback, warm start. It needs the bucket's tensors
  *   (PyTorch's GradBucket.gradients()): comm_hook_add_tensor() for each, then comm_hook_layout().
  * comm_hook_divides() says whether the hook divides by W itself (the trainer then must not).
- * Every hook counts the bytes it hands to collectives: the metrics file's `allreduce_bytes`.
+ * What a hook sends for a bucket counts in the bucket's handle (DistWork.bytes, dist_take_bytes()):
+ * the metrics file's `allreduce_bytes`.
  */
 #ifndef DDP_COMM_HOOK_H
 #define DDP_COMM_HOOK_H
@@ -32,6 +33,7 @@
 
 #include "device.h"
 #include "dist.h"
+#include "mlp.h"
 #include "powersgd.h"
 
 #ifdef __cplusplus
@@ -52,7 +54,6 @@ typedef struct CommHook {
   ProcessGroup *pg;   ///< who to reduce with (its context: where the buffers live)
   uint16_t *narrow;   ///< device, (n): fp16/bf16: the buckets cast to 16 bits, at the gradients' offsets
   size_t n;           ///< floats of the gradient buffer the buckets are slices of
-  long long bytes;    ///< bytes handed to collectives since the last comm_hook_take_bytes()
   PowerSgd psgd;      ///< powersgd: its state
   float *widened;     ///< device, (n): fp16/bf16 with comm_hook_check_finite(): what is sent, widened back
   int *nonfinite;     ///< device, (1): fp16/bf16 with comm_hook_check_finite(): the count of that check
@@ -80,6 +81,27 @@ int comm_hook_parse(const char *name, CommHookKind *kind);
  */
 void comm_hook_init(CommHook *h, ProcessGroup *pg, CommHookKind kind, size_t n, int psgd_rank, int psgd_start,
                     uint64_t seed);
+
+/**
+ * @brief `--comm_hook` and its flags, for a reducer (PyTorch: `ddp_model.register_comm_hook(state,
+ * hook)`): the hook named @p name (comm_hook_parse(); an unknown name ends the job, exit 2) set up for
+ * the gradients of @p m (comm_hook_init()), told each bucket's tensors, weight then bias per layer
+ * (comm_hook_add_tensor(), comm_hook_layout()), and its own `--check_finite` (comm_hook_check_finite()).
+ * Every rank must call it at the same point (fp16 and bf16 check their sum: a collective).
+ * @param[out] h         the hook.
+ * @param[in] pg         the process group (connected).
+ * @param[in] name       `--comm_hook`.
+ * @param[in] psgd_rank  `--powersgd_rank`.
+ * @param[in] psgd_start `--powersgd_start_iter`.
+ * @param[in] seed       `--seed`.
+ * @param[in] m          the model whose flat gradient buffer the buckets are slices of.
+ * @param[in] bucket_of  (2·n_layers): each tensor's bucket (tensor 2l: layer l's weight, 2l+1: its bias).
+ * @param[in] check_finite `--check_finite`.
+ * @return true when a hook is to run the buckets; false for `allreduce`, the reducer's own all-reduce
+ *         (PyTorch's DDP without a hook), which is then set up but told nothing.
+ */
+bool comm_hook_setup(CommHook *h, ProcessGroup *pg, const char *name, int psgd_rank, int psgd_start,
+                     uint64_t seed, const Mlp *m, const int *bucket_of, bool check_finite);
 
 /**
  * @brief Tells the hook one tensor of a bucket (PyTorch's GradBucket.gradients()); only powersgd
@@ -124,24 +146,18 @@ void comm_hook_run(CommHook *h, int bucket, float *grads, size_t offset, size_t 
  */
 void comm_hook_wait(CommHook *h, int bucket, float *grads, size_t offset, size_t count, DistWork *w);
 
-/** @brief The bytes handed to collectives since the previous call (or comm_hook_init()); resets them. */
-long long comm_hook_take_bytes(CommHook *h);
-
 /**
  * @brief Saves the hook's state of optimizer step @p step beside a checkpoint (powersgd:
- * `DIR/powersgd.step<S>.rank<R>.bin`, every rank its own, on disk when this returns; the other hooks
- * have none), **before** the checkpoint of that step: the caller writes the checkpoint only once every
- * rank's state is saved, and removes older states only once the checkpoint is written
- * (comm_hook_prune()). A rank killed at any moment then leaves a checkpoint whose states all exist: a
- * restart resumes it.
+ * `DIR/powersgd.step<S>.rank<R>.bin`, every rank its own; the other hooks have none), **before** the
+ * checkpoint of that step: for powersgd a collective, which returns once every rank's state is on disk
+ * (a barrier), so the caller then writes the checkpoint, and removes older states only once that is
+ * written (comm_hook_prune()). A rank killed at any moment then leaves a checkpoint whose states all
+ * exist: a restart resumes it.
  * @param[in] h    the hook.
  * @param[in] dir  the checkpoint's folder.
- * @param[in] rank this process's rank.
  * @param[in] step the optimizer step the checkpoint will record.
- * @return true when a state was written (the same on every rank): wait for every rank before the
- *         checkpoint.
  */
-bool comm_hook_save(const CommHook *h, const char *dir, int rank, long long step);
+void comm_hook_save(const CommHook *h, const char *dir, long long step);
 
 /**
  * @brief Removes this rank's states of other steps than @p step from @p dir (powersgd only), once
@@ -150,20 +166,18 @@ bool comm_hook_save(const CommHook *h, const char *dir, int rank, long long step
  * stays (it is never read).
  * @param[in] h    the hook.
  * @param[in] dir  the checkpoint's folder.
- * @param[in] rank this process's rank.
  * @param[in] step the step of the checkpoint now in @p dir.
  */
-void comm_hook_prune(const CommHook *h, const char *dir, int rank, long long step);
+void comm_hook_prune(const CommHook *h, const char *dir, long long step);
 
 /**
  * @brief Loads the state comm_hook_save() wrote for the checkpoint file @p ckpt_path (in its folder, of
  * its step); ends the job when it is missing, does not fit, or holds another step (powersgd only).
  * @param[in,out] h     the hook (after comm_hook_layout()).
  * @param[in] ckpt_path the checkpoint file resumed from.
- * @param[in] rank      this process's rank.
  * @param[in] step      the checkpoint's optimizer step.
  */
-void comm_hook_load(CommHook *h, const char *ckpt_path, int rank, long long step);
+void comm_hook_load(CommHook *h, const char *ckpt_path, long long step);
 
 /** @brief Releases the hook's buffers. */
 void comm_hook_free(CommHook *h);

@@ -86,7 +86,7 @@ typedef struct PowerSgd {
   float *copy;                 ///< device, (n): the bucket before compression
   float *host;                 ///< host, (largest P or Q memory): orthogonalisation
   Rng rng;                     ///< the initial Qs
-  long long bytes;             ///< bytes handed to collectives (comm_hook.h)
+  long long bytes;  ///< bytes handed to collectives so far (comm_hook_run() adds a bucket's to its handle)
 } PowerSgd;
 
 /**

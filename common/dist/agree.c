@@ -66,40 +66,15 @@ void agree_init(Agreement *a) {
   program_identity(a);
 }
 
-// A float as its user wrote it ("0.05"), unless that text would not tell it from a neighbour; then
-// with 9 significant digits, which always do.
-static void add_float(Agreement *a, const char *name, float x) {
-  char text[32];
-  snprintf(text, sizeof text, "%g", (double)x);
-  if (strtof(text, NULL) != x) snprintf(text, sizeof text, "%.9g", (double)x);
-  agree_add(a, name, "%s", text);
-}
-
-void agree_args(Agreement *a, const Args *g) {
-  agree_add(a, "--epochs", "%d", g->epochs);
-  agree_add(a, "--batch_size", "%d", g->batch_size);
-  add_float(a, "--lr", g->lr);
-  add_float(a, "--momentum", g->momentum);
-  add_float(a, "--weight_decay", g->weight_decay);
-  add_float(a, "--clip_grad_norm", g->clip_grad_norm);
-  agree_add(a, "--dataset_size", "%d", g->dataset_size);
-  agree_add(a, "--data", "%s", g->data);
-  agree_add(a, "--seed", "%llu", (unsigned long long)g->seed);
-  agree_add(a, "--max_steps", "%d", g->max_steps);
-  agree_add(a, "--save_interval", "%d", g->save_interval);
-  agree_add(a, "--device", "%s", g->device);
-  agree_add(a, "--tf32", "%s", g->tf32 ? "on" : "off");
-  agree_add(a, "--drop_last", "%s", g->drop_last ? "on" : "off");
-  add_float(a, "--bucket_cap_mb", g->bucket_cap_mb);
-  agree_add(a, "--grad_accum", "%d", g->grad_accum);
-  agree_add(a, "--trace", "%s", g->trace ? "on" : "off");
-  agree_add(a, "--save_init", "%s", g->save_init ? "on" : "off");  // a save has a barrier from step 05
-  agree_add(a, "--save_steps", "%d", g->save_steps);               // so do snapshots (step 06)
-  agree_add(a, "--comm_hook", "%s", g->comm_hook ? g->comm_hook : "allreduce");
-  agree_add(a, "--powersgd_rank", "%d", g->powersgd_rank);
-  agree_add(a, "--powersgd_start_iter", "%d", g->powersgd_start_iter);
-  agree_add(a, "--check_finite", "%s", g->check_finite ? "on" : "off");
-  agree_add(a, "--resume auto", "%s", g->resume && strcmp(g->resume, ARGS_RESUME_AUTO) == 0 ? "on" : "off");
+void agree_args(Agreement *a, const char *settings) {
+  for (const char *line = settings; *line;) {
+    const char *tab = strchr(line, '\t'), *end = strchr(line, '\n');
+    if (!tab || !end || tab > end) die(1, "agree_args: '%.40s' is not a NAME<TAB>VALUE line", line);
+    char name[AGREE_NAME];
+    snprintf(name, sizeof name, "%.*s", (int)(tab - line), line);
+    agree_add(a, name, "%.*s", (int)(end - tab - 1), tab + 1);
+    line = end + 1;
+  }
 }
 
 void agree_model(Agreement *a, const int *sizes, int n_layers) {

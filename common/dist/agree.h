@@ -10,13 +10,13 @@
  * or hang. PyTorch's DistributedDataParallel guards the same way when it wraps the model: it
  * compares the parameter shapes of all processes and refuses to go on if any differs.
  *
- * Use: agree_init(), then agree_args() and agree_add() for each setting, then agree_check(), which
+ * Use: agree_init(), then agree_args() with the flags' settings (args_settings()) and agree_add() for
+ * each other setting, then agree_check(), which
  * all-gathers every rank's list (a few KiB) and compares them.
  */
 #ifndef DDP_AGREE_H
 #define DDP_AGREE_H
 
-#include "args.h"
 #include "data.h"
 #include "device.h"
 #include "dist.h"
@@ -55,17 +55,14 @@ void agree_init(Agreement *a);
 void agree_add(Agreement *a, const char *name, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /**
- * @brief Adds every flag that changes what is trained: epochs, batch size, learning rate, momentum,
- * weight decay, dataset size and kind, seed, step limit, save interval, device, TF32, and the later
- * stages' `--drop_last`, `--bucket_cap_mb`, `--grad_accum`, `--save_steps`, and whether `--trace`,
- * `--save_init` and `--resume auto` are on (all add collectives). Flags that
- * only say where output goes (`--metrics`, `--ckpt_dir`, `--log_interval`, `--timeout`) may differ;
- * `--hidden` and `--data_dir` are compared through what they produce (agree_model(), agree_data()).
- * A new flag that changes training joins this list.
- * @param[in,out] a    the list.
- * @param[in] args     this rank's flags.
+ * @brief Adds every flag that changes what is trained, one setting per line of @p settings,
+ * `NAME<TAB>VALUE` (args_settings(), which says which flags and why); flags that only say where
+ * output goes may differ, and `--hidden` and `--data_dir` are compared through what they produce
+ * (agree_model(), agree_data()).
+ * @param[in,out] a       the list.
+ * @param[in] settings    this rank's settings, as args_settings() writes them.
  */
-void agree_args(Agreement *a, const Args *args);
+void agree_args(Agreement *a, const char *settings);
 
 /**
  * @brief Adds the model's shape, e.g. "784-1024-1024-10".

@@ -378,6 +378,16 @@ static void work_begin(DistWork *w, const char *call, const char *what, void *bu
   w->op = op;
   w->active = true;
   w->done = false;
+  w->bytes += (long long)(n * dist_type_size(type));
+}
+
+long long dist_take_bytes(DistWork *works, int n) {
+  long long bytes = 0;
+  for (int i = 0; i < n; i++) {
+    bytes += works[i].bytes;
+    works[i].bytes = 0;
+  }
+  return bytes;
 }
 
 // The flight recorder's tag of a collective on @p w: the name the handle was given (dist_work_name()),

@@ -191,6 +191,8 @@ typedef struct DistWork {
   DevEvent end;           ///< when it ended (on the communication stream; on the CPU: when seen done)
   uint64_t seq;           ///< the flight recorder's number of the collective in flight (0: none)
   char name[24];          ///< what it carries, e.g. "bucket 3" (dist_work_name()); "" for the caller's name
+  long long bytes;        ///< the bytes of the collectives started on it since dist_take_bytes(): @ref n
+                          ///< elements of @ref type each (a hook may add what it sent through others)
 } DistWork;
 
 /**
@@ -209,6 +211,15 @@ void dist_work_name(DistWork *w, const char *fmt, ...) __attribute__((format(pri
 
 /** @brief Releases what dist_work_init() created. @pre @p w is not active. */
 void dist_work_free(ProcessGroup *pg, DistWork *w);
+
+/**
+ * @brief The bytes of the collectives started on @p n handles since the previous call (DistWork.bytes,
+ * summed), and resets them: what the metrics file's `allreduce_bytes` counts (step 06's buckets).
+ * @param[in,out] works host, (n): the handles.
+ * @param[in] n         how many.
+ * @return the bytes.
+ */
+long long dist_take_bytes(DistWork *works, int n);
 
 /**
  * @brief Starts an all-reduce in place and returns at once, so that computation can go on meanwhile.

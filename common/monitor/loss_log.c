@@ -9,8 +9,9 @@
 _Static_assert(LOSS_LOG_AHEAD < READBACK_SLOTS, "the losses of AHEAD + 1 steps must fit in flight");
 
 void loss_log_init(LossLog *g, const Ctx *c, Metrics *metrics, int log_interval, int epochs,
-                   long long first_step, long long total_steps) {
+                   long long first_step, long long total_steps, const float *norm) {
   memset(g, 0, sizeof *g);
+  g->norm = norm;
   readback_init(&g->ring, c);
   readback_init(&g->norms, c);
   g->metrics = metrics;
@@ -29,8 +30,6 @@ void loss_log_check_finite(float loss, long long step) {
       : loss > 0  ? "inf"
                   : "-inf");
 }
-
-void loss_log_set_norm(LossLog *g, const float *norm) { g->norm = norm; }
 
 // Logs every loss that has arrived, waiting while more than max_ahead are in flight.
 static void take_arrived(LossLog *g, const Ctx *c, int max_ahead) {

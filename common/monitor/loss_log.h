@@ -53,17 +53,12 @@ typedef struct LossLog {
  * @param[in] epochs       total epochs (`--epochs`).
  * @param[in] first_step   optimizer steps already done (> 0 after a resume; they are not timed).
  * @param[in] total_steps  the optimizer step the run will end at (for the ETA).
+ * @param[in] norm         device, (1): where each step leaves its gradient norm before loss_log_push()
+ *                         (the clipper's, clip.h: `--clip_grad_norm`), logged as the step record's
+ *                         `grad_norm`; NULL: none.
  */
 void loss_log_init(LossLog *g, const Ctx *c, Metrics *metrics, int log_interval, int epochs,
-                   long long first_step, long long total_steps);
-
-/**
- * @brief Logs each later step's gradient norm too (`grad_norm` in its step record), read from @p norm
- * when the step is pushed (the clipper's norm, clip.h).
- * @param[in,out] g the logger.
- * @param[in] norm  device, (1): where each step leaves its norm before loss_log_push().
- */
-void loss_log_set_norm(LossLog *g, const float *norm);
+                   long long first_step, long long total_steps, const float *norm);
 
 /**
  * @brief Counts the step's samples for the progress line's samples/s (progress_add()), queues the

@@ -8,6 +8,7 @@
 #include "check.h"
 #include "devmem.h"
 #include "flops.h"
+#include "mlp_shard.h"
 #include "ops.h"
 #include "rng.h"
 
@@ -27,7 +28,38 @@ static void init_params_host(const Mlp *m, float *p, uint64_t seed) {
   for (int l = 0; l < m->n_layers; l++) mlp_init_layer_params(m, &r, l, p + m->w_off[l]);
 }
 
+// A test hook (tests/integration/hooks_check.py, step 06's --check_finite), read from the environment
+// once, when a model is built, never in backward: with DDP_TEST_NAN_BACKWARD=N, this process's N-th
+// backward pass (1-based) turns its first layer's first weight gradient into NaN, as a bad batch or a
+// bug on one rank would; with DDP_TEST_BIG_BACKWARD=N, into 1e6: finite in float32, beyond fp16's
+// largest value (65504), as a 16-bit communication hook's overflow. Unset (always, outside those
+// tests), backward tests one flag.
+static struct {
+  bool read, armed;          // the environment was read; a pass is to be spoilt
+  long long nan_at, big_at;  // the backward passes to spoil (0: none)
+  long long passes;          // backward passes so far, once armed
+} test_fault;
+
+static void test_fault_read_env(void) {
+  if (test_fault.read) return;
+  const char *nan = getenv("DDP_TEST_NAN_BACKWARD"), *big = getenv("DDP_TEST_BIG_BACKWARD");
+  test_fault.nan_at = nan ? atoll(nan) : 0;
+  test_fault.big_at = big ? atoll(big) : 0;
+  test_fault.armed = test_fault.nan_at > 0 || test_fault.big_at > 0;
+  test_fault.read = true;
+}
+
+static void test_fault_inject(const Ctx *c, float *dW) {
+  ++test_fault.passes;
+  if (test_fault.passes == test_fault.nan_at) ops_scale(c, dW, 1, NAN);  // x·NaN is NaN, queued like the GEMM
+  if (test_fault.passes == test_fault.big_at) {
+    const float v = 1e6f;
+    dev_upload(c, dW, &v, sizeof v);
+  }
+}
+
 void mlp_init_layout(Mlp *m, const Ctx *c, const int *sizes, int n_layers, int max_batch) {
+  test_fault_read_env();
   if (n_layers < 1 || n_layers > MLP_MAX_LAYERS)
     die(2, "an MLP has 1 to %d layers, not %d", MLP_MAX_LAYERS, n_layers);
   memset(m, 0, sizeof *m);
@@ -52,11 +84,11 @@ void mlp_init_layout(Mlp *m, const Ctx *c, const int *sizes, int n_layers, int m
 }
 
 void mlp_register_hooks(Mlp *m, const MlpHooks *hooks) {
-  if (hooks) {
-    m->hooks = *hooks;
-  } else {
-    memset(&m->hooks, 0, sizeof m->hooks);
-  }
+  free(m->hooks);
+  m->hooks = NULL;
+  if (!hooks) return;
+  m->hooks = mallocCheck(sizeof *m->hooks);
+  *m->hooks = *hooks;
 }
 
 void mlp_init(Mlp *m, const Ctx *c, const int *sizes, int n_layers, int max_batch, uint64_t seed) {
@@ -98,20 +130,22 @@ void mlp_free(Mlp *m, const Ctx *c) {
   }
   dev_free(c, m->grads);
   dev_free(c, m->params);
+  free(m->hooks);
   memset(m, 0, sizeof *m);
 }
 
 const float *mlp_forward(Mlp *m, const Ctx *c, const float *x, int B) {
   if (B < 1 || B > m->max_batch) die(1, "batch of %d rows for an MLP built for %d", B, m->max_batch);
+  const MlpHooks *h = m->hooks;
   const float *in = x;  // (B, IN(l))
   for (int l = 0; l < m->n_layers; l++) {
-    if (m->hooks.pre_forward) m->hooks.pre_forward(l, m->hooks.user);
+    if (h && h->pre_forward) h->pre_forward(l, h->user);
     const float *W = m->layer[l], *bias = W + (size_t)OUT(m, l) * IN(m, l);
     // act[l] = in · W_lᵀ + b_l, ReLU on every layer but the last (whose outputs are the logits).
     ops_gemm(c, false, true, B, OUT(m, l), IN(m, l), 1.0f, in, W, 0.0f, m->act[l]);
     flops_count(flops_linear(B, IN(m, l), OUT(m, l)));  // for the progress line's GFLOP/s
     ops_bias_act(c, m->act[l], bias, B, OUT(m, l), l < m->n_layers - 1);
-    if (m->hooks.post_forward) m->hooks.post_forward(l, m->hooks.user);
+    if (h && h->post_forward) h->post_forward(l, h->user);
     in = m->act[l];
   }
   return in;
@@ -124,42 +158,22 @@ void mlp_loss(Mlp *m, const Ctx *c, const int *y, int B) {
 
 void mlp_zero_grad(Mlp *m) { m->grads_none = true; }
 
-// A test hook (tests/integration/hooks_check.py, step 06's --check_finite): with the environment
-// variable DDP_TEST_NAN_BACKWARD=N, this process's N-th backward pass (1-based) turns its first
-// layer's first weight gradient into NaN, as a bad batch or a bug on one rank would; with
-// DDP_TEST_BIG_BACKWARD=N, into 1e6: finite in float32, beyond fp16's largest value (65504), as a
-// 16-bit communication hook's overflow. Unset (always, outside those tests) it costs two tests per
-// backward pass.
-static void test_nan_backward(const Ctx *c, float *dW) {
-  static long long at = -1, big = -1, calls = 0;
-  if (at < 0) {
-    const char *env = getenv("DDP_TEST_NAN_BACKWARD"), *env_big = getenv("DDP_TEST_BIG_BACKWARD");
-    at = env ? atoll(env) : 0;
-    big = env_big ? atoll(env_big) : 0;
-  }
-  ++calls;
-  if (calls == at) ops_scale(c, dW, 1, NAN);  // x·NaN is NaN, queued on the stream like the GEMM
-  if (calls == big) {
-    const float v = 1e6f;
-    dev_upload(c, dW, &v, sizeof v);
-  }
-}
-
 void mlp_backward(Mlp *m, const Ctx *c, const float *x, int B, float scale, MlpGradHook hook, void *user) {
   float beta = m->grads_none ? 0.0f : 1.0f;  // write after zero_grad, else accumulate
+  const MlpHooks *h = m->hooks;
   int L = m->n_layers;
   if (m->timed) dev_event_record(c, &m->backward_start, NULL);
   if (scale != 1.0f) ops_scale(c, m->dact[L - 1], (size_t)B * m->sizes[L], scale);
   for (int l = L - 1; l >= 0; l--) {
     const float *in = l > 0 ? m->act[l - 1] : x;  // (B, IN(l))
     const float *dy = m->dact[l];                 // (B, OUT(l))
-    if (m->hooks.pre_backward) m->hooks.pre_backward(l, m->hooks.user);
+    if (h && h->pre_backward) h->pre_backward(l, h->user);
     float *dW = m->layer_grad[l], *db = dW + (size_t)OUT(m, l) * IN(m, l);
     // dW_l = dyᵀ · in, db_l = Σ_b dy: this layer's gradients are complete after these two ops.
     ops_gemm(c, true, false, OUT(m, l), IN(m, l), B, 1.0f, dy, in, beta, dW);
     flops_count(2 * flops_linear(B, IN(m, l), OUT(m, l)));  // dW and d(in), by convention (flops.h)
     ops_bias_grad(c, dy, db, B, OUT(m, l), beta);
-    if (l == 0) test_nan_backward(c, dW);
+    if (l == 0 && test_fault.armed) test_fault_inject(c, dW);  // tests only (above)
     if (m->timed) dev_event_record(c, &m->layer_done[l], NULL);
     if (hook) hook(l, user);
     if (l > 0) {
@@ -167,7 +181,7 @@ void mlp_backward(Mlp *m, const Ctx *c, const float *x, int B, float scale, MlpG
       ops_gemm(c, false, false, B, IN(m, l), OUT(m, l), 1.0f, dy, m->layer[l], 0.0f, m->dact[l - 1]);
       ops_relu_backward(c, m->dact[l - 1], m->act[l - 1], (size_t)B * IN(m, l));
     }
-    if (m->hooks.post_backward) m->hooks.post_backward(l, m->hooks.user);
+    if (h && h->post_backward) h->post_backward(l, h->user);
   }
   m->grads_none = false;
 }

@@ -11,12 +11,8 @@
  * weight and bias gradients have been queued: the analogue of the autograd hooks that PyTorch's DDP
  * reducer registers.
  *
- * Module hooks (mlp_register_hooks(), the analogue of PyTorch's `register_forward_pre_hook`,
- * `register_forward_hook`, `register_full_backward_pre_hook` and `register_full_backward_hook` on each
- * Linear layer) run around each layer's forward and backward. Forward and backward read layer l's
- * parameters at `m->layer[l]` and write its gradients at `m->layer_grad[l]`; mlp_init() points them
- * into the flat buffers, and a pre-forward or pre-backward hook may point them at a copy of its own (a
- * fully sharded model gathers each layer's parameters just before the layer runs).
+ * What only sharded trainers use (steps 07 and 08: padded buffers, module hooks, a model without its
+ * parameters) is in mlp_shard.h.
  *
  * Dimension letters: B batch, I inputs, H hidden, O outputs (classes), L layers (Linear modules).
  */
@@ -30,7 +26,6 @@
 #include "device.h"
 #include "devmem.h"
 #include "loader.h"
-#include "rng.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -49,20 +44,7 @@ extern "C" {
  */
 typedef void (*MlpGradHook)(int layer, void *user);
 
-/**
- * @brief Per-layer module hooks (each may be NULL), called with the layer's index and `user`.
- * Forward calls pre_forward(l) before it reads `layer[l]` and post_forward(l) once the layer's forward
- * is queued; backward calls pre_backward(l) before it reads `layer[l]` or writes `layer_grad[l]`, and
- * post_backward(l) once the layer's whole backward (its gradients and the gradient of its input) is
- * queued, after the "gradients ready" hook of mlp_backward().
- */
-typedef struct MlpHooks {
-  MlpGradHook pre_forward;    ///< before layer l's forward
-  MlpGradHook post_forward;   ///< after layer l's forward
-  MlpGradHook pre_backward;   ///< before layer l's backward
-  MlpGradHook post_backward;  ///< after layer l's backward, input gradient included
-  void *user;                 ///< passed to every hook
-} MlpHooks;
+struct MlpHooks;  // mlp_shard.h
 
 /** @brief An MLP with its parameters, gradients and activation buffers on one device. */
 typedef struct Mlp {
@@ -71,10 +53,9 @@ typedef struct Mlp {
   size_t w_off[MLP_MAX_LAYERS];   ///< offset (floats) of layer l's weight in the flat buffers
   size_t b_off[MLP_MAX_LAYERS];   ///< offset (floats) of layer l's bias in the flat buffers
   size_t n_params;                ///< total parameters
-  size_t n_alloc;                 ///< floats in params and grads: n_params, or padded (mlp_init_sharded())
   int max_batch;                  ///< capacity of the activation buffers
-  float *params;                  ///< device, (n_alloc): the parameters, then zero padding
-  float *grads;                   ///< device, (n_alloc): their gradients, then zero padding
+  float *params;                  ///< device, (n_params): the parameters (then the padding: mlp_shard.h)
+  float *grads;                   ///< device, (n_params): their gradients (then the padding)
   float *act[MLP_MAX_LAYERS];     ///< device, (max_batch, sizes[l+1]): layer l's output (after ReLU)
   float *dact[MLP_MAX_LAYERS];    ///< device, (max_batch, sizes[l+1]): gradient w.r.t. act[l]
   float *row_loss;                ///< device, (max_batch): scratch for the loss
@@ -83,10 +64,11 @@ typedef struct Mlp {
   bool timed;                     ///< backward records the events below (mlp_time_backward())
   DevEvent backward_start;        ///< recorded when the last backward began
   DevEvent layer_done[MLP_MAX_LAYERS];  ///< recorded when that backward had queued layer l's gradients
-  float *layer[MLP_MAX_LAYERS];         ///< device, (mlp_layer_size(l)): layer l's weight then bias, as
-                                        ///< forward and backward read them (params + w_off[l], or a hook's)
-  float *layer_grad[MLP_MAX_LAYERS];    ///< device, (mlp_layer_size(l)): where backward writes its gradients
-  MlpHooks hooks;                       ///< module hooks (mlp_register_hooks()); all NULL by default
+  // Sharded models (mlp_shard.h); params + w_off[l] and grads + w_off[l] otherwise:
+  size_t n_alloc;                ///< floats in params and grads: n_params, or padded
+  float *layer[MLP_MAX_LAYERS];  ///< device: layer l's weight then bias, as forward and backward read them
+  float *layer_grad[MLP_MAX_LAYERS];  ///< device: where backward writes layer l's gradients
+  struct MlpHooks *hooks;             ///< module hooks (mlp_register_hooks()); NULL by default
 } Mlp;
 
 /**
@@ -101,54 +83,6 @@ typedef struct Mlp {
  * @param[in] seed      initialisation seed.
  */
 void mlp_init(Mlp *m, const Ctx *c, const int *sizes, int n_layers, int max_batch, uint64_t seed);
-
-/**
- * @brief mlp_init(), with the flat parameter and gradient buffers padded with zeros to
- * `n_alloc` = @p shards · ⌈n_params / @p shards⌉ floats, so that they split into @p shards equal,
- * contiguous shards (a sharded optimizer: each rank updates one shard). The padding is never read by
- * the model; it stays zero. mlp_init() is this with one shard.
- * @param[out] m        the model.
- * @param[in] c         context.
- * @param[in] sizes     host, (n_layers + 1): I, hidden sizes…, O; each > 0.
- * @param[in] n_layers  number of Linear layers, 1..MLP_MAX_LAYERS.
- * @param[in] max_batch largest batch forward/backward will see.
- * @param[in] seed      initialisation seed.
- * @param[in] shards    number of shards, >= 1.
- */
-void mlp_init_sharded(Mlp *m, const Ctx *c, const int *sizes, int n_layers, int max_batch, uint64_t seed,
-                      int shards);
-
-/**
- * @brief The shape of an MLP without its parameters: sizes, offsets, n_params, activation buffers and
- * loss, but no flat parameter or gradient buffers (params, grads, layer[] and layer_grad[] are NULL,
- * n_alloc is 0), for a model whose parameters live elsewhere: its pre-forward and pre-backward hooks
- * must point layer[l] and layer_grad[l] at the layer's buffers (mlp_register_hooks()).
- * @param[out] m        the model.
- * @param[in] c         context.
- * @param[in] sizes     host, (n_layers + 1): I, hidden sizes…, O; each > 0.
- * @param[in] n_layers  number of Linear layers, 1..MLP_MAX_LAYERS.
- * @param[in] max_batch largest batch forward/backward will see.
- */
-void mlp_init_layout(Mlp *m, const Ctx *c, const int *sizes, int n_layers, int max_batch);
-
-/**
- * @brief Draws layer @p l's initial parameters (weight row by row, then bias; mlp_layer_size(l)
- * floats) from @p r, as mlp_init() does: called for l = 0, 1, …, L-1 in turn with one
- * `rng_init(seed, RNG_STREAM_INIT)` generator, it yields exactly mlp_init()'s parameters, one layer
- * at a time (so a sharded model never holds them all).
- * @param[in] m     the model (its sizes).
- * @param[in,out] r the generator, advanced past the layer.
- * @param[in] l     the layer.
- * @param[out] host host, (mlp_layer_size(l)).
- */
-void mlp_init_layer_params(const Mlp *m, Rng *r, int l, float *host);
-
-/**
- * @brief Registers module hooks (copied; NULL or all-NULL hooks remove them). See MlpHooks.
- * @param[in,out] m model.
- * @param[in] hooks the hooks, or NULL.
- */
-void mlp_register_hooks(Mlp *m, const MlpHooks *hooks);
 
 /** @brief Frees everything mlp_init() allocated. */
 void mlp_free(Mlp *m, const Ctx *c);
@@ -247,23 +181,6 @@ size_t mlp_layer_size(const Mlp *m, int l);
  * @return the digest (waits for the device).
  */
 uint64_t mlp_param_digest(const Mlp *m, const Ctx *c);
-
-/** @brief The FNV-1a 64 offset basis: the digest of no bytes, where mlp_digest_update() starts. */
-#define MLP_DIGEST_INIT 0xcbf29ce484222325ull
-
-/**
- * @brief Continues a param_digest over @p n more floats on the device (FNV-1a over their bytes), with
- * mlp_param_digest()'s check that they are finite. The digest of the whole flat buffer is this over the
- * layers in order (weight then bias each), so a sharded model can hash its gathered layers one by one.
- * @param[in] h     the digest so far (MLP_DIGEST_INIT to begin).
- * @param[in] c     context.
- * @param[in] x     device, (n).
- * @param[in] n     floats.
- * @param[in] first index of x[0] among all n_params parameters (for the message on a bad value).
- * @param[in] n_params all parameters (for the message).
- * @return the digest after these floats (waits for the device).
- */
-uint64_t mlp_digest_update(uint64_t h, const Ctx *c, const float *x, size_t n, size_t first, size_t n_params);
 
 /**
  * @brief Parses a `--hidden` list such as "1024,1024" into layer sizes I, hidden…, O.

@@ -1,6 +1,12 @@
 // ops.c: dispatch of every op to its CPU reference (ops_cpu.c) or CUDA version (ops_cuda.cu).
 #include "ops_backend.h"
 
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "check.h"
+#include "devmem.h"
+
 // IMPL(c, ops_x): the implementation of ops_x for context c. A build without CUDA has no ops_x_cuda,
 // and no CUDA context either (device_init() refuses DEVICE_CUDA, saying that the build lacks CUDA),
 // so there every op is the CPU one.
@@ -47,6 +53,27 @@ void ops_div(const Ctx *c, float *x, size_t n, float d) { IMPL(c, ops_div)(c, x,
 
 void ops_count_nonfinite(const Ctx *c, const float *x, size_t n, int *count) {
   IMPL(c, ops_count_nonfinite)(c, x, n, count);
+}
+
+int ops_nonfinite(const Ctx *c, const float *x, size_t n, int *scratch) {
+  int count;
+  dev_zero(c, scratch, sizeof count);
+  ops_count_nonfinite(c, x, n, scratch);
+  dev_download(c, &count, scratch, sizeof count);
+  return count;
+}
+
+void ops_require_finite(const Ctx *c, const float *x, size_t n, int *scratch, int rank, long long step,
+                        const char *where_fmt, ...) {
+  int bad = ops_nonfinite(c, x, n, scratch);
+  if (bad == 0) return;
+  char where[512];
+  va_list ap;
+  va_start(ap, where_fmt);
+  vsnprintf(where, sizeof where, where_fmt, ap);
+  va_end(ap);
+  die(1, "--check_finite: rank %d, step %lld: %d non-finite gradient value%s (NaN or infinity) in %s", rank,
+      step, bad, bad == 1 ? "" : "s", where);
 }
 
 void ops_axpy(const Ctx *c, float *y, const float *x, size_t n, float a) { IMPL(c, ops_axpy)(c, y, x, n, a); }

@@ -142,6 +142,34 @@ void ops_div(const Ctx *c, float *x, size_t n, float d);
 void ops_count_nonfinite(const Ctx *c, const float *x, size_t n, int *count);
 
 /**
+ * @brief How many of @p n floats are NaN or ±infinity: ops_count_nonfinite() into @p scratch, read back
+ * (the device waits for the work queued before).
+ * @param[in] c          context.
+ * @param[in] x          device, (n).
+ * @param[in] n          number of elements.
+ * @param[out] scratch   device, (1): where the count is made.
+ * @return the count.
+ */
+int ops_nonfinite(const Ctx *c, const float *x, size_t n, int *scratch);
+
+/**
+ * @brief `--check_finite`'s check of gradients before their collective (steps 06 to 08 can call it):
+ * when ops_nonfinite() finds a NaN or an infinity among them, ends the job (exit 1) with
+ * `--check_finite: rank R, step S: N non-finite gradient value(s) (NaN or infinity) in WHERE`, WHERE
+ * being @p where_fmt with the arguments that follow (which bucket or layer, and what has not run);
+ * returns otherwise. The device waits (one count is read back).
+ * @param[in] c          context.
+ * @param[in] x          device, (n): the gradients.
+ * @param[in] n          number of elements.
+ * @param[out] scratch   device, (1): where the count is made.
+ * @param[in] rank       this process's rank, for the message.
+ * @param[in] step       the optimizer step the gradients belong to, for the message.
+ * @param[in] where_fmt  printf format of where they are, then its arguments.
+ */
+void ops_require_finite(const Ctx *c, const float *x, size_t n, int *scratch, int rank, long long step,
+                        const char *where_fmt, ...) __attribute__((format(printf, 7, 8)));
+
+/**
  * @brief `y += a·x`, elementwise, the product rounded before the sum (no fused multiply-add), so the
  * CPU and CUDA versions agree bit for bit.
  * @param[in] c     context.

@@ -8,10 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"   // check.h: die, mallocCheck
-#include "devmem.h"  // devmem.h: dev_alloc, dev_copy, dev_zero, dev_upload, events
-#include "ops.h"     // ops.h: ops_axpy
-#include "rng.h"     // rng.h: Rng, rng_init, RNG_STREAM_INIT
+#include "check.h"      // check.h: die, mallocCheck
+#include "devmem.h"     // devmem.h: dev_alloc, dev_copy, dev_zero, dev_upload, events
+#include "mlp_shard.h"  // mlp_shard.h: MlpHooks, mlp_register_hooks, mlp_init_layer_params, mlp_digest_update
+#include "ops.h"        // ops.h: ops_axpy
+#include "rng.h"        // rng.h: Rng, rng_init, RNG_STREAM_INIT
 
 static int W(const Fsdp *f) { return f->pg->world_size; }
 static int L(const Fsdp *f) { return f->model->n_layers; }
@@ -214,6 +215,21 @@ void fsdp_free(Fsdp *f) {
   dev_free(f->ctx, f->grads);
   dev_free(f->ctx, f->params);
   mlp_register_hooks(f->model, NULL);
+}
+
+// ---- evaluation -------------------------------------------------------------------------------------
+
+void fsdp_count_correct(Fsdp *f, Loader *ld, int batch, int *correct) {
+  int most = (ld->n + W(f) - 1) / W(f);  // the samples of the rank with the most
+  for (int start = 0; start < most; start += batch) {
+    int B = ld->n_order - start < batch ? ld->n_order - start : batch;
+    if (B <= 0) {
+      mlp_forward(f->model, f->ctx, ld->xb, 1);  // the gathers only
+      continue;
+    }
+    loader_batch(ld, f->ctx, start, B);
+    mlp_count_correct(f->model, f->ctx, ld->xb, ld->yb, B, correct);
+  }
 }
 
 // ---- whole-model views: checkpoints and the digest ---------------------------------------------------

@@ -182,7 +182,8 @@ static bool run_epoch(Trainer *t, int epoch) {
 // Checkpoint
 
 static CkptMeta checkpoint_meta(const Trainer *t, int epochs_done) {
-  CkptMeta meta = ckpt_model_meta(&t->model, &t->opt, &t->args, &t->data_id);
+  CkptMeta meta = ckpt_model_meta(&t->model, &t->opt, &t->data_id, t->args.seed, t->args.batch_size,
+                                  t->args.grad_accum, t->args.drop_last);
   meta.epoch = (uint32_t)epochs_done;
   meta.epoch_step = (uint32_t)t->epoch_step;
   meta.step = (uint64_t)t->step;
@@ -213,9 +214,8 @@ static void train(Trainer *t) {
   log0("batch: %d samples per step\n", t->args.batch_size);
   metrics_open(&t->metrics, t->args.metrics, t->rank, t->world_size);
   long long total = t->step + (t->args.epochs - t->epoch0) * steps_per_epoch(t) - t->epoch_step;
-  loss_log_init(&t->losses, &t->ctx, &t->metrics, t->args.log_interval, t->args.epochs, t->step, total);
-  // --clip_grad_norm: each step record gets the step's grad_norm
-  if (t->clip.norm) loss_log_set_norm(&t->losses, t->clip.norm);
+  loss_log_init(&t->losses, &t->ctx, &t->metrics, t->args.log_interval, t->args.epochs, t->step, total,
+                t->clip.norm);  // --clip_grad_norm: each step record gets the step's grad_norm
   if (t->args.save_init) save_checkpoint(t, t->args.save_init, t->epoch0);  // the state to start from
   for (int epoch = t->epoch0; epoch < t->args.epochs && !out_of_steps(t); epoch++) {
     bool complete = run_epoch(t, epoch);  // false after a --max_steps stop inside the epoch

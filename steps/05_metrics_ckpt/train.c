@@ -85,13 +85,12 @@ static void setup(Trainer *t) {
   log0("rank %d of %d (local rank %d) on %s\n", t->rank, t->world_size, t->local_rank, device_name(dev));
 }
 
-// [init] Every rank must train the same model on the same data with the same settings, or the
-// replicas part without a word: compare them across the process group, and stop every rank if one
-// differs (PyTorch's DDP compares the ranks' parameter shapes the same way when it wraps a model).
+// [init] Every rank must train the same model on the same data with the same settings, or the replicas
+// part without a word: compare them, and stop every rank if one differs (as DDP compares parameter shapes).
 static void check_ranks_agree(Trainer *t) {
   Agreement a;
   agree_init(&a);                                      // the program itself
-  agree_args(&a, &t->args);                            // every flag that changes training
+  agree_args(&a, args_settings(&t->args));             // every flag that changes training
   agree_model(&a, t->model.sizes, t->model.n_layers);  // the layer sizes
   agree_data(&a, &t->data_id);                         // what was loaded
   agree_add(&a, "the resume point", "epoch %d, step %lld", t->epoch0, t->step);
@@ -238,7 +237,8 @@ static bool run_epoch(Trainer *t, int epoch) {
 // Checkpoint
 
 static CkptMeta checkpoint_meta(const Trainer *t, int epochs_done) {
-  CkptMeta meta = ckpt_model_meta(&t->model, &t->opt, &t->args, &t->data_id);
+  CkptMeta meta = ckpt_model_meta(&t->model, &t->opt, &t->data_id, t->args.seed, t->args.batch_size,
+                                  t->args.grad_accum, t->args.drop_last);
   meta.epoch = (uint32_t)epochs_done;
   meta.epoch_step = (uint32_t)t->epoch_step;
   meta.step = (uint64_t)t->step;
@@ -275,9 +275,8 @@ static void train(Trainer *t) {
        (long long)t->world_size * t->args.batch_size);
   metrics_open(&t->metrics, t->args.metrics, t->rank, t->world_size);
   long long total = t->step + (t->args.epochs - t->epoch0) * steps_per_epoch(t) - t->epoch_step;
-  loss_log_init(&t->losses, &t->ctx, &t->metrics, t->args.log_interval, t->args.epochs, t->step, total);
-  // --clip_grad_norm: each step record gets the step's grad_norm
-  if (t->clip.norm) loss_log_set_norm(&t->losses, t->clip.norm);
+  loss_log_init(&t->losses, &t->ctx, &t->metrics, t->args.log_interval, t->args.epochs, t->step, total,
+                t->clip.norm);  // --clip_grad_norm: each step record gets the step's grad_norm
   if (t->args.save_init) save_checkpoint(t, t->args.save_init, t->epoch0);  // the state to start from
   for (int epoch = t->epoch0; epoch < t->args.epochs && !out_of_steps(t); epoch++) {
     bool complete = run_epoch(t, epoch);  // false after a --max_steps stop inside the epoch

@@ -4,8 +4,10 @@
 #include <string.h>
 
 #include "check.h"   // check.h: die
-#include "devmem.h"  // devmem.h: dev_alloc, dev_zero, dev_download, dev_free
-#include "ops.h"     // ops.h: ops_count_nonfinite
+#include "devmem.h"  // devmem.h: dev_alloc, dev_free (--check_finite's count)
+#include "ops.h"     // ops.h: ops_require_finite (--check_finite)
+
+static void check_bucket_finite(Reducer *r, int i, const Bucket *b);  // --check_finite: at the end
 
 // ---- bucket assignment ----------------------------------------------------------------------------
 
@@ -28,6 +30,8 @@ int reducer_assign(const Mlp *m, size_t cap_bytes, size_t first_cap_bytes, Bucke
     size_t floats = bias ? (size_t)m->sizes[l + 1] : (size_t)m->sizes[l + 1] * m->sizes[l];
     offset = bias ? m->b_off[l] : m->w_off[l];
     bucket_of[t] = nb;
+    if (n_tensors == 0) buckets[nb].last_layer = l;  // the bucket's layers, for messages: l falls
+    buckets[nb].first_layer = l;
     bytes += floats * sizeof(float);  // the tensor joins the open bucket, even if it overshoots
     n_tensors++;
     if (bytes >= limit) {  // the bucket reached its limit: it closes, and later ones get the cap
@@ -51,52 +55,17 @@ void reducer_init(Reducer *r, ProcessGroup *pg, Mlp *m, double cap_mb) {
 }
 
 void reducer_free(Reducer *r) {
+  comm_hook_free(&r->hook);
   if (r->nonfinite) dev_free(r->pg->ctx, r->nonfinite);
   for (int i = r->n_buckets - 1; i >= 0; i--) dist_work_free(r->pg, &r->work[i]);
 }
 
 // ---- one step --------------------------------------------------------------------------------------
 
-void reducer_register_comm_hook(Reducer *r, CommHook *hook, bool check_finite) {
-  r->hook = hook;
-  r->check_finite = check_finite;
-  // the hook learns each bucket's tensors, weight then bias per layer (PyTorch: GradBucket.gradients())
-  for (int t = 0; hook && t < 2 * r->model->n_layers; t++) {
-    int l = t / 2, out = r->model->sizes[l + 1];
-    comm_hook_add_tensor(hook, r->bucket_of[t], t % 2 ? r->model->b_off[l] : r->model->w_off[l], out,
-                         t % 2 ? 1 : r->model->sizes[l]);
-  }
-  if (hook) comm_hook_layout(hook);
-  if (hook) comm_hook_check_finite(hook, check_finite);  // a 16-bit hook checks what it sends, after its cast
-  if (check_finite) r->nonfinite = dev_alloc(r->pg->ctx, sizeof(int));
-}
-
-void reducer_prepare_for_backward(Reducer *r) {
-  r->iteration++;
+void reducer_prepare_for_backward(Reducer *r, long long step) {
+  r->step = step;
   r->next_bucket = 0;
   for (int i = 0; i < r->n_buckets; i++) r->buckets[i].pending = r->buckets[i].n_tensors;
-}
-
-// --check_finite (Megatron checks each bucket the same way): a NaN or an infinity in this rank's
-// gradients of bucket i ends the job here, before the collective would spread it to every replica,
-// naming the rank, the step and the bucket's layers. Reads one count back: the device waits.
-static void check_bucket_finite(Reducer *r, int i) {
-  const Bucket *b = &r->buckets[i];
-  int bad;
-  dev_zero(r->pg->ctx, r->nonfinite, sizeof bad);
-  ops_count_nonfinite(r->pg->ctx, r->model->grads + b->offset, b->count, r->nonfinite);
-  dev_download(r->pg->ctx, &bad, r->nonfinite, sizeof bad);
-  if (bad == 0) return;
-  int first = r->model->n_layers, last = -1;  // the layers whose weight or bias lies in the bucket
-  for (int t = 0; t < 2 * r->model->n_layers; t++) {
-    if (r->bucket_of[t] != i) continue;
-    first = t / 2 < first ? t / 2 : first;
-    last = t / 2;
-  }
-  die(1,
-      "--check_finite: rank %d, step %lld: %d non-finite gradient value%s (NaN or infinity) in bucket %d "
-      "(layers %d to %d), found before its all-reduce: no replica received it",
-      r->pg->rank, r->iteration, bad, bad == 1 ? "" : "s", i, first, last);
 }
 
 // Starts, in bucket order, every bucket whose gradients are all ready. A later bucket that is ready
@@ -105,14 +74,11 @@ static void mark_bucket_ready(Reducer *r) {
   while (r->next_bucket < r->n_buckets && r->buckets[r->next_bucket].pending == 0) {
     int i = r->next_bucket++;
     Bucket *b = &r->buckets[i];
-    if (r->check_finite) check_bucket_finite(r, i);  // --check_finite: before it can spread
-    if (r->hook) {  // --comm_hook: the registered hook decides what goes on the wire
-      comm_hook_run(r->hook, i, r->model->grads, b->offset, b->count, &r->work[i]);
-    } else {
-      // a sum: backward ran on the loss times 1/W, so the gradients are already divided by W
+    if (r->nonfinite) check_bucket_finite(r, i, b);  // --check_finite: before it can spread
+    if (!r->hooked)  // a sum: backward ran on the loss times 1/W, so the gradients are already divided by W
       dist_all_reduce_async(r->pg, r->model->grads + b->offset, b->count, DIST_FLOAT, DIST_SUM, &r->work[i]);
-      r->bytes += (long long)(b->count * sizeof(float));  // allreduce_bytes in the metrics file
-    }
+    else  // --comm_hook: the registered hook decides what goes on the wire
+      comm_hook_run(&r->hook, i, r->model->grads, b->offset, b->count, &r->work[i]);
   }
 }
 
@@ -131,16 +97,24 @@ void reducer_finalize_backward(Reducer *r) {
   if (r->next_bucket != r->n_buckets)
     die(1, "reducer: %d of %d buckets never became ready (was every layer's hook called?)",
         r->n_buckets - r->next_bucket, r->n_buckets);
-  if (r->hook) {  // --comm_hook: the hook waits, then turns the answer into the mean (PyTorch: fut.then)
-    for (int i = 0; i < r->n_buckets; i++)
-      comm_hook_wait(r->hook, i, r->model->grads, r->buckets[i].offset, r->buckets[i].count, &r->work[i]);
-    return;
-  }
-  for (int i = 0; i < r->n_buckets; i++) dist_wait(r->pg, &r->work[i]);
+  for (int i = 0; i < r->n_buckets; i++)
+    if (!r->hooked)
+      dist_wait(r->pg, &r->work[i]);
+    else  // --comm_hook: the hook waits, then turns the answer into the mean (PyTorch: fut.then)
+      comm_hook_wait(&r->hook, i, r->model->grads, r->buckets[i].offset, r->buckets[i].count, &r->work[i]);
 }
 
-long long reducer_take_bytes(Reducer *r) {
-  long long b = r->bytes + (r->hook ? comm_hook_take_bytes(r->hook) : 0);
-  r->bytes = 0;
-  return b;
+// ---- the options: a communication hook, the finite check -----------------------------------------
+
+void reducer_register_comm_hook(Reducer *r, const Args *a) {
+  r->hooked = comm_hook_setup(&r->hook, r->pg, a->comm_hook, a->powersgd_rank, a->powersgd_start_iter,
+                              a->seed, r->model, r->bucket_of, a->check_finite);
+  if (a->check_finite) r->nonfinite = dev_alloc(r->pg->ctx, sizeof(int));
+}
+
+// --check_finite (as Megatron checks each bucket): a NaN or an infinity ends the job before it spreads.
+static void check_bucket_finite(Reducer *r, int i, const Bucket *b) {
+  ops_require_finite(r->pg->ctx, r->model->grads + b->offset, b->count, r->nonfinite, r->pg->rank, r->step,
+                     "bucket %d (layers %d to %d), found before its all-reduce: no replica received it", i,
+                     b->first_layer, b->last_layer);
 }

@@ -39,9 +39,9 @@
  * (PyTorch's gradient_as_bucket_view). The all-reduce is a sum: the trainer runs backward on the loss
  * times 1/W (mlp_backward's scale), so the gradients arrive divided by W and their sum is the average,
  * with no pass over the gradients for the division (PyTorch divides as it copies each gradient into
- * its bucket, a pass that buckets which are the gradients do not need).
+ * its bucket; here the gradients are the buckets, and nothing is copied).
  *
- * What real trainers add (docs/hooks_and_clipping.md): a communication hook (--comm_hook,
+ * The options, last in reducer.c (docs/hooks_and_clipping.md): a communication hook (--comm_hook,
  * reducer_register_comm_hook, PyTorch's register_comm_hook) replaces the bucket's all-reduce; PyTorch's
  * hooks divide by W themselves, so with one the trainer's backward leaves the 1/W out. --check_finite
  * checks each bucket for NaN and infinity before its collective.
@@ -52,7 +52,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "comm_hook.h"  // comm_hook.h: CommHook, comm_hook_run, comm_hook_wait
+#include "args.h"       // args.h: Args (--comm_hook and --check_finite)
+#include "comm_hook.h"  // comm_hook.h: CommHook, comm_hook_setup, comm_hook_run, comm_hook_wait
 #include "dist.h"       // dist.h: ProcessGroup, DistWork, dist_all_reduce_async, dist_wait
 #include "mlp.h"        // mlp.h: Mlp, MLP_MAX_LAYERS
 
@@ -60,10 +61,11 @@
 #define REDUCER_MAX_TENSORS (2 * MLP_MAX_LAYERS)      // tensor 2l: layer l's weight, 2l+1: its bias
 
 typedef struct Bucket {
-  size_t offset;  // first float of the bucket in the flat gradient buffer
-  size_t count;   // floats in the bucket
-  int n_tensors;  // parameter tensors in it
-  int pending;    // of those, how many still wait for their gradient in this step
+  size_t offset;                // first float of the bucket in the flat gradient buffer
+  size_t count;                 // floats in the bucket
+  int n_tensors;                // parameter tensors in it
+  int pending;                  // of those, how many still wait for their gradient in this step
+  int first_layer, last_layer;  // the layers whose weight or bias lies in the bucket (for messages)
 } Bucket;
 
 typedef struct Reducer {
@@ -74,11 +76,10 @@ typedef struct Reducer {
   DistWork work[REDUCER_MAX_TENSORS];  // work[i]: bucket i's all-reduce (one array, for trace_backward)
   int bucket_of[REDUCER_MAX_TENSORS];  // tensor -> bucket (PyTorch: variable_locators_)
   int next_bucket;                     // first bucket not yet started in this step
-  CommHook *hook;                      // --comm_hook: what each bucket sends (NULL: a float32 all-reduce)
-  bool check_finite;                   // --check_finite: each bucket checked before its collective
+  long long step;                      // the optimizer step being reduced (--check_finite's messages)
+  CommHook hook;                       // --comm_hook: what each bucket sends
+  bool hooked;                         // a hook was registered (else: the float32 all-reduce above)
   int *nonfinite;                      // device, (1): --check_finite's count (NULL without it)
-  long long iteration;                 // backward passes reduced so far (PyTorch: num_iterations_)
-  long long bytes;                     // bytes handed to its own all-reduces since reducer_take_bytes()
 } Reducer;
 
 /**
@@ -96,18 +97,16 @@ int reducer_assign(const Mlp *m, size_t cap_bytes, size_t first_cap_bytes, Bucke
 // Sets up the buckets for a cap of cap_mb MiB and their all-reduce handles.
 void reducer_init(Reducer *r, ProcessGroup *pg, Mlp *m, double cap_mb);
 
-// Registers a communication hook (PyTorch: register_comm_hook): each ready bucket goes to
-// comm_hook_run() instead of the reducer's own all-reduce, and finalizing calls comm_hook_wait().
-// check_finite: before its collective, each bucket's local gradients are checked for NaN and
-// infinity, and a bad one ends the job naming this rank, the step and the bucket's layers.
-// A NULL hook keeps the reducer's own all-reduce (what --comm_hook allreduce means).
-void reducer_register_comm_hook(Reducer *r, CommHook *hook, bool check_finite);
+// Registers --comm_hook (PyTorch: register_comm_hook; comm_hook_setup()): each ready bucket goes to
+// comm_hook_run() instead of the reducer's own all-reduce, and finalizing calls comm_hook_wait();
+// `allreduce`, the default, registers none. --check_finite: before its collective, each bucket's
+// local gradients are checked for NaN and infinity, and a bad one ends the job naming this rank,
+// the step and the bucket's layers.
+void reducer_register_comm_hook(Reducer *r, const Args *a);
 
-// The bytes handed to the gradient collectives (its own, or the hook's) since the previous call.
-long long reducer_take_bytes(Reducer *r);
-
-// Call before a backward pass whose gradients are to be reduced (not before no_sync ones).
-void reducer_prepare_for_backward(Reducer *r);
+// Call before a backward pass whose gradients are to be reduced (not before no_sync ones), with the
+// optimizer step (1-based) that backward belongs to.
+void reducer_prepare_for_backward(Reducer *r, long long step);
 
 // The MLP's "gradients ready" hook: pass it to mlp_backward() with the reducer as `user`.
 void reducer_autograd_hook(int layer, void *user);

@@ -1,15 +1,11 @@
 /*
  * Step 06 — full: the complete trainer, with DDP's bucketed all-reduce overlapped with backward.
  *
- * Adds over step 05 a reducer (reducer.c) that reduces the gradients as PyTorch's DDP does: in
- * buckets (--bucket_cap_mb), each all-reduced asynchronously as soon as backward has produced all of
- * its gradients, while backward goes on with the earlier layers; the optimizer waits for the last one.
- * --grad_accum K takes K micro-batches per step, and only the last communicates (DDP's no_sync).
+ * Adds over step 05: [bucket] a reducer (reducer.c) that all-reduces the gradients in buckets as DDP does,
+ * each as soon as backward has produced it; [accum] --grad_accum micro-batches, only the last communicating
+ * (no_sync); [fault] snapshots and restarts; [hook] communication hooks, --check_finite; [trace] --trace.
  *
- * Run:  mpirun -np 2 build/bin/06_full --device cpu                (2 CPU ranks, Fashion-MNIST)
- *       mpirun -np 4 build/bin/06_full                             (4 GPUs, NCCL)
- *       torchrun --nproc_per_node 4 --redirects 2 --tee 1 --no_python build/bin/06_full  (4 GPUs, no MPI)
- *       srun -N 1 --ntasks-per-node 8 --gpus-per-node 8 build/bin/06_full  (Slurm; set MASTER_ADDR/PORT)
+ * Run:  mpirun -np 2 build/bin/06_full --device cpu   (GPUs, torchrun, Slurm: docs/06_full.md)
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
@@ -19,7 +15,7 @@
 #include "check.h"       // check.h: die, check_set_rank
 #include "ckpt_model.h"  // ckpt_model.h: CkptMeta, ckpt_model_meta, ckpt_save_model, ckpt_load_model
 #include "clip.h"        // clip.h: Clip, clip_init, clip_sum_squares, clip_scale, clip_free
-#include "comm_hook.h"   // comm_hook.h: CommHook, comm_hook_parse, comm_hook_init, comm_hook_divides
+#include "comm_hook.h"   // [hook] comm_hook.h: comm_hook_divides, comm_hook_save, comm_hook_load
 #include "data.h"        // data.h: Dataset, DataId, data_parse, dataset_load, dataset_id
 #include "device.h"      // device.h: Ctx, device_parse, device_init, device_set_tf32, device_free
 #include "devmem.h"      // devmem.h: dev_alloc, dev_upload, dev_download, dev_zero, dev_sync, dev_free
@@ -30,13 +26,13 @@
 #include "loss_log.h"    // loss_log.h: LossLog, loss_log_init, loss_log_push, loss_log_epoch
 #include "metrics.h"     // metrics.h: Metrics, metrics_open, metrics_step, metrics_epoch
 #include "mlp.h"         // mlp.h: Mlp, mlp_init, mlp_forward, mlp_loss, mlp_backward
-#include "ops.h"         // ops.h: ops_axpy
+#include "ops.h"         // [accum] ops.h: ops_axpy
 #include "optim.h"       // optim.h: Sgd, sgd_init, sgd_step
-#include "preempt.h"     // preempt.h: Preempt, preempt_init, preempt_agree, preempt_exit_status
-#include "reducer.h"     // reducer.h: Reducer, reducer_init, reducer_autograd_hook, reducer_finalize_backward
+#include "preempt.h"     // [fault] preempt.h: Preempt, preempt_init, preempt_agree, preempt_exit_status
+#include "reducer.h"     // [bucket] reducer.h: Reducer, reducer_init, reducer_autograd_hook, ...
 #include "sampler.h"     // sampler.h: Sampler, sampler_init, sampler_set_epoch, sampler_indices
-#include "snapshot.h"    // snapshot.h: snapshot_due, snapshot_resume_path
-#include "trace.h"       // trace.h: Trace, trace_open, trace_backward, trace_close
+#include "snapshot.h"    // [fault] snapshot.h: snapshot_due, snapshot_resume_path
+#include "trace.h"       // [trace] trace.h: Trace, trace_open, trace_backward, trace_close
 
 // ---------------------------------------------------------------------------------------------------
 // Configuration
@@ -53,10 +49,9 @@ typedef struct Trainer {
   Mlp model;             // parameters, gradients, activations
   Sgd opt;               // momentum buffer
   Clip clip;             // --clip_grad_norm: the norm's sums, the norm, the scale factor
-  Reducer reducer;       // gradient buckets and their all-reduces
-  CommHook hook;         // --comm_hook: what each bucket sends (DDP's register_comm_hook)
-  float *loss;           // device, (1): the step's loss, summed over its micro-batches
-  Trace trace;           // --trace timeline
+  Reducer reducer;       // [bucket] gradient buckets and their all-reduces
+  float *loss;           // [accum] device, (1): the step's loss, summed over its micro-batches
+  Trace trace;           // [trace] --trace timeline
   Loader train, test;    // datasets on the device, batch buffers
   Sampler sampler;       // this rank's shard of every epoch
   DataId data_id;        // which data was loaded (sizes, dim, classes): recorded in checkpoints
@@ -71,9 +66,9 @@ typedef struct Trainer {
 } Trainer;
 
 static void configure(Trainer *t, int argc, char **argv) {
-  args_parse(&t->args, argc, argv,
-             ARGS_TRAIN | ARGS_DIST | ARGS_SAMPLER | ARGS_REDUCER | ARGS_FAULT | ARGS_HOOKS,
-             "Step 06: bucketed all-reduce overlapped with backward");
+  unsigned stage_groups = ARGS_REDUCER | ARGS_FAULT | ARGS_HOOKS;  // [bucket] [accum] [trace] [fault] [hook]
+  args_parse(&t->args, argc, argv, ARGS_TRAIN | ARGS_DIST | ARGS_SAMPLER | stage_groups,  // [bucket]
+             "Step 06: bucketed all-reduce overlapped with backward");                    // [bucket]
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -99,13 +94,12 @@ static void setup(Trainer *t) {
   log0("rank %d of %d (local rank %d) on %s\n", t->rank, t->world_size, t->local_rank, device_name(dev));
 }
 
-// [init] Every rank must train the same model on the same data with the same settings, or the
-// replicas part without a word: compare them across the process group, and stop every rank if one
-// differs (PyTorch's DDP compares the ranks' parameter shapes the same way when it wraps a model).
+// [init] Every rank must train the same model on the same data with the same settings, or the replicas
+// part without a word: compare them, and stop every rank if one differs (as DDP compares parameter shapes).
 static void check_ranks_agree(Trainer *t) {
   Agreement a;
   agree_init(&a);                                      // the program itself
-  agree_args(&a, &t->args);                            // every flag that changes training
+  agree_args(&a, args_settings(&t->args));             // every flag that changes training
   agree_model(&a, t->model.sizes, t->model.n_layers);  // the layer sizes
   agree_data(&a, &t->data_id);                         // what was loaded
   agree_add(&a, "the resume point", "epoch %d, step %lld", t->epoch0, t->step);
@@ -114,7 +108,6 @@ static void check_ranks_agree(Trainer *t) {
 
 static void cleanup(Trainer *t) {
   dist_destroy(&t->pg);  // [init] leave the process group
-  preempt_free(&t->preempt, &t->ctx);
   device_free(&t->ctx);
 }
 
@@ -158,20 +151,13 @@ static void build_model(Trainer *t) {
   int max_batch = t->args.batch_size > EVAL_BATCH ? t->args.batch_size : EVAL_BATCH;
   mlp_init(&t->model, &t->ctx, sizes, n_layers, max_batch, t->args.seed);
   reducer_init(&t->reducer, &t->pg, &t->model, t->args.bucket_cap_mb);  // [bucket] buckets of --bucket_cap_mb
-  log0("reducer: %d buckets (cap %g MiB)\n", t->reducer.n_buckets, t->args.bucket_cap_mb);
-  // --comm_hook (PyTorch: ddp_model.register_comm_hook(state, hook)): what each bucket sends
-  CommHookKind hook;
-  if (comm_hook_parse(t->args.comm_hook, &hook) != 0) die(2, "unknown --comm_hook '%s'", t->args.comm_hook);
-  comm_hook_init(&t->hook, &t->pg, hook, t->model.n_params, t->args.powersgd_rank,
-                 t->args.powersgd_start_iter, t->args.seed);
-  // the default, allreduce, is the reducer's own all-reduce: a hook is registered for the others
-  reducer_register_comm_hook(&t->reducer, hook == COMM_HOOK_ALLREDUCE ? NULL : &t->hook,
-                             t->args.check_finite);
+  log0("reducer: %d buckets (cap %g MiB)\n", t->reducer.n_buckets, t->args.bucket_cap_mb);  // [bucket]
+  reducer_register_comm_hook(&t->reducer, &t->args);  // [hook] --comm_hook (DDP's), --check_finite
   sgd_init(&t->opt, &t->ctx, t->model.n_params, t->args.lr, t->args.momentum, 0.0f, t->args.weight_decay,
            false);
   clip_init(&t->clip, &t->ctx, t->args.clip_grad_norm);  // --clip_grad_norm (0: off)
-  t->loss = dev_alloc(&t->ctx, sizeof(float));
   log0("model: %d layers, %zu parameters\n", n_layers, t->model.n_params);
+  t->loss = dev_alloc(&t->ctx, sizeof(float));  // [accum] the step's loss, over its micro-batches
 }
 
 // [ddp] Wrapping the model (PyTorch: DDP(model)), after resume(): every replica continues from rank 0's
@@ -192,33 +178,31 @@ static void clip_gradients(Trainer *t) {
   clip_scale(&t->clip, &t->ctx, t->model.grads, t->model.n_params);
 }
 
-// One optimizer step on the B samples at `start`, in micro-batches; returns the step's loss, on the device.
+// One optimizer step on the B samples at `start`; returns the step's loss, on the device.
 static const float *run_batch(Trainer *t, int start, int B) {
-  int micro = t->args.batch_size, K = (B + micro - 1) / micro;
+  int micro = t->args.batch_size, K = (B + micro - 1) / micro;  // [accum] K micro-batches of b <= micro
   mlp_zero_grad(&t->model);
-  dev_zero(&t->ctx, t->loss, sizeof(float));
-  for (int k = 0; k < K; k++) {
-    int b = B - k * micro < micro ? B - k * micro : micro;
-    bool sync = k == K - 1;  // [accum] only the last micro-batch communicates (DDP's no_sync)
-    loader_batch(&t->train, &t->ctx, start + k * micro, b);
-    mlp_forward(&t->model, &t->ctx, t->train.xb, b);
-    mlp_loss(&t->model, &t->ctx, t->train.yb, b);
+  dev_zero(&t->ctx, t->loss, sizeof(float));                     // [accum]
+  for (int k = 0; k < K; k++) {                                  // [accum]
+    int b = B - k * micro < micro ? B - k * micro : micro;       // [accum]
+    loader_batch(&t->train, &t->ctx, start + k * micro, b);      // [accum]
+    mlp_forward(&t->model, &t->ctx, t->train.xb, b);             // [accum]
+    mlp_loss(&t->model, &t->ctx, t->train.yb, b);                // [accum]
     ops_axpy(&t->ctx, t->loss, t->model.loss, 1, (float)b / B);  // [accum] the step's loss: b/B-weighted sum
+    MlpGradHook sync = k == K - 1 ? reducer_autograd_hook : NULL;  // [accum] DDP's no_sync but the last
     // [bucket] backward of the loss times 1/W, so that the reducer's all-reduce, a plain sum, yields the mean
     // [accum] and times b/B, so that the K micro-batches' gradients add up to the mean over B
-    float scale = (float)b / B / t->world_size;
-    if (comm_hook_divides(&t->hook)) scale = (float)b / B;  // --comm_hook: the hook divides by W itself
-    if (sync) reducer_prepare_for_backward(&t->reducer);
-    // [bucket] the hook starts each bucket's all-reduce as soon as its gradients are ready
-    mlp_backward(&t->model, &t->ctx, t->train.xb, b, scale, sync ? reducer_autograd_hook : NULL, &t->reducer);
-  }
+    float scale = (float)b / B / t->world_size;  // [bucket] [accum] the mean over the W ranks and B samples
+    if (comm_hook_divides(&t->reducer.hook)) scale = (float)b / B;     // [hook] the hook divides by W itself
+    if (sync) reducer_prepare_for_backward(&t->reducer, t->step + 1);  // [bucket] then each bucket starts
+    mlp_backward(&t->model, &t->ctx, t->train.xb, b, scale, sync, &t->reducer);  // [bucket]
+  }  // [accum] the K micro-batches are done: only the last one's backward communicated
   reducer_finalize_backward(&t->reducer);  // [bucket] the last bucket is in before the optimizer
-  if (trace_on(&t->trace))  // --trace: this step's backward layers and bucket all-reduces, as spans
-    trace_backward(&t->trace, &t->ctx, &t->model, t->reducer.work, t->reducer.n_buckets, t->step);
+  trace_backward(&t->trace, &t->ctx, &t->model, t->reducer.work, t->reducer.n_buckets, t->step);  // [trace]
   clip_gradients(t);
   sgd_step(&t->opt, &t->ctx, t->model.params, t->model.grads);
-  dist_all_reduce(&t->pg, t->loss, 1, DIST_FLOAT, DIST_AVG);  // [metrics] the global loss
-  return t->loss;
+  dist_all_reduce(&t->pg, t->loss, 1, DIST_FLOAT, DIST_AVG);  // [metrics] the global loss ([accum] t->loss)
+  return t->loss;                                             // [accum]
 }
 
 static double evaluate(Trainer *t) {
@@ -233,36 +217,34 @@ static double evaluate(Trainer *t) {
 // ---------------------------------------------------------------------------------------------------
 // Epoch loop
 
-static void save_checkpoint(Trainer *t, const char *dir, int epochs_done);  // [fault] snapshots: below
-
-// Samples per optimizer step on this rank: --grad_accum micro-batches of --batch_size.
-static int step_size(const Trainer *t) { return t->args.batch_size * t->args.grad_accum; }
+static void save_checkpoint(Trainer *t, const char *dir, int epochs_done);                  // [fault] below
+static int step_size(const Trainer *t) { return t->args.batch_size * t->args.grad_accum; }  // [accum]
 
 static long long steps_per_epoch(const Trainer *t) {
-  return (samples_per_epoch(t) + step_size(t) - 1) / step_size(t);  // the last may be short
+  return (samples_per_epoch(t) + step_size(t) - 1) / step_size(t);  // [accum] the last may be short
 }
 
-static bool out_of_steps(const Trainer *t) {
+static bool out_of_steps(const Trainer *t) {                                          // [fault]
   return (t->args.max_steps > 0 && t->step >= t->args.max_steps) || t->preempt.stop;  // [fault] or preempted
-}
+}  // [fault]
 
-// Returns whether the whole epoch ran (--max_steps or a preemption may stop it early).
+// Returns whether the whole epoch ran (--max_steps may stop it early).
 static bool run_epoch(Trainer *t, int epoch) {
   epoch_order(t, epoch);
   double t0 = log_clock();
   long long batches = t->epoch_step, samples = 0;  // a resumed epoch goes on where it stopped
-  for (int start = (int)(batches * step_size(t)); start < t->train.n_order && !out_of_steps(t);
-       start += step_size(t)) {
-    int B = t->train.n_order - start < step_size(t) ? t->train.n_order - start : step_size(t);
+  for (int start = (int)(batches * step_size(t)); start < t->train.n_order && !out_of_steps(t);  // [accum]
+       start += step_size(t)) {                                                                  // [accum]
+    int B = t->train.n_order - start < step_size(t) ? t->train.n_order - start : step_size(t);   // [accum]
     const float *loss = run_batch(t, start, B);  // on the device: logged once it reaches the host
     t->step++;
     batches++;
     samples += (long long)B * t->world_size;  // [metrics] the global batch
     loss_log_push(&t->losses, &t->ctx, loss, t->step, epoch, (long long)B * t->world_size);
     preempt_agree(&t->preempt, &t->pg, &t->ctx, t->step);  // [fault] one rank's SIGTERM stops them all here
-    // [fault] a snapshot taken now resumes at the next step
-    t->epoch_step = batches;
-    if (snapshot_due(&t->args, t->step) && batches < steps_per_epoch(t) && !out_of_steps(t))
+    t->epoch_step = batches;  // [fault] a snapshot taken now resumes at the next step
+    if (snapshot_due(t->args.save_steps, t->step) && batches < steps_per_epoch(t) &&  // [fault]
+        !out_of_steps(t))  // [fault] not at the epoch's end, nor where training stops: train() saves there
       save_checkpoint(t, t->args.ckpt_dir, epoch);  // [fault] --save_steps: a snapshot inside the epoch
   }
   double train_loss = loss_log_epoch(&t->losses, &t->ctx);  // the last steps' losses; their mean
@@ -270,7 +252,7 @@ static bool run_epoch(Trainer *t, int epoch) {
   double acc = evaluate(t);
   log0("epoch %d/%d  train loss %.4f  test accuracy %.4f  %.0f samples/s\n", epoch + 1, t->args.epochs,
        train_loss, acc, samples_per_s);
-  metrics_epoch_bytes(&t->metrics, reducer_take_bytes(&t->reducer));  // allreduce_bytes: the buckets' bytes
+  metrics_epoch_bytes(&t->metrics, dist_take_bytes(t->reducer.work, t->reducer.n_buckets));  // [trace]
   metrics_epoch(&t->metrics, epoch, (float)train_loss, acc, samples_per_s, batches < steps_per_epoch(t));
   t->epoch_step = batches == steps_per_epoch(t) ? 0 : batches;  // where a --max_steps stop leaves it
   return t->epoch_step == 0;
@@ -280,7 +262,8 @@ static bool run_epoch(Trainer *t, int epoch) {
 // Checkpoint
 
 static CkptMeta checkpoint_meta(const Trainer *t, int epochs_done) {
-  CkptMeta meta = ckpt_model_meta(&t->model, &t->opt, &t->args, &t->data_id);
+  CkptMeta meta = ckpt_model_meta(&t->model, &t->opt, &t->data_id, t->args.seed, t->args.batch_size,
+                                  t->args.grad_accum, t->args.drop_last);
   meta.epoch = (uint32_t)epochs_done;
   meta.epoch_step = (uint32_t)t->epoch_step;
   meta.step = (uint64_t)t->step;
@@ -289,59 +272,51 @@ static CkptMeta checkpoint_meta(const Trainer *t, int epochs_done) {
 }
 
 static void save_checkpoint(Trainer *t, const char *dir, int epochs_done) {
+  comm_hook_save(&t->reducer.hook, dir, t->step);  // [hook] powersgd: every rank's state first
   CkptMeta meta = checkpoint_meta(t, epochs_done);
-  // --comm_hook powersgd: every rank saves its own state (its error feedback) of this step first, and
-  // the checkpoint follows once all have: a rank killed in between leaves the previous one whole
-  if (comm_hook_save(&t->hook, dir, t->rank, t->step)) dist_barrier(&t->pg);
   if (t->rank == 0)  // [ckpt] one writer: the replicas are equal
     ckpt_save_model(dir, &meta, &t->model, &t->opt, &t->ctx);
   dist_barrier(&t->pg);  // [ckpt] nobody goes on (or reads the file) before it is complete
-  comm_hook_prune(&t->hook, dir, t->rank, t->step);  // powersgd: the states of older checkpoints
+  comm_hook_prune(&t->reducer.hook, dir, t->step);  // [hook] powersgd: the states of older checkpoints
 }
 
 static void resume(Trainer *t) {
-  const char *path = snapshot_resume_path(&t->args);  // [fault] --resume auto: --ckpt_dir's, if there is one
-  if (!path) return;
+  const char *path = snapshot_resume_path(t->args.resume, t->args.ckpt_dir);  // [fault] --resume auto
+  if (!path) return;                                                          // [fault]
   CkptMeta expect = checkpoint_meta(t, 0), meta;
-  ckpt_load_model(path, &expect, &meta, &t->model, &t->opt, &t->ctx);
-  comm_hook_load(&t->hook, path, t->rank, (long long)meta.step);  // powersgd: its state, beside it
+  ckpt_load_model(path, &expect, &meta, &t->model, &t->opt, &t->ctx);  // [fault] path
+  comm_hook_load(&t->reducer.hook, path, (long long)meta.step);  // [hook] powersgd: its state, beside it
+  ckpt_log_resume(path, &meta, t->args.epochs);  // [fault] path: --resume's file, or the one auto found
   t->epoch0 = (int)meta.epoch;
   t->step = (long long)meta.step;
   t->epoch_step = (long long)meta.epoch_step;
-  ckpt_log_resume(path, &meta, t->args.epochs);
   dist_barrier(&t->pg);  // [ckpt] every rank has loaded before any trains
 }
 
 // ---------------------------------------------------------------------------------------------------
 // Main
 
-// Whether to save after an epoch: every --save_interval epochs, and where --max_steps stops, inside an
-// epoch or at its end; [fault] and after a preemption (when saving is on) or a --save_steps snapshot on
-// its last step.
-static bool save_after_epoch(Trainer *t, int epoch, bool complete) {
-  if (preempt_save_due(&t->preempt, &t->args) || snapshot_due(&t->args, t->step)) return true;  // [fault]
-  bool stopped = !complete || out_of_steps(t);
-  return t->args.save_interval > 0 && (stopped || (epoch + 1) % t->args.save_interval == 0);
-}
-
 static void train(Trainer *t) {
   if (t->rank == 0 && (t->args.save_interval > 0 || t->args.save_steps > 0))  // [ckpt] [fault] rank 0 writes
     ckpt_dir_require(t->args.ckpt_dir);
   // [accum] the global batch: W ranks each take K micro-batches of their own shard per step
-  log0("global batch: %d ranks x %d x %d micro-batches = %lld samples per step\n", t->world_size,
-       t->args.batch_size, t->args.grad_accum, (long long)t->world_size * step_size(t));
+  log0("global batch: %d ranks x %d x %d micro-batches = %lld samples per step\n", t->world_size,  // [accum]
+       t->args.batch_size, t->args.grad_accum, (long long)t->world_size * step_size(t));           // [accum]
   metrics_open(&t->metrics, t->args.metrics, t->rank, t->world_size);
-  trace_open(&t->trace, &t->ctx, &t->model, t->args.trace, t->rank, t->world_size);
+  trace_open(&t->trace, &t->ctx, &t->model, t->args.trace, t->rank, t->world_size);  // [trace]
   long long total = t->step + (t->args.epochs - t->epoch0) * steps_per_epoch(t) - t->epoch_step;
-  loss_log_init(&t->losses, &t->ctx, &t->metrics, t->args.log_interval, t->args.epochs, t->step, total);
-  // --clip_grad_norm: each step record gets the step's grad_norm
-  if (t->clip.norm) loss_log_set_norm(&t->losses, t->clip.norm);
+  loss_log_init(&t->losses, &t->ctx, &t->metrics, t->args.log_interval, t->args.epochs, t->step, total,
+                t->clip.norm);  // --clip_grad_norm: each step record gets the step's grad_norm
   if (t->args.save_init) save_checkpoint(t, t->args.save_init, t->epoch0);  // the state to start from
-  t->reducer.iteration = t->step;  // --check_finite names the step: count from the resume point
   for (int epoch = t->epoch0; epoch < t->args.epochs && !out_of_steps(t); epoch++) {
     bool complete = run_epoch(t, epoch);  // false after a --max_steps stop inside the epoch
-    if (save_after_epoch(t, epoch, complete))
+    // where --max_steps stops, inside an epoch or at its end, a checkpoint is saved
+    bool stopped = !complete || out_of_steps(t);
+    if (t->args.save_interval > 0 && (stopped || (epoch + 1) % t->args.save_interval == 0))
       save_checkpoint(t, t->args.ckpt_dir, complete ? epoch + 1 : epoch);
+    else if (preempt_save_due(&t->preempt, t->args.save_interval, t->args.save_steps) ||  // [fault] SIGTERM
+             snapshot_due(t->args.save_steps, t->step))  // [fault] or a snapshot at the epoch's end
+      save_checkpoint(t, t->args.ckpt_dir, complete ? epoch + 1 : epoch);  // [fault]
   }
 }
 
@@ -349,18 +324,18 @@ static void finish(Trainer *t) {
   uint64_t digest = mlp_param_digest(&t->model, &t->ctx);
   metrics_final(&t->metrics, t->world_size, t->step, digest);  // the last record; closes the file
   loss_log_free(&t->losses, &t->ctx);
-  trace_close(&t->trace, &t->ctx);
+  trace_close(&t->trace, &t->ctx);  // [trace]
   log0("done: %lld steps, param_digest %016llx\n", t->step, (unsigned long long)digest);
   dev_free(&t->ctx, t->correct);
-  dev_free(&t->ctx, t->loss);
+  dev_free(&t->ctx, t->loss);          // [accum]
+  preempt_free(&t->preempt, &t->ctx);  // [fault]
   free(t->order);
   sampler_free(&t->sampler);
   loader_free(&t->test, &t->ctx);
   loader_free(&t->train, &t->ctx);
   clip_free(&t->clip, &t->ctx);
   sgd_free(&t->opt, &t->ctx);
-  reducer_free(&t->reducer);
-  comm_hook_free(&t->hook);
+  reducer_free(&t->reducer);  // [bucket]
   mlp_free(&t->model, &t->ctx);
 }
 

@@ -27,6 +27,8 @@ int reducer_assign(const Mlp *m, size_t cap_bytes, size_t first_cap_bytes, Bucke
     size_t floats = bias ? (size_t)m->sizes[l + 1] : (size_t)m->sizes[l + 1] * m->sizes[l];
     offset = bias ? m->b_off[l] : m->w_off[l];
     bucket_of[t] = nb;
+    if (n_tensors == 0) buckets[nb].last_layer = l;  // the bucket's layers, for messages: l falls
+    buckets[nb].first_layer = l;
     bytes += floats * sizeof(float);  // the tensor joins the open bucket, even if it overshoots
     n_tensors++;
     if (bytes >= limit) {  // the bucket reached its limit: it closes, and later ones get the cap

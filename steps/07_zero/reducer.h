@@ -53,12 +53,13 @@
 #define REDUCER_MAX_TENSORS (2 * MLP_MAX_LAYERS)      // tensor 2l: layer l's weight, 2l+1: its bias
 
 typedef struct Bucket {
-  size_t offset;        // first float of the bucket in the flat gradient buffer
-  size_t count;         // floats in the bucket
-  int n_tensors;        // parameter tensors in it
-  int pending;          // of those, how many still wait for their gradient in this step
-  size_t *counts;       // [zero] (W): floats of the bucket in each rank's shard (often 0)
-  size_t shard_offset;  // [zero] where this rank's part of the bucket sits in its shard
+  size_t offset;                // first float of the bucket in the flat gradient buffer
+  size_t count;                 // floats in the bucket
+  int n_tensors;                // parameter tensors in it
+  int pending;                  // of those, how many still wait for their gradient in this step
+  int first_layer, last_layer;  // the layers whose weight or bias lies in the bucket (for messages)
+  size_t *counts;               // [zero] (W): floats of the bucket in each rank's shard (often 0)
+  size_t shard_offset;          // [zero] where this rank's part of the bucket sits in its shard
 } Bucket;
 
 typedef struct Reducer {

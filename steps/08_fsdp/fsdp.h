@@ -41,9 +41,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "dist.h"   // dist.h: ProcessGroup, DistWork
-#include "mlp.h"    // mlp.h: Mlp, MLP_MAX_LAYERS
-#include "trace.h"  // trace.h: Trace
+#include "dist.h"    // dist.h: ProcessGroup, DistWork
+#include "loader.h"  // loader.h: Loader
+#include "mlp.h"     // mlp.h: Mlp, MLP_MAX_LAYERS
+#include "trace.h"   // trace.h: Trace
 
 typedef enum FsdpState { FSDP_SHARDED, FSDP_GATHERING, FSDP_UNSHARDED } FsdpState;
 
@@ -96,6 +97,13 @@ void fsdp_gather_full(Fsdp *f, const float *shards, float *full, int root);
 
 // Cuts this rank's shards out of a full flat buffer (device, n_params floats): the inverse.
 void fsdp_slice_full(Fsdp *f, const float *full, float *shards);
+
+// Evaluation (mlp_count_correct_loader() for a sharded model): adds the correct answers of the
+// loader's order, in batches of at most `batch`, to `correct` (device, (1)). Every forward all-gathers
+// its layers, so every rank runs as many batches as the rank with the most samples (the ranks' shards
+// of the test set differ by one: 1001 samples at 2 ranks are two batches and one); a rank that has
+// run out forwards one sample, not counted, only to join the others' gathers.
+void fsdp_count_correct(Fsdp *f, Loader *ld, int batch, int *correct);
 
 // The param_digest of the full parameters (the same as mlp_param_digest() of an unsharded model), each
 // layer gathered in turn.

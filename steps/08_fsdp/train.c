@@ -27,18 +27,19 @@
 #include "devmem.h"      // devmem.h: dev_alloc, dev_upload, dev_download, dev_copy, dev_zero, dev_free
 #include "dist.h"        // dist.h: ProcessGroup, dist_init, dist_connect, dist_all_reduce, dist_barrier,
                          //         dist_set_fr_dir, dist_destroy
-#include "fsdp.h"    // fsdp.h: Fsdp, fsdp_init, fsdp_autograd_hook, fsdp_finalize_backward, fsdp_gather_full
-#include "loader.h"  // loader.h: Loader, loader_init, loader_set_order, loader_batch
-#include "log.h"     // log.h: log0, log_clock
-#include "loss_log.h"  // loss_log.h: LossLog, loss_log_init, loss_log_push, loss_log_epoch
-#include "metrics.h"   // metrics.h: Metrics, metrics_open, metrics_step, metrics_epoch
-#include "mlp.h"       // mlp.h: Mlp, mlp_init_layout, mlp_forward, mlp_loss, mlp_backward
-#include "ops.h"       // ops.h: ops_axpy
-#include "optim.h"     // optim.h: Sgd, sgd_init, sgd_step
-#include "preempt.h"   // preempt.h: Preempt, preempt_init, preempt_agree, preempt_exit_status
-#include "sampler.h"   // sampler.h: Sampler, sampler_init, sampler_set_epoch, sampler_indices
-#include "snapshot.h"  // snapshot.h: snapshot_due, snapshot_resume_path
-#include "trace.h"     // trace.h: Trace, trace_open, trace_backward, trace_close
+#include "fsdp.h"        // [fsdp] fsdp.h: Fsdp, fsdp_init, fsdp_autograd_hook, fsdp_finalize_backward, ...
+#include "loader.h"      // loader.h: Loader, loader_init, loader_set_order, loader_batch
+#include "log.h"         // log.h: log0, log_clock
+#include "loss_log.h"    // loss_log.h: LossLog, loss_log_init, loss_log_push, loss_log_epoch
+#include "metrics.h"     // metrics.h: Metrics, metrics_open, metrics_step, metrics_epoch
+#include "mlp.h"         // mlp.h: Mlp, mlp_init, mlp_forward, mlp_loss, mlp_backward
+#include "mlp_shard.h"   // [fsdp] mlp_shard.h: mlp_init_layout (the model without its parameters)
+#include "ops.h"         // [accum] ops.h: ops_axpy
+#include "optim.h"       // optim.h: Sgd, sgd_init, sgd_step
+#include "preempt.h"     // [fault] preempt.h: Preempt, preempt_init, preempt_agree, preempt_exit_status
+#include "sampler.h"     // sampler.h: Sampler, sampler_init, sampler_set_epoch, sampler_indices
+#include "snapshot.h"    // [fault] snapshot.h: snapshot_due, snapshot_resume_path
+#include "trace.h"       // [trace] trace.h: Trace, trace_open, trace_backward, trace_close
 
 // ---------------------------------------------------------------------------------------------------
 // Configuration
@@ -56,8 +57,8 @@ typedef struct Trainer {
   Sgd opt;               // momentum buffer: [zero] this rank's shard of it
   Clip clip;             // --clip_grad_norm: the norm's sums, the norm, the scale factor
   Fsdp fsdp;             // [fsdp] this rank's shards, the gathered layers, their gathers and reduce-scatters
-  float *loss;           // device, (1): the step's loss, summed over its micro-batches
-  Trace trace;           // --trace timeline
+  float *loss;           // [accum] device, (1): the step's loss, summed over its micro-batches
+  Trace trace;           // [trace] --trace timeline
   Loader train, test;    // datasets on the device, batch buffers
   Sampler sampler;       // this rank's shard of every epoch
   DataId data_id;        // which data was loaded (sizes, dim, classes): recorded in checkpoints
@@ -72,7 +73,8 @@ typedef struct Trainer {
 } Trainer;
 
 static void configure(Trainer *t, int argc, char **argv) {
-  args_parse(&t->args, argc, argv, ARGS_TRAIN | ARGS_DIST | ARGS_SAMPLER | ARGS_REDUCER | ARGS_FAULT,
+  unsigned stage_groups = ARGS_REDUCER | ARGS_FAULT;  // [bucket] [accum] [trace] [fault]
+  args_parse(&t->args, argc, argv, ARGS_TRAIN | ARGS_DIST | ARGS_SAMPLER | stage_groups,  // [bucket]
              "Step 08: fully sharded data parallel (ZeRO stage 3), the whole model sharded across the ranks");
 }
 
@@ -99,13 +101,12 @@ static void setup(Trainer *t) {
   log0("rank %d of %d (local rank %d) on %s\n", t->rank, t->world_size, t->local_rank, device_name(dev));
 }
 
-// [init] Every rank must train the same model on the same data with the same settings, or the
-// replicas part without a word: compare them across the process group, and stop every rank if one
-// differs (PyTorch's DDP compares the ranks' parameter shapes the same way when it wraps a model).
+// [init] Every rank must train the same model on the same data with the same settings, or the replicas
+// part without a word: compare them, and stop every rank if one differs (as DDP compares parameter shapes).
 static void check_ranks_agree(Trainer *t) {
   Agreement a;
   agree_init(&a);                                      // the program itself
-  agree_args(&a, &t->args);                            // every flag that changes training
+  agree_args(&a, args_settings(&t->args));             // every flag that changes training
   agree_model(&a, t->model.sizes, t->model.n_layers);  // the layer sizes
   agree_data(&a, &t->data_id);                         // what was loaded
   agree_add(&a, "the resume point", "epoch %d, step %lld", t->epoch0, t->step);
@@ -114,7 +115,6 @@ static void check_ranks_agree(Trainer *t) {
 
 static void cleanup(Trainer *t) {
   dist_destroy(&t->pg);  // [init] leave the process group
-  preempt_free(&t->preempt, &t->ctx);
   device_free(&t->ctx);
 }
 
@@ -172,8 +172,8 @@ static void build_model(Trainer *t) {
   size_t in_flight = t->fsdp.max_full[0] + t->fsdp.max_full[1];
   log0("model state: 3 x %zu floats per rank (%zu bytes); layers in flight: 2 x %zu floats (%zu bytes)\n",
        t->fsdp.n_shard, 3 * t->fsdp.n_shard * sizeof(float), in_flight, 2 * in_flight * sizeof(float));
-  t->loss = dev_alloc(&t->ctx, sizeof(float));
   log0("model: %d layers, %zu parameters\n", n_layers, t->model.n_params);
+  t->loss = dev_alloc(&t->ctx, sizeof(float));  // [accum] the step's loss, over its micro-batches
 }
 
 // [fsdp] Wrapping the model (PyTorch: fully_shard(model)) needs no broadcast: there are no replicas.
@@ -195,53 +195,42 @@ static void clip_gradients(Trainer *t) {
   clip_scale(&t->clip, &t->ctx, t->fsdp.grads, t->fsdp.n_shard);
 }
 
-// One optimizer step on the B samples at `start`, in micro-batches; returns the step's loss, on the device.
+// One optimizer step on the B samples at `start`; returns the step's loss, on the device.
 static const float *run_batch(Trainer *t, int start, int B) {
-  int micro = t->args.batch_size, K = (B + micro - 1) / micro;
-  fsdp_zero_grad(&t->fsdp);  // [fsdp] the gradient shards start this step at zero
-  dev_zero(&t->ctx, t->loss, sizeof(float));
-  for (int k = 0; k < K; k++) {
-    int b = B - k * micro < micro ? B - k * micro : micro;
-    loader_batch(&t->train, &t->ctx, start + k * micro, b);
-    // [fsdp] each layer is all-gathered just before it runs (the hooks), the next one prefetched
-    mlp_forward(&t->model, &t->ctx, t->train.xb, b);
-    mlp_loss(&t->model, &t->ctx, t->train.yb, b);
+  int micro = t->args.batch_size, K = (B + micro - 1) / micro;  // [accum] K micro-batches of b <= micro
+  // [fsdp] the gradient shards start this step at zero
+  fsdp_zero_grad(&t->fsdp);
+  dev_zero(&t->ctx, t->loss, sizeof(float));                     // [accum]
+  for (int k = 0; k < K; k++) {                                  // [accum]
+    int b = B - k * micro < micro ? B - k * micro : micro;       // [accum]
+    loader_batch(&t->train, &t->ctx, start + k * micro, b);      // [accum]
+    mlp_forward(&t->model, &t->ctx, t->train.xb, b);             // [accum]
+    mlp_loss(&t->model, &t->ctx, t->train.yb, b);                // [accum]
     ops_axpy(&t->ctx, t->loss, t->model.loss, 1, (float)b / B);  // [accum] the step's loss: b/B-weighted sum
+    // [fsdp] forward all-gathered each layer just before it ran (the hooks), the next one prefetched
     // [bucket] backward of the loss times 1/W: the reducer's reduce-scatter, a plain sum, yields the mean
     // [accum] and times b/B, so that the K micro-batches' gradients add up to the mean over B
-    float scale = (float)b / B / t->world_size;
+    float scale = (float)b / B / t->world_size;  // [bucket] [accum] the mean over the W ranks and B samples
     // [fsdp] the full gradients are the micro-batch's own (written, not added): the shards accumulate
     mlp_zero_grad(&t->model);
-    // [fsdp] every micro-batch reduce-scatters each layer as soon as its gradients are ready, and adds
-    // its shard of the sum into this rank's gradient shard: the gradients stay sharded in between
+    // [fsdp] each layer's gradient is reduce-scattered once ready, its shard added into this rank's
     mlp_backward(&t->model, &t->ctx, t->train.xb, b, scale, fsdp_autograd_hook, &t->fsdp);
-    fsdp_finalize_backward(&t->fsdp);  // [fsdp] the reduce-scatters are in; every layer is sharded again
-  }
-  if (trace_on(&t->trace))  // --trace: this step's layers, gathers and reduce-scatters, as spans
-    fsdp_trace(&t->fsdp, &t->trace, t->step);
+    // [fsdp] the reduce-scatters are in; every layer is sharded again
+    fsdp_finalize_backward(&t->fsdp);
+  }  // [accum] the K micro-batches are done: only the last one's backward communicated
+  fsdp_trace(&t->fsdp, &t->trace, t->step);  // [trace] this step's layers, gathers and reduce-scatters
   // [zero] each rank updates its own shard of the parameters, with its shard of the mean gradient
   clip_gradients(t);
   sgd_step(&t->opt, &t->ctx, t->fsdp.params, t->fsdp.grads);
   // [fsdp] and keeps it: nothing to gather now, the next forward gathers each layer when it runs
-  dist_all_reduce(&t->pg, t->loss, 1, DIST_FLOAT, DIST_AVG);  // [metrics] the global loss
-  return t->loss;
+  dist_all_reduce(&t->pg, t->loss, 1, DIST_FLOAT, DIST_AVG);  // [metrics] the global loss ([accum] t->loss)
+  return t->loss;                                             // [accum]
 }
 
-// [fsdp] Every forward all-gathers its layers: every rank runs as many test batches as the rank with
-// the most samples (ranks' shards differ by one: 1001 samples at 2 ranks are two batches and one), a
-// rank that has run out forwarding one sample, not counted, only to join the others' gathers.
 static double evaluate(Trainer *t) {
   dev_zero(&t->ctx, t->correct, sizeof(int));
-  int most = (t->test.n + t->world_size - 1) / t->world_size, n = t->test.n_order;
-  for (int start = 0; start < most; start += EVAL_BATCH) {
-    int B = n - start < EVAL_BATCH ? n - start : EVAL_BATCH;
-    if (B <= 0) {
-      mlp_forward(&t->model, &t->ctx, t->test.xb, 1);  // [fsdp] the gathers only
-      continue;
-    }
-    loader_batch(&t->test, &t->ctx, start, B);
-    mlp_count_correct(&t->model, &t->ctx, t->test.xb, t->test.yb, B, t->correct);
-  }
+  // [fsdp] every forward all-gathers its layers: every rank runs as many batches as the one with the most
+  fsdp_count_correct(&t->fsdp, &t->test, EVAL_BATCH, t->correct);
   dist_all_reduce(&t->pg, t->correct, 1, DIST_INT, DIST_SUM);  // [metrics] all ranks' answers
   int correct;
   dev_download(&t->ctx, &correct, t->correct, sizeof correct);
@@ -251,36 +240,34 @@ static double evaluate(Trainer *t) {
 // ---------------------------------------------------------------------------------------------------
 // Epoch loop
 
-static void save_checkpoint(Trainer *t, const char *dir, int epochs_done);  // [fault] snapshots: below
-
-// Samples per optimizer step on this rank: --grad_accum micro-batches of --batch_size.
-static int step_size(const Trainer *t) { return t->args.batch_size * t->args.grad_accum; }
+static void save_checkpoint(Trainer *t, const char *dir, int epochs_done);                  // [fault] below
+static int step_size(const Trainer *t) { return t->args.batch_size * t->args.grad_accum; }  // [accum]
 
 static long long steps_per_epoch(const Trainer *t) {
-  return (samples_per_epoch(t) + step_size(t) - 1) / step_size(t);  // the last may be short
+  return (samples_per_epoch(t) + step_size(t) - 1) / step_size(t);  // [accum] the last may be short
 }
 
-static bool out_of_steps(const Trainer *t) {
+static bool out_of_steps(const Trainer *t) {                                          // [fault]
   return (t->args.max_steps > 0 && t->step >= t->args.max_steps) || t->preempt.stop;  // [fault] or preempted
-}
+}  // [fault]
 
-// Returns whether the whole epoch ran (--max_steps or a preemption may stop it early).
+// Returns whether the whole epoch ran (--max_steps may stop it early).
 static bool run_epoch(Trainer *t, int epoch) {
   epoch_order(t, epoch);
   double t0 = log_clock();
   long long batches = t->epoch_step, samples = 0;  // a resumed epoch goes on where it stopped
-  for (int start = (int)(batches * step_size(t)); start < t->train.n_order && !out_of_steps(t);
-       start += step_size(t)) {
-    int B = t->train.n_order - start < step_size(t) ? t->train.n_order - start : step_size(t);
+  for (int start = (int)(batches * step_size(t)); start < t->train.n_order && !out_of_steps(t);  // [accum]
+       start += step_size(t)) {                                                                  // [accum]
+    int B = t->train.n_order - start < step_size(t) ? t->train.n_order - start : step_size(t);   // [accum]
     const float *loss = run_batch(t, start, B);  // on the device: logged once it reaches the host
     t->step++;
     batches++;
     samples += (long long)B * t->world_size;  // [metrics] the global batch
     loss_log_push(&t->losses, &t->ctx, loss, t->step, epoch, (long long)B * t->world_size);
     preempt_agree(&t->preempt, &t->pg, &t->ctx, t->step);  // [fault] one rank's SIGTERM stops them all here
-    // [fault] a snapshot taken now resumes at the next step
-    t->epoch_step = batches;
-    if (snapshot_due(&t->args, t->step) && batches < steps_per_epoch(t) && !out_of_steps(t))
+    t->epoch_step = batches;  // [fault] a snapshot taken now resumes at the next step
+    if (snapshot_due(t->args.save_steps, t->step) && batches < steps_per_epoch(t) &&  // [fault]
+        !out_of_steps(t))  // [fault] not at the epoch's end, nor where training stops: train() saves there
       save_checkpoint(t, t->args.ckpt_dir, epoch);  // [fault] --save_steps: a snapshot inside the epoch
   }
   double train_loss = loss_log_epoch(&t->losses, &t->ctx);  // the last steps' losses; their mean
@@ -297,7 +284,8 @@ static bool run_epoch(Trainer *t, int epoch) {
 // Checkpoint
 
 static CkptMeta checkpoint_meta(const Trainer *t, int epochs_done) {
-  CkptMeta meta = ckpt_model_meta(&t->model, &t->opt, &t->args, &t->data_id);
+  CkptMeta meta = ckpt_model_meta(&t->model, &t->opt, &t->data_id, t->args.seed, t->args.batch_size,
+                                  t->args.grad_accum, t->args.drop_last);
   meta.epoch = (uint32_t)epochs_done;
   meta.epoch_step = (uint32_t)t->epoch_step;
   meta.step = (uint64_t)t->step;
@@ -322,8 +310,7 @@ static void free_full(Trainer *t, Mlp *full, Sgd *full_opt) {
 
 static void save_checkpoint(Trainer *t, const char *dir, int epochs_done) {
   CkptMeta meta = checkpoint_meta(t, epochs_done);
-  // [fsdp] every rank's shards of the parameters and the momentum, gathered layer by layer to rank 0:
-  // the file is step 06's
+  // [fsdp] the shards of the parameters and momentum, gathered layer by layer to rank 0: step 06's file
   Mlp full;
   Sgd full_opt;
   full_state(t, t->rank == 0, &full, &full_opt);
@@ -336,53 +323,48 @@ static void save_checkpoint(Trainer *t, const char *dir, int epochs_done) {
 }
 
 static void resume(Trainer *t) {
-  const char *path = snapshot_resume_path(&t->args);  // [fault] --resume auto: --ckpt_dir's, if there is one
-  if (!path) return;
+  const char *path = snapshot_resume_path(t->args.resume, t->args.ckpt_dir);  // [fault] --resume auto
+  if (!path) return;                                                          // [fault]
   CkptMeta expect = checkpoint_meta(t, 0), meta;
   Mlp full;  // [fsdp] the file's full parameters and momentum, for the moment: each rank keeps its shards
   Sgd full_opt;
   full_state(t, true, &full, &full_opt);
-  ckpt_load_model(path, &expect, &meta, &full, &full_opt, &t->ctx);
-  fsdp_slice_full(&t->fsdp, full.params, t->fsdp.params);  // [fsdp] slice on load
+  ckpt_load_model(path, &expect, &meta, &full, &full_opt, &t->ctx);  // [fault] path
+  fsdp_slice_full(&t->fsdp, full.params, t->fsdp.params);            // [fsdp] slice on load
   fsdp_slice_full(&t->fsdp, full_opt.buf, t->opt.buf);
   free_full(t, &full, &full_opt);
   t->opt.steps = full_opt.steps;
+  ckpt_log_resume(path, &meta, t->args.epochs);  // [fault] path: --resume's file, or the one auto found
   t->epoch0 = (int)meta.epoch;
   t->step = (long long)meta.step;
   t->epoch_step = (long long)meta.epoch_step;
-  ckpt_log_resume(path, &meta, t->args.epochs);
   dist_barrier(&t->pg);  // [ckpt] every rank has loaded before any trains
 }
 
 // ---------------------------------------------------------------------------------------------------
 // Main
 
-// Whether to save after an epoch: every --save_interval epochs, and where --max_steps stops, inside an
-// epoch or at its end; [fault] and after a preemption (when saving is on) or a --save_steps snapshot on
-// its last step.
-static bool save_after_epoch(Trainer *t, int epoch, bool complete) {
-  if (preempt_save_due(&t->preempt, &t->args) || snapshot_due(&t->args, t->step)) return true;  // [fault]
-  bool stopped = !complete || out_of_steps(t);
-  return t->args.save_interval > 0 && (stopped || (epoch + 1) % t->args.save_interval == 0);
-}
-
 static void train(Trainer *t) {
   if (t->rank == 0 && (t->args.save_interval > 0 || t->args.save_steps > 0))  // [ckpt] [fault] rank 0 writes
     ckpt_dir_require(t->args.ckpt_dir);
   // [accum] the global batch: W ranks each take K micro-batches of their own shard per step
-  log0("global batch: %d ranks x %d x %d micro-batches = %lld samples per step\n", t->world_size,
-       t->args.batch_size, t->args.grad_accum, (long long)t->world_size * step_size(t));
+  log0("global batch: %d ranks x %d x %d micro-batches = %lld samples per step\n", t->world_size,  // [accum]
+       t->args.batch_size, t->args.grad_accum, (long long)t->world_size * step_size(t));           // [accum]
   metrics_open(&t->metrics, t->args.metrics, t->rank, t->world_size);
-  trace_open(&t->trace, &t->ctx, &t->model, t->args.trace, t->rank, t->world_size);
+  trace_open(&t->trace, &t->ctx, &t->model, t->args.trace, t->rank, t->world_size);  // [trace]
   long long total = t->step + (t->args.epochs - t->epoch0) * steps_per_epoch(t) - t->epoch_step;
-  loss_log_init(&t->losses, &t->ctx, &t->metrics, t->args.log_interval, t->args.epochs, t->step, total);
-  // --clip_grad_norm: each step record gets the step's grad_norm
-  if (t->clip.norm) loss_log_set_norm(&t->losses, t->clip.norm);
+  loss_log_init(&t->losses, &t->ctx, &t->metrics, t->args.log_interval, t->args.epochs, t->step, total,
+                t->clip.norm);  // --clip_grad_norm: each step record gets the step's grad_norm
   if (t->args.save_init) save_checkpoint(t, t->args.save_init, t->epoch0);  // the state to start from
   for (int epoch = t->epoch0; epoch < t->args.epochs && !out_of_steps(t); epoch++) {
     bool complete = run_epoch(t, epoch);  // false after a --max_steps stop inside the epoch
-    if (save_after_epoch(t, epoch, complete))
+    // where --max_steps stops, inside an epoch or at its end, a checkpoint is saved
+    bool stopped = !complete || out_of_steps(t);
+    if (t->args.save_interval > 0 && (stopped || (epoch + 1) % t->args.save_interval == 0))
       save_checkpoint(t, t->args.ckpt_dir, complete ? epoch + 1 : epoch);
+    else if (preempt_save_due(&t->preempt, t->args.save_interval, t->args.save_steps) ||  // [fault] SIGTERM
+             snapshot_due(t->args.save_steps, t->step))  // [fault] or a snapshot at the epoch's end
+      save_checkpoint(t, t->args.ckpt_dir, complete ? epoch + 1 : epoch);  // [fault]
   }
 }
 
@@ -390,10 +372,11 @@ static void finish(Trainer *t) {
   uint64_t digest = fsdp_param_digest(&t->fsdp);  // [fsdp] of the full parameters, gathered layer by layer
   metrics_final(&t->metrics, t->world_size, t->step, digest);  // the last record; closes the file
   loss_log_free(&t->losses, &t->ctx);
-  trace_close(&t->trace, &t->ctx);
+  trace_close(&t->trace, &t->ctx);  // [trace]
   log0("done: %lld steps, param_digest %016llx\n", t->step, (unsigned long long)digest);
   dev_free(&t->ctx, t->correct);
-  dev_free(&t->ctx, t->loss);
+  dev_free(&t->ctx, t->loss);          // [accum]
+  preempt_free(&t->preempt, &t->ctx);  // [fault]
   free(t->order);
   sampler_free(&t->sampler);
   loader_free(&t->test, &t->ctx);

@@ -111,7 +111,7 @@ int main(void) {
   dev_sync(&ctx);
   if (cudaLaunchHostFunc((cudaStream_t)ctx.stream, hold, &release1) != cudaSuccess) abort();
   ops_axpy(&ctx, m.grads, d_ones, n, mine);  // the gradient: r + 1, written behind the hold
-  reducer_prepare_for_backward(&r);
+  reducer_prepare_for_backward(&r, 1);
   reducer_autograd_hook(0, &r);  // the bucket is complete: its all-reduce starts
   expect(stays_unfinished(&ctx, &r.work[0].start), pg.rank,
          "the bucket's all-reduce did not start while its gradient was not yet written");
@@ -132,7 +132,7 @@ int main(void) {
   dev_sync(&ctx);
   if (cudaLaunchHostFunc((cudaStream_t)pg.comm_stream, hold, &release2) != cudaSuccess) abort();
   ops_axpy(&ctx, m.grads, d_ones, n, mine);
-  reducer_prepare_for_backward(&r);
+  reducer_prepare_for_backward(&r, 2);
   reducer_autograd_hook(0, &r);
   reducer_finalize_backward(&r);
   sgd_step(&opt, &ctx, m.params, m.grads);  // params -= 1 * grads

@@ -117,7 +117,7 @@ static int hook_probe(int argc, char **argv) {
   comm_hook_wait(&h, 0, g, 0, n, &w);
   rank_path(path, sizeof path, argv[4], pg.rank);
   write_floats(path, NULL, 0, g, n);
-  if (pg.rank == 0) printf("bytes %lld\n", comm_hook_take_bytes(&h));
+  if (pg.rank == 0) printf("bytes %lld\n", dist_take_bytes(&w, 1));
   dist_work_free(&pg, &w);
   comm_hook_free(&h);
   free(g);
@@ -172,7 +172,7 @@ static int powersgd_probe(int argc, char **argv) {
     write_floats(path, NULL, 0, g, n);
     free(g);
   }
-  if (pg.rank == 0) printf("bytes %lld\n", comm_hook_take_bytes(&h));
+  if (pg.rank == 0) printf("bytes %lld\n", dist_take_bytes(&w, 1));
   dist_work_free(&pg, &w);
   comm_hook_free(&h);
   free(q);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "agree.h"
+#include "args.h"
 #include "data.h"
 #include "test_files.h"
 
@@ -29,7 +30,7 @@ Args defaults() {
 Agreement list(const Args &args, int hidden = 64) {
   Agreement a;
   agree_init(&a);
-  agree_args(&a, &args);
+  agree_args(&a, args_settings(&args));
   int sizes[3] = {784, hidden, 10};
   agree_model(&a, sizes, 2);
   DataId id{2, 2048, 2000, 784, 10, 0x1234u, 0};
@@ -102,7 +103,7 @@ TEST(Agree, ModelShapeIsCompared) {
   Agreement x = list(a), y = list(a);
   Agreement z;
   agree_init(&z);
-  agree_args(&z, &a);
+  agree_args(&z, args_settings(&a));
   int sizes[4] = {784, 11, 5, 10};
   agree_model(&z, sizes, 3);
   DataId id{2, 2048, 2000, 784, 10, 0x1234u, 0};
@@ -117,7 +118,7 @@ TEST(Agree, DataIsCompared) {
   Args a = defaults();
   Agreement x = list(a), y;
   agree_init(&y);
-  agree_args(&y, &a);
+  agree_args(&y, args_settings(&a));
   int sizes[3] = {784, 64, 10};
   agree_model(&y, sizes, 2);
   DataId other{2, 2048, 2000, 784, 10, 0x9999u, 0};  // same sizes, other labels
@@ -133,7 +134,7 @@ TEST(Agree, PixelsAreCompared) {
   Args a = defaults();
   Agreement x = list(a), y;
   agree_init(&y);
-  agree_args(&y, &a);
+  agree_args(&y, args_settings(&a));
   int sizes[3] = {784, 64, 10};
   agree_model(&y, sizes, 2);
   DataId other{2, 2048, 2000, 784, 10, 0x1234u, 0x77u};

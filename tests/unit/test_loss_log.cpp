@@ -20,7 +20,7 @@ class LossLogCpu : public ::testing::Test {
     path = std::string(DDP_TEST_TMPDIR) + "/loss_log.jsonl";
     device_init(&c, DEVICE_CPU, 0);
     metrics_open(&m, path.c_str(), 0, 1);
-    loss_log_init(&g, &c, &m, 1000, 2, 0, 100);
+    loss_log_init(&g, &c, &m, 1000, 2, 0, 100, nullptr);
   }
   void TearDown() override {
     loss_log_free(&g, &c);
@@ -75,8 +75,8 @@ TEST_F(LossLogCpu, NonFiniteLossEndsTheJobNamingTheStep) {
 // run's first step and its last) and the samples pushed since the previous line.
 TEST_F(LossLogCpu, PrintsTheProgressLineEveryIntervalWithTheSamplesPushed) {
   loss_log_free(&g, &c);
-  loss_log_init(&g, &c, &m, 2, 3, 4, 10);  // every 2 steps; resumed after step 4 of 10
-  g.progress.t_last -= 100.0;              // the first line comes 100 s after the start
+  loss_log_init(&g, &c, &m, 2, 3, 4, 10, nullptr);  // every 2 steps; resumed after step 4 of 10
+  g.progress.t_last -= 100.0;                       // the first line comes 100 s after the start
   float dev = 6.0f;
   testing::internal::CaptureStdout();
   loss_log_push(&g, &c, &dev, 5, 1, 64);

@@ -267,7 +267,7 @@ class ReducerHooks : public ::testing::Test {
 TEST_F(ReducerHooks, BucketsStartInBucketOrderAsBackwardRuns) {
   make(0);
   ASSERT_EQ(r.n_buckets, 6);
-  reducer_prepare_for_backward(&r);
+  reducer_prepare_for_backward(&r, 1);
   EXPECT_EQ(started(), std::vector<int>{})
       << pending_note() << "likely cause: a bucket started before any gradient";
   reducer_autograd_hook(2, &r);  // backward produces the last layer first: buckets 0 and 1
@@ -293,7 +293,7 @@ TEST_F(ReducerHooks, BucketsStartInBucketOrderAsBackwardRuns) {
 
 TEST_F(ReducerHooks, ALaterReadyBucketWaitsForTheEarlierOnes) {
   make(0);
-  reducer_prepare_for_backward(&r);
+  reducer_prepare_for_backward(&r, 1);
   reducer_autograd_hook(0, &r);  // the first layer's gradients first: buckets 4 and 5 are ready ...
   EXPECT_EQ(started(), std::vector<int>{})
       << pending_note()
@@ -315,7 +315,7 @@ TEST_F(ReducerHooks, ABucketStartsWhenAllItsTensorsAreReady) {
   make(25);  // bucket 0: bias 2; bucket 1: the five other tensors, from weight 2 to weight 0
   ASSERT_EQ(r.n_buckets, 2);
   ASSERT_EQ(r.buckets[1].n_tensors, 5);
-  reducer_prepare_for_backward(&r);
+  reducer_prepare_for_backward(&r, 1);
   reducer_autograd_hook(2, &r);
   reducer_autograd_hook(1, &r);
   EXPECT_EQ(started(), std::vector<int>{0})
@@ -329,7 +329,7 @@ TEST_F(ReducerHooks, ABucketStartsWhenAllItsTensorsAreReady) {
 
 TEST_F(ReducerHooks, BucketsStayInFlightUntilFinalize) {
   make(0);
-  reducer_prepare_for_backward(&r);
+  reducer_prepare_for_backward(&r, 1);
   for (int l = 2; l >= 0; l--) reducer_autograd_hook(l, &r);
   EXPECT_EQ(in_flight(), (std::vector<int>{0, 1, 2, 3, 4, 5}))
       << "likely cause: the reducer waits too early: a hook must only start (and dist_test) the "
@@ -348,7 +348,7 @@ TEST_F(ReducerHooks, EachBucketStartsOncePerStep) {
   EXPECT_EXIT(
       {
         for (int step = 0; step < 3; step++) {
-          reducer_prepare_for_backward(&r);
+          reducer_prepare_for_backward(&r, step + 1);
           for (int l = 2; l >= 0; l--) reducer_autograd_hook(l, &r);
           reducer_finalize_backward(&r);
         }
@@ -377,7 +377,7 @@ static ::testing::Matcher<const std::string &> SaysWhatIsMissing() {
 
 TEST_F(ReducerHooks, FinalizeStopsWhenAHookWasMissed) {
   make(0);
-  reducer_prepare_for_backward(&r);
+  reducer_prepare_for_backward(&r, 1);
   reducer_autograd_hook(2, &r);
   reducer_autograd_hook(1, &r);  // layer 0's hook never comes: buckets 4 and 5 never start
   // Any wording passes: the job must end with status 1 (die(1, ...)), saying what went missing (a
@@ -391,15 +391,15 @@ TEST_F(ReducerHooks, FinalizeStopsWhenAHookWasMissed) {
 TEST_F(ReducerHooks, CountsTheBytesItAllReduces) {
   make(0);
   // Each step hands every bucket to its all-reduce once: the whole gradient buffer, 4 bytes a float.
-  // reducer_take_bytes returns the count since its last call (the metrics file's allreduce_bytes).
+  // Each handle counts what was started on it (dist_take_bytes: the metrics file's allreduce_bytes).
   const long long per_step = (long long)(m.n_params * sizeof(float));
   for (int step = 0; step < 2; step++) {
-    reducer_prepare_for_backward(&r);
+    reducer_prepare_for_backward(&r, step + 1);
     for (int l = 2; l >= 0; l--) reducer_autograd_hook(l, &r);
     reducer_finalize_backward(&r);
-    EXPECT_EQ(reducer_take_bytes(&r), per_step)
-        << "step " << step << ": likely cause: the byte count: mark_bucket_ready must add the bytes of each "
-        << "bucket it starts to r->bytes (r->bytes += b->count * sizeof(float)), which reducer_take_bytes "
-        << "hands to the metrics file's allreduce_bytes (0 when nothing is counted)";
+    EXPECT_EQ(dist_take_bytes(r.work, r.n_buckets), per_step)
+        << "step " << step << ": likely cause: each bucket's all-reduce must cover the bucket's b->count "
+        << "floats, once per step, on its own handle r->work[i] (the handles count the bytes the metrics "
+        << "file logs as allreduce_bytes)";
   }
 }
