@@ -58,7 +58,10 @@ HINTS = [
                                                "reducer_finalize_backward"),
     ("buckets never became ready", "a bucket was never started: every tensor must be counted down in "
                                    "its bucket (mark_variable_ready) and every ready bucket started "
-                                   "(mark_bucket_ready)"),
+                                   "(mark_bucket_ready), on every rank: a layer whose hook is not called "
+                                   "on some rank leaves its bucket unready there (PyTorch says \"Expected to "
+                                   "have finished reduction in the prior iteration before starting a new "
+                                   "one\": a parameter that took no part in the loss)"),
     # a rank that ended on SIGABRT (exit status 134; Open MPI: "exited on signal 6 (Aborted)"), often at the
     # very end of a run that trained: glibc's free() found its heap overwritten (issue 40, K3)
     *[(needle, ABORTED) for needle in ("signal 6 (Aborted)", "free(): ", "malloc(): ", "double free or corruption",

@@ -252,6 +252,14 @@ WRONG = {
                 "        r->n_buckets - r->next_bucket, r->n_buckets);\n", "")],
               "none", ["FAIL unit ReducerHooks.FinalizeStopsWhenAHookWasMissed", "names what is missing"],
               "finalize waits without checking that every bucket started: it ends on dist_wait's own error"),
+        Wrong("hook_skipped_on_one_rank", R06,
+              [("  mark_variable_ready(r, 2 * layer);      // the weight\n",
+                "  if (layer == 0 && r->pg->rank == 1) return;  // layer 0 takes no part in rank 1's loss\n"
+                "  mark_variable_ready(r, 2 * layer);      // the weight\n")],
+              "step06_replicas_np2", ["FAIL step06_replicas_np2", "buckets never became ready",
+                                      "Expected to have finished reduction", "every rank"],
+              "one layer's gradient hook is never called on one rank (in PyTorch: a parameter that takes no part "
+              "in the loss on that rank): its bucket never becomes ready there, PyTorch's most-asked DDP error"),
         Wrong("if_not_while", R06,
               [("  while (r->next_bucket < r->n_buckets && r->buckets[r->next_bucket].pending == 0) {",
                 "  if (r->next_bucket < r->n_buckets && r->buckets[r->next_bucket].pending == 0) {")],
