@@ -14,8 +14,8 @@ which:
      that the collective itself does not finish, which is the link's or the backend's doing; or in
      flight in a live snapshot, which `kill -USR2` on every rank takes)
   3  a rank never started collective N while others called it (its last entry is named), did not run
-     while the others waited (frozen: SIGSTOP, a debugger), or wrote no ring at all (stopped, killed,
-     or hung outside a collective)
+     while the others waited (frozen: SIGSTOP, a debugger), arrived at the collective they waited in
+     seconds after them, or wrote no ring at all (stopped, killed, or hung outside a collective)
   4  desync: at collective N the ranks called different operations
   5  size mismatch: at collective N the ranks called the same operation on other types or counts
   2  bad input (no ring found, an unreadable file)
@@ -28,6 +28,7 @@ import sys
 import time
 
 NO_CULPRIT, MISSING, DESYNC, SIZE = 0, 3, 4, 5
+LATE_S = 1.0  # a rank that arrives this much after the others at a collective they wait in is the culprit
 
 
 def load(pattern, world):
@@ -139,6 +140,18 @@ def verdict(rings, world):
                           + "; ".join(f"{ranks(rs)} {t} x {n}" for (t, n), rs in shapes.items()))
     pending = {r: min((s for s, x in e.items() if x["state"] != "done"), default=None) for r, (_, e) in rings.items()}
     stuck = {s for s in pending.values() if s is not None}
+    # Every rank called the collective a rank waits in, but one arrived long after the others: it was
+    # stopped or busy elsewhere meanwhile (the late arrival is what names a straggler, not step times).
+    if stuck and not all(h.get("why") == "SIGUSR2" for h, _ in rings.values()):
+        s = min(stuck)
+        starts = {r: e[s]["started"] or e[s]["queued"] for r, (_, e) in rings.items() if s in e}
+        first = min(starts.values())
+        late = {r: t - first for r, t in starts.items() if t - first >= LATE_S}
+        if late and len(late) < len(starts):
+            early = sorted(set(starts) - set(late))
+            return MISSING, ("; ".join(f"rank {r} arrived at #{s} ({rings[r][1][s]['op']}) {d:.1f} s after "
+                                       f"{ranks(early)}" for r, d in sorted(late.items()))
+                             + f", which waited in it from {when(first)}: stopped or busy elsewhere meanwhile")
     if absent:
         where = f"; the others wait in #{min(stuck)} since {when(waiting(rings, min(stuck))[1])}" if stuck else ""
         return MISSING, (f"no ring from {ranks(absent)}: stopped, killed, or hung outside a collective before "

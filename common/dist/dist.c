@@ -243,7 +243,9 @@ static void fr_last_words(const char *kind) {
 }
 
 void dist_set_fr_dir(const ProcessGroup *pg, const char *dir) {
-  flight_set_dir(dir, pg->rank, pg->world_size);
+  if (flight_set_dir(dir, pg->rank, pg->world_size) != 0)
+    die(2, "--fr_dir: the folder '%.60s...' is %zu bytes long, more than %d", dir, strlen(dir),
+        FLIGHT_DIR_MAX - 1);
 }
 
 void dist_connect(ProcessGroup *pg, const Ctx *c) {

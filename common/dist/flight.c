@@ -15,7 +15,7 @@
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static FlightEntry g_ring[FLIGHT_RING];  // entry seq lives at g_ring[seq % FLIGHT_RING]
 static uint64_t g_next = 1;              // the next sequence number
-static char g_dir[512] = "out";
+static char g_dir[FLIGHT_DIR_MAX] = "out";
 static int g_rank, g_world = 1;
 static volatile sig_atomic_t g_requested;
 static double g_stall, g_stall_end;  // the longest stall noted, and when it ended (wall clock)
@@ -107,12 +107,14 @@ void flight_describe(const FlightEntry *e, char *out, size_t len) {
              t - e->finished);
 }
 
-void flight_set_dir(const char *dir, int rank, int world) {
+int flight_set_dir(const char *dir, int rank, int world) {
+  if (dir && strlen(dir) >= sizeof g_dir) return -1;
   pthread_mutex_lock(&g_lock);
   if (dir && dir[0]) snprintf(g_dir, sizeof g_dir, "%s", dir);
   g_rank = rank;
   g_world = world;
   pthread_mutex_unlock(&g_lock);
+  return 0;
 }
 
 const char *flight_dir(void) { return g_dir; }

@@ -26,6 +26,8 @@ extern "C" {
 
 /** @brief Entries in each rank's ring: the last 256 collectives. */
 #define FLIGHT_RING 256
+/** @brief Longest folder of the ring's file, terminating zero included. */
+#define FLIGHT_DIR_MAX 512
 /** @brief Longest tag, terminating zero included. */
 #define FLIGHT_TAG 40
 
@@ -95,8 +97,9 @@ void flight_describe(const FlightEntry *e, char *out, size_t len);
  * @param[in] dir   folder; NULL or "" keeps the current one (default "out").
  * @param[in] rank  the file's rank, `fr_<rank>.jsonl`.
  * @param[in] world the world size, for the file's first line.
+ * @return 0; -1 (nothing changed) when @p dir is longer than FLIGHT_DIR_MAX - 1 bytes.
  */
-void flight_set_dir(const char *dir, int rank, int world);
+int flight_set_dir(const char *dir, int rank, int world);
 
 /** @brief The folder the ring is written to. */
 const char *flight_dir(void);

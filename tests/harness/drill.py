@@ -46,7 +46,8 @@ def verify_checkpoint(path):
 # ---- processes ----------------------------------------------------------------------------------------
 
 def rank_pids(tag):
-    """{rank: pid} of the processes whose command line contains tag and that have an MPI rank."""
+    """{rank: pid} of the processes whose command line contains tag and that have a rank: MPI's
+    (OMPI_COMM_WORLD_RANK), else an environment launch's (RANK: scripts/launch.sh, torchrun)."""
     found = {}
     for d in os.listdir("/proc"):
         if not d.isdigit():
@@ -59,9 +60,10 @@ def rank_pids(tag):
                 env = f.read().split(b"\0")
         except OSError:
             continue
-        for kv in env:
-            if kv.startswith(b"OMPI_COMM_WORLD_RANK="):
-                found[int(kv.split(b"=", 1)[1])] = int(d)
+        var = dict(kv.split(b"=", 1) for kv in env if b"=" in kv)
+        rank = var.get(b"OMPI_COMM_WORLD_RANK", var.get(b"RANK"))
+        if rank is not None and rank.isdigit():
+            found[int(rank)] = int(d)
     return found
 
 

@@ -50,6 +50,10 @@ CASES = {
     # rank 1 frozen inside #8 (SIGSTOP), then let go by its launcher: both rings show #8 in flight
     "frozen": (3, {r: ring(8, {8: entry(8, state="started")}) for r in range(2)},
                ["rank 1 did not run for 12.0 s", "stopped: SIGSTOP", "while rank 0 waited in #8"]),
+    # rank 1 arrived at #8 8 s after rank 0 (let go by its launcher after a stop the ring did not see)
+    "late_arrival": (3, {0: ring(8, {8: entry(8, state="started")}),
+                         1: ring(8, {8: dict(entry(8, state="started"), queued=T0 + 16, started=T0 + 16.1)})},
+                     ["rank 1 arrived at #8 (all-reduce) 8.0 s after rank 0", "stopped or busy elsewhere"]),
     "all_wait": (0, {r: ring(8, {8: entry(8, state="started")}) for r in range(3)},
                  ["no culprit rank", "every rank called #8", "the collective itself does not finish"]),
 }

@@ -106,3 +106,11 @@ TEST(Flight, ADumpRequestIsTakenOnce) {
   EXPECT_TRUE(flight_take_request());
   EXPECT_FALSE(flight_take_request());
 }
+
+TEST(Flight, AFolderTooLongIsRefusedAndChangesNothing) {
+  flight_set_dir("kept", 0, 1);
+  EXPECT_EQ(flight_set_dir(std::string(FLIGHT_DIR_MAX, 'a').c_str(), 0, 1), -1);
+  EXPECT_STREQ(flight_dir(), "kept");
+  EXPECT_EQ(flight_set_dir(std::string(FLIGHT_DIR_MAX - 1, 'a').c_str(), 0, 1), 0);
+  flight_set_dir(DDP_TEST_TMPDIR, 0, 1);
+}
