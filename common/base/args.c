@@ -109,6 +109,8 @@ static const Flag FLAGS[] = {
     {"trace", ARGS_REDUCER, KIND_STR, F(trace), NULL, RANGE_NONE, 0, NO_MAX, NULL, "PATH",
      "write a Chrome trace (chrome://tracing, Perfetto), {rank} replaced by the rank; {rank} "
      "required above 1 rank"},
+    {"straggler", ARGS_REDUCER, KIND_INT, F(straggler), "0", RANGE_GE, 0, 100000, NULL, "N",
+     "every N steps, name the rank that arrives late at the gradient all-reduce, 0 = never"},
     {"save_steps", ARGS_FAULT, KIND_INT, F(save_steps), "0", RANGE_GE, 0, MAX_STEPS, NULL, "N",
      "also save the checkpoint every N optimizer steps (a snapshot to restart from), 0 = never"},
     {"comm_hook", ARGS_HOOKS, KIND_STR, F(comm_hook), "allreduce", RANGE_NONE, 0, NO_MAX,
@@ -359,6 +361,7 @@ const char *args_settings(const Args *g) {
   add_float(s, n, "--bucket_cap_mb", g->bucket_cap_mb);
   add_setting(s, n, "--grad_accum", "%d", g->grad_accum);
   add_setting(s, n, "--trace", "%s", g->trace ? "on" : "off");
+  add_setting(s, n, "--straggler", "%d", g->straggler);  // its all-gathers must come at the same steps
   add_setting(s, n, "--save_init", "%s", g->save_init ? "on" : "off");  // a save has a barrier from step 05
   add_setting(s, n, "--save_steps", "%d", g->save_steps);               // so do snapshots (step 06)
   add_setting(s, n, "--comm_hook", "%s", g->comm_hook ? g->comm_hook : "allreduce");

@@ -68,6 +68,7 @@ typedef struct Args {
   float bucket_cap_mb;      ///< --bucket_cap_mb: bucket size cap in MiB (ARGS_REDUCER)
   int grad_accum;           ///< --grad_accum: micro-batches per optimizer step (ARGS_REDUCER)
   const char *trace;        ///< --trace: Chrome trace output path (ARGS_REDUCER; NULL: none)
+  int straggler;            ///< --straggler: steps per straggler report, 0 = none (ARGS_REDUCER)
   int save_steps;           ///< --save_steps: also save every N optimizer steps, 0 = never (ARGS_FAULT)
   const char *comm_hook;    ///< --comm_hook: allreduce | fp16 | bf16 | powersgd (ARGS_HOOKS)
   int powersgd_rank;        ///< --powersgd_rank: PowerSGD's matrix_approximation_rank (ARGS_HOOKS)

@@ -6,6 +6,7 @@
 
 #include "check.h"
 #include "devmem.h"
+#include "log.h"
 #include "ops.h"
 
 void loader_init(Loader *ld, const Ctx *c, Dataset *ds, int max_batch, int max_order) {
@@ -95,10 +96,12 @@ void loader_batch(Loader *ld, const Ctx *c, int start, int B) {
     check_fail("LOADER", __FILE__, __LINE__,
                "loader_batch: batch [%d, %d) is outside the order (length %d) or larger than %d", start,
                start + B, ld->max_order, ld->max_batch);
+  double t0 = log_clock();
   if (ld->pixels)
     ops_gather_pixels(c, ld->pixels, ld->y, ld->order + start, B, ld->dim, ld->mean, ld->std, ld->xb, ld->yb);
   else
     ops_gather(c, ld->x, ld->y, ld->order + start, B, ld->dim, ld->xb, ld->yb);
+  ld->busy_s += log_clock() - t0;
 }
 
 void loader_free(Loader *ld, const Ctx *c) {

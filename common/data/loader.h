@@ -34,6 +34,7 @@ typedef struct Loader {
   int *order_host;  ///< host staging for @ref order (pinned on CUDA)
   float *xb;        ///< device, (max_batch, dim): the current batch's features
   int *yb;          ///< device, (max_batch): the current batch's labels
+  double busy_s;    ///< seconds spent in loader_batch() so far: the data time of `--straggler`
 } Loader;
 
 /**

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "check.h"
 #include "devmem.h"
@@ -19,6 +20,7 @@
 #include "dist_have.h"
 #include "flight.h"
 #include "half.h"
+#include "log.h"
 #include "placement.h"
 #include "watchdog.h"
 
@@ -189,26 +191,29 @@ static void begin(const ProcessGroup *pg, const char *call) {
 // once from the environment, make one rank misbehave so that the tests can check that the rings name
 // it: DDP_TEST_SKIP_COLLECTIVE=R:N (rank R never calls its collective N; it goes on with the next one)
 // and DDP_TEST_COUNT_DELTA=R:N (rank R calls collective N, or the first after it of more than one
-// element, with one element fewer).
+// element, with one element fewer). A third, DDP_TEST_SLOW_RANK=R:MS, is the straggler report's
+// (dist_lap()).
 
 typedef struct {
   long rank, seq;
 } TestFault;
 
-static TestFault g_skip = {-1, -1}, g_short = {-1, -1};
+static TestFault g_skip = {-1, -1}, g_short = {-1, -1}, g_slow = {-1, -1};
 static pthread_once_t g_faults_once = PTHREAD_ONCE_INIT;
 
-static TestFault test_fault(const char *name) {
+// @p what: what the number after the colon is, for the message.
+static TestFault test_fault(const char *name, const char *what) {
   TestFault f = {-1, -1};
   const char *v = getenv(name);
   if (v && *v && (sscanf(v, "%ld:%ld", &f.rank, &f.seq) != 2 || f.rank < 0 || f.seq < 1))
-    die(2, "%s=%s: expected RANK:N (a rank, and the number of a collective, from 1)", name, v);
+    die(2, "%s=%s: expected RANK:N (a rank, and %s, from 1)", name, v, what);
   return f;
 }
 
 static void read_test_faults(void) {
-  g_skip = test_fault("DDP_TEST_SKIP_COLLECTIVE");
-  g_short = test_fault("DDP_TEST_COUNT_DELTA");
+  g_skip = test_fault("DDP_TEST_SKIP_COLLECTIVE", "the number of a collective");
+  g_short = test_fault("DDP_TEST_COUNT_DELTA", "the number of a collective");
+  g_slow = test_fault("DDP_TEST_SLOW_RANK", "milliseconds");
 }
 
 // Records a collective this rank starts now (@p op on @p *n elements of @p type, tagged @p tag) and
@@ -256,6 +261,7 @@ void dist_connect(ProcessGroup *pg, const Ctx *c) {
   // connect makes its context (several ranks) or none (one).
   if (!solo(pg) || table(pg)->built) table(pg)->connect(pg);
   flight_set_dir(NULL, pg->rank, pg->world_size);
+  pg->lap.start = log_clock();
   if (!solo(pg)) check_set_last_words(fr_last_words);
   placement_log(pg);  // rank 0 prints every rank's node: `ranks: nodea 0-1 (local 0-1), ...`
 }
@@ -392,6 +398,27 @@ long long dist_take_bytes(DistWork *works, int n) {
   return bytes;
 }
 
+// ---- the straggler report's lap (dist_lap()) ----------------------------------------------------------
+
+DistLap dist_lap(ProcessGroup *pg) {
+  DistLap done = pg->lap;
+  pg->lap = (DistLap){.start = log_clock()};
+  return done;
+}
+
+// A gradient collective starts: the first of the lap is this rank's arrival (after the test hook's
+// sleep, which stands for a slower backward).
+static void lap_arrive(ProcessGroup *pg) {
+  if (pg->lap.arrived > 0) return;
+  pthread_once(&g_faults_once, read_test_faults);
+  if (g_slow.rank == pg->rank) {
+    struct timespec ts = {g_slow.seq / 1000, (g_slow.seq % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+  }
+  pg->lap.arrived = log_clock();
+}
+
 // The flight recorder's tag of a collective on @p w: the name the handle was given (dist_work_name()),
 // else the calling function.
 static const char *work_tag(const DistWork *w, const char *caller) { return w->name[0] ? w->name : caller; }
@@ -407,6 +434,7 @@ void dist_all_reduce_async_at(const char *caller, ProcessGroup *pg, void *buf, s
                               DistOp op, DistWork *w) {
   begin(pg, "dist_all_reduce_async");
   work_begin(w, "dist_all_reduce_async", "all-reduce", buf, n, type, op);
+  lap_arrive(pg);
   if (n == 0 || solo(pg) || !(w->seq = fr_start(pg, "all-reduce", type, &w->n, work_tag(w, caller)))) {
     work_done_now(pg, w);
   } else {
@@ -424,6 +452,7 @@ void dist_reduce_scatter_async_at(const char *caller, ProcessGroup *pg, void *se
                                   const size_t *counts, DistType type, DistOp op, DistWork *w) {
   begin(pg, "dist_reduce_scatter_async");
   work_begin(w, "dist_reduce_scatter_async", "reduce-scatter", recv, counts[pg->rank], type, op);
+  lap_arrive(pg);
   size_t total = dist_chunk_offset(counts, pg->world_size), size = dist_type_size(type);
   bool in_place = recv == (char *)send + dist_chunk_offset(counts, pg->rank) * size;
   if (!in_place && overlap(send, total * size, recv, w->n * size))
@@ -462,7 +491,9 @@ bool dist_test(ProcessGroup *pg, DistWork *w) {
 void dist_wait(ProcessGroup *pg, DistWork *w) {
   check_stop_if_ending();
   if (!w->active) die(1, "dist_wait: no all-reduce in flight on this handle");
+  double t0 = log_clock();
   if (!w->done) table(pg)->wait(pg, w);
+  pg->lap.wait_s += log_clock() - t0;
   fr_done(w->seq), w->seq = 0;  // (on NCCL: queued on the compute stream after the collective)
   w->active = false;
 }

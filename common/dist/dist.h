@@ -80,6 +80,17 @@ typedef enum Launcher {
 
 struct DistBackendOps;
 
+/**
+ * @brief What this rank did between two calls of dist_lap() (one optimizer step, when the trainer
+ * calls it at each step's end): the figures of the straggler report (straggler.h).
+ */
+typedef struct DistLap {
+  double start;    ///< when the lap began, log_clock() seconds
+  double arrived;  ///< when this rank started its first gradient collective of the lap (an asynchronous
+                   ///< all-reduce or reduce-scatter: the reducer's first bucket); 0 when none
+  double wait_s;   ///< seconds spent inside dist_wait() (on NCCL, where it only queues a wait: about 0)
+} DistLap;
+
 /** @brief A process group: this process's place in the job, and the communicator. */
 typedef struct ProcessGroup {
   int rank;            ///< global rank, 0 .. world_size-1
@@ -98,6 +109,7 @@ typedef struct ProcessGroup {
   void *gloo;          ///< the Gloo context and its worker thread (BACKEND_GLOO with several ranks)
   void *stage;         ///< pinned host staging buffer (BACKEND_MPI, BACKEND_GLOO with device buffers)
   size_t stage_bytes;  ///< size of @ref stage
+  DistLap lap;         ///< the lap in progress (dist_lap())
   /** @brief The backend's table of operations (dist_backend.h), set by dist_init(). */
   const struct DistBackendOps *ops;
 } ProcessGroup;
@@ -220,6 +232,16 @@ void dist_work_free(ProcessGroup *pg, DistWork *w);
  * @return the bytes.
  */
 long long dist_take_bytes(DistWork *works, int n);
+
+/**
+ * @brief Ends the lap in progress and starts the next one: the straggler report's clock (straggler.h),
+ * which a trainer of steps 06–08 ticks once per optimizer step, after the step's last collective.
+ * The test hook `DDP_TEST_SLOW_RANK=RANK:MS` makes rank RANK sleep MS milliseconds before the first
+ * gradient collective of each lap, as if its backward were that much slower.
+ * @param[in,out] pg process group.
+ * @return the lap that ends now.
+ */
+DistLap dist_lap(ProcessGroup *pg);
 
 /**
  * @brief Starts an all-reduce in place and returns at once, so that computation can go on meanwhile.

@@ -19,12 +19,17 @@ static char g_dir[FLIGHT_DIR_MAX] = "out";
 static int g_rank, g_world = 1;
 static volatile sig_atomic_t g_requested;
 static double g_stall, g_stall_end;  // the longest stall noted, and when it ended (wall clock)
+static double g_tick;                // the watchdog's last tick (CLOCK_MONOTONIC; 0: none yet)
 
-static double now(void) {
+static void note_stall_in_progress(void);
+
+static double clock_s(clockid_t id) {
   struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
+  clock_gettime(id, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+
+static double now(void) { return clock_s(CLOCK_REALTIME); }
 
 uint64_t flight_record(const char *op, const char *type, size_t count, const char *tag) {
   pthread_mutex_lock(&g_lock);
@@ -143,6 +148,7 @@ int flight_dump(const char *why, char *where, size_t len) {
   static FlightEntry all[FLIGHT_RING];
   static pthread_mutex_t dumping = PTHREAD_MUTEX_INITIALIZER;  // one dump at a time (all[] is shared)
   pthread_mutex_lock(&dumping);
+  note_stall_in_progress();
   int n = snapshot(all);
   char path[600], tmp[620];
   snprintf(path, sizeof path, "%s/fr_%d.jsonl", g_dir, g_rank);
@@ -195,12 +201,31 @@ void flight_write(const char *why) {
   fflush(stderr);
 }
 
-void flight_note_stall(double seconds) {
-  pthread_mutex_lock(&g_lock);
+// Under g_lock.
+static void note_stall_locked(double seconds) {
   if (seconds > g_stall) {
     g_stall = seconds;
     g_stall_end = now();
   }
+}
+
+void flight_note_stall(double seconds) {
+  pthread_mutex_lock(&g_lock);
+  note_stall_locked(seconds);
+  pthread_mutex_unlock(&g_lock);
+}
+
+void flight_note_tick(void) {
+  pthread_mutex_lock(&g_lock);
+  g_tick = clock_s(CLOCK_MONOTONIC);
+  pthread_mutex_unlock(&g_lock);
+}
+
+// A stall the watchdog's thread has not seen yet: its last tick is older than FLIGHT_STALL_S.
+static void note_stall_in_progress(void) {
+  pthread_mutex_lock(&g_lock);
+  double gap = g_tick > 0 ? clock_s(CLOCK_MONOTONIC) - g_tick : 0;
+  if (gap > FLIGHT_STALL_S) note_stall_locked(gap);
   pthread_mutex_unlock(&g_lock);
 }
 

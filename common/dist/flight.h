@@ -122,6 +122,17 @@ int flight_dump(const char *why, char *path, size_t len);
  */
 void flight_write(const char *why);
 
+/** @brief A gap of this many seconds between two of the watchdog's ticks (100 ms apart) is a stall. */
+#define FLIGHT_STALL_S 2.0
+
+/**
+ * @brief The watchdog's tick (each 100 ms): a dump that finds the last tick more than FLIGHT_STALL_S
+ * old notes the gap as a stall that ends now. A frozen process (SIGSTOP) that is continued may write
+ * its ring at once from another thread (a collective that failed while it was stopped) before the
+ * watchdog's thread has run again: the stall is in the ring all the same.
+ */
+void flight_note_tick(void);
+
 /**
  * @brief Notes that this process did not run for @p seconds, until now (the watchdog sees its own
  * ticks stop: SIGSTOP, a debugger, a paused machine). The longest such stall goes into the ring's

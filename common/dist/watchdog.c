@@ -148,7 +148,10 @@ static void *watch(void *arg) {
   (void)arg;
   struct timespec tick = {0, TICK_NS};
   unsigned bound = 0;  // settings the thread has bound for (0: none yet)
-  double last_tick = 0;
+  // From the thread's start: a process stopped before the first tick completed (the first steps of a
+  // fast job) still shows the gap at the tick after it is continued.
+  double last_tick = log_clock();
+  flight_note_tick();
   for (;;) {
     nanosleep(&tick, NULL);
     char why[256] = "";
@@ -162,8 +165,9 @@ static void *watch(void *arg) {
     double t = log_clock();
     // Ticks 100 ms apart: a gap of seconds means this whole process did not run (SIGSTOP, a debugger,
     // a paused machine), which the flight recorder's ring then says.
-    if (last_tick > 0 && t - last_tick > 2.0) flight_note_stall(t - last_tick);
+    if (t - last_tick > FLIGHT_STALL_S) flight_note_stall(t - last_tick);
     last_tick = t;
+    flight_note_tick();
     // after a SIGTERM or SIGUSR1, until the next step boundary: the grace instead of the timeout,
     // counted from when this thread first saw the signal (a wait that began before it, e.g. the
     // barrier behind rank 0's checkpoint write, gets the whole grace after the signal too)

@@ -94,6 +94,28 @@ void metrics_epoch(Metrics *m, int epoch, float train_loss, double test_acc, dou
 
 void metrics_epoch_bytes(Metrics *m, long long bytes) { m->bytes = bytes; }
 
+void metrics_straggler(Metrics *m, long long first, long long last, int world, const float *fig,
+                       int late_rank, float late_ms) {
+  if (!m->f) return;
+  static const char *const NAMES[4] = {"data_ms", "compute_ms", "wait_ms", "step_ms"};
+  fprintf(m->f, "{\"type\":\"straggler\",\"first_step\":%lld,\"step\":%lld", first, last);
+  for (int k = 0; k < 4; k++) {
+    fprintf(m->f, ",\"%s\":[", NAMES[k]);
+    for (int r = 0; r < world; r++) {
+      if (r) fputc(',', m->f);
+      put_float(m->f, (double)fig[(size_t)r * 4 + (size_t)k]);
+    }
+    fputc(']', m->f);
+  }
+  if (late_rank >= 0)
+    fprintf(m->f, ",\"late_rank\":%d", late_rank);
+  else
+    fputs(",\"late_rank\":null", m->f);
+  fputs(",\"late_ms\":", m->f);
+  put_float(m->f, (double)late_ms);
+  end_line(m);
+}
+
 void metrics_final(Metrics *m, int world_size, long long steps, uint64_t param_digest) {
   if (!m->f) return;
   struct rusage ru;

@@ -97,6 +97,21 @@ void metrics_epoch(Metrics *m, int epoch, float train_loss, double test_acc, dou
                    bool partial);
 
 /**
+ * @brief Writes a straggler object (`--straggler N`, straggler.h): steps @p first to @p last, each
+ * rank's median data, compute and wait time and step (milliseconds; arrays indexed by rank), the rank
+ * named (`late_rank`, null when none) and how late the latest rank arrived (`late_ms`).
+ * @param[in] m         metrics file.
+ * @param[in] first     the window's first step.
+ * @param[in] last      its last step.
+ * @param[in] world     ranks.
+ * @param[in] fig       host, (world, 4): data, compute, wait and step of each rank, ms.
+ * @param[in] late_rank the rank named, or -1.
+ * @param[in] late_ms   the latest rank's arrival after the median of the others, ms.
+ */
+void metrics_straggler(Metrics *m, long long first, long long last, int world, const float *fig,
+                       int late_rank, float late_ms);
+
+/**
  * @brief Writes the final object: the world size, steps, the parameter digest, the peak memory, the
  * attempt and the step this process started from (the first step object's step - 1; @p steps when it
  * wrote none), then closes the file (metrics_close()): nothing comes after the final object.

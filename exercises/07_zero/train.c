@@ -38,6 +38,7 @@
 #include "reducer.h"     // [bucket] reducer.h: Reducer, reducer_init, reducer_autograd_hook, ...
 #include "sampler.h"     // sampler.h: Sampler, sampler_init, sampler_set_epoch, sampler_indices
 #include "snapshot.h"    // [fault] snapshot.h: snapshot_due, snapshot_resume_path
+#include "straggler.h"   // [trace] straggler.h: Straggler, straggler_init, straggler_step, straggler_free
 #include "trace.h"       // [trace] trace.h: Trace, trace_open, trace_backward, trace_close
 
 // ---------------------------------------------------------------------------------------------------
@@ -59,6 +60,7 @@ typedef struct Trainer {
   Reducer reducer;       // [bucket] gradient buckets and their reduce-scatters
   float *loss;           // [accum] device, (1): the step's loss, summed over its micro-batches
   Trace trace;           // [trace] --trace timeline
+  Straggler straggler;   // [trace] --straggler: the rank that arrives late at the gradient collectives
   Loader train, test;    // datasets on the device, batch buffers
   Sampler sampler;       // this rank's shard of every epoch
   DataId data_id;        // which data was loaded (sizes, dim, classes): recorded in checkpoints
@@ -262,6 +264,7 @@ static bool run_epoch(Trainer *t, int epoch) {
     batches++;
     samples += (long long)B * t->world_size;  // [metrics] the global batch
     loss_log_push(&t->losses, &t->ctx, loss, t->step, epoch, (long long)B * t->world_size);
+    straggler_step(&t->straggler, t->step);                // [trace] --straggler N: a report every N steps
     preempt_agree(&t->preempt, &t->pg, &t->ctx, t->step);  // [fault] one rank's SIGTERM stops them all here
     t->epoch_step = batches;  // [fault] a snapshot taken now resumes at the next step
     if (snapshot_due(t->args.save_steps, t->step) && batches < steps_per_epoch(t) &&  // [fault]
@@ -337,6 +340,7 @@ static void train(Trainer *t) {
        t->args.batch_size, t->args.grad_accum, (long long)t->world_size * step_size(t));           // [accum]
   metrics_open(&t->metrics, t->args.metrics, t->rank, t->world_size);
   trace_open(&t->trace, &t->ctx, &t->model, t->args.trace, t->rank, t->world_size);  // [trace]
+  straggler_init(&t->straggler, t->args.straggler, &t->pg, &t->train, &t->metrics);  // [trace]
   long long total = t->step + (t->args.epochs - t->epoch0) * steps_per_epoch(t) - t->epoch_step;
   loss_log_init(&t->losses, &t->ctx, &t->metrics, t->args.log_interval, t->args.epochs, t->step, total,
                 t->clip.norm);  // --clip_grad_norm: each step record gets the step's grad_norm
@@ -358,6 +362,7 @@ static void finish(Trainer *t) {
   metrics_final(&t->metrics, t->world_size, t->step, digest);  // the last record; closes the file
   loss_log_free(&t->losses, &t->ctx);
   trace_close(&t->trace, &t->ctx);  // [trace]
+  straggler_free(&t->straggler);    // [trace]
   log0("done: %lld steps, param_digest %016llx\n", t->step, (unsigned long long)digest);
   dev_free(&t->ctx, t->correct);
   dev_free(&t->ctx, t->loss);          // [accum]

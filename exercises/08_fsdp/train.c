@@ -10,8 +10,7 @@
  * all-gather overlapping this one's compute) and drops the copy after; backward gathers each layer
  * again (but the last, kept from forward), reduce-scatters its gradient as soon as it is computed and
  * drops both full copies. The optimizer updates this rank's shards only (fsdp.c has the machinery).
- * Checkpoints keep step 06's format (gathered on save, sliced on load): 06, 07 and 08 resume each
- * other's files.
+ * Checkpoints keep step 06's format (gathered on save, sliced on load): 06-08 resume each other's files.
  *
  * Run:  mpirun -np 4 build/bin/08_fsdp --device cpu                (4 CPU ranks, Fashion-MNIST)
  *       mpirun -np 4 build/bin/08_fsdp                             (4 GPUs, NCCL)
@@ -41,6 +40,7 @@
 #include "preempt.h"     // [fault] preempt.h: Preempt, preempt_init, preempt_agree, preempt_exit_status
 #include "sampler.h"     // sampler.h: Sampler, sampler_init, sampler_set_epoch, sampler_indices
 #include "snapshot.h"    // [fault] snapshot.h: snapshot_due, snapshot_resume_path
+#include "straggler.h"   // [trace] straggler.h: Straggler, straggler_init, straggler_step, straggler_free
 #include "trace.h"       // [trace] trace.h: Trace, trace_open, trace_backward, trace_close
 
 // ---------------------------------------------------------------------------------------------------
@@ -61,6 +61,7 @@ typedef struct Trainer {
   Fsdp fsdp;             // [fsdp] this rank's shards, the gathered layers, their gathers and reduce-scatters
   float *loss;           // [accum] device, (1): the step's loss, summed over its micro-batches
   Trace trace;           // [trace] --trace timeline
+  Straggler straggler;   // [trace] --straggler: the rank that arrives late at the gradient collectives
   Loader train, test;    // datasets on the device, batch buffers
   Sampler sampler;       // this rank's shard of every epoch
   DataId data_id;        // which data was loaded (sizes, dim, classes): recorded in checkpoints
@@ -162,8 +163,7 @@ static void build_model(Trainer *t) {
   mlp_init_layout(&t->model, &t->ctx, sizes, n_layers, max_batch);
   // [fsdp] each layer padded to W shards of ⌈n_l/W⌉ floats; rank r keeps shard r of every layer
   fsdp_init(&t->fsdp, &t->pg, &t->ctx, &t->model, t->args.seed);
-  log0("reducer: one reduce-scatter per layer, %d layers (FSDP's unit; --bucket_cap_mb does not apply)\n",
-       n_layers);  // [fsdp]
+  log0("reducer: %d reduce-scatters, one per layer (--bucket_cap_mb does not apply)\n", n_layers);  // [fsdp]
   // [zero] momentum for this rank's shard only
   sgd_init(&t->opt, &t->ctx, t->fsdp.n_shard, t->args.lr, t->args.momentum, 0.0f, t->args.weight_decay,
            false);
@@ -217,8 +217,7 @@ static const float *run_batch(Trainer *t, int start, int B) {
     mlp_zero_grad(&t->model);
     // [fsdp] each layer's gradient is reduce-scattered once ready, its shard added into this rank's
     mlp_backward(&t->model, &t->ctx, t->train.xb, b, scale, fsdp_autograd_hook, &t->fsdp);
-    // [fsdp] the reduce-scatters are in; every layer is sharded again
-    fsdp_finalize_backward(&t->fsdp);
+    fsdp_finalize_backward(&t->fsdp);  // [fsdp] the reduce-scatters are in; every layer is sharded again
   }  // [accum] the K micro-batches are done: only the last one's backward communicated
   fsdp_trace(&t->fsdp, &t->trace, t->step);  // [trace] this step's layers, gathers and reduce-scatters
   // [zero] each rank updates its own shard of the parameters, with its shard of the mean gradient
@@ -269,6 +268,7 @@ static bool run_epoch(Trainer *t, int epoch) {
     batches++;
     samples += (long long)B * t->world_size;  // [metrics] the global batch
     loss_log_push(&t->losses, &t->ctx, loss, t->step, epoch, (long long)B * t->world_size);
+    straggler_step(&t->straggler, t->step);                // [trace] --straggler N: a report every N steps
     preempt_agree(&t->preempt, &t->pg, &t->ctx, t->step);  // [fault] one rank's SIGTERM stops them all here
     t->epoch_step = batches;  // [fault] a snapshot taken now resumes at the next step
     if (snapshot_due(t->args.save_steps, t->step) && batches < steps_per_epoch(t) &&  // [fault]
@@ -357,6 +357,7 @@ static void train(Trainer *t) {
        t->args.batch_size, t->args.grad_accum, (long long)t->world_size * step_size(t));           // [accum]
   metrics_open(&t->metrics, t->args.metrics, t->rank, t->world_size);
   trace_open(&t->trace, &t->ctx, &t->model, t->args.trace, t->rank, t->world_size);  // [trace]
+  straggler_init(&t->straggler, t->args.straggler, &t->pg, &t->train, &t->metrics);  // [trace]
   long long total = t->step + (t->args.epochs - t->epoch0) * steps_per_epoch(t) - t->epoch_step;
   loss_log_init(&t->losses, &t->ctx, &t->metrics, t->args.log_interval, t->args.epochs, t->step, total,
                 t->clip.norm);  // --clip_grad_norm: each step record gets the step's grad_norm
@@ -378,6 +379,7 @@ static void finish(Trainer *t) {
   metrics_final(&t->metrics, t->world_size, t->step, digest);  // the last record; closes the file
   loss_log_free(&t->losses, &t->ctx);
   trace_close(&t->trace, &t->ctx);  // [trace]
+  straggler_free(&t->straggler);    // [trace]
   log0("done: %lld steps, param_digest %016llx\n", t->step, (unsigned long long)digest);
   dev_free(&t->ctx, t->correct);
   dev_free(&t->ctx, t->loss);          // [accum]

@@ -40,7 +40,8 @@ MODULES = ("exercises.checker.hints", "tests.integration.step01", "tests.integra
            "tests.integration.step06", "tests.integration.step07", "tests.integration.step08",
            "tests.integration.launchers", "tests.integration.gloo", "tests.integration.docs",
            "tests.integration.probe_check", "tests.integration.store_check", "tests.integration.hooks_check",
-           "tests.integration.canary_check", "tests.integration.fr_check", "exercises.checker.claims")
+           "tests.integration.canary_check", "tests.integration.fr_check",
+           "tests.integration.straggler_check", "exercises.checker.claims")
 
 # Label `parity`: the scenarios that compare two runs (bit for bit where the arithmetic is the same,
 # one step from the same state within the float32 error model of tests/harness/parity.py elsewhere);

@@ -1,9 +1,7 @@
 """The flight recorder (common/dist/flight.h) on real jobs: one rank misbehaves, the job ends, every
 rank that could wrote its ring, and scripts/fr_analyze.py names the culprit. Each scenario runs under
 mpirun and under scripts/launch.sh (Gloo). The faults come from the process group's test hooks
-(DDP_TEST_SKIP_COLLECTIVE, DDP_TEST_COUNT_DELTA, read once by dist.c). A rank frozen with SIGSTOP has
-no scenario yet: in about a third of the runs its ring showed no stall although it was stopped, and
-the analyzer then named no culprit (issue 43's note).
+(DDP_TEST_SKIP_COLLECTIVE, DDP_TEST_COUNT_DELTA, read once by dist.c) or from a signal (SIGSTOP).
 """
 import os
 import signal
@@ -105,6 +103,42 @@ def wait_steps(p, tmp, n=20, limit=120):
         if time.monotonic() > deadline:
             raise Failure(f"the job made fewer than {n} steps in {limit} s")
         time.sleep(0.05)
+
+
+def ring_heads(folder):
+    heads = []
+    for r in range(2):
+        try:
+            with open(f"{folder}/fr_{r}.jsonl") as f:
+                lines = f.readlines()
+            heads.append(lines[0].strip() + "\n  last: " + (lines[-1].strip() if len(lines) > 1 else "-"))
+        except OSError as e:
+            heads.append(f"rank {r}: {e}")
+    return "\n".join(heads)
+
+
+@scenario(processors=2, launchers=("launch",), timeout=240)
+def fr_freeze(tmp):
+    """Rank 1 is stopped with SIGSTOP while the job trains: rank 0's watchdog ends the job, and the
+    analyzer names rank 1 as the one that did not arrive (frozen, never started, or no ring at all:
+    which one depends on where SIGSTOP caught it and on what the launcher does to a stopped rank)."""
+    p, tag = start_long(tmp)
+    try:
+        wait_steps(p, tmp)
+        os.kill(rank_pid(tag, 1), signal.SIGSTOP)
+        if wait_exit(p, 120) is None:
+            raise Failure("the job did not end within 120 s of SIGSTOP on rank 1 (--timeout 8)")
+    finally:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+        subprocess.run(["pkill", "-KILL", "-f", tag], check=False)  # a stopped rank the launcher left
+    rc, out = analyze(tag)
+    named = any(w in out for w in ("rank 1 did not run", "rank 1 never started", "no ring from rank 1"))
+    if rc != 3 or not named:
+        raise Failure(f"SIGSTOP on rank 1: fr_analyze.py exited {rc} (want 3, naming rank 1):\n{out}\n"
+                      + ring_heads(tag))
+    print(f"SIGSTOP on rank 1: {out.splitlines()[-1]}")
 
 
 @scenario(processors=2, launchers=("launch",), timeout=240)
