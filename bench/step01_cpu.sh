@@ -106,7 +106,7 @@ def run_gemm(rep):
     out = subprocess.run([os.path.join(build, "bin", "gemm_bound"), "--batch", str(B),
                           "--reps", str(S - W), "--warmup", str(W)],
                          check=True, capture_output=True, text=True).stdout
-    r = json.loads(out)
+    r = json.loads([line for line in out.splitlines() if line.startswith("{")][-1])  # after the blas: line
     return {"step_s": r["median_step_s"], "gflops": r["gflops"], "sgd_s": r["sgd_median_s"],
             "sgd_gbps": r["sgd_gbps"]}
 
