@@ -27,6 +27,7 @@
 #define CKPT_DATA_ID 24       // version 2: the DataId's six u32 after the layer sizes
 #define CKPT_STEPS 16         // version 3: batch size, accumulation, drop_last, epoch samples (u32 each)
 #define CKPT_PIXELS 4         // version 4: the DataId's pixels CRC (u32), after the step fields
+#define CKPT_BATCH 8          // version 5: the global batch and the epoch's world size (u32 each)
 #define CKPT_CHUNK 16384      // floats converted per fwrite when saving
 
 static void put_u32(unsigned char *p, uint32_t v) {
@@ -55,7 +56,7 @@ static void set_err(char *err, size_t err_len, const char *fmt, ...) {
 
 static size_t header_bytes(uint32_t version, int n_layers) {
   return CKPT_FIXED + 4 * ((size_t)n_layers + 1) + (version >= 2 ? CKPT_DATA_ID : 0) +
-         (version >= 3 ? CKPT_STEPS : 0) + (version >= 4 ? CKPT_PIXELS : 0);
+         (version >= 3 ? CKPT_STEPS : 0) + (version >= 4 ? CKPT_PIXELS : 0) + (version >= 5 ? CKPT_BATCH : 0);
 }
 
 // The DataId's first six fields, in file order (version 2's; the pixels CRC came with version 4).
@@ -122,7 +123,8 @@ static int write_floats(FILE *f, const float *x, size_t n, uint32_t *crc, unsign
 
 // Writes header, arrays and CRC to an open stream; 0 or -1 (errno set by the failing call).
 static int write_body(FILE *f, const CkptMeta *meta, size_t n, const float *params, const float *opt_state) {
-  unsigned char hdr[CKPT_FIXED + 4 * (MLP_MAX_LAYERS + 1) + CKPT_DATA_ID + CKPT_STEPS + CKPT_PIXELS] = {0};
+  unsigned char
+      hdr[CKPT_FIXED + 4 * (MLP_MAX_LAYERS + 1) + CKPT_DATA_ID + CKPT_STEPS + CKPT_PIXELS + CKPT_BATCH] = {0};
   size_t hsize = header_bytes(CKPT_VERSION, meta->n_layers);
   memcpy(hdr, CKPT_MAGIC, 8);
   put_u32(hdr + 8, CKPT_VERSION);
@@ -143,6 +145,12 @@ static int write_body(FILE *f, const CkptMeta *meta, size_t n, const float *para
   uint32_t steps[4] = {meta->batch_size, meta->grad_accum, meta->drop_last, meta->epoch_samples};
   for (int i = 0; i < 4; i++) put_u32(d + CKPT_DATA_ID + 4 * i, steps[i]);
   put_u32(d + CKPT_DATA_ID + CKPT_STEPS, meta->data.pixels_crc);
+  // a run that kept its world size (all but step 09's) leaves them 0: they follow from it
+  uint32_t G =
+      meta->global_batch ? meta->global_batch : meta->batch_size * meta->grad_accum * meta->world_size;
+  put_u32(d + CKPT_DATA_ID + CKPT_STEPS + CKPT_PIXELS, G);
+  put_u32(d + CKPT_DATA_ID + CKPT_STEPS + CKPT_PIXELS + 4,
+          meta->epoch_world ? meta->epoch_world : meta->world_size);
 
   unsigned char *chunk = malloc(4 * CKPT_CHUNK);
   if (!chunk) return -1;
@@ -425,7 +433,8 @@ static int parse_header(const char *path, const unsigned char *buf, size_t size,
   }
   uint32_t hsize = get_u32(buf + 12), n_layers = get_u32(buf + 52);
   uint64_t want = CKPT_FIXED + 4 * ((uint64_t)n_layers + 1) + (version >= 2 ? CKPT_DATA_ID : 0) +
-                  (version >= 3 ? CKPT_STEPS : 0) + (version >= 4 ? CKPT_PIXELS : 0);
+                  (version >= 3 ? CKPT_STEPS : 0) + (version >= 4 ? CKPT_PIXELS : 0) +
+                  (version >= 5 ? CKPT_BATCH : 0);
   if (hsize != want) {
     set_err(err, err_len,
             "checkpoint '%s' is corrupt: header size %u does not match %u layers (expected %llu)", path,
@@ -474,6 +483,13 @@ static int parse_header(const char *path, const unsigned char *buf, size_t size,
     meta->grad_accum = get_u32(d + CKPT_DATA_ID + 4);
     meta->drop_last = get_u32(d + CKPT_DATA_ID + 8);
     meta->epoch_samples = get_u32(d + CKPT_DATA_ID + 12);
+    // before version 5, a run kept its world size: its global batch and epoch follow from it
+    meta->global_batch = meta->batch_size * meta->grad_accum * meta->world_size;
+    meta->epoch_world = meta->world_size;
+  }
+  if (version >= 5) {
+    meta->global_batch = get_u32(d + CKPT_DATA_ID + CKPT_STEPS + CKPT_PIXELS);
+    meta->epoch_world = get_u32(d + CKPT_DATA_ID + CKPT_STEPS + CKPT_PIXELS + 4);
   }
   return 0;
 }
@@ -523,6 +539,12 @@ static int check_step_counters(const char *path, const CkptMeta *meta, char *err
             "make %llu",
             path, meta->epoch_samples, meta->epoch_step, meta->batch_size, meta->grad_accum,
             (unsigned long long)want);
+    return -1;
+  }
+  // Version 5: the global batch and the epoch's world size (derived from the run's own before it)
+  if (meta->version >= 5 && (meta->global_batch == 0 || meta->epoch_world == 0 || meta->world_size == 0)) {
+    set_err(err, err_len, "checkpoint '%s' is corrupt: global batch %u, epoch world size %u, world size %u",
+            path, meta->global_batch, meta->epoch_world, meta->world_size);
     return -1;
   }
   return 0;

@@ -8,7 +8,8 @@
  * | --- | --- | --- |
  * | 0 | char[8] | magic `DDPCKPT` + NUL |
  * | 8 | u32 | format version (CKPT_VERSION) |
- * | 12 | u32 | header size (56 + 4 · (L + 1), + 24 from version 2, + 16 from version 3, + 4 from version 4) |
+ * | 12 | u32 | header size (56 + 4 · (L + 1), + 24 from version 2, + 16 from version 3, + 4 from version 4,
+ *   + 8 from version 5) |
  * | 16 | u32 | epochs completed |
  * | 20 | u32 | optimizer steps into the current epoch (0: saved at an epoch boundary) |
  * | 24 | u64 | global optimizer step |
@@ -21,13 +22,17 @@
  * | 60 + 4L | u32[6] | version 2: DataId (kind, train and test samples, features, classes, labels CRC) |
  * | 84 + 4L | u32[4] | version 3: batch size, grad_accum, drop_last, epoch's samples consumed per rank |
  * | 100 + 4L | u32 | version 4: DataId's pixels CRC (the train and test features) |
+ * | 104 + 4L | u32[2] | version 5: the global batch G (samples per step, all ranks together) and the world
+ *   size the current epoch's sample list was padded for (the cursor into it is epoch steps × G) |
  * | header size | f32[n] | parameters: for each layer, weight [out][in] then bias [out] |
  * | … | f32[n] | optimizer state (momentum buffer), same layout |
  * | … | u32 | CRC-32 (standard, as zlib's) of every preceding byte |
  *
- * Version 1 to 3 files are still read (a version 1 file does not say its data set, versions 1 and
+ * Version 1 to 4 files are still read (a version 1 file does not say its data set, versions 1 and
  * 2 do not say how the epoch was cut into steps, versions 1 to 3 do not record the pixels, so their
- * resume skips the pixel check); every file written is version 4.
+ * resume skips the pixel check; for a version 3 or 4 file the global batch and the epoch's world
+ * size are those of its own run, batch × accumulation × world size and the world size); every file
+ * written is version 5.
  *
  * Saving writes `PATH.tmp.PID` (PID: the saving process's id), flushes, fsyncs, renames it to PATH and
  * fsyncs the directory, so a crash never leaves a half-written file under the real name.
@@ -46,7 +51,7 @@ extern "C" {
 #endif
 
 /** @brief Current checkpoint format version. */
-#define CKPT_VERSION 4
+#define CKPT_VERSION 5
 
 /** @brief Everything in a checkpoint besides the float arrays. */
 typedef struct CkptMeta {
@@ -67,6 +72,12 @@ typedef struct CkptMeta {
   uint32_t drop_last;             ///< --drop_last: 1 when the sampler drops the tail, else 0
   uint32_t epoch_samples;         ///< samples of the current epoch consumed per rank: epoch_step ×
                                   ///< batch_size × grad_accum (0 at an epoch boundary)
+  uint32_t global_batch;          ///< G, samples per step over all ranks (0: ckpt_save() writes
+                                  ///< batch_size × grad_accum × world_size); a run that changed its world
+                                  ///< size keeps G (step 09), so G need not be that product
+  uint32_t epoch_world;           ///< the world size the current epoch's sample list was padded for
+                                  ///< (0: ckpt_save() writes world_size); the epoch's cursor is
+                                  ///< epoch_step × global_batch
 } CkptMeta;
 
 /**

@@ -79,6 +79,12 @@ static void require_same_epoch(const char *path, const CkptMeta *meta, const Ckp
         path, meta->epoch_step, meta->epoch + 1, (unsigned long long)have, meta->batch_size, meta->grad_accum,
         (unsigned long long)run, expect->batch_size, expect->grad_accum, flags, boundary);
   }
+  if (meta->global_batch != have * meta->world_size || meta->epoch_world != meta->world_size)
+    die(1,
+        "%s stopped %u steps into epoch %u of a run that changed its world size (global batch %u at %u "
+        "ranks, the epoch's samples laid out for %u): only a trainer that keeps the global batch (step "
+        "09) resumes it mid-epoch; resume from a checkpoint saved at an epoch's end",
+        path, meta->epoch_step, meta->epoch + 1, meta->global_batch, meta->world_size, meta->epoch_world);
   if (meta->drop_last != expect->drop_last)
     die(1,
         "%s stopped %u steps into epoch %u with --drop_last %s; this run has it %s (the rest of an "

@@ -204,6 +204,9 @@ CASES = [
     ("C20", "a mid-epoch checkpoint of format version 2 (which does not record the samples per step)",
      "05_metrics_ckpt", SMALL + ["--resume", "{d}/mid2.bin"], {}, 1, 1,
      ["{d}/mid2.bin", "format version 2", "samples per step", "epoch's end"]),
+    ("C22", "a mid-epoch checkpoint of a run that changed its world size (format version 5, step 09)",
+     "05_metrics_ckpt", SMALL + ["--resume", "{d}/midg.bin"], {}, 1, 1,
+     ["{d}/midg.bin", "changed its world size", "global batch 256 at 1 ranks", "step 09", "epoch's end"]),
     ("C21", "a checkpoint resumed on a copy of its images with one pixel changed (same labels)",
      "05_metrics_ckpt", IDX + ["--data_dir", "{d}/pixels_b", "--resume", "{d}/pixels.bin"], {}, 1, 1,
      ["{d}/pixels.bin", "trained on other data", "pixels crc"]),
@@ -368,9 +371,16 @@ def checkpoint(d):
     shutil.rmtree(f"{d}/ckm")
     mid = open(f"{d}/mid.bin", "rb").read()
     steps_at = 56 + 4 * (struct.unpack_from("<I", mid, 52)[0] + 1) + 24  # version 3's step fields
-    v2 = bytearray(mid[:steps_at] + mid[steps_at + 16 + 4:-4])  # as version 2 wrote it (no version 4 pixels CRC)
+    v2 = bytearray(mid[:steps_at] + mid[steps_at + 16 + 4 + 8:-4])  # as version 2 wrote it (no step fields,
+    # no version 4 pixels CRC, no version 5 global batch)
     v2[8:16] = struct.pack("<II", 2, steps_at)
     open(f"{d}/mid2.bin", "wb").write(bytes(v2) + struct.pack("<I", zlib.crc32(bytes(v2))))
+    # Version 5's global batch (the header's last 8 bytes: G, then the epoch's world size) of a run that
+    # went from 2 ranks to 1 and kept G = 2 x 128: not this run's 1 x 128.
+    hs = struct.unpack_from("<I", mid, 12)[0]
+    g = bytearray(mid[:-4])
+    g[hs - 8:hs] = struct.pack("<II", 256, 2)
+    open(f"{d}/midg.bin", "wb").write(bytes(g) + struct.pack("<I", zlib.crc32(bytes(g))))
     # Edits with a valid CRC: header offsets from common/ckpt/ckpt.h's table (epoch 16, steps into the
     # epoch 20, global step 24, header size 12), floats after the header.
     hsize = struct.unpack_from("<I", good, 12)[0]

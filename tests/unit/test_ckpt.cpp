@@ -87,11 +87,12 @@ struct Fixture {
 };
 
 // Header size of the 2-layer fixture: 56 + 4 * 3, then the data set's identity (6 x u32), then how
-// the epoch is cut into steps (4 x u32, version 3), then the pixels CRC (u32, version 4).
-constexpr size_t kHeader = 112;
-// The CRC of the fixture's version 4 file (Python's zlib.crc32 of its bytes agrees): the format,
+// the epoch is cut into steps (4 x u32, version 3), then the pixels CRC (u32, version 4), then the
+// global batch and the epoch's world size (2 x u32, version 5).
+constexpr size_t kHeader = 120;
+// The CRC of the fixture's version 5 file (Python's zlib.crc32 of its bytes agrees): the format,
 // CRC included, must not change without a new version.
-constexpr uint32_t kFixtureCrc = 0xff09d7a1u;
+constexpr uint32_t kFixtureCrc = 0x3563f1cdu;
 
 }  // namespace
 
@@ -206,6 +207,8 @@ TEST(Ckpt, LayoutIsLittleEndianAsDocumented) {
   EXPECT_EQ(u32(100), 1u);
   EXPECT_EQ(u32(104), 102u);
   EXPECT_EQ(u32(108), 0x5eedf00du);  // version 4: the DataId's pixels CRC
+  EXPECT_EQ(u32(112), 24u);          // version 5: the global batch, 3 x 2 x 4 ranks (the meta leaves it 0)
+  EXPECT_EQ(u32(116), 4u);           // and the world size the epoch was laid out for
   float second;
   uint32_t bits = u32(kHeader + 4);
   std::memcpy(&second, &bits, 4);
@@ -251,10 +254,11 @@ TEST(Ckpt, TruncationAtSeveralOffsets) {
   } cases[] = {
       {0, "too short for a header"},
       {30, "too short for a header"},                 // inside the fixed header
-      {60, "header needs 112 bytes, file has 60"},    // inside the layer sizes
-      {80, "header needs 112 bytes, file has 80"},    // inside the data set's identity
-      {100, "header needs 112 bytes, file has 100"},  // inside the step fields
-      {110, "header needs 112 bytes, file has 110"},  // inside the pixels CRC
+      {60, "header needs 120 bytes, file has 60"},    // inside the layer sizes
+      {80, "header needs 120 bytes, file has 80"},    // inside the data set's identity
+      {100, "header needs 120 bytes, file has 100"},  // inside the step fields
+      {110, "header needs 120 bytes, file has 110"},  // inside the pixels CRC
+      {116, "header needs 120 bytes, file has 116"},  // inside the global batch fields
       {kHeader, "truncated: expected"},               // no arrays at all
       {kHeader + 4 * n / 2, "truncated: expected"},   // inside params
       {kHeader + 4 * n + 12, "truncated: expected"},  // inside the optimizer state
@@ -319,7 +323,7 @@ TEST(Ckpt, WrongVersion) {
   fix_crc(b);  // only the version is wrong
   write_bytes(path, b);
   EXPECT_EQ(fx.load(path, &msg), -1);
-  EXPECT_NE(msg.find("format version 7, this program reads versions 1 to 4"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("format version 7, this program reads versions 1 to 5"), std::string::npos) << msg;
   EXPECT_NE(msg.find(path), std::string::npos) << msg;
 }
 
@@ -353,7 +357,7 @@ TEST(Ckpt, LayerCountOutOfRange) {
   ASSERT_EQ(fx.save(path, &msg), 0) << msg;
   auto b = read_bytes(path);
   put_u32(b, 52, 0);
-  put_u32(b, 12, 56 + 4 + 24 + 16 + 4);  // consistent with 0 layers, so the range check is what fails
+  put_u32(b, 12, 56 + 4 + 24 + 16 + 4 + 8);  // consistent with 0 layers, so the range check is what fails
   fix_crc(b);
   write_bytes(path, b);
   EXPECT_EQ(fx.load(path, &msg), -1);
@@ -440,7 +444,7 @@ TEST(Ckpt, VersionOneStillLoads) {
   std::string path = tmp_path("ckpt_v1.bin"), msg;
   ASSERT_EQ(fx.save(path, &msg), 0) << msg;
   auto b = read_bytes(path);
-  b.erase(b.begin() + 68, b.begin() + 112);  // version 1 has no DataId, step fields or pixels CRC
+  b.erase(b.begin() + 68, b.begin() + 120);  // version 1 has no DataId, step fields, pixels CRC, batch
   put_u32(b, 8, 1);
   put_u32(b, 12, 68);
   fix_crc(b);
@@ -463,7 +467,7 @@ TEST(Ckpt, VersionTwoStillLoads) {
   std::string path = tmp_path("ckpt_v2.bin"), msg;
   ASSERT_EQ(fx.save(path, &msg), 0) << msg;
   auto b = read_bytes(path);
-  b.erase(b.begin() + 92, b.begin() + 112);
+  b.erase(b.begin() + 92, b.begin() + 120);
   put_u32(b, 8, 2);
   put_u32(b, 12, 92);
   fix_crc(b);
@@ -488,7 +492,7 @@ TEST(Ckpt, VersionThreeStillLoadsWithoutThePixelCheck) {
   std::string path = tmp_path("ckpt_v3.bin"), msg;
   ASSERT_EQ(fx.save(path, &msg), 0) << msg;
   auto b = read_bytes(path);
-  b.erase(b.begin() + 108, b.begin() + 112);
+  b.erase(b.begin() + 108, b.begin() + 120);
   put_u32(b, 8, 3);
   put_u32(b, 12, 108);
   fix_crc(b);
@@ -500,12 +504,61 @@ TEST(Ckpt, VersionThreeStillLoadsWithoutThePixelCheck) {
   EXPECT_EQ(m.version, 3u);
   EXPECT_EQ(m.data.pixels_crc, 0u);
   EXPECT_EQ(m.epoch_samples, 102u);
+  EXPECT_EQ(m.global_batch, 24u);  // before version 5: its own run's, batch x accumulation x world size
+  EXPECT_EQ(m.epoch_world, 4u);
   Fixture other_labels;
   other_labels.meta.data.labels_crc ^= 1;
   EXPECT_EQ(other_labels.load(path, &msg), -1);
   EXPECT_NE(msg.find("labels crc abcdef01, pixels not recorded (format version 3))"), std::string::npos)
       << msg;
   EXPECT_NE(msg.find("labels crc abcdef00, pixels crc 5eedf00d"), std::string::npos) << msg;
+}
+
+// A version 4 file (no global batch) still loads: its global batch and epoch world size are its own
+// run's, which kept its world size.
+TEST(Ckpt, VersionFourStillLoadsWithItsRunsGlobalBatch) {
+  Fixture fx;
+  std::string path = tmp_path("ckpt_v4.bin"), msg;
+  ASSERT_EQ(fx.save(path, &msg), 0) << msg;
+  auto b = read_bytes(path);
+  b.erase(b.begin() + 112, b.begin() + 120);
+  put_u32(b, 8, 4);
+  put_u32(b, 12, 112);
+  fix_crc(b);
+  write_bytes(path, b);
+  CkptMeta m{};
+  ASSERT_EQ(fx.load(path, &msg, &m), 0) << msg;
+  EXPECT_EQ(m.version, 4u);
+  EXPECT_EQ(m.data.pixels_crc, 0x5eedf00du);
+  EXPECT_EQ(m.global_batch, 24u);
+  EXPECT_EQ(m.epoch_world, 4u);
+}
+
+// A run that changed its world size (step 09) records its own global batch and the epoch's world size,
+// which need not be batch x accumulation x world size; a zero in either is refused as corrupt.
+TEST(Ckpt, GlobalBatchOfAChangedWorldRoundTrips) {
+  Fixture fx;
+  fx.meta.world_size = 3;  // resumed at 3 ranks: G = 24 from the 4-rank run, the epoch laid out for 4
+  fx.meta.global_batch = 24;
+  fx.meta.epoch_world = 4;
+  std::string path = tmp_path("ckpt_v5.bin"), msg;
+  ASSERT_EQ(fx.save(path, &msg), 0) << msg;
+  CkptMeta m{};
+  Fixture at3;
+  at3.meta.world_size = 3;
+  ASSERT_EQ(at3.load(path, &msg, &m), 0) << msg;
+  EXPECT_EQ(m.world_size, 3u);
+  EXPECT_EQ(m.global_batch, 24u);
+  EXPECT_EQ(m.epoch_world, 4u);
+  for (size_t at : {112, 116}) {
+    auto b = read_bytes(path);
+    put_u32(b, at, 0);
+    fix_crc(b);
+    std::string bad = tmp_path("ckpt_v5_zero.bin");
+    write_bytes(bad, b);
+    EXPECT_EQ(at3.load(bad, &msg), -1) << at;
+    EXPECT_NE(msg.find("is corrupt: global batch"), std::string::npos) << msg;
+  }
 }
 
 // Version 3's step fields must be consistent: a batch or accumulation of 0, a drop_last other than
