@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Generates the step-to-step diffs that the docs show (CONTRIBUTING.md: docs show generated diffs, never
 # pasted code):
-#   docs/diffs/0N.diff   `git diff --no-index` of steps/0(N-1)_* -> steps/0N_*, for N = 2..8
+#   docs/diffs/0N.diff   `git diff --no-index` of steps/0(N-1)_* -> steps/0N_*, for N = 2..8, and of
+#                        steps/06_* -> steps/09_* (step 09 is made from step 06, not from 08)
 #   docs/0N_*.md         the +added/−removed table between <!-- diffstat:begin --> and
 #                        <!-- diffstat:end --> in the step's chapter
 #   docs/*.md            between <!-- include:FILE --> and <!-- include:end -->, a fenced copy of FILE
@@ -116,8 +117,11 @@ trap 'rm -rf "$out"' EXIT
 mkdir -p "$out/docs/diffs"
 problems=()
 
-for n in 2 3 4 5 6 7 8; do
-  from=$(step_dir $((n - 1)))
+# the step each is made from: the one before it, but 09 (live recovery) from 06 (DDP with buckets)
+base_of() { if [ "$1" -eq 9 ]; then echo 6; else echo $(($1 - 1)); fi; }
+
+for n in 2 3 4 5 6 7 8 9; do
+  from=$(step_dir "$(base_of "$n")")
   to=$(step_dir "$n")
   [ -n "$from" ] && [ -n "$to" ] || continue
   diff_name=0$n

@@ -56,9 +56,10 @@ static void resume_flags(char *buf, size_t len, const CkptMeta *meta, const Ckpt
 // Inside an epoch, the samples left are those of this epoch's shards (W ranks, drop_last) after the
 // steps taken (each of batch_size x grad_accum samples per rank): a run that cuts the epoch otherwise
 // would skip samples or repeat them, so each difference ends the job, naming both values.
-static void require_same_epoch(const char *path, const CkptMeta *meta, const CkptMeta *expect) {
+static void require_same_epoch(const char *path, const CkptMeta *meta, const CkptMeta *expect,
+                               bool any_world) {
   const char *boundary = "or from a checkpoint saved at an epoch's end";
-  if (meta->world_size != expect->world_size)
+  if (!any_world && meta->world_size != expect->world_size)
     die(1,
         "%s was saved %u steps into epoch %u at %u ranks: resume it at %u ranks (the rest of an "
         "epoch depends on the world size), or resume from a checkpoint saved at an epoch's end",
@@ -70,7 +71,7 @@ static void require_same_epoch(const char *path, const CkptMeta *meta, const Ckp
         path, meta->epoch_step, meta->epoch + 1, meta->version);
   uint64_t have = (uint64_t)meta->batch_size * meta->grad_accum;
   uint64_t run = (uint64_t)expect->batch_size * expect->grad_accum;
-  if (have != run) {
+  if (!any_world && have != run) {
     char flags[64];
     resume_flags(flags, sizeof flags, meta, expect);
     die(1,
@@ -79,7 +80,7 @@ static void require_same_epoch(const char *path, const CkptMeta *meta, const Ckp
         path, meta->epoch_step, meta->epoch + 1, (unsigned long long)have, meta->batch_size, meta->grad_accum,
         (unsigned long long)run, expect->batch_size, expect->grad_accum, flags, boundary);
   }
-  if (meta->global_batch != have * meta->world_size || meta->epoch_world != meta->world_size)
+  if (!any_world && (meta->global_batch != have * meta->world_size || meta->epoch_world != meta->world_size))
     die(1,
         "%s stopped %u steps into epoch %u of a run that changed its world size (global batch %u at %u "
         "ranks, the epoch's samples laid out for %u): only a trainer that keeps the global batch (step "
@@ -93,8 +94,8 @@ static void require_same_epoch(const char *path, const CkptMeta *meta, const Ckp
         expect->drop_last ? "on" : "off", meta->drop_last ? "with" : "without", boundary);
 }
 
-void ckpt_load_model(const char *path, const CkptMeta *expect, CkptMeta *meta, Mlp *m, Sgd *opt,
-                     const Ctx *c) {
+static void load_model(const char *path, const CkptMeta *expect, CkptMeta *meta, Mlp *m, Sgd *opt,
+                       const Ctx *c, bool any_world) {
   char err[512];
   size_t bytes = m->n_params * sizeof(float);
   float *params = mallocCheck(bytes), *state = mallocCheck(bytes);
@@ -102,13 +103,23 @@ void ckpt_load_model(const char *path, const CkptMeta *expect, CkptMeta *meta, M
   if (meta->seed != expect->seed)
     die(1, "%s was trained with --seed %llu; pass the same seed to resume", path,
         (unsigned long long)meta->seed);
-  if (meta->epoch_step > 0) require_same_epoch(path, meta, expect);
+  if (meta->epoch_step > 0) require_same_epoch(path, meta, expect, any_world);
   dev_upload(c, m->params, params, bytes);
   dev_upload(c, opt->buf, state, bytes);
   dev_sync(c);
   opt->steps = meta->optim_steps;
   free(state);
   free(params);
+}
+
+void ckpt_load_model(const char *path, const CkptMeta *expect, CkptMeta *meta, Mlp *m, Sgd *opt,
+                     const Ctx *c) {
+  load_model(path, expect, meta, m, opt, c, false);
+}
+
+void ckpt_load_model_any_world(const char *path, const CkptMeta *expect, CkptMeta *meta, Mlp *m, Sgd *opt,
+                               const Ctx *c) {
+  load_model(path, expect, meta, m, opt, c, true);
 }
 
 void ckpt_log_resume(const char *path, const CkptMeta *meta, int epochs) {

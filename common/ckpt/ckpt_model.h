@@ -78,6 +78,16 @@ void ckpt_load_model(const char *path, const CkptMeta *expect, CkptMeta *meta, M
                      const Ctx *c);
 
 /**
+ * @brief ckpt_load_model() for a trainer that keeps the global batch when its world size changes (step
+ * 09): a checkpoint saved inside an epoch resumes at any world size and any --batch_size, since the
+ * rest of the epoch is read from the file's cursor in blocks of its global batch (CkptMeta.global_batch,
+ * laid out for CkptMeta.epoch_world ranks); it must still record how the epoch was cut (format 3 on)
+ * and have the same --drop_last.
+ */
+void ckpt_load_model_any_world(const char *path, const CkptMeta *expect, CkptMeta *meta, Mlp *m, Sgd *opt,
+                               const Ctx *c);
+
+/**
  * @brief Prints (rank 0) where a run resumes, `resumed from PATH at epoch E, step S`, and when the
  * checkpoint has already completed @p epochs epochs or more, `warning: PATH has already completed E
  * epochs and --epochs is N: nothing to train (raise --epochs to go on)`.

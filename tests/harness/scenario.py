@@ -38,6 +38,7 @@ from tests.harness.launch import torchrun_cmd
 MODULES = ("exercises.checker.hints", "tests.integration.step01", "tests.integration.step02",
            "tests.integration.step03", "tests.integration.step04", "tests.integration.step05",
            "tests.integration.step06", "tests.integration.step07", "tests.integration.step08",
+           "tests.integration.step09",
            "tests.integration.launchers", "tests.integration.gloo", "tests.integration.docs",
            "tests.integration.probe_check", "tests.integration.store_check", "tests.integration.hooks_check",
            "tests.integration.canary_check", "tests.integration.fr_check",

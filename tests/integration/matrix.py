@@ -85,6 +85,7 @@ STEPS = [
     ("06_full", "replicas", True, True),
     ("07_zero", "replicas", True, True),
     ("08_fsdp", "replicas", True, True),
+    ("09_live", "replicas", True, True),
 ]
 
 # The settings of every run: small and fast (a 784-63-10 MLP, 50,095 parameters, a multiple of
