@@ -146,6 +146,7 @@ void comm_hook_free(CommHook *h) {
 bool comm_hook_divides(const CommHook *h) { return h->kind != COMM_HOOK_ALLREDUCE; }
 
 void comm_hook_run(CommHook *h, int bucket, float *grads, size_t offset, size_t count, DistWork *w) {
+  dist_lap_arrive(h->pg);               // --straggler: this rank's arrival, whichever hook communicates
   if (h->kind == COMM_HOOK_POWERSGD) {  // synchronous: nothing left in flight on w; its events and
     // fields only tell --trace what the hook did (its factors' all-reduces and the rest, one span)
     long long before = h->psgd.bytes;

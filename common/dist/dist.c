@@ -238,6 +238,13 @@ static void fr_done(uint64_t seq) {
   if (seq) flight_mark(seq, FLIGHT_DONE);
 }
 
+// A blocking collective that began at @p t0 is done: recorded, and its time is the lap's wait
+// (dist_lap(); on NCCL, where it only queues the collective, about 0).
+static void blocked(ProcessGroup *pg, uint64_t seq, double t0) {
+  pg->lap.wait_s += log_clock() - t0;
+  fr_done(seq);
+}
+
 // The ring is written when a collective fails too (check.h's last words for a failed MPI, NCCL or Gloo
 // call), not only when the watchdog ends the job.
 static void fr_last_words(const char *kind) {
@@ -272,8 +279,9 @@ void dist_all_reduce_at(const char *caller, ProcessGroup *pg, void *buf, size_t 
   if (n == 0 || solo(pg)) return;
   uint64_t seq = fr_start(pg, "all-reduce", type, &n, caller);
   if (!seq) return;
+  double t0 = log_clock();
   table(pg)->all_reduce(pg, buf, n, type, op);
-  fr_done(seq);
+  blocked(pg, seq, t0);
 }
 
 // ---- the sum canary (dist_verify_sum) ----------------------------------------------------------------
@@ -408,7 +416,7 @@ DistLap dist_lap(ProcessGroup *pg) {
 
 // A gradient collective starts: the first of the lap is this rank's arrival (after the test hook's
 // sleep, which stands for a slower backward).
-static void lap_arrive(ProcessGroup *pg) {
+void dist_lap_arrive(ProcessGroup *pg) {
   if (pg->lap.arrived > 0) return;
   pthread_once(&g_faults_once, read_test_faults);
   if (g_slow.rank == pg->rank) {
@@ -434,7 +442,7 @@ void dist_all_reduce_async_at(const char *caller, ProcessGroup *pg, void *buf, s
                               DistOp op, DistWork *w) {
   begin(pg, "dist_all_reduce_async");
   work_begin(w, "dist_all_reduce_async", "all-reduce", buf, n, type, op);
-  lap_arrive(pg);
+  dist_lap_arrive(pg);
   if (n == 0 || solo(pg) || !(w->seq = fr_start(pg, "all-reduce", type, &w->n, work_tag(w, caller)))) {
     work_done_now(pg, w);
   } else {
@@ -452,7 +460,7 @@ void dist_reduce_scatter_async_at(const char *caller, ProcessGroup *pg, void *se
                                   const size_t *counts, DistType type, DistOp op, DistWork *w) {
   begin(pg, "dist_reduce_scatter_async");
   work_begin(w, "dist_reduce_scatter_async", "reduce-scatter", recv, counts[pg->rank], type, op);
-  lap_arrive(pg);
+  dist_lap_arrive(pg);
   size_t total = dist_chunk_offset(counts, pg->world_size), size = dist_type_size(type);
   bool in_place = recv == (char *)send + dist_chunk_offset(counts, pg->rank) * size;
   if (!in_place && overlap(send, total * size, recv, w->n * size))
@@ -503,8 +511,9 @@ void dist_broadcast_at(const char *caller, ProcessGroup *pg, void *buf, size_t n
   if (n == 0 || solo(pg)) return;
   uint64_t seq = fr_start(pg, "broadcast", type, &n, caller);
   if (!seq) return;
+  double t0 = log_clock();
   table(pg)->broadcast(pg, buf, n, type, root);
-  fr_done(seq);
+  blocked(pg, seq, t0);
 }
 
 void dist_all_gather_at(const char *caller, ProcessGroup *pg, const void *send, void *recv, size_t n,
@@ -520,8 +529,9 @@ void dist_all_gather_at(const char *caller, ProcessGroup *pg, const void *send, 
   }
   uint64_t seq = fr_start(pg, "all-gather", type, &n, caller);
   if (!seq) return;
+  double t0 = log_clock();
   table(pg)->all_gather(pg, send, recv, n, type);
-  fr_done(seq);
+  blocked(pg, seq, t0);
 }
 
 void dist_all_gather_async_at(const char *caller, ProcessGroup *pg, const void *send, void *recv, size_t n,
@@ -548,8 +558,9 @@ void dist_barrier_at(const char *caller, ProcessGroup *pg) {
   size_t none = 0;
   uint64_t seq = fr_start(pg, "barrier", DIST_INT, &none, caller);
   if (!seq) return;
+  double t0 = log_clock();
   table(pg)->barrier(pg);
-  fr_done(seq);
+  blocked(pg, seq, t0);
 }
 
 void dist_group_start(ProcessGroup *pg) {

@@ -88,7 +88,8 @@ typedef struct DistLap {
   double start;    ///< when the lap began, log_clock() seconds
   double arrived;  ///< when this rank started its first gradient collective of the lap (an asynchronous
                    ///< all-reduce or reduce-scatter: the reducer's first bucket); 0 when none
-  double wait_s;   ///< seconds spent inside dist_wait() (on NCCL, where it only queues a wait: about 0)
+  double wait_s;   ///< seconds spent waiting for collectives: in dist_wait() and in the blocking ones
+                   ///< (on NCCL, where they only queue work: about 0)
 } DistLap;
 
 /** @brief A process group: this process's place in the job, and the communicator. */
@@ -242,6 +243,14 @@ long long dist_take_bytes(DistWork *works, int n);
  * @return the lap that ends now.
  */
 DistLap dist_lap(ProcessGroup *pg);
+
+/**
+ * @brief Notes that this rank starts its step's gradient communication now (the first call of a lap
+ * counts): what dist_all_reduce_async() and dist_reduce_scatter_async() do themselves, and what a
+ * communication hook that communicates synchronously (PowerSGD) calls (comm_hook.h). Sleeps first
+ * under the test hook `DDP_TEST_SLOW_RANK` (dist_lap()).
+ */
+void dist_lap_arrive(ProcessGroup *pg);
 
 /**
  * @brief Starts an all-reduce in place and returns at once, so that computation can go on meanwhile.

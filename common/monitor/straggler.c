@@ -67,9 +67,9 @@ static void report(Straggler *s, long long step) {
     const float *f = s->host + late * STRAGGLER_FIGS;
     log0(
         "straggler, steps %lld-%lld: rank %d arrives %.1f ms after the others (data %.1f + compute %.1f ms, "
-        "theirs %.1f ms); they wait %.1f ms per step for it, %.0f %% of the %.1f ms step\n",
-        s->first, step, late, late_ms, f[0], f[1], f[0] + f[1] - late_ms, wait_ms, 100 * late_ms / step_ms,
-        step_ms);
+        "theirs %.1f ms), %.0f %% of the %.1f ms step; they wait %.1f ms per step\n",
+        s->first, step, late, late_ms, f[0], f[1], f[0] + f[1] - late_ms, 100 * late_ms / step_ms, step_ms,
+        wait_ms);
   } else {
     log0(
         "straggler, steps %lld-%lld: no rank arrives late (the latest %.1f ms after the others, %.0f %% of "

@@ -1,12 +1,12 @@
 /**
  * @file
- * @brief The straggler report (`--straggler N`, steps 06–08): which rank makes the others wait.
+ * @brief The straggler report (`--straggler N`, steps 06–09): which rank makes the others wait.
  *
  * Step times cannot show a straggler: the gradient all-reduce inside backward is a barrier, so every
  * rank's step lasts as long as the slowest one's. What shows it is when each rank *arrives* at its
  * first gradient collective. Each step, every rank notes its data time (loader_batch()), its compute
- * time up to that arrival, and its wait inside the reducer (dist_wait()), all from the process
- * group's lap (dist_lap()). Every N steps one small all-gather brings each rank's medians over those
+ * time up to that arrival, and its wait in collectives (dist_wait() and the blocking ones), all from the
+ * process group's lap (dist_lap()). Every N steps one small all-gather brings each rank's medians over those
  * N steps to every rank, and rank 0 prints one line, e.g.
  * `straggler, steps 191-200: rank 1 arrives 50.2 ms after the others (data 0.1 + compute 57.0 ms,
  * against 6.8 ms); they wait 49.9 ms per step for it, 78 % of the 64.3 ms step`, or that no rank

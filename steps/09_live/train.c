@@ -239,7 +239,7 @@ static void save_checkpoint(Trainer *t, const char *dir, int epochs_done);      
 static int step_size(const Trainer *t) { return t->args.batch_size * t->args.grad_accum; }  // [accum]
 
 static long long steps_per_epoch(const Trainer *t) {  // [cursor] blocks of G of this epoch's list
-  return (sampler_total(&t->sampler, t->epoch_world) + t->global_batch - 1) / t->global_batch;
+  return ((long long)sampler_total(&t->sampler, t->epoch_world) + t->global_batch - 1) / t->global_batch;
 }
 
 static bool out_of_steps(const Trainer *t) {                                          // [fault]
@@ -313,11 +313,14 @@ static void resume(Trainer *t) {
   t->epoch0 = (int)meta.epoch;
   t->step = (long long)meta.step;
   t->epoch_step = (long long)meta.epoch_step;
-  t->global_batch = (int)meta.global_batch;  // [cursor] kept: the same steps per epoch at any world size
+  if (meta.global_batch) t->global_batch = (int)meta.global_batch;  // [cursor] kept, at any world size
   t->epoch_world = t->epoch_step > 0 ? (int)meta.epoch_world : t->world_size;  // [cursor]
-  if (t->global_batch < t->world_size)  // [cursor] a rank would never have a sample
-    die(1, "%s: %d samples per step for %d ranks", path, t->global_batch,
-        t->world_size);                       // [cursor]                       // [cursor]
+  if (t->epoch_step > 0 && (t->epoch_world > t->sampler.n ||  // [cursor] a position inside the epoch
+                            cursor(t) >= sampler_total(&t->sampler, t->epoch_world)))
+    die(1, "%s: position %lld of an epoch laid out for %d ranks is not inside its %d samples", path,
+        cursor(t), t->epoch_world, t->sampler.n);
+  if (t->global_batch && t->global_batch < t->world_size)  // [cursor] a rank would never have a sample
+    die(1, "%s: %d samples per step cannot be shared by %d ranks", path, t->global_batch, t->world_size);
   if ((int)meta.world_size != t->world_size)  // [cursor]
     log0("resharded: %u ranks saved it at position %lld of epoch %u (laid out for %d); %d ranks go on\n",
          meta.world_size, cursor(t), meta.epoch + 1, t->epoch_world, t->world_size);  // [cursor]

@@ -120,8 +120,7 @@ def ring_heads(folder):
 @scenario(processors=2, launchers=("launch",), timeout=240)
 def fr_freeze(tmp):
     """Rank 1 is stopped with SIGSTOP while the job trains: rank 0's watchdog ends the job, and the
-    analyzer names rank 1 as the one that did not arrive (frozen, never started, or no ring at all:
-    which one depends on where SIGSTOP caught it and on what the launcher does to a stopped rank)."""
+    analyzer names rank 1 as the rank that did not run, with how long."""
     p, tag = start_long(tmp)
     try:
         wait_steps(p, tmp)
@@ -134,7 +133,9 @@ def fr_freeze(tmp):
         p.wait()
         subprocess.run(["pkill", "-KILL", "-f", tag], check=False)  # a stopped rank the launcher left
     rc, out = analyze(tag)
-    named = any(w in out for w in ("rank 1 did not run", "rank 1 never started", "no ring from rank 1"))
+    # Both launchers let the stopped rank go on (SIGCONT) before they end it, and it writes its ring:
+    # the verdict must say that it did not run (its watchdog saw the gap in its ticks).
+    named = "rank 1 did not run" in out
     if rc != 3 or not named:
         raise Failure(f"SIGSTOP on rank 1: fr_analyze.py exited {rc} (want 3, naming rank 1):\n{out}\n"
                       + ring_heads(tag))

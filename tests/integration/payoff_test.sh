@@ -136,6 +136,11 @@ case $scenario in
     ;;
   blas)
     grep -qw avx2 /proc/cpuinfo || { echo "payoff_test: skipped: this CPU has no AVX2"; exit 77; }
+    if "$bin/01_single_gpu" --device cpu --data synthetic --dataset_size 128 --max_steps 1 --epochs 1 \
+        --save_interval 0 2>&1 | grep -q '^blas: none'; then
+      echo "payoff_test: skipped: a build without OpenBLAS (DDP_BLAS=none) has no kernel to fall back"
+      exit 77
+    fi
     export OPENBLAS_CORETYPE=Prescott
     start "$tmp/out" memory --quick --selftest
     want "it ends by itself (guard: 180 s)" finished "$pid" 180

@@ -50,8 +50,9 @@ def step09_resume_other_world(tmp):
     """A 3-rank run of step 09 stopped 4 steps into its first epoch resumes at 2 and at 4 ranks: the
     same global batch (96) and steps per epoch, bit-identical replicas, the reshard logged; at 4 ranks
     the epoch's last block (3 positions of a 483-sample list) leaves rank 3 without a sample, which
-    trains on a spare with weight 0. One step from that state agrees with the 3-rank run's within the
-    float32 error model (I1, I4)."""
+    trains on a spare with weight 0; the 2-rank run's own mid-epoch checkpoint resumes again at 4. One
+    step from that state at 2, 4 and 5 ranks (uneven shares, several micro-batches) agrees with the
+    3-rank run's within the float32 error model (I1, I4)."""
     for n in ("515", "483"):
         args = ["--dataset_size", n, "--save_interval", "1"]
         run("09_live", ARGS + args + ["--max_steps", "4", "--ckpt_dir", f"{tmp}/ck{n}"], np=3)
@@ -66,10 +67,23 @@ def step09_resume_other_world(tmp):
                 raise Failure(f"n {n}: resumed at {np} ranks, the replicas differ: {dig}")
             if "resharded: 3 ranks saved it at position 384 of epoch 1 (laid out for 3)" not in out:
                 raise Failure(f"n {n}: resumed at {np} ranks, no reshard line:\n{out}")
-        print(f"n {n}: resumed at 2 and 4 ranks: steps {full[0]}..{full[-1]} as at 3, replicas identical")
+        # A checkpoint saved after a reshard (2 ranks, mid-epoch at position 480, G 96, the epoch laid out
+        # for 3) resumes again, at 4 ranks, to the same end.
+        resumed(tmp, f"two{n}_", 2, start, args + ["--ckpt_dir", f"{tmp}/two{n}", "--max_steps", "5"])
+        steps, dig, out = resumed(tmp, f"again{n}_", 4, f"{tmp}/two{n}/checkpoint.bin",
+                                  args + ["--ckpt_dir", f"{tmp}/again{n}"])
+        if steps != full[1:] or len(set(dig)) != 1:
+            raise Failure(f"n {n}: a 2-rank checkpoint of a resharded run, resumed at 4 ranks, took steps {steps} "
+                          f"(want {full[1:]}), digests {dig}")
+        if "resharded: 2 ranks saved it at position 480 of epoch 1 (laid out for 3)" not in out:
+            raise Failure(f"n {n}: the second reshard was not logged:\n{out}")
+        print(f"n {n}: resumed at 2 and 4 ranks: steps {full[0]}..{full[-1]} as at 3, replicas identical; "
+              "again from the 2-rank run's checkpoint at 4")
     # One step from the 3-rank state at step 4, at 2 and 4 ranks against 3: 96 samples, up to 4
     # ranks, up to 2 micro-batches. Then the epoch's last block of 483 samples (3 positions) from step
     # 5: at 4 ranks, rank 3 has none and must add nothing (its spare's weight is 0).
-    sides = [("09_live", 2, [], None), ("09_live", 4, [], None)]
-    one_step_parity(tmp, "p", ("09_live", 3, [], None), sides, ARGS, 96 + 4 + 2, steps=(4,))
+    # At 5 ranks with micro-batches of 8 the shares are uneven (20, 19, 19, 19, 19) and each takes 3:
+    # every micro-batch weighted b/G.
+    sides = [("09_live", 2, [], None), ("09_live", 4, [], None), ("09_live", 5, ["--batch_size", "8"], None)]
+    one_step_parity(tmp, "p", ("09_live", 3, [], None), sides, ARGS, 96 + 5 + 3, steps=(4,))
     one_step_parity(tmp, "t", ("09_live", 3, [], None), sides, ARGS[:5] + ["483"] + ARGS[6:], 3 + 4 + 1, steps=(5,))

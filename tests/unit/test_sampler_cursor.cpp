@@ -3,6 +3,7 @@
 // epoch the blocks the ranks take still tile the epoch's list: no position lost, none taken twice.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
 extern "C" {
@@ -57,6 +58,45 @@ std::vector<int> taken(const Sampler &s, int G, int W0, long long cursor, int W1
     }
   }
   return count;
+}
+
+// What the ranks train on across a change of world size, through sampler_indices_from (what the
+// trainer uses): each rank of W0 takes its samples of the blocks before `cursor` (its first ones, as
+// many as its shares add up to), and each rank of W1 takes its samples from `cursor` on. Together they
+// must be the epoch's list, each position's sample as often as the list holds it.
+TEST(CursorSampler, WhatTheRanksTakeAcrossAChangeIsTheEpochsList) {
+  for (int n : {483, 515, 1000})
+    for (bool drop_last : {false, true})
+      for (int W0 : {2, 3, 4})
+        for (int W1 : {1, 2, 3, 4, 5}) {
+          Sampler s;
+          sampler_init(&s, n, W0, drop_last, 7);
+          sampler_set_epoch(&s, 2, W0);
+          int G = 32 * W0;
+          for (long long cursor : {0LL, (long long)G, 4LL * G}) {
+            std::vector<int> got;
+            for (int r = 0; r < W0; r++) {
+              int before = 0;
+              for (long long c = 0; c < cursor; c += G) before += sampler_share(&s, c, G, W0, r);
+              std::vector<int> idx(2 * n);
+              int k = sampler_indices_from(&s, 0, G, W0, r, idx.data());
+              ASSERT_GE(k, before);
+              got.insert(got.end(), idx.begin(), idx.begin() + before);
+            }
+            for (int r = 0; r < W1; r++) {
+              std::vector<int> idx(2 * n);
+              int k = sampler_indices_from(&s, cursor, G, W1, r, idx.data());
+              got.insert(got.end(), idx.begin(), idx.begin() + k);
+            }
+            std::vector<int> want;
+            for (int p = 0; p < s.total; p++) want.push_back(s.perm[p % n]);
+            std::sort(got.begin(), got.end());
+            std::sort(want.begin(), want.end());
+            ASSERT_EQ(got, want) << "n " << n << " drop_last " << drop_last << ", " << W0 << " -> " << W1
+                                 << " ranks at " << cursor;
+          }
+          sampler_free(&s);
+        }
 }
 
 TEST(CursorSampler, AChangeOfWorldSizeLosesAndRepeatsNoPosition) {
