@@ -30,8 +30,8 @@ def load_checkpoint(path):
         raise ValueError(f"{path}: CRC mismatch, the file is corrupt")
     names = "version header_size epoch epoch_step step seed world_size optim optim_steps n_layers"
     h = dict(zip(names.split(), struct.unpack_from("<4I2Q4I", data, 8)))
-    if h["version"] not in (1, 2, 3, 4):
-        raise ValueError(f"{path}: format version {h['version']}, this loader reads versions 1 to 4")
+    if h["version"] not in (1, 2, 3, 4, 5):
+        raise ValueError(f"{path}: format version {h['version']}, this loader reads versions 1 to 5")
     sizes = struct.unpack_from(f"<{h['n_layers'] + 1}I", data, 56)
     h["sizes"] = sizes
     if h["version"] >= 2:  # the data set trained on, after the layer sizes
@@ -42,6 +42,8 @@ def load_checkpoint(path):
         h["steps"] = dict(zip(fields, struct.unpack_from("<4I", data, 56 + 4 * len(sizes) + 24)))
     if h["version"] >= 4:  # the CRC of the pixels trained on, after the step fields
         h["data"]["pixels_crc"] = struct.unpack_from("<I", data, 56 + 4 * len(sizes) + 40)[0]
+    if h["version"] >= 5:  # the global batch and the world size the epoch was laid out for
+        h["global_batch"], h["epoch_world"] = struct.unpack_from("<2I", data, 56 + 4 * len(sizes) + 44)
     floats = torch.from_numpy(np.frombuffer(data, "<f4", offset=h["header_size"],
                                             count=(len(data) - 4 - h["header_size"]) // 4).copy())
     layers = []

@@ -27,9 +27,11 @@ def verify_checkpoint(path):
         return "bad magic"
     version, hsize = struct.unpack_from("<II", data, 8)
     n_layers = struct.unpack_from("<I", data, 52)[0]
-    # From version 2 the data's identity (24 bytes), from 3 the step fields (16), from 4 the pixels CRC (4).
-    want = 56 + 4 * (n_layers + 1) + sum(size for since, size in ((2, 24), (3, 16), (4, 4)) if version >= since)
-    if version not in (1, 2, 3, 4) or not 1 <= n_layers <= 16 or hsize != want or len(data) < hsize:
+    # From version 2 the data's identity (24 bytes), from 3 the step fields (16), from 4 the pixels CRC (4),
+    # from 5 the global batch and the epoch's world size (8).
+    want = 56 + 4 * (n_layers + 1) + sum(size for since, size in ((2, 24), (3, 16), (4, 4), (5, 8))
+                                         if version >= since)
+    if version not in (1, 2, 3, 4, 5) or not 1 <= n_layers <= 16 or hsize != want or len(data) < hsize:
         return f"bad header (version {version}, header size {hsize}, {n_layers} layers)"
     sizes = struct.unpack_from(f"<{n_layers + 1}I", data, 56)
     n = sum(sizes[i] * sizes[i + 1] + sizes[i + 1] for i in range(n_layers))
