@@ -234,9 +234,17 @@ def digest(text):
     return found[-1] if found else None
 
 
+# The drills' --timeout: a kill during start-up can leave the other ranks waiting in MPI_Init's fence when
+# Open MPI fails to abort them (seen twice in -j4 suites: "PMIX ERROR: UNREACHABLE", the job still running
+# 300 s later); the watchdog then ends them after --timeout, restart.sh starts the next attempt, and the
+# drill goes on. 30 s is far above any wait of these runs (their steps take milliseconds; the slowest,
+# preempt_slow_save, holds a barrier 8.5 s) and far below the drills' 300 s.
+DRILL_TIMEOUT = ["--timeout", "30"]
+
+
 def mpi_cmd(a, step, np, args, ckdir):
-    return [a.mpiexec, "-np", str(np), os.path.join(a.bin_dir, step), "--device", "cpu"] + args + a.hook + [
-        "--resume", "auto", "--ckpt_dir", ckdir]
+    return [a.mpiexec, "-np", str(np), os.path.join(a.bin_dir, step), "--device", "cpu"] + args + a.hook + \
+        DRILL_TIMEOUT + ["--resume", "auto", "--ckpt_dir", ckdir]
 
 
 def reference(a, work, step, np, args):
