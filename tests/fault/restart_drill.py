@@ -199,29 +199,42 @@ def drill_torchrun(a, work):
         print("SKIP: torchrun is not installed (pip install torch): the torchrun --max-restarts drill did not run")
         return 77
     ref = reference(a, work, a.step, 1, SMALL)
-    ck = os.path.join(work, "torchrun")
-    # --monitor_interval 0.2: the agent notices the killed worker within 0.2 s instead of 5 (its default)
-    # torchrun_rendezvous: a free port (a plain torchrun's 29500 is every other torchrun's too)
-    cmd = [torchrun, *torchrun_rendezvous(), "--nproc_per_node", "1", "--max_restarts", "3",
-           "--monitor_interval", "0.2",
-           "--redirects", "2", "--tee", "1",
-           "--no_python", os.path.join(a.bin_dir, a.step), "--device", "cpu"] + SMALL + [
-               "--resume", "auto", "--ckpt_dir", ck]
-    job = Job(cmd, ck, work)
-    try:
-        if not job.wait_for(" step 20/", 120):
-            raise Failure(f"no progress line for step 20:\n{job.text()[-2000:]}")
-        worker = [p for p in job.tagged() if p != job.p.pid]
-        worker = [p for p in worker if open(f"/proc/{p}/cmdline", "rb").read().startswith(
-            os.path.join(a.bin_dir, a.step).encode())]
-        if not worker:
-            raise Failure("could not find torchrun's worker")
-        os.kill(worker[0], signal.SIGKILL)
-        rc = job.wait(300)
-    finally:
-        job.stop()
-    if job.text().count("global batch:") < 2:
-        raise Failure(f"torchrun did not restart the worker:\n{job.text()[-3000:]}")
+    for attempt in range(3):
+        ck = os.path.join(work, f"torchrun-{attempt}")
+        # --monitor_interval 0.2: the agent notices the killed worker within 0.2 s instead of 5 (its default)
+        # torchrun_rendezvous: a free port (a plain torchrun's 29500 is every other torchrun's too)
+        cmd = [torchrun, *torchrun_rendezvous(), "--nproc_per_node", "1", "--max_restarts", "3",
+               "--monitor_interval", "0.2",
+               "--redirects", "2", "--tee", "1",
+               "--no_python", os.path.join(a.bin_dir, a.step), "--device", "cpu"] + SMALL + [
+                   "--resume", "auto", "--ckpt_dir", ck]
+        job = Job(cmd, ck, work)
+        killed = False
+        try:
+            if not job.wait_for(" step 20/", 120):
+                raise Failure(f"no progress line for step 20:\n{job.text()[-2000:]}")
+            for p in [p for p in job.tagged() if p != job.p.pid]:
+                try:
+                    with open(f"/proc/{p}/cmdline", "rb") as f:
+                        if not f.read().startswith(os.path.join(a.bin_dir, a.step).encode()):
+                            continue
+                    os.kill(p, signal.SIGKILL)
+                    killed = True
+                    break
+                except (OSError, ProcessLookupError):  # it ended meanwhile
+                    continue
+            rc = job.wait(300)
+        finally:
+            job.stop()
+        if job.text().count("global batch:") >= 2:
+            break
+        if killed and "done:" not in job.text():
+            raise Failure(f"torchrun did not restart the worker:\n{job.text()[-3000:]}")
+        # The worker's 128 steps of a few milliseconds ended before the kill landed (a busy machine, and
+        # torchrun's tee between the line and this process): nothing was tested; again (dev/soak.sh counts).
+        print("RETRY: torchrun: the worker had ended before the kill: drilled again", flush=True)
+    else:
+        raise Failure("three times the worker ended before the kill at step 20: the machine is too busy for the drill")
     if rc != 0 or digest(job.text()) != ref:
         raise Failure(f"torchrun --max-restarts: exit {rc}, digest {digest(job.text())}, uninterrupted {ref}")
     print(f"  torchrun --max-restarts 3, the worker SIGKILLed at step 20: digest {ref} as uninterrupted")
