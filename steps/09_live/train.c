@@ -238,9 +238,11 @@ static double evaluate(Trainer *t) {
 static void save_checkpoint(Trainer *t, const char *dir, int epochs_done);                  // [fault] below
 static int step_size(const Trainer *t) { return t->args.batch_size * t->args.grad_accum; }  // [accum]
 
-static long long steps_per_epoch(const Trainer *t) {  // [cursor] blocks of G of this epoch's list
-  return ((long long)sampler_total(&t->sampler, t->epoch_world) + t->global_batch - 1) / t->global_batch;
+static long long steps_for(const Trainer *t, int world) {  // [cursor] an epoch laid out for `world` ranks
+  return ((long long)sampler_total(&t->sampler, world) + t->global_batch - 1) / t->global_batch;
 }
+
+static long long steps_per_epoch(const Trainer *t) { return steps_for(t, t->epoch_world); }  // [cursor]
 
 static bool out_of_steps(const Trainer *t) {                                          // [fault]
   return (t->args.max_steps > 0 && t->step >= t->args.max_steps) || t->preempt.stop;  // [fault] or preempted
@@ -341,6 +343,8 @@ static void train(Trainer *t) {
   trace_open(&t->trace, &t->ctx, &t->model, t->args.trace, t->rank, t->world_size);  // [trace]
   straggler_init(&t->straggler, t->args.straggler, &t->pg, &t->train, &t->metrics);  // [trace]
   long long total = t->step + (t->args.epochs - t->epoch0) * steps_per_epoch(t) - t->epoch_step;
+  if (t->epoch0 < t->args.epochs)  // [cursor] the later epochs are laid out for this world size
+    total += (t->args.epochs - t->epoch0 - 1) * (steps_for(t, t->world_size) - steps_per_epoch(t));
   loss_log_init(&t->losses, &t->ctx, &t->metrics, t->args.log_interval, t->args.epochs, t->step, total,
                 t->clip.norm);  // --clip_grad_norm: each step record gets the step's grad_norm
   if (t->args.save_init) save_checkpoint(t, t->args.save_init, t->epoch0);  // the state to start from

@@ -79,6 +79,15 @@ def step09_resume_other_world(tmp):
             raise Failure(f"n {n}: the second reshard was not logged:\n{out}")
         print(f"n {n}: resumed at 2 and 4 ranks: steps {full[0]}..{full[-1]} as at 3, replicas identical; "
               "again from the 2-rank run's checkpoint at 4")
+    # The epoch after a reshard is laid out for the new world size: 480 samples at 3 ranks make 5 blocks
+    # of 96, at 7 ranks a list of 483, 6 blocks. Resumed at 7 two steps into the first epoch, the run
+    # ends after 5 + 6 = 11 steps, and its progress line counts to 11 (not 10).
+    args = ["--dataset_size", "480", "--save_interval", "1", "--log_interval", "1"]
+    run("09_live", ARGS + args + ["--max_steps", "2", "--ckpt_dir", f"{tmp}/ck480"], np=3)
+    steps, dig, out = resumed(tmp, "seven_", 7, f"{tmp}/ck480/checkpoint.bin", args + ["--ckpt_dir", f"{tmp}/s480"])
+    if steps != list(range(3, 12)) or len(set(dig)) != 1 or "step 11/11 " not in out:
+        raise Failure(f"480 samples resumed at 7 ranks after 2 steps: steps {steps} (want 3..11), digests {dig}, "
+                      f"progress lines:\n" + "\n".join(l for l in out.splitlines() if " step " in l))
     # One step from the 3-rank state at step 4, at 2 and 4 ranks against 3: 96 samples, up to 4
     # ranks, up to 2 micro-batches. Then the epoch's last block of 483 samples (3 positions) from step
     # 5: at 4 ranks, rank 3 has none and must add nothing (its spare's weight is 0).
