@@ -86,11 +86,27 @@ for ((r = 0; r < n; r++)); do
   RANK=$r LOCAL_RANK=$r "$@" &
   pids+=($!)
 done
+# The first rank to fail stops the others. `wait -n -p` says which rank ended; when it finds none left
+# (127), the ranks that ended together were taken off bash's job table before it looked (a
+# non-interactive shell does that), and `wait PID` still has each one's status.
 status=0
-for ((left = n; left > 0; left--)); do
-  wait -n
+declare -A ended=()
+while ((${#ended[@]} < n)); do
+  who=""
+  wait -n -p who
   rc=$?
-  if [ $rc -ne 0 ] && [ $status -eq 0 ]; then
+  if [ -z "$who" ]; then
+    for pid in "${pids[@]}"; do
+      [ -n "${ended[$pid]:-}" ] && continue
+      wait "$pid"
+      rc=$?
+      ended[$pid]=1
+      [ $rc -ne 0 ] && break
+    done
+  else
+    ended[$who]=1
+  fi
+  if [ $rc -ne 0 ]; then
     status=$rc
     echo "$0: a rank exited with status $rc; stopping the others" >&2
     stop_ranks
