@@ -86,25 +86,20 @@ for ((r = 0; r < n; r++)); do
   RANK=$r LOCAL_RANK=$r "$@" &
   pids+=($!)
 done
-# The first rank to fail stops the others. `wait -n -p` says which rank ended; when it finds none left
-# (127), the ranks that ended together were taken off bash's job table before it looked (a
-# non-interactive shell does that), and `wait PID` still has each one's status.
+# The first rank to fail stops the others. When `wait -n` finds no child left to report (127) before
+# every rank was reported, ranks that ended together were taken off bash's job table before it looked
+# (a non-interactive shell does that); `wait PID` still has each one's status (and a rank that really
+# exited with 127, a program not found, still reads 127 there).
 status=0
-declare -A ended=()
-while ((${#ended[@]} < n)); do
-  who=""
-  wait -n -p who
+for ((left = n; left > 0; left--)); do
+  wait -n
   rc=$?
-  if [ -z "$who" ]; then
+  if [ $rc -eq 127 ]; then
+    rc=0
     for pid in "${pids[@]}"; do
-      [ -n "${ended[$pid]:-}" ] && continue
-      wait "$pid"
-      rc=$?
-      ended[$pid]=1
-      [ $rc -ne 0 ] && break
+      wait "$pid" || { rc=$?; break; }
     done
-  else
-    ended[$who]=1
+    left=1  # every rank has ended
   fi
   if [ $rc -ne 0 ]; then
     status=$rc
