@@ -16,7 +16,6 @@ void sampler_init(Sampler *s, int n, int world_size, bool drop_last, uint64_t se
   s->drop_last = drop_last;
   s->seed = seed;
   s->epoch = 0;
-  s->world = world_size;
   s->total = 0;
   s->perm = mallocCheck((size_t)n * sizeof *s->perm);
 }
@@ -28,7 +27,6 @@ int sampler_total(const Sampler *s, int world) {
 void sampler_set_epoch(Sampler *s, int epoch, int world) {
   if (world < 1 || world > s->n) die(1, "sampler_set_epoch: %d ranks for %d samples", world, s->n);
   s->epoch = epoch;
-  s->world = world;
   s->total = sampler_total(s, world);
   rng_permutation(s->perm, s->n, s->seed + (uint64_t)epoch);
 }

@@ -22,7 +22,6 @@ typedef struct Sampler {
   bool drop_last;  // truncate instead of padding
   uint64_t seed;   // base seed; epoch e shuffles with seed + e
   int epoch;       // set by sampler_set_epoch()
-  int world;       // W_e: the world size this epoch's list is laid out for
   int total;       // positions in this epoch's list: N padded (or truncated) to a multiple of W_e
   int *perm;       // (n): this epoch's permutation, the same on every rank
 } Sampler;

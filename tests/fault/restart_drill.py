@@ -203,7 +203,12 @@ def drill_torchrun(a, work):
         ck = os.path.join(work, f"torchrun-{attempt}")
         # --monitor_interval 0.2: the agent notices the killed worker within 0.2 s instead of 5 (its default)
         # torchrun_rendezvous: a free port (a plain torchrun's 29500 is every other torchrun's too)
-        cmd = [torchrun, *torchrun_rendezvous(), "--nproc_per_node", "1", "--max_restarts", "3",
+        # DDP_TEST_SLOW_RANK paces the worker (25 ms before each step's gradient all-reduce; the arithmetic
+        # is the reference's): its 128 steps of a few ms ended before the kill at step 20 could land on a
+        # busy machine (torchrun's tee stands between the line and this process); now 108 steps, 2.7 s,
+        # are left after the line.
+        cmd = ["env", "DDP_TEST_SLOW_RANK=0:25", torchrun, *torchrun_rendezvous(), "--nproc_per_node", "1",
+               "--max_restarts", "3",
                "--monitor_interval", "0.2",
                "--redirects", "2", "--tee", "1",
                "--no_python", os.path.join(a.bin_dir, a.step), "--device", "cpu"] + SMALL + [
@@ -230,8 +235,8 @@ def drill_torchrun(a, work):
             break
         if killed and "done:" not in job.text():
             raise Failure(f"torchrun did not restart the worker:\n{job.text()[-3000:]}")
-        # The worker's 128 steps of a few milliseconds ended before the kill landed (a busy machine, and
-        # torchrun's tee between the line and this process): nothing was tested; again (dev/soak.sh counts).
+        # Still, a machine busy enough can let the run end before the kill lands: nothing was tested;
+        # again (dev/soak.sh counts these lines).
         print("RETRY: torchrun: the worker had ended before the kill: drilled again", flush=True)
     else:
         raise Failure("three times the worker ended before the kill at step 20: the machine is too busy for the drill")
@@ -369,7 +374,7 @@ DRILLS = {"kill": drill_kill, "save": drill_save, "startup": drill_startup, "pre
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("drill", choices=sorted(DRILLS))
-    ap.add_argument("--step", default="06_full", choices=["06_full", "07_zero", "08_fsdp"])
+    ap.add_argument("--step", default="06_full", choices=["06_full", "07_zero", "08_fsdp", "09_live"])
     ap.add_argument("--np", type=int, default=2)
     ap.add_argument("--seeds", default="1", help="comma-separated seeds of the kill points (default 1)")
     ap.add_argument("--bin_dir", default=os.environ.get("DDP_BIN_DIR", "build/bin"))

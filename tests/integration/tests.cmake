@@ -201,6 +201,7 @@ ddp_fault(kill_06_np2 kill --step 06_full --np 2 --seeds 1,2)
 ddp_fault(kill_06_np3 kill --step 06_full --np 3 --seeds 3,4)
 ddp_fault(kill_07_np2 kill --step 07_zero --np 2 --seeds 5,6)
 ddp_fault(kill_07_np3 kill --step 07_zero --np 3 --seeds 7,8)
+ddp_fault(kill_09_np3 kill --step 09_live --np 3 --seeds 12,13)
 ddp_fault(kill_while_saving save --step 06_full --np 2)
 # PowerSGD's per-rank state beside each checkpoint: a kill (at a drawn step, or of rank 0 while it writes
 # the checkpoint) must leave a checkpoint whose states all exist, so that the restart resumes it exactly
