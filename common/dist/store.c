@@ -693,7 +693,8 @@ static void client_connect(Store *s) {
     die(1, "cannot read the local address of the connection to the rendezvous store");
 }
 
-Store *store_init(const char *host, int port, int rank, int world_size, double timeout_s) {
+// A client of the server at host:port; with @p serve, this process starts the server first.
+static Store *store_open(const char *host, int port, int rank, int world_size, double timeout_s, bool serve) {
   Store *s = mallocCheck(sizeof *s);
   size_t n = strlen(host);
   bool bracketed = n >= 2 && host[0] == '[' && host[n - 1] == ']';
@@ -702,9 +703,17 @@ Store *store_init(const char *host, int port, int rank, int world_size, double t
   s->rank = rank;
   s->world_size = world_size;
   s->timeout = timeout_s;
-  if (rank == 0) s->server = server_start(s->host, port, world_size);
+  s->server = serve ? server_start(s->host, port, world_size) : NULL;
   client_connect(s);
   return s;
+}
+
+Store *store_init(const char *host, int port, int rank, int world_size, double timeout_s) {
+  return store_open(host, port, rank, world_size, timeout_s, rank == 0);
+}
+
+Store *store_connect(const char *host, int port, int rank, int world_size, double timeout_s) {
+  return store_open(host, port, rank, world_size, timeout_s, false);
 }
 
 // How many connections the server has turned away (turn_away()).
@@ -810,6 +819,11 @@ void store_agree(Store *s, const char *name, const char *value, const char *hint
 }
 
 const char *store_local_address(const Store *s) { return s->local; }
+
+void store_close(Store *s) {
+  close(s->fd);
+  free(s);
+}
 
 void store_free(Store *s, const char *prefix) {
   char key[MAX_KEY];

@@ -62,6 +62,25 @@ typedef struct Store Store;
 Store *store_init(const char *host, int port, int rank, int world_size, double timeout_s);
 
 /**
+ * @brief Joins a store that another process serves (the lighthouse's, tools/lighthouse.c), as a client
+ * only: store_init() without the server, whatever @p rank is. Leave with store_close().
+ * @param[in] host       the server's host name or address.
+ * @param[in] port       its TCP port.
+ * @param[in] rank       this process's rank (named in messages; store_agree() compares with rank 0's).
+ * @param[in] world_size number of ranks meeting there.
+ * @param[in] timeout_s  longest wait of any call, seconds (> 0).
+ * @return the store, never NULL.
+ */
+Store *store_connect(const char *host, int port, int rank, int world_size, double timeout_s);
+
+/**
+ * @brief Closes a store_connect() client's connection, without store_free()'s barrier (the server
+ * outlives every client).
+ * @param[in] s the store (freed).
+ */
+void store_close(Store *s);
+
+/**
  * @brief Sets @p key to @p n bytes at @p value. Ends the job when the key is already set.
  * @param[in] s     the store.
  * @param[in] key   NUL-terminated key.
