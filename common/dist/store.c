@@ -1,4 +1,5 @@
-// store.c: the rendezvous key-value store of store.h (server thread on rank 0, blocking clients).
+// store.c: the rendezvous key-value store of store.h (server threads on rank 0 or in the lighthouse,
+// blocking clients).
 #define _POSIX_C_SOURCE 200809L
 #include "store.h"
 
@@ -87,7 +88,7 @@ static bool recv_u32(int fd, uint32_t *v) {
   return true;
 }
 
-// ---- the server (rank 0) ----------------------------------------------------------------------------
+// ---- the server (rank 0, or the lighthouse) -----------------------------------------------------------
 
 typedef struct Entry {
   char *key;
@@ -95,7 +96,8 @@ typedef struct Entry {
   uint32_t n;
 } Entry;
 
-typedef struct Server {
+typedef struct StoreServer {  // store.h's StoreServer
+  const char *who;            // who serves it, in messages: "rank 0", "lighthouse"
   int listen_fd;
   pthread_t acceptor;
   pthread_mutex_t lock;    // guards everything below
@@ -151,14 +153,14 @@ static void grow(Server *sv) {
   if (sv->count == sv->cap) {
     sv->cap = sv->cap ? 2 * sv->cap : 64;
     Entry *grown = realloc(sv->entries, sv->cap * sizeof *grown);
-    if (!grown) die(1, "rank 0: out of memory in the rendezvous store");
+    if (!grown) die(1, "%s: out of memory in the rendezvous store", sv->who);
     sv->entries = grown;
   }
   if (2 * (sv->count + 1) > sv->index_size) {
     free(sv->index);
     sv->index_size = sv->index_size ? 2 * sv->index_size : 128;
     sv->index = calloc(sv->index_size, sizeof *sv->index);
-    if (!sv->index) die(1, "rank 0: out of memory in the rendezvous store");
+    if (!sv->index) die(1, "%s: out of memory in the rendezvous store", sv->who);
     for (size_t i = 0; i < sv->count; i++) index_put(sv, i);
   }
 }
@@ -188,15 +190,22 @@ static char server_set(Server *sv, Conn *c, char *key, uint32_t kn, char *value,
   return reply;
 }
 
-// '+' u32 n, then the n bytes, in one send (several small ones would wait on delayed ACKs).
-static bool send_value(int fd, char tag, const char *value, uint32_t n) {
+// The reply @p tag u32 n, then the n bytes, as one buffer to send at once (several small sends would
+// wait on delayed ACKs); NULL when out of memory.
+static char *reply_value(char tag, const char *value, uint32_t n) {
   char *b = malloc((size_t)n + 5);
-  if (!b) return false;
+  if (!b) return NULL;
   uint32_t be = htonl(n);
   b[0] = tag;
   memcpy(b + 1, &be, 4);
   memcpy(b + 5, value, n);
-  bool ok = send_all(fd, b, (size_t)n + 5);
+  return b;
+}
+
+// Sends a reply_value() buffer of @p n bytes of value and frees it; false when it is NULL or the peer
+// is gone.
+static bool send_reply(int fd, char *b, uint32_t n) {
+  bool ok = b && send_all(fd, b, (size_t)n + 5);
   free(b);
   return ok;
 }
@@ -215,15 +224,14 @@ static bool server_get(Server *sv, int fd, const char *key, uint32_t timeout_ms)
   int err = 0;
   while (!(e = find(sv, key)) && !sv->stopping && !sv->abort_reason && err != ETIMEDOUT)
     err = pthread_cond_timedwait(&sv->changed, &sv->lock, &until);
-  // Entries and the reason are never removed or changed until the server is freed: answer unlocked.
+  // The reply is copied under the lock (store_server_drop_prefix() frees entries) and sent unlocked.
   const char *reason = sv->abort_reason;
   bool stopped = !e && sv->stopping;
-  uint32_t n = e ? e->n : 0;
-  const char *value = e ? e->value : NULL;
+  uint32_t n = reason ? (uint32_t)strlen(reason) : e ? e->n : 0;
+  char *reply = reason ? reply_value('X', reason, n) : e ? reply_value('+', e->value, n) : NULL;
   pthread_mutex_unlock(&sv->lock);
-  if (reason) return send_value(fd, 'X', reason, (uint32_t)strlen(reason));
-  if (!value) return send_all(fd, stopped ? "E" : "-", 1);
-  return send_value(fd, '+', value, n);
+  if (!reason && !e) return send_all(fd, stopped ? "E" : "-", 1);
+  return send_reply(fd, reply, n);
 }
 
 // Aborts the job (the first reason stays); every get, waiting or to come, answers with the reason.
@@ -385,8 +393,9 @@ static void turn_away(Server *sv, int fd, Closing *c) {
              "program on the port?)",
              slots);
   else
-    snprintf(reason, sizeof reason, "rank 0 could not start a thread for the connection");
-  if (first) fprintf(stderr, "warning: rank 0: the rendezvous store turned a connection away: %s\n", reason);
+    snprintf(reason, sizeof reason, "%s could not start a thread for the connection", sv->who);
+  if (first)
+    fprintf(stderr, "warning: %s: the rendezvous store turned a connection away: %s\n", sv->who, reason);
   char b[sizeof reason + 5];
   uint32_t n = (uint32_t)strlen(reason), be = htonl(n);
   b[0] = 'B';
@@ -431,7 +440,7 @@ static void *accept_clients(void *arg) {
     p[c.n] = (struct pollfd){.fd = sv->listen_fd, .events = POLLIN};
     int ready = poll(p, (nfds_t)c.n + 1, wait_ms);
     if (ready < 0 && errno != EINTR)
-      die(1, "rank 0: the rendezvous store's poll failed: %s", strerror(errno));
+      die(1, "%s: the rendezvous store's poll failed: %s", sv->who, strerror(errno));
     bool listener = ready > 0 && p[c.n].revents;
     if (c.n) closing_drain(&c, p);
     if (!listener) continue;
@@ -454,8 +463,8 @@ static void *accept_clients(void *arg) {
       // Out of descriptors (EMFILE, ENFILE) or memory (ENOBUFS, ENOMEM), or anything else: wait for
       // some to be freed and try again; the ranks' connections wait in the backlog meanwhile.
       if (!warned)
-        fprintf(stderr, "warning: rank 0: the rendezvous store cannot accept a connection: %s (retrying)\n",
-                strerror(e));
+        fprintf(stderr, "warning: %s: the rendezvous store cannot accept a connection: %s (retrying)\n",
+                sv->who, strerror(e));
       warned = true;
       sleep_s(ACCEPT_PAUSE_S);
       continue;
@@ -497,11 +506,10 @@ static int bind_listen(int family, const struct sockaddr *a, socklen_t len, bool
   return fd;
 }
 
-static _Noreturn void cannot_listen(int port) {
-  die(1,
-      "rank 0: cannot listen on port %d for the rendezvous store: %s (the port is MASTER_PORT + 1, "
-      "or DDP_NCCL_PORT: choose a free one)",
-      port, strerror(errno));
+// @p who serves the store ("rank 0", "the lighthouse"); @p port_is says where the port comes from.
+static _Noreturn void cannot_listen(const char *who, int port, const char *port_is) {
+  die(1, "%s: cannot listen on port %d for the rendezvous store: %s (the port is %s: choose a free one)", who,
+      port, strerror(errno), port_is);
 }
 
 // A socket listening on @p port at the address @p host (MASTER_ADDR) resolves to, when that is an
@@ -509,7 +517,8 @@ static _Noreturn void cannot_listen(int port) {
 // the ranks need. A name of this machine that resolves to a loopback address here (Debian maps the
 // host name to 127.0.1.1) but is not localhost, or an address that is not this machine's (behind
 // NAT), gives every address instead: IPv6 with IPv4 mapped in, or IPv4 only where there is no IPv6.
-static int listen_on(const char *host, int port) {
+// An empty @p host (the lighthouse's --host "") asks for every address.
+static int listen_on(const char *host, int port, const char *who, const char *port_is) {
   char service[16];
   snprintf(service, sizeof service, "%d", port);
   struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
@@ -517,11 +526,11 @@ static int listen_on(const char *host, int port) {
   bool named = getaddrinfo(host, service, &(struct addrinfo){.ai_flags = AI_NUMERICHOST}, &numeric) != 0;
   if (numeric) freeaddrinfo(numeric);
   int fd = -1;
-  if (getaddrinfo(host, service, &hints, &list) == 0) {
+  if (host[0] && getaddrinfo(host, service, &hints, &list) == 0) {
     for (struct addrinfo *a = list; a && fd < 0; a = a->ai_next) {
       if (named && is_loopback(a->ai_addr) && !is_localhost_name(host)) continue;
       fd = bind_listen(a->ai_family, a->ai_addr, a->ai_addrlen, false);
-      if (fd < 0 && errno != EADDRNOTAVAIL && errno != EAFNOSUPPORT) cannot_listen(port);
+      if (fd < 0 && errno != EADDRNOTAVAIL && errno != EAFNOSUPPORT) cannot_listen(who, port, port_is);
     }
     freeaddrinfo(list);
   }
@@ -532,7 +541,7 @@ static int listen_on(const char *host, int port) {
       .sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr.s_addr = INADDR_ANY};
   fd = bind_listen(AF_INET6, (struct sockaddr *)&a6, sizeof a6, true);
   if (fd < 0 && errno == EAFNOSUPPORT) fd = bind_listen(AF_INET, (struct sockaddr *)&a4, sizeof a4, false);
-  if (fd < 0) cannot_listen(port);
+  if (fd < 0) cannot_listen(who, port, port_is);
   return fd;
 }
 
@@ -547,9 +556,12 @@ static int max_open(int world_size) {
   return (int)n;
 }
 
-static Server *server_start(const char *host, int port, int world_size) {
+// Serves on @p port at @p host (listen_on()) for @p world_size clients at once (the caps), as @p who.
+static Server *server_start(const char *host, int port, int world_size, const char *who,
+                            const char *port_is) {
   Server *sv = mallocCheck(sizeof *sv);
-  *sv = (Server){.listen_fd = listen_on(host, port), .max_open = max_open(world_size)};
+  *sv = (Server){
+      .who = who, .listen_fd = listen_on(host, port, who, port_is), .max_open = max_open(world_size)};
   sv->fds = mallocCheck((size_t)sv->max_open * sizeof *sv->fds);
   for (int i = 0; i < sv->max_open; i++) sv->fds[i] = -1;
   sv->share_keys = SHARE_KEYS;
@@ -564,7 +576,7 @@ static Server *server_start(const char *host, int port, int world_size) {
   pthread_cond_init(&sv->drained, &attr);
   pthread_condattr_destroy(&attr);
   if (pthread_create(&sv->acceptor, NULL, accept_clients, sv) != 0)
-    die(1, "rank 0: cannot start the rendezvous store's thread");
+    die(1, "%s: cannot start the rendezvous store's thread", who);
   return sv;
 }
 
@@ -604,6 +616,34 @@ static void server_stop(Server *sv) {
   pthread_mutex_destroy(&sv->lock);
   free(sv);
 }
+
+StoreServer *store_server_start(const char *host, int port, int clients) {
+  return server_start(host ? host : "", port, clients, "lighthouse", "the lighthouse's --port + 1");
+}
+
+void store_server_drop_prefix(StoreServer *sv, const char *prefix) {
+  size_t n = strlen(prefix), kept = 0;
+  pthread_mutex_lock(&sv->lock);
+  for (size_t i = 0; i < sv->count; i++) {
+    Entry *e = &sv->entries[i];
+    if (strncmp(e->key, prefix, n) != 0) {
+      sv->entries[kept++] = *e;
+      continue;
+    }
+    sv->bytes -= strlen(e->key) + e->n;
+    free(e->key);
+    free(e->value);
+  }
+  sv->count = kept;
+  // The index holds positions in entries, which moved: rebuilt (a get waiting for a dropped key goes
+  // on waiting, as for one never set; a connection's own share is not given back: a quorum's ranks
+  // meet on fresh connections)
+  if (sv->index_size) memset(sv->index, 0, sv->index_size * sizeof *sv->index);
+  for (size_t i = 0; i < sv->count; i++) index_put(sv, i);
+  pthread_mutex_unlock(&sv->lock);
+}
+
+void store_server_stop(StoreServer *sv) { server_stop(sv); }
 
 // ---- the client (every rank) ------------------------------------------------------------------------
 
@@ -703,7 +743,8 @@ static Store *store_open(const char *host, int port, int rank, int world_size, d
   s->rank = rank;
   s->world_size = world_size;
   s->timeout = timeout_s;
-  s->server = serve ? server_start(s->host, port, world_size) : NULL;
+  s->server =
+      serve ? server_start(s->host, port, world_size, "rank 0", "MASTER_PORT + 1, or DDP_NCCL_PORT") : NULL;
   client_connect(s);
   return s;
 }

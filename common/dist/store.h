@@ -1,7 +1,8 @@
 /**
  * @file
  * @brief A small key-value store over TCP for the rendezvous of an environment launch (the analogue
- * of PyTorch's TCPStore): rank 0 serves it, every rank (rank 0 too) is a client.
+ * of PyTorch's TCPStore): rank 0 serves it, every rank (rank 0 too) is a client. Under live recovery
+ * (step 09) the lighthouse serves it instead (store_server_start()), and the ranks only connect.
  *
  * Keys are write-once (as Gloo's stores expect: setting a key twice ends the job) and a get blocks
  * until the key is there, for at most the store's timeout. The caller prefixes its keys per attempt
@@ -127,6 +128,36 @@ void store_agree(Store *s, const char *name, const char *value, const char *hint
  * @return a NUL-terminated numeric address, owned by @p s.
  */
 const char *store_local_address(const Store *s);
+
+/** @brief A store's server alone, in a process that is no rank (the lighthouse, tools/lighthouse.c). */
+typedef struct StoreServer StoreServer;
+
+/**
+ * @brief Starts serving the store on @p port (threads of its own), at @p host as store_init()'s rank
+ * 0 does, or on every address when @p host is NULL or "". Ends the process when it cannot listen.
+ * @param[in] host    the address to serve on (NULL or "": all).
+ * @param[in] port    the store's TCP port.
+ * @param[in] clients the most clients meeting at once (a quorum's ranks): sizes the caps, as
+ *                    store_init()'s world_size does.
+ * @return the server, never NULL.
+ */
+StoreServer *store_server_start(const char *host, int port, int clients);
+
+/**
+ * @brief Deletes every key that starts with @p prefix, giving its bytes back to the store's total:
+ * the lighthouse drops a finished quorum's keys (`q<id>/`), so that many quorums never fill the caps.
+ * A get still waiting for such a key goes on waiting, as for a key never set.
+ * @param[in] sv     the server.
+ * @param[in] prefix NUL-terminated prefix.
+ */
+void store_server_drop_prefix(StoreServer *sv, const char *prefix);
+
+/**
+ * @brief Stops the server: gets still waiting answer 'E', open connections are closed, and its
+ * memory is freed.
+ * @param[in] sv the server (freed).
+ */
+void store_server_stop(StoreServer *sv);
 
 /**
  * @brief Leaves the store: a final barrier (every rank but 0 sets `done/<rank>` under @p prefix;
