@@ -40,7 +40,8 @@ MODULES = ("exercises.checker.hints", "tests.integration.step01", "tests.integra
            "tests.integration.step06", "tests.integration.step07", "tests.integration.step08",
            "tests.integration.step09",
            "tests.integration.launchers", "tests.integration.gloo", "tests.integration.docs",
-           "tests.integration.probe_check", "tests.integration.store_check", "tests.integration.hooks_check",
+           "tests.integration.probe_check", "tests.integration.store_check", "tests.integration.lighthouse_check",
+           "tests.integration.hooks_check",
            "tests.integration.canary_check", "tests.integration.fr_check",
            "tests.integration.straggler_check", "exercises.checker.claims")
 
