@@ -161,9 +161,9 @@ typedef struct Lighthouse {
   int n, cap;
   int last[MAX_REPLICAS];  // (n_last) the members of the last quorum, by replica id
   int n_last;
-  int last_id;                  // the last quorum's id (0: none yet)
-  long long last_step;          // its max_step
-  char gone[MAX_REPLICAS][64];  // why each replica left (for the next quorum's line)
+  int last_id;                   // the last quorum's id (0: none yet)
+  long long last_step;           // its max_step
+  char gone[MAX_REPLICAS][128];  // why each replica left (for the next quorum's line; cut to fit)
 } Lighthouse;
 
 static volatile sig_atomic_t stop_signal;
@@ -284,7 +284,7 @@ static void drop(Lighthouse *lh, Conn *c, const char *why) {
   close(c->fd);
   c->fd = -1;
   if (c->replica < 0) return;
-  snprintf(lh->gone[c->replica], sizeof lh->gone[c->replica], "%s", why);
+  snprintf(lh->gone[c->replica], sizeof lh->gone[c->replica], "%.127s", why);
   say("replica %d left (%s)", c->replica, why);
   log_replica(lh, "leave", c->replica, why);
 }
@@ -307,27 +307,34 @@ static void refuse(Lighthouse *lh, Conn *c, const char *reason) {
 
 // ---- membership: hello, beats, requests --------------------------------------------------------------
 
+// Refuses a hello that claimed replica @p r (-1: unreadable), and closes its connection.
+static void refuse_hello(Lighthouse *lh, Conn *c, int r, const char *reason) {
+  char line[REASON_BYTES + 16];
+  snprintf(line, sizeof line, "refused %s\n", reason);
+  say("refused a hello as replica %d: %s", r, reason);
+  log_replica(lh, "refused", r, reason);
+  send_line(lh, c, line);
+  drop(lh, c, "");
+}
+
 // `hello R INCARNATION`: @p c becomes member R, unless another live connection is.
 static void hello(Lighthouse *lh, Conn *c, const char *line, double now) {
   int r, inc, used = 0;
   char reason[256];
   if (sscanf(line, "hello %d %d%n", &r, &inc, &used) != 2 || line[used] || r < 0 || inc < 0) {
-    refuse(lh, c, "expected 'hello REPLICA INCARNATION'");
-    drop(lh, c, "");
+    refuse_hello(lh, c, -1, "expected 'hello REPLICA INCARNATION'");
     return;
   }
   if (r >= lh->cf.replicas) {
     snprintf(reason, sizeof reason, "replica %d is out of range: --replicas %d gives ids 0 .. %d", r,
              lh->cf.replicas, lh->cf.replicas - 1);
-    refuse(lh, c, reason);
-    drop(lh, c, "");
+    refuse_hello(lh, c, r, reason);
     return;
   }
   Conn *old = member(lh, r);
   if (old && healthy(lh, old, now)) {
     snprintf(reason, sizeof reason, "replica %d is already a member (incarnation %d)", r, old->incarnation);
-    refuse(lh, c, reason);
-    drop(lh, c, "");
+    refuse_hello(lh, c, r, reason);
     return;
   }
   if (old) {  // frozen: the newcomer takes its place (its connection is dropped, not waited for)
