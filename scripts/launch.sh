@@ -10,20 +10,31 @@
 # a rank is SIGTERM, then SIGKILL STOP_GRACE seconds later (default 10; fractions such as 1.5 are
 # counted in tenths, rounded up). --max_restarts K runs the whole launch under scripts/restart.sh: when
 # it fails, every rank is started again, at most K times.
+#
+# --ft (live recovery, step 09): starts the lighthouse (LIGHTHOUSE, default PROGRAM's folder's
+# lighthouse) on MASTER_PORT (its store on MASTER_PORT + 1), with the program's own --min_replicas,
+# --heartbeat_timeout, --join_timeout and --ft_quorum_timeout; gives each rank DDP_LIGHTHOUSE, its slot as
+# REPLICA_ID and REPLICA_INCARNATION; and when a rank dies, says so and lets the others go on. The exit
+# status is 0 when a replica finished training (status 0), else the first failure's.
 set -uo pipefail
 usage() {
-  echo "usage: $0 [--max_restarts K] -n N [--] PROGRAM [ARGS...]" >&2
+  echo "usage: $0 [--max_restarts K | --ft] -n N [--] PROGRAM [ARGS...]" >&2
   exit 2
 }
 restarts=
 n=
+ft=
 while [ $# -gt 0 ]; do
   case $1 in
     -n) [ $# -ge 2 ] || usage; n=$2; shift 2 ;;
     --max_restarts) [ $# -ge 2 ] || usage; restarts=$2; shift 2 ;;
     --max_restarts=*) restarts=${1#*=}; shift ;;
+    --ft) ft=1; shift ;;
+    --replace)
+      echo "$0: --replace (a replacement that heals from a peer) is not built yet: issue 44, stage 3" >&2
+      exit 2 ;;
     --) shift; break ;;
-    -*) echo "$0: unknown option '$1' (before PROGRAM: -n N, --max_restarts K)" >&2; usage ;;
+    -*) echo "$0: unknown option '$1' (before PROGRAM: -n N, --max_restarts K, --ft)" >&2; usage ;;
     *) break ;;
   esac
 done
@@ -38,6 +49,10 @@ if [ -n "$restarts" ] && ! [[ $restarts =~ ^(0|[1-9][0-9]{0,5})$ ]]; then  # res
   exit 2
 fi
 [ $# -gt 0 ] || usage
+if [ -n "$ft" ] && [ -n "$restarts" ]; then
+  echo "$0: --ft keeps the survivors running; --max_restarts restarts every rank: choose one" >&2
+  exit 2
+fi
 if [ -n "$restarts" ]; then  # the same loop as scripts/restart.sh's, not a copy of it
   exec "$(dirname "$0")/restart.sh" --max_restarts "$restarts" -- "$0" -n "$n" -- "$@"
 fi
@@ -81,6 +96,73 @@ on_signal() {
 trap 'on_signal TERM 15' TERM
 trap 'on_signal INT 2' INT
 trap 'on_signal HUP 1' HUP
+
+# --ft: the value the program was given for flag $1 (`--flag V` or `--flag=V`), else $2.
+program_flag() {
+  local name=$1 value=$2 prev=
+  shift 2
+  for a in "$@"; do
+    [ "$prev" = "$name" ] && value=$a
+    case $a in "$name="*) value=${a#*=} ;; esac
+    prev=$a
+  done
+  echo "$value"
+}
+
+# --ft: the lighthouse, then the replicas; a replica that dies is reported and the others go on.
+launch_ft() {
+  local lighthouse=${LIGHTHOUSE:-$(dirname "$1")/lighthouse}
+  if [ ! -x "$lighthouse" ]; then
+    echo "$0: --ft needs the lighthouse, $lighthouse (build it: cmake --build build; or set LIGHTHOUSE)" >&2
+    exit 2
+  fi
+  "$lighthouse" --host "$MASTER_ADDR" --port "$MASTER_PORT" --replicas "$n" \
+    --min_replicas "$(program_flag --min_replicas 1 "$@")" \
+    --heartbeat_timeout "$(program_flag --heartbeat_timeout 2 "$@")" \
+    --join_timeout "$(program_flag --join_timeout 1 "$@")" \
+    --quorum_timeout "$(program_flag --ft_quorum_timeout 30 "$@")" ${LIGHTHOUSE_LOG:+--log "$LIGHTHOUSE_LOG"} &
+  local lh=$!
+  trap 'pids+=("$lh"); on_signal TERM 15' TERM
+  trap 'pids+=("$lh"); on_signal INT 2' INT
+  trap 'pids+=("$lh"); on_signal HUP 1' HUP
+  export DDP_LIGHTHOUSE=$MASTER_ADDR:$MASTER_PORT
+  for ((r = 0; r < n; r++)); do
+    RANK=$r LOCAL_RANK=$r REPLICA_ID=$r REPLICA_INCARNATION=0 "$@" &
+    pids+=($!)
+  done
+  # Polled, not `wait -n`: each replica's end is said with its slot, and the others go on. Bash's own
+  # notice of a child killed by a signal ("line N: PID Killed ...") goes to /dev/null; ours to fd 3.
+  local status= finished=0 left=$n rc
+  local -a ended=()
+  exec 3>&2
+  while [ "$left" -gt 0 ]; do
+    sleep 0.05
+    for ((r = 0; r < n; r++)); do
+      [ -z "${ended[r]:-}" ] && ! kill -0 "${pids[r]}" 2>/dev/null || continue
+      wait "${pids[r]}"
+      rc=$?
+      ended[r]=1
+      left=$((left - 1))
+      if [ $rc -eq 0 ]; then
+        finished=1
+      else
+        [ $rc -gt 128 ] && echo "$0: replica $r exited on SIG$(kill -l $((rc - 128)) 2>/dev/null) ($rc); the others go on" >&3
+        [ $rc -le 128 ] && echo "$0: replica $r exited with status $rc; the others go on" >&3
+        [ -z "$status" ] && status=$rc
+      fi
+    done
+  done 2>/dev/null
+  exec 3>&-
+  kill -TERM "$lh" 2>/dev/null
+  wait "$lh" 2>/dev/null
+  [ "$finished" = 1 ] && return 0
+  return "${status:-0}"
+}
+
+if [ -n "$ft" ]; then
+  launch_ft "$@"
+  exit $?
+fi
 
 for ((r = 0; r < n; r++)); do
   RANK=$r LOCAL_RANK=$r "$@" &

@@ -121,6 +121,17 @@ static const Flag FLAGS[] = {
      NULL, "N", "PowerSGD's start_powerSGD_iter: plain all-reduce for the first N iterations (PyTorch: > 1)"},
     {"check_finite", ARGS_HOOKS, KIND_BOOL, F(check_finite), NULL, RANGE_NONE, 0, NO_MAX, NULL, NULL,
      "before a bucket's collective, end the job if this rank's gradients hold a NaN or an infinity"},
+    {"ft_op_timeout", ARGS_LIVE, KIND_FLOAT, F(ft_op_timeout), "3", RANGE_GT, 0, MAX_TIMEOUT, NULL, "SECONDS",
+     "under launch.sh --ft: a collective that waits longer fails its step (a frozen peer), and the "
+     "others go on"},
+    {"heartbeat_timeout", ARGS_LIVE, KIND_FLOAT, F(heartbeat_timeout), "2", RANGE_GT, 0, MAX_TIMEOUT, NULL,
+     "SECONDS", "under launch.sh --ft: the lighthouse drops a replica silent this long"},
+    {"join_timeout", ARGS_LIVE, KIND_FLOAT, F(join_timeout), "1", RANGE_GE, 0, MAX_TIMEOUT, NULL, "SECONDS",
+     "under launch.sh --ft: how long the lighthouse waits for the live replicas still missing from a quorum"},
+    {"ft_quorum_timeout", ARGS_LIVE, KIND_FLOAT, F(ft_quorum_timeout), "30", RANGE_GT, 0, MAX_TIMEOUT, NULL,
+     "SECONDS", "under launch.sh --ft: a replica's longest wait for a quorum"},
+    {"min_replicas", ARGS_LIVE, KIND_INT, F(min_replicas), "1", RANGE_GE, 1, 1024, NULL, "N",
+     "under launch.sh --ft: the fewest replicas that train on; fewer end the job"},
 };
 // clang-format on
 #undef F
@@ -136,6 +147,7 @@ static const struct {
     {ARGS_REDUCER, "the bucketed reducer in step 06"},
     {ARGS_FAULT, "the restarts in step 06"},
     {ARGS_HOOKS, "step 06's DDP communication hooks; steps 07 and 08 reduce-scatter shards and take none"},
+    {ARGS_LIVE, "live recovery in step 09"},
 };
 
 // ---- usage ------------------------------------------------------------------------------------------

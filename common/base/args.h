@@ -35,6 +35,10 @@ extern "C" {
  *  DDP's communication hooks; steps 07 and 08 reduce-scatter shards and take no hook). */
 #define ARGS_HOOKS 0x20u
 
+/** @brief `--ft_op_timeout`, `--heartbeat_timeout`, `--join_timeout`, `--ft_quorum_timeout`,
+ *  `--min_replicas` (step 09: live recovery under scripts/launch.sh --ft). */
+#define ARGS_LIVE 0x40u
+
 /** @brief The value of `--resume` that means --ckpt_dir's checkpoint when there is one (ARGS_FAULT). */
 #define ARGS_RESUME_AUTO "auto"
 
@@ -73,7 +77,13 @@ typedef struct Args {
   const char *comm_hook;    ///< --comm_hook: allreduce | fp16 | bf16 | powersgd (ARGS_HOOKS)
   int powersgd_rank;        ///< --powersgd_rank: PowerSGD's matrix_approximation_rank (ARGS_HOOKS)
   int powersgd_start_iter;  ///< --powersgd_start_iter: plain all-reduce before this iteration (ARGS_HOOKS)
-  bool check_finite;  ///< --check_finite: check each bucket for NaN/Inf before its collective (ARGS_HOOKS)
+  bool check_finite;    ///< --check_finite: check each bucket for NaN/Inf before its collective (ARGS_HOOKS)
+  float ft_op_timeout;  ///< --ft_op_timeout: seconds a collective may wait before its step fails (ARGS_LIVE)
+  float heartbeat_timeout;  ///< --heartbeat_timeout: seconds without a heartbeat before the lighthouse drops
+                            ///< a replica (ARGS_LIVE)
+  float join_timeout;       ///< --join_timeout: seconds the lighthouse waits for late members (ARGS_LIVE)
+  float ft_quorum_timeout;  ///< --ft_quorum_timeout: a replica's longest wait for a quorum (ARGS_LIVE)
+  int min_replicas;         ///< --min_replicas: the fewest replicas that may train on (ARGS_LIVE)
 } Args;
 
 /**

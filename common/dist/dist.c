@@ -100,6 +100,14 @@ static void no_work_free(ProcessGroup *pg, DistWork *w) {
 static void no_group_start(ProcessGroup *pg) { lacks(pg, "dist_group_start", "group-start"); }
 static void no_group_end(ProcessGroup *pg) { lacks(pg, "dist_group_end", "group-end"); }
 static void no_destroy(ProcessGroup *pg) { lacks(pg, "dist_destroy", "destroy"); }
+static const char *no_failure(ProcessGroup *pg) {
+  (void)pg;
+  return NULL;  // a group that cannot recover never reports a failure: it ends the job
+}
+static void no_reconnect(ProcessGroup *pg, const DistMeeting *m) {
+  (void)m;
+  lacks(pg, "dist_reconnect", "reconnect");
+}
 
 void dist_backend_complete(DistBackendOps *o) {
   if (!o->version) o->version = no_version;
@@ -118,6 +126,8 @@ void dist_backend_complete(DistBackendOps *o) {
   if (!o->group_start) o->group_start = no_group_start;
   if (!o->group_end) o->group_end = no_group_end;
   if (!o->destroy) o->destroy = no_destroy;
+  if (!o->failure) o->failure = no_failure;
+  if (!o->reconnect) o->reconnect = no_reconnect;
 }
 
 // The backend's own table in a build that has it; else one of no slot at all, `built` false.
@@ -273,6 +283,49 @@ void dist_connect(ProcessGroup *pg, const Ctx *c) {
   placement_log(pg);  // rank 0 prints every rank's node: `ranks: nodea 0-1 (local 0-1), ...`
 }
 
+// ---- live recovery (step 09) -------------------------------------------------------------------------
+
+void dist_set_recoverable(ProcessGroup *pg, double op_timeout_s) {
+  if (pg->backend == BACKEND_MPI)
+    die(2,
+        "live recovery needs --backend gloo (or nccl) under scripts/launch.sh --ft: MPI would need ULFM "
+        "(Open MPI >= 5 built --with-ft=ulfm), which Debian's Open MPI 4.1 lacks");
+  if (pg->backend != BACKEND_GLOO)
+    die(2, "live recovery is built for --backend gloo only so far: %s cannot rebuild its group yet",
+        table(pg)->library);
+  if (!(op_timeout_s > 0))
+    die(2, "dist_set_recoverable: the operation timeout must be > 0, got %g", op_timeout_s);
+  pg->recoverable = true;
+  pg->op_timeout = op_timeout_s;
+}
+
+const char *dist_failure(ProcessGroup *pg) {
+  return pg->recoverable && !solo(pg) ? table(pg)->failure(pg) : NULL;
+}
+
+void dist_abandon(ProcessGroup *pg) {
+  if (pg->recoverable && !solo(pg)) table(pg)->reconnect(pg, NULL);
+}
+
+void dist_reconnect(ProcessGroup *pg, const Ctx *c, const DistMeeting *m) {
+  check_stop_if_ending();
+  if (!pg->recoverable) die(1, "dist_reconnect: the process group is not recoverable (dist_set_recoverable)");
+  if (m->rank < 0 || m->rank >= m->world_size)
+    die(1, "dist_reconnect: rank %d is not inside a group of %d", m->rank, m->world_size);
+  bool first = !pg->ctx;
+  if (first) {
+    pg->ctx = c;
+    dev_event_init(c, &pg->ready);
+  }
+  pg->rank = m->rank;
+  pg->world_size = m->world_size;
+  check_set_rank(pg->rank);
+  table(pg)->reconnect(pg, m);
+  flight_set_dir(NULL, pg->rank, pg->world_size);
+  pg->lap = (DistLap){.start = log_clock()};
+  if (first) check_set_last_words(fr_last_words);
+}
+
 void dist_all_reduce_at(const char *caller, ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op) {
   begin(pg, "dist_all_reduce");
   if (op == DIST_AVG && type != DIST_FLOAT) die(1, "dist_all_reduce: DIST_AVG needs float data");
@@ -363,7 +416,7 @@ void dist_work_init(ProcessGroup *pg, DistWork *w) {
   memset(w, 0, sizeof *w);
   dev_event_init(pg->ctx, &w->start);
   dev_event_init(pg->ctx, &w->end);
-  if (!solo(pg)) table(pg)->work_init(pg, w);
+  if (!solo(pg) || pg->recoverable) table(pg)->work_init(pg, w);  // (a recoverable group may grow)
 }
 
 void dist_work_name(DistWork *w, const char *fmt, ...) {

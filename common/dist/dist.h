@@ -111,6 +111,8 @@ typedef struct ProcessGroup {
   void *stage;         ///< pinned host staging buffer (BACKEND_MPI, BACKEND_GLOO with device buffers)
   size_t stage_bytes;  ///< size of @ref stage
   DistLap lap;         ///< the lap in progress (dist_lap())
+  bool recoverable;    ///< a failed collective marks the group failed instead of ending the job (step 09)
+  double op_timeout;   ///< seconds a collective of a recoverable group may wait before it fails
   /** @brief The backend's table of operations (dist_backend.h), set by dist_init(). */
   const struct DistBackendOps *ops;
 } ProcessGroup;
@@ -149,6 +151,55 @@ void dist_connect(ProcessGroup *pg, const Ctx *c);
  * @param[in] dir the folder (made when the ring is written); NULL keeps the current one.
  */
 void dist_set_fr_dir(const ProcessGroup *pg, const char *dir);
+
+/** @brief Where the members of a new group meet (dist_reconnect()): a store that another process serves
+ *  (the lighthouse's), the keys' prefix, and this process's place in the group. */
+typedef struct DistMeeting {
+  const char *host;    ///< the store's host
+  int port;            ///< the store's port
+  const char *prefix;  ///< the group's keys, e.g. `q3/`: a group never meets another's keys
+  int rank;            ///< this process's rank in the new group
+  int world_size;      ///< the new group's size
+} DistMeeting;
+
+/**
+ * @brief Live recovery (step 09): makes @p pg recoverable, before dist_reconnect() connects it. A
+ * collective that then fails (a peer died: at once; a peer froze: after @p op_timeout_s) does not end
+ * the job: the group is marked failed (dist_failure() says why) and every later collective returns at
+ * once without running, its results undefined (torchft's "after the first error, all subsequent calls
+ * will be noops"), until dist_reconnect() builds a new group. Gloo only: MPI and NCCL end the job with
+ * one line saying why.
+ * @param[in,out] pg          the process group (dist_init()'s, not connected).
+ * @param[in] op_timeout_s    seconds a collective may wait for its peers before it fails (> 0).
+ */
+void dist_set_recoverable(ProcessGroup *pg, double op_timeout_s);
+
+/**
+ * @brief Why the recoverable group failed: the first failed collective's reason, NULL while every
+ * collective since dist_reconnect() succeeded. Never blocks.
+ * @param[in] pg the process group.
+ */
+const char *dist_failure(ProcessGroup *pg);
+
+/**
+ * @brief Tears a failed recoverable group down at once, before its replacement is known: its
+ * connections close, so that a peer still waiting on this rank in a collective fails now rather than
+ * after its timeout (the failure spreads hop by hop). Call dist_reconnect() next: no collective may
+ * run in between. Nothing happens to a group that is not connected.
+ * @param[in,out] pg the recoverable process group.
+ */
+void dist_abandon(ProcessGroup *pg);
+
+/**
+ * @brief Leaves the recoverable group, if connected (a failed one at once: the peers' pairs close,
+ * which fails their collectives too), and joins a new one: @p m->world_size ranks meeting at the store
+ * @p m->host:@p m->port under @p m->prefix, this process rank @p m->rank. A group of one rank needs no
+ * connection. The flight recorder and the rank in messages follow the new rank.
+ * @param[in,out] pg the recoverable process group (dist_set_recoverable()).
+ * @param[in] c      the device context (as dist_connect()'s).
+ * @param[in] m      where and as what to meet.
+ */
+void dist_reconnect(ProcessGroup *pg, const Ctx *c, const DistMeeting *m);
 
 /**
  * @brief All-reduce in place, queued on the context's stream (NCCL) or blocking (MPI).

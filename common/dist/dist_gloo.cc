@@ -136,6 +136,7 @@ struct Gloo {
   std::string failed;     // the first error: later jobs are not run (the pairs are broken)
   uint32_t next_tag = 0;  // taken on the calling thread, in issue order
   int world_size = 1;
+  bool recoverable = false;  // a failure marks the group failed (failed) instead of ending the job
 };
 
 Gloo *state(ProcessGroup *pg) { return static_cast<Gloo *>(pg->gloo); }
@@ -290,7 +291,8 @@ void enqueue(Gloo &g, Job &j) {
 // The job's error, as the project's message-then-abort.
 [[noreturn]] void fail(const Job &j) { check_fail("GLOO", __FILE__, __LINE__, "%s", j.error.c_str()); }
 
-// Waits for @p j under the watchdog; ends the job when it failed.
+// Waits for @p j under the watchdog; ends the job when it failed (a recoverable group: the worker has
+// recorded the failure, which dist_failure() reports; the job's results are undefined).
 void wait_job(Gloo &g, Job &j) {
   if (!j.done.load(std::memory_order_acquire)) {
     watchdog_enter("a Gloo collective");
@@ -299,7 +301,7 @@ void wait_job(Gloo &g, Job &j) {
     held.unlock();
     watchdog_leave();
   }
-  if (!j.error.empty()) fail(j);
+  if (!j.error.empty() && !g.recoverable) fail(j);
 }
 
 void run_blocking(Gloo &g, Job &j) {
@@ -344,6 +346,9 @@ void gloo_abort(int status) {
   _exit(status ? status : 1);
 }
 
+// Seconds a collective may wait: a recoverable group's operation timeout, else --timeout's.
+double op_timeout(const ProcessGroup *pg) { return pg->recoverable ? pg->op_timeout : pg->timeout; }
+
 std::shared_ptr<gloo::rendezvous::Context> connect_mesh(ProcessGroup *pg, ::Store *s,
                                                         const std::string &prefix) {
   try {
@@ -358,7 +363,7 @@ std::shared_ptr<gloo::rendezvous::Context> connect_mesh(ProcessGroup *pg, ::Stor
     RendezvousStore base(s, pg->timeout);
     gloo::rendezvous::PrefixStore store(prefix, base);
     auto context = std::make_shared<gloo::rendezvous::Context>(pg->rank, pg->world_size);
-    context->setTimeout(std::chrono::milliseconds((long long)(pg->timeout * 1000.0)));
+    context->setTimeout(std::chrono::milliseconds((long long)(op_timeout(pg) * 1000.0)));
     context->connectFullMesh(store, device);
     return context;
   } catch (const std::exception &e) {
@@ -390,6 +395,35 @@ std::shared_ptr<gloo::rendezvous::Context> connect_mesh(ProcessGroup *pg, ::Stor
 
 // ---- dist.c's entry points (the table at the end) ---------------------------------------------------
 
+// The group's state around its connected @p context, and the worker thread that runs its collectives.
+void start_worker(ProcessGroup *pg, std::shared_ptr<gloo::rendezvous::Context> context) {
+  Gloo *g = new Gloo;
+  g->context = std::move(context);
+  g->timeout = std::chrono::milliseconds((long long)(op_timeout(pg) * 1000.0));
+  g->world_size = pg->world_size;
+  g->recoverable = pg->recoverable;
+  try {
+    g->worker = std::thread(work_loop, g);
+  } catch (const std::exception &e) {
+    check_fail("GLOO", __FILE__, __LINE__, "cannot start the worker thread: %s", e.what());
+  }
+  pg->gloo = g;
+}
+
+// Lets the worker run what is queued (a failed group: drained without running), joins it, and destroys
+// the context: its pairs close, so a peer still waiting on this rank fails at once.
+void stop_worker(ProcessGroup *pg) {
+  Gloo *g = state(pg);
+  {
+    std::lock_guard<std::mutex> held(g->lock);
+    g->stop = true;
+    g->queued.notify_one();
+  }
+  g->worker.join();  // it runs what is queued first; before the context goes
+  delete g;
+  pg->gloo = nullptr;
+}
+
 // Joins the group: the rendezvous through the store (store.h) that rank 0 serves at host:port, Gloo's
 // full mesh of TCP pairs, then the worker thread that runs the collectives. Registers the abort hook
 // (`_exit`, when MPI is not up). Covered by the watchdog.
@@ -406,16 +440,7 @@ void connect_at(ProcessGroup *pg, const char *host, int port) {
   auto context = connect_mesh(pg, s, prefix);
   store_free(s, (prefix + "/").c_str());
   watchdog_leave();
-  Gloo *g = new Gloo;
-  g->context = context;
-  g->timeout = std::chrono::milliseconds((long long)(pg->timeout * 1000.0));
-  g->world_size = pg->world_size;
-  try {
-    g->worker = std::thread(work_loop, g);
-  } catch (const std::exception &e) {
-    check_fail("GLOO", __FILE__, __LINE__, "cannot start the worker thread: %s", e.what());
-  }
-  pg->gloo = g;
+  start_worker(pg, context);
 }
 
 void gloo_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op) {
@@ -479,7 +504,7 @@ void gloo_reduce_scatter_start(ProcessGroup *pg, void *send, const size_t *count
 bool gloo_test(ProcessGroup *pg, DistWork *w) {
   Job &j = *static_cast<Job *>(w->job);
   if (!j.done.load(std::memory_order_acquire)) return false;
-  if (!j.error.empty()) fail(j);
+  if (!j.error.empty() && !state(pg)->recoverable) fail(j);
   dev_event_record(pg->ctx, &w->end, NULL);
   w->done = true;
   return true;
@@ -557,15 +582,34 @@ void gloo_barrier(ProcessGroup *pg) {
 
 void gloo_destroy(ProcessGroup *pg) {
   watchdog_enter("the Gloo shutdown (last collectives, the worker thread)");
+  stop_worker(pg);
+  watchdog_leave();
+}
+
+const char *gloo_failure(ProcessGroup *pg) {
   Gloo *g = state(pg);
-  {
-    std::lock_guard<std::mutex> held(g->lock);
-    g->stop = true;
-    g->queued.notify_one();
+  std::lock_guard<std::mutex> held(g->lock);
+  return g->failed.empty() ? nullptr : g->failed.c_str();  // set once; lives until dist_reconnect()
+}
+
+// A recoverable group's new mesh: the old one torn down first, then the rendezvous of the new members
+// at the store another process serves (the lighthouse's), under the group's own prefix.
+void gloo_reconnect(ProcessGroup *pg, const DistMeeting *m) {
+  if (!m) {  // dist_abandon(): the failed group's pairs close now
+    if (pg->gloo) stop_worker(pg);
+    return;
   }
-  g->worker.join();  // it runs what is queued first; before the context goes
-  delete g;
-  pg->gloo = nullptr;
+  if (!pg->mpi_up) check_set_abort(gloo_abort);
+  std::set_terminate(on_terminate);
+  signal(SIGPIPE, SIG_IGN);
+  watchdog_enter("a new Gloo group (every member must join)");
+  if (pg->gloo) stop_worker(pg);
+  if (m->world_size > 1) {
+    ::Store *s = store_connect(m->host, m->port, m->rank, m->world_size, pg->timeout);
+    auto context = connect_mesh(pg, s, m->prefix);
+    store_close(s);
+    start_worker(pg, context);
+  }
   watchdog_leave();
 }
 
@@ -606,6 +650,8 @@ extern "C" const DistBackendOps *dist_gloo_ops(void) {
     o.group_start = gloo_group;
     o.group_end = gloo_group;
     o.destroy = gloo_destroy;
+    o.failure = gloo_failure;
+    o.reconnect = gloo_reconnect;
     return o;
   }();
   return &ops;

@@ -24,6 +24,7 @@
 #include "devmem.h"      // devmem.h: dev_alloc, dev_upload, dev_download, dev_zero, dev_sync, dev_free
 #include "dist.h"        // dist.h: ProcessGroup, dist_init, dist_connect, dist_broadcast, dist_all_reduce,
                          //         dist_set_fr_dir, dist_barrier, dist_destroy
+#include "ft.h"          // [live] ft.h: Ft, ft_init, ft_connect, ft_should_commit, ft_failed, ft_quorum
 #include "loader.h"      // loader.h: Loader, loader_init, loader_set_order, loader_batch
 #include "log.h"         // log.h: log0, log_clock
 #include "loss_log.h"    // loss_log.h: LossLog, loss_log_init, loss_log_push, loss_log_epoch
@@ -71,12 +72,14 @@ typedef struct Trainer {
   Metrics metrics;       // --metrics file
   LossLog losses;        // each step's loss, on its way to the metrics file and the progress line
   Preempt preempt;       // [fault] SIGTERM's flag, agreed by the ranks at every step boundary
+  Ft ft;                 // [live] under launch.sh --ft: the lighthouse, the vote, the quorum
 } Trainer;
 
 static void configure(Trainer *t, int argc, char **argv) {
-  unsigned stage_groups = ARGS_REDUCER | ARGS_FAULT | ARGS_HOOKS;  // [bucket] [accum] [trace] [fault] [hook]
+  unsigned stage_groups = ARGS_REDUCER | ARGS_FAULT | ARGS_HOOKS | ARGS_LIVE;  // [bucket] ... [hook] [live]
   args_parse(&t->args, argc, argv, ARGS_TRAIN | ARGS_DIST | ARGS_SAMPLER | stage_groups,  // [bucket]
-             "Step 09: live recovery (stage 1: the cursor sampler, a resume at another world size)");
+             "Step 09: live recovery (the cursor sampler; under scripts/launch.sh --ft the survivors of a "
+             "failed rank go on)");
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -87,6 +90,7 @@ static void setup(Trainer *t) {
   if (device_parse(t->args.device, &dev) != 0) die(2, "unknown --device '%s'", t->args.device);
   dist_init(&t->pg, t->args.backend, dev, t->args.timeout);  // [init] who am I, how many are we
   dist_set_fr_dir(&t->pg, t->args.fr_dir);                   // [init] --fr_dir: the flight recorder's folder
+  ft_init(&t->ft, &t->args, &t->pg);  // [live] under launch.sh --ft: a recoverable group, the lighthouse
   t->rank = t->pg.rank;
   t->world_size = t->pg.world_size;
   t->local_rank = t->pg.local_rank;
@@ -97,7 +101,9 @@ static void setup(Trainer *t) {
     die(1, "%d ranks on this node but only %d GPUs: start at most one rank per GPU", t->pg.local_size, gpus);
   device_init(&t->ctx, dev, gpus == 1 ? 0 : t->local_rank);
   device_set_tf32(&t->ctx, t->args.tf32);  // --tf32: faster GPU GEMMs, inputs rounded to TF32
-  dist_connect(&t->pg, &t->ctx);           // [init] the communicator, on this rank's GPU
+  ft_connect(&t->ft, &t->pg, &t->ctx);     // [live] the first quorum's group (dist_connect without --ft)
+  t->rank = t->pg.rank;                    // [live] this replica's rank in the quorum
+  t->world_size = t->pg.world_size;        // [live]
   preempt_init(&t->preempt, &t->ctx);      // [fault] from now on SIGTERM stops every rank after one more step
   log0("rank %d of %d (local rank %d) on %s\n", t->rank, t->world_size, t->local_rank, device_name(dev));
 }
@@ -116,6 +122,7 @@ static void check_ranks_agree(Trainer *t) {
 
 static void cleanup(Trainer *t) {
   dist_destroy(&t->pg);  // [init] leave the process group
+  ft_free(&t->ft);       // [live] and the lighthouse
   device_free(&t->ctx);
 }
 
@@ -177,6 +184,9 @@ static void build_model(Trainer *t) {
 static void wrap_model(Trainer *t) {
   dist_broadcast(&t->pg, t->model.params, t->model.n_params, DIST_FLOAT, 0);
   dist_broadcast(&t->pg, t->opt.buf, t->model.n_params, DIST_FLOAT, 0);
+  if (ft_failed(&t->ft, &t->pg))  // [live] a replica lost before the first step: nothing to go on from
+    die(1, "a replica failed during start-up: %s (live recovery starts with the first step)",
+        dist_failure(&t->pg));
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -216,11 +226,15 @@ static const float *run_batch(Trainer *t, int start, int B, int G) {
   }  // [accum] the K micro-batches are done: only the last one's backward communicated
   reducer_finalize_backward(&t->reducer);  // [bucket] the last bucket is in before the optimizer
   trace_backward(&t->trace, &t->ctx, &t->model, t->reducer.work, t->reducer.n_buckets, t->step);  // [trace]
-  clip_gradients(t);
-  sgd_step(&t->opt, &t->ctx, t->model.params, t->model.grads);
   if (!even) ops_scale(&t->ctx, t->loss, 1, (float)mine * t->world_size / G);  // [cursor] the share, not 1/W
   dist_all_reduce(&t->pg, t->loss, 1, DIST_FLOAT, DIST_AVG);  // [metrics] the global loss ([accum] t->loss)
   return t->loss;                                             // [accum]
+}
+
+// [live] The step's update, applied only after its vote: every collective of the step completed here.
+static void commit(Trainer *t) {
+  clip_gradients(t);
+  sgd_step(&t->opt, &t->ctx, t->model.params, t->model.grads);
 }
 
 static double evaluate(Trainer *t) {
@@ -244,6 +258,45 @@ static long long steps_for(const Trainer *t, int world) {  // [cursor] an epoch 
 
 static long long steps_per_epoch(const Trainer *t) { return steps_for(t, t->epoch_world); }  // [cursor]
 
+// [live] The members behind the quorum's newest step take the state of the first member at it: the
+// parameters, the momentum, and where it is (step, epoch, steps into the epoch), by broadcasts from it
+// (wrap_model's, done again). Returns the epoch this replica is in now.
+static int heal(Trainer *t, int epoch) {
+  double t0 = log_clock(), where[3] = {(double)t->step, epoch, (double)t->epoch_step};
+  double *at = dev_alloc(&t->ctx, sizeof where);  // once per recovery, not per step
+  dev_upload(&t->ctx, at, where, sizeof where);
+  int from = t->ft.q.source;
+  dist_broadcast(&t->pg, t->model.params, t->model.n_params, DIST_FLOAT, from);
+  dist_broadcast(&t->pg, t->opt.buf, t->model.n_params, DIST_FLOAT, from);
+  dist_broadcast(&t->pg, at, 3, DIST_DOUBLE, from);
+  dev_download(&t->ctx, where, at, sizeof where);
+  dev_free(&t->ctx, at);
+  long long bytes = (long long)(2 * t->model.n_params * sizeof(float) + sizeof where);
+  ft_healed(&t->ft, bytes, log_clock() - t0);
+  if (ft_failed(&t->ft, &t->pg) || t->step == (long long)where[0]) return epoch;  // failed: still behind
+  log_all("healed from rank %d: step %lld -> %.0f, %lld bytes in %.3f s\n", from, t->step, where[0], bytes,
+          log_clock() - t0);
+  t->step = (long long)where[0];
+  t->epoch_step = (long long)where[2];
+  return (int)where[1];
+}
+
+// [live] A new quorum after a failure: the group rebuilt around the members the lighthouse names, those
+// behind the newest step healed from one at it, and the rest of the epoch shared by the new world from
+// the cursor. Returns false when the heal moved this replica into a later epoch.
+static bool recover(Trainer *t, int epoch) {
+  ft_quorum(&t->ft, &t->pg, &t->ctx, t->step, mlp_param_digest(&t->model, &t->ctx));
+  t->rank = t->pg.rank;
+  t->world_size = t->pg.world_size;
+  int now = t->ft.q.heal ? heal(t, epoch) : epoch;
+  loader_set_stride_order(&t->test, &t->ctx, t->rank, t->world_size);  // [metrics] the new world's shard
+  if (now != epoch) return false;
+  epoch_order(t, epoch);  // the rest of the epoch from the cursor, shared by the new world
+  log0("epoch %d resharded at position %lld of %d: G = %d over %d ranks\n", epoch + 1, cursor(t),
+       t->sampler.total, t->global_batch, t->world_size);
+  return true;
+}
+
 static bool out_of_steps(const Trainer *t) {                                          // [fault]
   return (t->args.max_steps > 0 && t->step >= t->args.max_steps) || t->preempt.stop;  // [fault] or preempted
 }  // [fault]
@@ -254,11 +307,19 @@ static bool run_epoch(Trainer *t, int epoch) {
   double t0 = log_clock();
   long long batches = t->epoch_step, samples = 0;  // a resumed epoch goes on where it stopped
   int start = 0;                                   // [cursor] this rank's next sample in its order
-  for (long long c = cursor(t); c < t->sampler.total && !out_of_steps(t); c += t->global_batch) {  // [cursor]
+  for (long long c = cursor(t); c < t->sampler.total && !out_of_steps(t); c = cursor(t)) {  // [cursor]
+    if (ft_failed(&t->ft, &t->pg)) {        // [live] the group failed: a new quorum, then this step again
+      if (!recover(t, epoch)) return true;  // [live] healed into the next epoch: this one is done
+      start = 0, batches = t->epoch_step;   // [live] the rest of the epoch, in the new world's shares
+      continue;                             // [live] (a heal may have moved the cursor)
+    }
+    ft_start_step(&t->ft, t->step + 1);                      // [live]
     int G = sampler_block(&t->sampler, c, t->global_batch);  // [cursor] G, or the rest of the epoch
     int B = sampler_share(&t->sampler, c, t->global_batch, t->world_size, t->rank);  // [cursor] my part
     const float *loss = run_batch(t, start, B, G);  // on the device: logged once it reaches the host
-    start += B;                                     // [cursor]
+    if (!ft_should_commit(&t->ft, &t->pg, t->step + 1)) continue;  // [live] nothing applied: done again
+    commit(t);                                                     // [live] the update, after the vote
+    start += B;                                                    // [cursor]
     t->step++;
     batches++;
     samples += G;                                                 // [metrics] the global batch

@@ -192,7 +192,7 @@ const char *const kSlotNames[] = {
     "version",    "connect",          "all_reduce", "all_reduce_start", "reduce_scatter_start",
     "all_gather", "all_gather_start", "broadcast",  "barrier",          "test",
     "wait",       "work_init",        "work_free",  "group_start",      "group_end",
-    "destroy"};
+    "destroy",    "failure",          "reconnect"};
 using AnySlot = void (*)();
 constexpr size_t kFirstSlot = offsetof(DistBackendOps, version);
 constexpr size_t kSlots = (sizeof(DistBackendOps) - kFirstSlot) / sizeof(AnySlot);
@@ -238,6 +238,8 @@ DistBackendOps complete_table() {
   o.group_start = [](ProcessGroup *) {};
   o.group_end = [](ProcessGroup *) {};
   o.destroy = [](ProcessGroup *) {};
+  o.failure = [](ProcessGroup *) { return "a peer died"; };
+  o.reconnect = [](ProcessGroup *, const DistMeeting *) {};
   return o;
 }
 
@@ -313,6 +315,12 @@ std::vector<Call> every_call() {
       {"dist_group_start", "group-start", [] { dist_group_start(&g_pg); }},
       {"dist_group_end", "group-end", [] { dist_group_end(&g_pg); }},
       {"dist_destroy", "destroy", [] { dist_destroy(&g_pg); }},
+      {"dist_reconnect", "reconnect",
+       [] {
+         DistMeeting m = {"127.0.0.1", 1, "q1/", 0, 2};
+         g_pg.recoverable = true;
+         dist_reconnect(&g_pg, &g_ctx, &m);
+       }},
   };
 }
 }  // namespace
@@ -360,6 +368,7 @@ TEST(DistBackendOps, CompletingFillsEveryNullSlotAndNoOther) {
   dist_backend_complete(&done);
   for (size_t i = 0; i < kSlots; i++) EXPECT_EQ(slot(done, i), slot(full, i)) << kSlotNames[i];
   EXPECT_STREQ(done.version(), "1.0");
+  EXPECT_EQ(o.failure(nullptr), nullptr);  // the default: no failure to report (it ends the job instead)
 }
 
 // A table with one slot NULL, completed: that call ends the job naming the backend and the operation,
@@ -389,7 +398,10 @@ TEST(DistBackendOps, EveryCallRefusesTheMissingOperationByName) {
   dist_backend_complete(&o);
   two_ranks_through(&o);
   std::vector<Call> calls = every_call();
-  EXPECT_EQ(calls.size(), kSlots - 1);  // every operation has its call
+  EXPECT_EQ(calls.size(), kSlots - 2);  // every operation has its call (version and failure: NULL)
+  g_pg.recoverable = true;
+  EXPECT_EQ(dist_failure(&g_pg), nullptr) << "a backend that cannot recover reports no failure";
+  g_pg.recoverable = false;
   for (const Call &c : calls)
     EXPECT_EXIT(c.run(), ::testing::ExitedWithCode(1),
                 std::string(c.call) + ": the gloo backend has no " + c.operation);

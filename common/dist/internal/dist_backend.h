@@ -97,6 +97,11 @@ typedef struct DistBackendOps {
   /** @brief Leaves the group (the last collectives, the communicator), before MPI is finalised;
    *  see dist_destroy(). */
   void (*destroy)(ProcessGroup *pg);
+  /** @brief A recoverable group's failure, NULL while it works; see dist_failure(). */
+  const char *(*failure)(ProcessGroup *pg);
+  /** @brief Leaves the recoverable group (if connected) and joins the one at @p m (pg's rank and world
+   *  size already set to @p m's); see dist_reconnect(). @p m NULL: leaves only (dist_abandon()). */
+  void (*reconnect)(ProcessGroup *pg, const DistMeeting *m);
 } DistBackendOps;
 
 /**

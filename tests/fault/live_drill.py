@@ -1,0 +1,191 @@
+"""Step 09's live recovery under scripts/launch.sh --ft: a replica dies or freezes, the others go on.
+
+Each scenario names the invariant it proves (docs/09_live.md):
+  I2  shrink = resume: the survivors of a kill at step k+1 log the same losses and end with the same
+      digest, bit for bit, as the smaller world --resume'd from step k's checkpoint;
+  I3  the failed step is committed nowhere: every step appears once, in order, and the step that failed
+      is the smaller world's step (its loss is the resumed run's), no partial gradient applied;
+  I6  bounded recovery: after a SIGKILL the survivors' next quorum comes within --join_timeout + 1 s
+      (measured phases printed); after a SIGSTOP within max(--ft_op_timeout, --heartbeat_timeout) +
+      --join_timeout + 1 s;
+  I7  below --min_replicas: the survivor ends with its own status (76), the cause named;
+  I8  quorums are isolated: the frozen replica, resumed after the others formed a new quorum, is refused
+      with a message (status 76), never hung.
+The replica to fail signals itself as it starts the chosen step (test hook DDP_TEST_FT_KILL=REPLICA:STEP[:stop]),
+so that the step that failed is known; the held-out drills kill from outside, at any moment.
+"""
+import os
+import re
+import signal
+import subprocess
+import time
+
+from tests.harness.drill import Output, wait_until
+from tests.harness.env import BIN, LAUNCH_SH, Failure
+from tests.harness.launch import env_launch_env, run
+from tests.harness.results import digests, metrics
+from tests.harness.scenario import scenario
+
+# 515 samples, G = 96 at 3 ranks: 6 steps an epoch (the last block short), 12 in all; 63 hidden units.
+ARGS = ["--device", "cpu", "--data", "synthetic", "--dataset_size", "515", "--hidden", "63", "--lr", "0.05",
+        "--momentum", "0.9", "--batch_size", "32", "--epochs", "2", "--log_interval", "1000",
+        "--save_interval", "0"]
+# The timeout hierarchy of the drills: a frozen peer is seen within 2 s.
+FT = ["--ft_op_timeout", "2", "--heartbeat_timeout", "1", "--join_timeout", "0.5", "--ft_quorum_timeout", "20"]
+REFUSED = 76  # steps/09_live/ft.h: FT_EXIT_REFUSED
+
+
+def live(tmp, tag, np, extra=(), kill=None, timeout=240):
+    """Starts `launch.sh --ft -n np 09_live`; returns (Popen, Output) (stdout and stderr together)."""
+    env = dict(env_launch_env(), LIGHTHOUSE_LOG=f"{tmp}/{tag}_lighthouse.jsonl")
+    if kill:
+        env["DDP_TEST_FT_KILL"] = kill
+    cmd = [LAUNCH_SH, "--ft", "-n", str(np), os.path.join(BIN, "09_live")] + ARGS + FT + list(extra) + [
+        "--metrics", f"{tmp}/{tag}_{{rank}}.jsonl"]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                         start_new_session=True)
+    return p, Output(p.stdout)
+
+
+def finish(p, out, timeout=240):
+    """The launch's exit status and output, ending it (and failing) when it outlives `timeout`."""
+    try:
+        rc = p.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+        raise Failure(f"the live launch hung for {timeout} s:\n{out.text()}")
+    return rc, out.text()
+
+
+def step_losses(path):
+    steps = metrics(path)[0]
+    return [s["step"] for s in steps], [s["loss"] for s in steps]
+
+
+def recovery_times(text):
+    """Each survivor's printed phases: [(detect, quorum, reconnect)]."""
+    return [tuple(map(float, m)) for m in
+            re.findall(r"-> \d+; detect ([\d.]+) s, quorum ([\d.]+) s, reconnect ([\d.]+) s", text)]
+
+
+@scenario(processors=2, labels=("fault", "parity"), needs=("gloo",), timeout=300)
+def live_shrink_equals_resume(tmp):
+    """3 replicas, replica 2 SIGKILLed as it starts step 4: replicas 0 and 1 commit steps 1..12 once each
+    and end with the digest and losses of a 2-rank run --resume'd from the 3-rank run's step-3
+    checkpoint (I2, I3); their new quorum comes within --join_timeout + 1 s (I6)."""
+    run("09_live", ARGS + ["--max_steps", "3", "--save_interval", "1", "--ckpt_dir", f"{tmp}/ck"], np=3,
+        launcher="launch")
+    run("09_live", ARGS + ["--resume", f"{tmp}/ck/checkpoint.bin", "--ckpt_dir", f"{tmp}/r",
+                           "--metrics", f"{tmp}/res_{{rank}}.jsonl"], np=2, launcher="launch")
+    p, out = live(tmp, "live", 3, kill="2:4")
+    rc, text = finish(p, out)
+    if rc != 0:
+        raise Failure(f"the survivors did not finish (status {rc}):\n{text}")
+    for r in (0, 1):
+        if f"(replica {r}): step 4: " not in text or "-> step 4 not committed" not in text:
+            raise Failure(f"replica {r} did not report its failed step 4:\n{text}")
+    if "replica 2 exited on SIGKILL" not in text:
+        raise Failure(f"launch.sh did not name the dead replica:\n{text}")
+    steps, losses = step_losses(f"{tmp}/live_0.jsonl")
+    if steps != list(range(1, 13)):
+        raise Failure(f"the survivors committed steps {steps}, want 1..12 once each, in order (I3)")
+    rsteps, rlosses = step_losses(f"{tmp}/res_0.jsonl")
+    if rsteps != steps[3:] or rlosses != losses[3:]:
+        raise Failure(f"shrink != resume (I2): losses from step 4 {losses[3:6]}... vs the resumed run's "
+                      f"{rlosses[:3]}... (steps {rsteps[:3]}...)")
+    got, want = digests(f"{tmp}/live_", 2), digests(f"{tmp}/res_", 2)
+    if set(got) != set(want) or len(set(got)) != 1:
+        raise Failure(f"shrink != resume (I2): survivors' digests {got}, the resumed run's {want}")
+    times = recovery_times(text)
+    if len(times) != 2 or any(q + c > 0.5 + 1.0 for _, q, c in times):
+        raise Failure(f"recovery phases {times}: want 2 survivors, quorum + reconnect within --join_timeout "
+                      f"0.5 + 1 s (I6):\n{text}")
+    print(f"killed at step 4: survivors = 2-rank resume from step 3, digest {got[0]}, losses {losses[3:5]}...;"
+          f" phases (detect, quorum, reconnect) {times}")
+
+
+@scenario(processors=2, labels=("fault", "parity"), needs=("gloo",), timeout=300)
+def live_no_failure(tmp):
+    """Under --ft without a failure step 09 ends with the digest and losses of its run without --ft (I0)."""
+    run("09_live", ARGS + ["--metrics", f"{tmp}/plain_{{rank}}.jsonl"], np=3, launcher="launch")
+    p, out = live(tmp, "ft", 3)
+    rc, text = finish(p, out)
+    if rc != 0:
+        raise Failure(f"--ft without a failure exited {rc}:\n{text}")
+    if digests(f"{tmp}/ft_", 3) != digests(f"{tmp}/plain_", 3) or \
+            step_losses(f"{tmp}/ft_0.jsonl") != step_losses(f"{tmp}/plain_0.jsonl"):
+        raise Failure(f"--ft changed the run: {digests(f'{tmp}/ft_', 3)} vs {digests(f'{tmp}/plain_', 3)}")
+    print(f"--ft, no failure: digest {digests(f'{tmp}/ft_', 3)[0]} as without --ft")
+
+
+@scenario(processors=2, labels=("fault",), needs=("gloo",), timeout=300)
+def live_frozen_replica(tmp):
+    """Replica 2 of 3 SIGSTOPs itself as it starts step 4: the others' collective times out
+    (--ft_op_timeout 2), the lighthouse drops the silent replica (--heartbeat_timeout 1), and the two go
+    on within the hierarchy's bound (I6). Resumed (SIGCONT) once they did, the late replica is refused
+    by the lighthouse and ends with status 76, never hung (I8)."""
+    p, out = live(tmp, "frozen", 3, kill="2:4:stop")
+    try:
+        if not out.wait_for("SIGSTOP at the start of step 4", 120):
+            raise Failure(f"replica 2 never stopped:\n{out.text()}")
+        t0 = time.monotonic()
+        if not out.wait_for("quorum 2 = replicas [0, 1]", 30):
+            raise Failure(f"no quorum without the frozen replica within 30 s:\n{''.join(out.lines)}")
+        took = time.monotonic() - t0
+        pid = int(re.search(r"replica 2 \(pid (\d+)\): test hook", "".join(out.lines)).group(1))
+        os.kill(pid, signal.SIGCONT)
+    except Failure:
+        os.killpg(p.pid, signal.SIGKILL)
+        raise
+    rc, text = finish(p, out)
+    bound = max(2, 1) + 0.5 + 1.0
+    if took > bound + 2.0:  # seen from outside, through the launcher's pipe: 2 s of slack for a loaded machine
+        raise Failure(f"the survivors' quorum came {took:.1f} s after the stop, bound {bound} s (I6):\n{text}")
+    if rc != 0 or f"replica 2 exited with status {REFUSED}" not in text:
+        raise Failure(f"want the survivors to finish (0) and replica 2 refused ({REFUSED}); got {rc}:\n{text}")
+    if not re.search(r"replica 2: the lighthouse refused a quorum: .*not a member of quorum", text):
+        raise Failure(f"the late replica's refusal does not say why (I8):\n{text}")
+    steps, _ = step_losses(f"{tmp}/frozen_0.jsonl")
+    if steps != list(range(1, 13)):
+        raise Failure(f"the survivors committed steps {steps}, want 1..12")
+    print(f"frozen at step 4: quorum of the other two {took:.2f} s later (bound {bound} s); the late replica "
+          "refused with status 76")
+
+
+@scenario(processors=2, labels=("fault",), needs=("gloo",), timeout=300)
+def live_below_min_replicas(tmp):
+    """--min_replicas 2 at 2 replicas, replica 1 killed at step 3: replica 0 cannot train on alone; it ends
+    with status 76 and the lighthouse's reason, and commits no step after 2 (I7)."""
+    p, out = live(tmp, "min", 2, extra=["--min_replicas", "2"], kill="1:3")
+    rc, text = finish(p, out)
+    if rc != REFUSED:
+        raise Failure(f"want status {REFUSED} (no quorum of --min_replicas 2), got {rc}:\n{text}")
+    if not re.search(r"replica 0: the lighthouse refused a quorum: quorum impossible: 1 live replica.*"
+                     r"--min_replicas 2", text):
+        raise Failure(f"the refusal does not name the cause (I7):\n{text}")
+    with open(f"{tmp}/min_0.jsonl") as f:
+        steps = [int(m) for m in re.findall(r'"type": ?"step".*?"step": ?(\d+)', f.read())]
+    if steps != [1, 2]:
+        raise Failure(f"replica 0 committed steps {steps}, want 1 and 2 only (I7)")
+    print("alone below --min_replicas 2: status 76, cause named")
+
+
+@scenario(processors=2, labels=("fault",), needs=("gloo", "mpi"), timeout=120)
+def live_refuses_mpi_and_bad_timeouts(tmp):
+    """Live recovery refuses MPI with one line saying why, and a timeout hierarchy out of order naming the
+    pair (issue 44: what the course teaches about ULFM and pytorch/torchtitan#2899)."""
+    env = dict(env_launch_env(), DDP_LIGHTHOUSE="127.0.0.1:1")
+    p = subprocess.run([os.path.join(BIN, "09_live"), "--backend", "mpi"] + ARGS, capture_output=True,
+                       text=True, env=env, timeout=60)
+    if p.returncode != 2 or "MPI would need ULFM" not in p.stderr:
+        raise Failure(f"--backend mpi under --ft: want status 2 and the ULFM line, got {p.returncode}:\n{p.stderr}")
+    p = subprocess.run([os.path.join(BIN, "09_live")] + ARGS + ["--ft_op_timeout", "40"], capture_output=True,
+                       text=True, env=env, timeout=60)
+    if p.returncode != 2 or "--ft_quorum_timeout 30 must exceed --ft_op_timeout 40 + --join_timeout 1" not in p.stderr:
+        raise Failure(f"an out-of-order hierarchy: want status 2 naming the pair, got {p.returncode}:\n{p.stderr}")
+    p = subprocess.run([os.path.join(BIN, "09_live")] + ARGS + ["--timeout", "20"], capture_output=True,
+                       text=True, env=env, timeout=60)
+    if p.returncode != 2 or "--timeout 20 must exceed --ft_quorum_timeout 30" not in p.stderr:
+        raise Failure(f"--timeout below --ft_quorum_timeout: want status 2, got {p.returncode}:\n{p.stderr}")
+    print("MPI refused (ULFM); the hierarchy's pairs named")
