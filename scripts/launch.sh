@@ -14,27 +14,30 @@
 # --ft (live recovery, step 09): starts the lighthouse (LIGHTHOUSE, default PROGRAM's folder's
 # lighthouse) on MASTER_PORT (its store on MASTER_PORT + 1), with the program's own --min_replicas,
 # --heartbeat_timeout, --join_timeout and --ft_quorum_timeout; gives each rank DDP_LIGHTHOUSE, its slot as
-# REPLICA_ID and REPLICA_INCARNATION; and when a rank dies, says so and lets the others go on. The exit
-# status is 0 when a replica finished training (status 0), else the first failure's.
+# REPLICA_ID and REPLICA_INCARNATION; and when a rank dies, says so and lets the others go on. With
+# --replace it then starts the dead slot again (incarnation + 1, at most MAX_REPLACEMENTS times a slot,
+# default 3; not after a replica finished, nor after status 76, a refusal), and the newcomer joins and
+# heals from a peer. The exit status is 0 when a replica finished training (status 0); else 76 when
+# the lighthouse refused a quorum (too few replicas, replicas that disagree: the job cannot go on);
+# else the first failure's.
 set -uo pipefail
 usage() {
-  echo "usage: $0 [--max_restarts K | --ft] -n N [--] PROGRAM [ARGS...]" >&2
+  echo "usage: $0 [--max_restarts K | --ft [--replace]] -n N [--] PROGRAM [ARGS...]" >&2
   exit 2
 }
 restarts=
 n=
 ft=
+replace=
 while [ $# -gt 0 ]; do
   case $1 in
     -n) [ $# -ge 2 ] || usage; n=$2; shift 2 ;;
     --max_restarts) [ $# -ge 2 ] || usage; restarts=$2; shift 2 ;;
     --max_restarts=*) restarts=${1#*=}; shift ;;
     --ft) ft=1; shift ;;
-    --replace)
-      echo "$0: --replace (a replacement that heals from a peer) is not built yet: issue 44, stage 3" >&2
-      exit 2 ;;
+    --replace) replace=1; shift ;;
     --) shift; break ;;
-    -*) echo "$0: unknown option '$1' (before PROGRAM: -n N, --max_restarts K, --ft)" >&2; usage ;;
+    -*) echo "$0: unknown option '$1' (before PROGRAM: -n N, --max_restarts K, --ft, --replace)" >&2; usage ;;
     *) break ;;
   esac
 done
@@ -49,6 +52,15 @@ if [ -n "$restarts" ] && ! [[ $restarts =~ ^(0|[1-9][0-9]{0,5})$ ]]; then  # res
   exit 2
 fi
 [ $# -gt 0 ] || usage
+if [ -n "$replace" ] && [ -z "$ft" ]; then
+  echo "$0: --replace starts a dead replica again under --ft (live recovery): add --ft" >&2
+  exit 2
+fi
+MAX_REPLACEMENTS=${MAX_REPLACEMENTS:-3}
+if ! [[ $MAX_REPLACEMENTS =~ ^[0-9]{1,4}$ ]]; then
+  echo "$0: MAX_REPLACEMENTS must be a number 0..9999, got '$MAX_REPLACEMENTS'" >&2
+  exit 2
+fi
 if [ -n "$ft" ] && [ -n "$restarts" ]; then
   echo "$0: --ft keeps the survivors running; --max_restarts restarts every rank: choose one" >&2
   exit 2
@@ -126,13 +138,15 @@ launch_ft() {
   trap 'pids+=("$lh"); on_signal INT 2' INT
   trap 'pids+=("$lh"); on_signal HUP 1' HUP
   export DDP_LIGHTHOUSE=$MASTER_ADDR:$MASTER_PORT
+  local -a incarnation=()
   for ((r = 0; r < n; r++)); do
+    incarnation[r]=0
     RANK=$r LOCAL_RANK=$r REPLICA_ID=$r REPLICA_INCARNATION=0 "$@" &
     pids+=($!)
   done
   # Polled, not `wait -n`: each replica's end is said with its slot, and the others go on. Bash's own
   # notice of a child killed by a signal ("line N: PID Killed ...") goes to /dev/null; ours to fd 3.
-  local status= finished=0 left=$n rc
+  local status= finished=0 refused=0 left=$n rc
   local -a ended=()
   exec 3>&2
   while [ "$left" -gt 0 ]; do
@@ -148,6 +162,16 @@ launch_ft() {
       else
         [ $rc -gt 128 ] && echo "$0: replica $r exited on SIG$(kill -l $((rc - 128)) 2>/dev/null) ($rc); the others go on" >&3
         [ $rc -le 128 ] && echo "$0: replica $r exited with status $rc; the others go on" >&3
+        [ $rc -eq 76 ] && refused=1
+        if [ -n "$replace" ] && [ "$finished" = 0 ] && [ $rc -ne 76 ] && [ "${incarnation[r]}" -lt "$MAX_REPLACEMENTS" ]; then
+          incarnation[r]=$((incarnation[r] + 1))
+          echo "$0: starting replica $r again (incarnation ${incarnation[r]}): it joins and heals from a peer" >&3
+          RANK=$r LOCAL_RANK=$r REPLICA_ID=$r REPLICA_INCARNATION=${incarnation[r]} "$@" 2>&3 &
+          pids[r]=$!
+          ended[r]=
+          left=$((left + 1))
+          continue
+        fi
         [ -z "$status" ] && status=$rc
       fi
     done
@@ -156,6 +180,7 @@ launch_ft() {
   kill -TERM "$lh" 2>/dev/null
   wait "$lh" 2>/dev/null
   [ "$finished" = 1 ] && return 0
+  [ "$refused" = 1 ] && return 76
   return "${status:-0}"
 }
 

@@ -45,7 +45,7 @@ typedef struct Config {
   double join_timeout;       // --join_timeout: how long a quorum waits for members that have not asked
   double heartbeat_timeout;  // --heartbeat_timeout: a member silent this long is no longer alive
   double quorum_timeout;     // --quorum_timeout: the longest a request waits
-  bool shrink_only;          // --shrink_only: only members of the last quorum may join the next
+  bool shrink_only;          // --shrink_only: no newcomer joins (only members of the last quorum go on)
   const char *log;           // --log: events, one JSON object a line (NULL: none)
 } Config;
 
@@ -60,7 +60,7 @@ static const char *USAGE =
     "  --join_timeout S       how long a quorum waits for live members that have not asked (default 1.0)\n"
     "  --heartbeat_timeout S  a member silent this long is left out (default 2.0)\n"
     "  --quorum_timeout S     the longest a quorum request waits (default 60)\n"
-    "  --shrink_only          refuse replicas that are not members of the last quorum (the default)\n"
+    "  --shrink_only          refuse new replicas after the first quorum (default: they join and heal)\n"
     "  --log FILE             write each event as a JSON object, one a line\n";
 
 static _Noreturn void usage(const char *fmt, const char *arg) {
@@ -89,8 +89,7 @@ static Config parse_args(int argc, char **argv) {
                .min_replicas = 1,
                .join_timeout = 1.0,
                .heartbeat_timeout = 2.0,
-               .quorum_timeout = 60.0,
-               .shrink_only = true};
+               .quorum_timeout = 60.0};
   for (int i = 1; i < argc; i++) {
     const char *f = argv[i];
     if (strcmp(f, "--help") == 0 || strcmp(f, "-h") == 0) {
@@ -98,7 +97,7 @@ static Config parse_args(int argc, char **argv) {
       exit(0);
     }
     if (strcmp(f, "--shrink_only") == 0) {
-      cf.shrink_only = true;  // the only mode of this milestone; joins come with the next one
+      cf.shrink_only = true;
       continue;
     }
     static const char *valued[] = {"--port",           "--host",         "--replicas",
@@ -144,6 +143,8 @@ typedef struct Conn {
   double last_beat;     // when it last sent a line: a member silent for --heartbeat_timeout is not alive
   bool silent;          // its silence was reported
   bool pending;         // it asked for a quorum and has no answer yet
+  bool was_member;      // it was in an issued quorum: left out of a later one, it may not come back
+  bool announced;       // a newcomer whose wait the last quorum's members were told of (`join R`)
   double asked;         // when
   long long step;       // its committed step, as it asked
   char digest[17];      // its parameters' digest (16 hex digits)
@@ -272,11 +273,17 @@ static bool in_last(const Lighthouse *lh, int r) {
   return false;
 }
 
-// Whether replica @p r may be in the next quorum: anyone before the first; then, while the job only
-// shrinks, the members of the last one.
-static bool eligible(const Lighthouse *lh, int r) {
-  return lh->last_id == 0 || !lh->cf.shrink_only || in_last(lh, r);
+// Whether @p c may be in the next quorum: anyone before the first; then the members of the last one,
+// and newcomers (a replica never in a quorum: a replacement) unless --shrink_only. A member left out of
+// a quorum (frozen while the others went on) may not come back: its state is of an old quorum.
+static bool eligible(const Lighthouse *lh, const Conn *c) {
+  if (lh->last_id == 0) return true;
+  if (c->was_member) return in_last(lh, c->replica);
+  return !lh->cf.shrink_only;
 }
+
+// A newcomer is in the quorum: it heals from a member, whatever the steps say.
+static bool newcomer(const Lighthouse *lh, const Conn *c) { return lh->last_id > 0 && !c->was_member; }
 
 // Closes @p c (swept out later); a member's leaving is told with @p why.
 static void drop(Lighthouse *lh, Conn *c, const char *why) {
@@ -469,7 +476,7 @@ static void candidates(Lighthouse *lh, double now, Pick *p, int *alive) {
   *alive = 0;
   for (int i = 0; i < lh->n; i++) {
     Conn *c = &lh->conns[i];
-    if (!healthy(lh, c, now) || !eligible(lh, c->replica)) continue;
+    if (!healthy(lh, c, now) || !eligible(lh, c)) continue;
     ++*alive;
     if (!c->pending) continue;
     if (p->n == 0 || c->asked < p->first_asked) p->first_asked = c->asked;
@@ -496,22 +503,48 @@ static void refuse_outsiders(Lighthouse *lh) {
   char reason[REASON_BYTES];
   for (int i = 0; i < lh->n; i++) {
     Conn *c = &lh->conns[i];
-    if (c->fd < 0 || !c->pending || eligible(lh, c->replica)) continue;
-    snprintf(reason, sizeof reason,
-             "replica %d is not a member of quorum %d (live recovery here only shrinks; it missed the quorum "
-             "formed at step %lld)",
-             c->replica, lh->last_id, lh->last_step);
+    if (c->fd < 0 || !c->pending || eligible(lh, c)) continue;
+    if (lh->cf.shrink_only && !c->was_member)
+      snprintf(reason, sizeof reason,
+               "replica %d is not a member of quorum %d (live recovery here only shrinks: --shrink_only; it "
+               "missed the quorum formed at step %lld)",
+               c->replica, lh->last_id, lh->last_step);
+    else
+      snprintf(
+          reason, sizeof reason,
+          "replica %d is not a member of quorum %d (it was left out of it, formed at step %lld: its state "
+          "is an old quorum's; a new incarnation may join, as scripts/launch.sh --ft --replace starts one)",
+          c->replica, lh->last_id, lh->last_step);
     refuse(lh, c, reason);
   }
 }
 
+// Tells the members of the last quorum, once per newcomer, that one waits to join (`join R`): they ask
+// for the next quorum together at their next step boundary (lighthouse.h).
+static void announce_newcomers(Lighthouse *lh, double now) {
+  for (int i = 0; i < lh->n; i++) {
+    Conn *c = &lh->conns[i];
+    if (c->fd < 0 || !c->pending || c->announced || !newcomer(lh, c) || !eligible(lh, c)) continue;
+    c->announced = true;
+    char line[32];
+    snprintf(line, sizeof line, "join %d\n", c->replica);
+    say("replica %d (incarnation %d) waits to join quorum %d's members", c->replica, c->incarnation,
+        lh->last_id);
+    for (int k = 0; k < lh->n_last; k++) {
+      Conn *m = member(lh, lh->last[k]);
+      if (m && m != c && m->was_member && healthy(lh, m, now)) send_line(lh, m, line);
+    }
+  }
+}
+
 // Whether the members at @p max_step report one digest (they must hold the same parameters: the
-// others heal from one of them); else @p why names each with its digest.
-static bool digests_agree(const Pick *p, long long max_step, char *why, size_t size) {
+// others heal from one of them); else @p why names each with its digest. Newcomers heal whatever they
+// report.
+static bool digests_agree(const Lighthouse *lh, const Pick *p, long long max_step, char *why, size_t size) {
   const char *first = NULL;
   bool agree = true;
   for (int i = 0; i < p->n; i++) {
-    if (p->c[i]->step != max_step) continue;
+    if (p->c[i]->step != max_step || newcomer(lh, p->c[i])) continue;
     if (!first) first = p->c[i]->digest;
     agree = agree && strcmp(first, p->c[i]->digest) == 0;
   }
@@ -519,7 +552,7 @@ static bool digests_agree(const Pick *p, long long max_step, char *why, size_t s
   size_t used = (size_t)snprintf(why, size, "replicas disagree at step %lld:", max_step);
   const char *sep = " ";
   for (int i = 0; i < p->n && used < size; i++) {
-    if (p->c[i]->step != max_step) continue;
+    if (p->c[i]->step != max_step || newcomer(lh, p->c[i])) continue;
     used += (size_t)snprintf(why + used, size - used, "%sreplica %d digest %s", sep, p->c[i]->replica,
                              p->c[i]->digest);
     sep = ", ";
@@ -576,7 +609,7 @@ static void issue(Lighthouse *lh, const Pick *p, double now) {
   for (int i = 0; i < p->n; i++)
     if (p->c[i]->step > max_step) max_step = p->c[i]->step;
   char why[REASON_BYTES];
-  if (!digests_agree(p, max_step, why, sizeof why)) {
+  if (!digests_agree(lh, p, max_step, why, sizeof why)) {
     refuse_all(lh, p, why);
     return;
   }
@@ -585,15 +618,23 @@ static void issue(Lighthouse *lh, const Pick *p, double now) {
   char ids[8 * MAX_REPLICAS], line[8 * MAX_REPLICAS + 128];
   size_t used = 0;
   for (int i = 0; i < p->n; i++) {
-    if (source < 0 && p->c[i]->step == max_step) source = i;
-    heal = heal || p->c[i]->step < max_step;
+    if (source < 0 && p->c[i]->step == max_step && !newcomer(lh, p->c[i])) source = i;
+    heal = heal || p->c[i]->step < max_step || newcomer(lh, p->c[i]);
     used += (size_t)snprintf(ids + used, sizeof ids - used, "%s%d", i ? "," : "", p->c[i]->replica);
+  }
+  if (source < 0) {  // only newcomers: nobody holds the training's state any more
+    refuse_all(lh, p,
+               "no member of the last quorum is left to heal from: the training's state is gone (restart "
+               "from a checkpoint: --resume)");
+    return;
   }
   announce(lh, id, p, max_step, now);
   for (int i = 0; i < p->n; i++) {
     snprintf(line, sizeof line, "quorum %d %d %d %lld %d %d %s\n", id, p->n, i, max_step, source,
              heal ? 1 : 0, ids);
     p->c[i]->pending = false;
+    p->c[i]->was_member = true;
+    p->c[i]->announced = false;
     send_line(lh, p->c[i], line);
   }
   for (int i = 0; i < p->n; i++) lh->last[i] = p->c[i]->replica;
@@ -655,6 +696,7 @@ static void expire(Lighthouse *lh, const Pick *p, int alive, double now) {
 // in its step may ask soon). When every live member asked and they are too few, no quorum can form.
 static void decide(Lighthouse *lh, double now) {
   refuse_outsiders(lh);
+  announce_newcomers(lh, now);
   static Pick p;  // large; only this thread decides
   int alive;
   candidates(lh, now, &p, &alive);

@@ -38,6 +38,7 @@ struct Lighthouse {
   bool stopping;
   char in[LINE_MAX_BYTES];  // received bytes not yet returned as lines (only the main thread reads)
   size_t len;
+  bool joiner;  // a `join` line came since the last quorum request
 };
 
 static double now_s(void) {
@@ -257,12 +258,16 @@ int lighthouse_quorum(Lighthouse *lh, long long step, uint64_t digest, double ti
   // taken for this request's
   while (read_line(lh, line, sizeof line, 0.0) == 1) {
   }
+  lh->joiner = false;  // the quorum asked for now takes in whoever waits
   snprintf(line, sizeof line, "quorum %lld %016" PRIx64 "\n", step, digest);
   if (!send_line(lh, line)) {
     snprintf(why, why_size, "the connection to the lighthouse at %s:%s broke", lh->host, lh->port);
     return 2;
   }
-  int got = read_line(lh, line, sizeof line, now_s() + timeout_s);
+  double until = now_s() + timeout_s;
+  int got;
+  while ((got = read_line(lh, line, sizeof line, until)) == 1 && strncmp(line, "join ", 5) == 0) {
+  }  // (a joiner announced meanwhile: this quorum is the one it waits for)
   if (got == 0) {
     snprintf(why, why_size, "the lighthouse at %s:%s gave no quorum within %g s", lh->host, lh->port,
              timeout_s);
@@ -285,6 +290,14 @@ int lighthouse_quorum(Lighthouse *lh, long long step, uint64_t digest, double ti
   snprintf(q->store_host, sizeof q->store_host, "%s", lh->host);
   q->store_port = lh->store_port;
   return 0;
+}
+
+bool lighthouse_join_waiting(Lighthouse *lh) {
+  char line[LINE_MAX_BYTES];
+  int got;
+  while (!lh->joiner && (got = read_line(lh, line, sizeof line, 0.0)) == 1)
+    lh->joiner = strncmp(line, "join ", 5) == 0;
+  return lh->joiner;
 }
 
 void lighthouse_leave(Lighthouse *lh) {

@@ -23,6 +23,8 @@
  * - `beat`
  * - `quorum STEP DIGEST` (DIGEST: 16 hex digits) →
  *   `quorum ID WORLD RANK MAX_STEP SOURCE HEAL R0,R1,...` | `refused REASON`
+ * - the lighthouse to the members of the last quorum, unasked: `join R` when replica R (a new one)
+ *   asks to join; they then ask for the next quorum together, at the same step boundary.
  */
 #ifndef DDP_LIGHTHOUSE_H
 #define DDP_LIGHTHOUSE_H
@@ -84,6 +86,14 @@ Lighthouse *lighthouse_join(const char *address, int replica, int incarnation, d
  */
 int lighthouse_quorum(Lighthouse *lh, long long step, uint64_t digest, double timeout_s, Quorum *q, char *why,
                       size_t why_size);
+
+/**
+ * @brief Whether the lighthouse said that a replica waits to join (a `join` line came since the last
+ * quorum). Never blocks: it reads only what has arrived.
+ * @param[in] lh the connection.
+ * @return true once such a line came, until the next lighthouse_quorum().
+ */
+bool lighthouse_join_waiting(Lighthouse *lh);
 
 /**
  * @brief Leaves: stops the heartbeat thread and closes the connection (the lighthouse forgets the

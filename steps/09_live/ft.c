@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "devmem.h"
 #include "log.h"
 
 // A whole number from the environment, `fallback` when unset; ends the job when it is not one.
@@ -34,6 +35,16 @@ static void read_kill_hook(Ft *ft) {
       (how[0] && strcmp(how, "stop") != 0))
     die(2, "DDP_TEST_FT_KILL=%s: expected REPLICA:STEP or REPLICA:STEP:stop", v);
   ft->kill_sig = how[0] ? SIGSTOP : SIGKILL;
+  if (ft->incarnation > 0) ft->kill_replica = -1;  // the first incarnation only: a replacement lives
+}
+
+// Test hook DDP_TEST_FT_CORRUPT=REPLICA:STEP: the replica's parameters part from the others' without a
+// word (a bit flip, a bug), which only the lighthouse's digest check can see.
+static void read_spoil_hook(Ft *ft) {
+  ft->spoil_replica = -1;
+  const char *v = getenv("DDP_TEST_FT_CORRUPT");
+  if (v && *v && (sscanf(v, "%d:%lld", &ft->spoil_replica, &ft->spoil_step) != 2 || ft->spoil_step < 1))
+    die(2, "DDP_TEST_FT_CORRUPT=%s: expected REPLICA:STEP", v);
 }
 
 // The timeouts nest (pytorch/torchtitan#2899): a survivor sees a frozen peer (--ft_op_timeout) and the
@@ -64,6 +75,7 @@ void ft_init(Ft *ft, const Args *a, ProcessGroup *pg) {
   ft->quorum_timeout = a->ft_quorum_timeout;
   check_timeouts(a);
   read_kill_hook(ft);
+  read_spoil_hook(ft);
   dist_set_recoverable(pg, a->ft_op_timeout);
   ft->lh = lighthouse_join(lighthouse, ft->replica, ft->incarnation, a->heartbeat_timeout / 4, a->timeout);
 }
@@ -93,12 +105,36 @@ void ft_connect(Ft *ft, ProcessGroup *pg, const Ctx *ctx) {
     return;
   }
   join_quorum(ft, pg, ctx, 0, 0);  // every replica starts at step 0 (a resume: all from one file)
+  ft->flag = dev_alloc(ctx, sizeof(int));
+  ft->joining = ft->q.id > 1;  // the launch's replicas meet in quorum 1; a replacement comes later
+  if (ft->joining)
+    fprintf(stderr, "replica %d (incarnation %d): joins quorum %d as rank %d of %d; heals from rank %d\n",
+            ft->replica, ft->incarnation, ft->q.id, ft->q.rank, ft->q.world_size, ft->q.source);
   log0("live recovery: replica %d, quorum %d of %d replicas\n", ft->replica, ft->q.id, ft->q.world_size);
 }
 
-void ft_start_step(Ft *ft, long long step) {
+bool ft_joining(const Ft *ft) { return ft->on && ft->joining; }
+
+bool ft_join_requested(Ft *ft, ProcessGroup *pg, const Ctx *ctx) {
+  if (!ft->on) return false;
+  int waiting = lighthouse_join_waiting(ft->lh);
+  dev_upload(ctx, ft->flag, &waiting, sizeof waiting);
+  dist_all_reduce(pg, ft->flag, 1, DIST_INT, DIST_SUM);  // one rank heard it: all go, at this boundary
+  dev_download(ctx, &waiting, ft->flag, sizeof waiting);
+  return waiting > 0 && !dist_failure(pg);  // (a failure: the next step's start recovers)
+}
+
+void ft_start_step(Ft *ft, long long step, float *params, const Ctx *ctx) {
   if (!ft->on) return;
   ft->t_step = log_clock();
+  if (ft->replica == ft->spoil_replica && step == ft->spoil_step) {
+    float x;
+    dev_download(ctx, &x, params, sizeof x);
+    x += 1.0f;
+    dev_upload(ctx, params, &x, sizeof x);
+    fprintf(stderr, "replica %d: test hook: its first parameter corrupted at the start of step %lld\n",
+            ft->replica, step);
+  }
   if (ft->replica == ft->kill_replica && step == ft->kill_step) {
     fprintf(stderr, "replica %d (pid %ld): test hook: SIG%s at the start of step %lld\n", ft->replica,
             (long)getpid(), ft->kill_sig == SIGKILL ? "KILL" : "STOP", step);
@@ -133,7 +169,12 @@ bool ft_should_commit(Ft *ft, ProcessGroup *pg, long long step) {
 }
 
 void ft_quorum(Ft *ft, ProcessGroup *pg, const Ctx *ctx, long long step, uint64_t digest) {
-  if (!ft->failed) {  // failed after the step's vote (a later collective): seen now
+  bool join = !dist_failure(pg);  // nothing failed: a replica waits to join
+  if (join) {
+    ft->t_seen = ft->t_begin = log_clock();
+    fprintf(stderr, "rank %d of %d (replica %d): after step %lld: a replica waits to join\n", pg->rank,
+            pg->world_size, ft->replica, step);
+  } else if (!ft->failed) {  // failed after the step's vote (a later collective): seen now
     ft->failed = step + 1;
     ft->t_seen = ft->t_begin = log_clock();
     fprintf(stderr, "rank %d of %d (replica %d): after step %lld: %s\n", pg->rank, pg->world_size,
@@ -152,19 +193,32 @@ void ft_quorum(Ft *ft, ProcessGroup *pg, const Ctx *ctx, long long step, uint64_
       ft->q.rank, ft->q.world_size, ft->replica, ft->q.id, ids, ft->q.max_step, before, ft->q.world_size,
       ft->t_seen - ft->t_begin, ft->quorum_s, ft->reconnect_s);
   ft->failed = 0;
-  ft->redo = true;
+  ft->redo = !join;
   ft->heal_bytes = 0;
   ft->heal_s = 0;
   ft->t_ready = log_clock();
 }
 
-void ft_healed(Ft *ft, long long bytes, double seconds) {
+void ft_healed(Ft *ft, const ProcessGroup *pg, long long step, long long bytes, double seconds) {
   ft->heal_bytes = bytes;
   ft->heal_s = seconds;
   ft->t_ready = log_clock();
+  if (ft->joining) {  // this replacement's own heal: it has joined
+    ft->joining = false;
+    fprintf(stderr, "replica %d (incarnation %d): healed at step %lld: %lld B in %.3f s\n", ft->replica,
+            ft->incarnation, step, bytes, seconds);
+    return;
+  }
+  if (ft->redo) return;  // a failed step's recovery ends with its redo (ft_should_commit)
+  log0(
+      "recovery: %d ranks from step %lld; quorum %.3f s, reconnect %.3f s, heal %lld B in %.3f s (total %.3f "
+      "s)\n",
+      pg->world_size, step, ft->quorum_s, ft->reconnect_s, bytes, seconds, ft->t_ready - ft->t_begin);
 }
 
-void ft_free(Ft *ft) {
+void ft_free(Ft *ft, const Ctx *ctx) {
   if (ft->lh) lighthouse_leave(ft->lh);
+  if (ft->flag) dev_free(ctx, ft->flag);
   ft->lh = NULL;
+  ft->flag = NULL;
 }

@@ -37,8 +37,12 @@ typedef struct Ft {
   double heal_s, t_ready;        // its heal (ft_healed()), and when the redo began
   long long heal_bytes;
   bool redo;                   // a recovery is in progress until the redone step commits
+  bool joining;                // this process joins a running job (its first quorum was not the first)
+  int *flag;                   // device, (1): the all-reduced "a replica waits to join"
   int kill_replica, kill_sig;  // test hook DDP_TEST_FT_KILL=REPLICA:STEP[:stop]: this replica
   long long kill_step;         // signals itself (SIGKILL, or SIGSTOP) as it starts that step
+  int spoil_replica;           // test hook DDP_TEST_FT_CORRUPT=REPLICA:STEP: this replica adds 1 to
+  long long spoil_step;        // its first parameter as it starts that step (silent divergence)
 } Ft;
 
 // Reads the launch (DDP_LIGHTHOUSE, REPLICA_ID, REPLICA_INCARNATION) and, under --ft, checks the timeout
@@ -47,8 +51,14 @@ void ft_init(Ft *ft, const Args *a, ProcessGroup *pg);
 // The first quorum and its group (instead of dist_connect()): every replica of the launch, ranks in
 // replica-id order. Without --ft: dist_connect().
 void ft_connect(Ft *ft, ProcessGroup *pg, const Ctx *ctx);
-// Marks the start of optimizer step `step` (the test hook fires here).
-void ft_start_step(Ft *ft, long long step);
+// Whether this process is a replacement joining a running job: it takes its state from a peer (the
+// trainer's heal) instead of a checkpoint or its own initialisation.
+bool ft_joining(const Ft *ft);
+// After a step: whether a replica waits to join, agreed by every rank (one all-reduce of a flag, so
+// that all go to the quorum at the same step boundary).
+bool ft_join_requested(Ft *ft, ProcessGroup *pg, const Ctx *ctx);
+// Marks the start of optimizer step `step` (the test hooks fire here: a kill, a parameter corrupted).
+void ft_start_step(Ft *ft, long long step, float *params, const Ctx *ctx);
 // The vote: true when every collective of step `step` completed on this rank, so that it may apply
 // the step; false (once said, with the reason) when one failed: nothing of the step may be applied.
 bool ft_should_commit(Ft *ft, ProcessGroup *pg, long long step);
@@ -57,9 +67,10 @@ bool ft_failed(Ft *ft, ProcessGroup *pg);
 // A new quorum (reporting the committed `step` and the parameters' `digest`) and its group: ends the
 // process with FT_EXIT_REFUSED when the lighthouse refuses. The trainer then heals and reshards.
 void ft_quorum(Ft *ft, ProcessGroup *pg, const Ctx *ctx, long long step, uint64_t digest);
-// Records the heal this replica took part in (bytes received or sent, seconds).
-void ft_healed(Ft *ft, long long bytes, double seconds);
+// Records the heal this replica took part in (bytes received or sent, seconds), and ends a recovery that
+// redoes no step (a join): its phases, one line.
+void ft_healed(Ft *ft, const ProcessGroup *pg, long long step, long long bytes, double seconds);
 // Leaves the lighthouse (after the process group).
-void ft_free(Ft *ft);
+void ft_free(Ft *ft, const Ctx *ctx);
 
 #endif

@@ -121,8 +121,8 @@ static void check_ranks_agree(Trainer *t) {
 }
 
 static void cleanup(Trainer *t) {
-  dist_destroy(&t->pg);  // [init] leave the process group
-  ft_free(&t->ft);       // [live] and the lighthouse
+  dist_destroy(&t->pg);      // [init] leave the process group
+  ft_free(&t->ft, &t->ctx);  // [live] and the lighthouse
   device_free(&t->ctx);
 }
 
@@ -258,27 +258,41 @@ static long long steps_for(const Trainer *t, int world) {  // [cursor] an epoch 
 
 static long long steps_per_epoch(const Trainer *t) { return steps_for(t, t->epoch_world); }  // [cursor]
 
-// [live] The members behind the quorum's newest step take the state of the first member at it: the
-// parameters, the momentum, and where it is (step, epoch, steps into the epoch), by broadcasts from it
-// (wrap_model's, done again). Returns the epoch this replica is in now.
+// [live] The members behind the quorum's newest step (and a replacement, which has none) take the state
+// of the first member at it: the parameters, the momentum and the optimizer's step count (0: the buffer
+// is not in use yet), and where it is (step, epoch, steps into the epoch, the world its epoch is laid out
+// for, the global batch), by broadcasts from it (wrap_model's, done again). Returns the epoch this
+// replica is in now.
 static int heal(Trainer *t, int epoch) {
-  double t0 = log_clock(), where[3] = {(double)t->step, epoch, (double)t->epoch_step};
+  double t0 = log_clock();
+  double where[6] = {(double)t->step, epoch,           (double)t->epoch_step,
+                     t->epoch_world,  t->global_batch, (double)t->opt.steps};
   double *at = dev_alloc(&t->ctx, sizeof where);  // once per recovery, not per step
   dev_upload(&t->ctx, at, where, sizeof where);
   int from = t->ft.q.source;
   dist_broadcast(&t->pg, t->model.params, t->model.n_params, DIST_FLOAT, from);
   dist_broadcast(&t->pg, t->opt.buf, t->model.n_params, DIST_FLOAT, from);
-  dist_broadcast(&t->pg, at, 3, DIST_DOUBLE, from);
+  dist_broadcast(&t->pg, at, 6, DIST_DOUBLE, from);
   dev_download(&t->ctx, where, at, sizeof where);
   dev_free(&t->ctx, at);
+  if (ft_failed(&t->ft, &t->pg)) return epoch;  // the heal failed: still behind, healed at the next quorum
   long long bytes = (long long)(2 * t->model.n_params * sizeof(float) + sizeof where);
-  ft_healed(&t->ft, bytes, log_clock() - t0);
-  if (ft_failed(&t->ft, &t->pg) || t->step == (long long)where[0]) return epoch;  // failed: still behind
-  log_all("healed from rank %d: step %lld -> %.0f, %lld bytes in %.3f s\n", from, t->step, where[0], bytes,
-          log_clock() - t0);
+  if (t->step != (long long)where[0])
+    log_all("healed from rank %d: step %lld -> %.0f, %lld bytes\n", from, t->step, where[0], bytes);
   t->step = (long long)where[0];
   t->epoch_step = (long long)where[2];
+  t->epoch_world = (int)where[3];
+  t->global_batch = (int)where[4];
+  t->opt.steps = (uint64_t)where[5];
+  ft_healed(&t->ft, &t->pg, t->step, bytes, log_clock() - t0);
   return (int)where[1];
+}
+
+// [live] A replacement joins a running job: its state comes from a peer, not from a checkpoint or its
+// own initialisation (resume() and wrap_model() are for the replicas that start together).
+static void join(Trainer *t) {
+  t->epoch0 = heal(t, 0);
+  if (ft_failed(&t->ft, &t->pg)) die(1, "the heal failed: %s", dist_failure(&t->pg));
 }
 
 // [live] A new quorum after a failure: the group rebuilt around the members the lighthouse names, those
@@ -313,8 +327,8 @@ static bool run_epoch(Trainer *t, int epoch) {
       start = 0, batches = t->epoch_step;   // [live] the rest of the epoch, in the new world's shares
       continue;                             // [live] (a heal may have moved the cursor)
     }
-    ft_start_step(&t->ft, t->step + 1);                      // [live]
-    int G = sampler_block(&t->sampler, c, t->global_batch);  // [cursor] G, or the rest of the epoch
+    ft_start_step(&t->ft, t->step + 1, t->model.params, &t->ctx);  // [live]
+    int G = sampler_block(&t->sampler, c, t->global_batch);        // [cursor] G, or the rest of the epoch
     int B = sampler_share(&t->sampler, c, t->global_batch, t->world_size, t->rank);  // [cursor] my part
     const float *loss = run_batch(t, start, B, G);  // on the device: logged once it reaches the host
     if (!ft_should_commit(&t->ft, &t->pg, t->step + 1)) continue;  // [live] nothing applied: done again
@@ -330,6 +344,8 @@ static bool run_epoch(Trainer *t, int epoch) {
     if (snapshot_due(t->args.save_steps, t->step) && batches < steps_per_epoch(t) &&  // [fault]
         !out_of_steps(t))  // [fault] not at the epoch's end, nor where training stops: train() saves there
       save_checkpoint(t, t->args.ckpt_dir, epoch);  // [fault] --save_steps: a snapshot inside the epoch
+    if (ft_join_requested(&t->ft, &t->pg, &t->ctx) && recover(t, epoch))  // [live] a replacement waits:
+      start = 0, batches = t->epoch_step;  // [live] it joins here, and the world shares the epoch's rest
   }
   double train_loss = loss_log_epoch(&t->losses, &t->ctx);  // the last steps' losses; their mean
   double samples_per_s = (double)samples / (log_clock() - t0);
@@ -447,9 +463,13 @@ int main(int argc, char **argv) {
   setup(&t);
   load_data(&t);
   build_model(&t);
-  resume(&t);
-  check_ranks_agree(&t);
-  wrap_model(&t);
+  if (ft_joining(&t.ft)) {  // [live] a replacement: its state from a peer
+    join(&t);
+  } else {  // [live]
+    resume(&t);
+    check_ranks_agree(&t);
+    wrap_model(&t);
+  }  // [live]
   train(&t);
   finish(&t);
   cleanup(&t);

@@ -9,8 +9,11 @@ Each scenario names the invariant it proves (docs/09_live.md):
       (measured phases printed); after a SIGSTOP within max(--ft_op_timeout, --heartbeat_timeout) +
       --join_timeout + 1 s;
   I7  below --min_replicas: the survivor ends with its own status (76), the cause named;
+  I5  heal = resume: a replacement (launch.sh --ft --replace) joins at step j; then all replicas are
+      bit-identical, and the run ends as a 3-rank --resume from step j's state, bit for bit;
   I8  quorums are isolated: the frozen replica, resumed after the others formed a new quorum, is refused
-      with a message (status 76), never hung.
+      with a message (status 76), never hung;
+  I9  a replica whose parameters silently differ: the next quorum is refused, naming the replicas.
 The replica to fail signals itself as it starts the chosen step (test hook DDP_TEST_FT_KILL=REPLICA:STEP[:stop]),
 so that the step that failed is known; the held-out drills kill from outside, at any moment.
 """
@@ -35,13 +38,14 @@ FT = ["--ft_op_timeout", "2", "--heartbeat_timeout", "1", "--join_timeout", "0.5
 REFUSED = 76  # steps/09_live/ft.h: FT_EXIT_REFUSED
 
 
-def live(tmp, tag, np, extra=(), kill=None, timeout=240):
-    """Starts `launch.sh --ft -n np 09_live`; returns (Popen, Output) (stdout and stderr together)."""
-    env = dict(env_launch_env(), LIGHTHOUSE_LOG=f"{tmp}/{tag}_lighthouse.jsonl")
+def live(tmp, tag, np, extra=(), kill=None, replace=False, env_extra=None, args=ARGS):
+    """Starts `launch.sh --ft [--replace] -n np 09_live`; returns (Popen, Output) (stdout and stderr
+    together)."""
+    env = dict(env_launch_env(), LIGHTHOUSE_LOG=f"{tmp}/{tag}_lighthouse.jsonl", **(env_extra or {}))
     if kill:
         env["DDP_TEST_FT_KILL"] = kill
-    cmd = [LAUNCH_SH, "--ft", "-n", str(np), os.path.join(BIN, "09_live")] + ARGS + FT + list(extra) + [
-        "--metrics", f"{tmp}/{tag}_{{rank}}.jsonl"]
+    cmd = [LAUNCH_SH, "--ft"] + (["--replace"] if replace else []) + ["-n", str(np), os.path.join(BIN, "09_live")]
+    cmd += args + FT + list(extra) + ["--metrics", f"{tmp}/{tag}_{{rank}}.jsonl"]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                          start_new_session=True)
     return p, Output(p.stdout)
@@ -189,3 +193,59 @@ def live_refuses_mpi_and_bad_timeouts(tmp):
     if p.returncode != 2 or "--timeout 20 must exceed --ft_quorum_timeout 30" not in p.stderr:
         raise Failure(f"--timeout below --ft_quorum_timeout: want status 2, got {p.returncode}:\n{p.stderr}")
     print("MPI refused (ULFM); the hierarchy's pairs named")
+
+
+@scenario(processors=2, labels=("fault", "parity"), needs=("gloo",), timeout=300)
+def live_replace_heals(tmp):
+    """8 epochs at 3 replicas (each step paced to 30 ms by DDP_TEST_SLOW_RANK, so that a replacement
+    starts within the run); replica 2 SIGKILLed at step 4 and started again by launch.sh --ft --replace.
+    Its new incarnation joins at some step j and heals from replica 0: then all three end with one digest,
+    and the run equals, bit for bit, a 2-rank --resume from step 3 to step j followed by a 3-rank
+    --resume from step j (I5, with I2 before the join)."""
+    args = [a if a != "2" else "8" for a in ARGS]  # --epochs 8: 48 steps
+    assert args[args.index("--epochs") + 1] == "8"
+    p, out = live(tmp, "heal", 3, kill="2:4", replace=True, env_extra={"DDP_TEST_SLOW_RANK": "0:30"}, args=args)
+    rc, text = finish(p, out)
+    if rc != 0:
+        raise Failure(f"the replaced run did not finish (status {rc}):\n{text}")
+    # It joins the survivors' quorum 2 when it asks before they do (then the world never shrank), else
+    # quorum 3, after steps at 2 ranks: both are heal = resume, from step j.
+    m = re.search(r"lighthouse: quorum ([23]) = replicas \[0, 1, 2\], max_step (\d+), world ([23]) -> 3", text)
+    if not m or "replica 2 (incarnation 1): healed at step" not in text:
+        raise Failure(f"the replacement did not join and heal:\n{text}")
+    j, shrank = int(m.group(2)), m.group(3) == "2"
+    got = digests(f"{tmp}/heal_", 3)
+    if len(set(got)) != 1:
+        raise Failure(f"after the heal at step {j} the replicas differ (I5): {got}\n{text}")
+    run("09_live", args + ["--max_steps", "3", "--save_interval", "1", "--ckpt_dir", f"{tmp}/ck"], np=3,
+        launcher="launch")
+    start = f"{tmp}/ck/checkpoint.bin"
+    if shrank:
+        run("09_live", args + ["--resume", start, "--max_steps", str(j), "--save_interval", "1",
+                               "--ckpt_dir", f"{tmp}/ck2"], np=2, launcher="launch")
+        start = f"{tmp}/ck2/checkpoint.bin"
+    run("09_live", args + ["--resume", start, "--ckpt_dir", f"{tmp}/r",
+                           "--metrics", f"{tmp}/res_{{rank}}.jsonl"], np=3, launcher="launch")
+    want = digests(f"{tmp}/res_", 3)
+    steps, losses = step_losses(f"{tmp}/heal_0.jsonl")
+    rsteps, rlosses = step_losses(f"{tmp}/res_0.jsonl")
+    if set(got) != set(want) or losses[j:] != rlosses or steps != list(range(1, 49)):
+        raise Failure(f"heal != resume (I5): joined at step {j}; digests {got[0]} vs the resumed run's {want[0]}; "
+                      f"losses after it {losses[j:j + 3]}... vs {rlosses[:3]}...; steps {steps[:3]}..{steps[-1]}")
+    how = "after steps at 2 ranks" if shrank else "the survivors' quorum"
+    print(f"replica 2 replaced: joined at step {j} ({how}), healed; digest {got[0]} = the resumed runs' (I5)")
+
+
+@scenario(processors=2, labels=("fault",), needs=("gloo",), timeout=300)
+def live_digest_check(tmp):
+    """Replica 1's first parameter is corrupted at step 2 (DDP_TEST_FT_CORRUPT): nothing notices until
+    replica 2 dies at step 4; then replicas 0 and 1, both at step 3, report different digests and the
+    lighthouse refuses their quorum, naming both (I9); they end with status 76."""
+    p, out = live(tmp, "spoil", 3, kill="2:4", env_extra={"DDP_TEST_FT_CORRUPT": "1:2"})
+    rc, text = finish(p, out)
+    if rc != REFUSED:
+        raise Failure(f"want status {REFUSED} (the quorum refused), got {rc}:\n{text}")
+    if not re.search(r"refused a quorum: replicas disagree at step 3: replica 0 digest [0-9a-f]{16}, "
+                     r"replica 1 digest [0-9a-f]{16}", text):
+        raise Failure(f"the refusal does not name the replicas that disagree (I9):\n{text}")
+    print("a corrupted replica: quorum refused, replicas 0 and 1 named")

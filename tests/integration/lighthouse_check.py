@@ -287,8 +287,9 @@ def late_member(tmp):
         expect_line(lh, "lighthouse: quorum 2 = replicas [0, 1] (replica 2: asked for no quorum), max_step 20, "
                         "world 3 -> 2")
         reps[2].ask(19)
-        reps[2].expect("refused replica 2 is not a member of quorum 2 (live recovery here only shrinks; it missed "
-                       "the quorum formed at step 20)")
+        reps[2].expect("refused replica 2 is not a member of quorum 2 (it was left out of it, formed at step 20: "
+                       "its state is an old quorum's; a new incarnation may join, as scripts/launch.sh --ft "
+                       "--replace starts one)")
         lh.stop()
         print(f"replica 2 did not ask: quorum 2 of [0, 1] after {took:.2f} s; its late request refused")
     finally:
@@ -337,8 +338,9 @@ def silent_member(tmp):
             raise Failure(f"the quorum line: {line!r}")
         reps[2].beating.set()
         reps[2].ask(29)
-        reps[2].expect("refused replica 2 is not a member of quorum 2 (live recovery here only shrinks; it missed "
-                       "the quorum formed at step 30)")
+        reps[2].expect("refused replica 2 is not a member of quorum 2 (it was left out of it, formed at step 30: "
+                       "its state is an old quorum's; a new incarnation may join, as scripts/launch.sh --ft "
+                       "--replace starts one)")
         lh.stop()
         print(f"replica 2 silent: quorum 2 of [0, 1] after {took:.2f} s; resumed, it was refused")
     finally:
@@ -419,6 +421,47 @@ def store_prefix_drop(tmp):
         lh.kill()
 
 
+def newcomer_joins(tmp):
+    """L9 (I5's protocol): a replacement (replica 2, incarnation 1) asks to join after replica 2 died; the
+    members of the last quorum are each told `join 2` once, ask together, and the quorum takes all three,
+    the newcomer healing (HEAL 1) from rank 0, although every step reported is the same; under
+    --shrink_only the same newcomer is refused."""
+    lh = Lighthouse(tmp, 3)
+    try:
+        reps = joined(lh, 3)
+        first_quorum(lh, reps)
+        reps[2].close()
+        expect_line(lh, "lighthouse: replica 2 left (connection closed)")
+        new = Replica(lh, 2, incarnation=1)
+        if new.answer != f"ok {lh.port + 1}":
+            raise Failure(f"the newcomer's hello: {new.answer!r}")
+        new.ask(0, "0000000000000000")
+        for r in reps[:2]:
+            r.expect("join 2")
+        for r in reps[:2]:
+            r.ask(5)
+        for i, r in enumerate(reps[:2] + [new]):
+            r.expect(f"quorum 2 3 {i} 5 0 1 0,1,2")
+        expect_line(lh, "lighthouse: replica 2 (incarnation 1) waits to join quorum 1's members")
+        lh.stop()
+    finally:
+        lh.kill()
+    lh = Lighthouse(tmp, 3, "--shrink_only")
+    try:
+        reps = joined(lh, 3)
+        first_quorum(lh, reps)
+        reps[2].close()
+        expect_line(lh, "lighthouse: replica 2 left (connection closed)")
+        new = Replica(lh, 2, incarnation=1)
+        new.ask(0, "0000000000000000")
+        new.expect("refused replica 2 is not a member of quorum 1 (live recovery here only shrinks: --shrink_only; "
+                   "it missed the quorum formed at step 0)")
+        lh.stop()
+        print("a newcomer: members told 'join 2', quorum 2 of all three with HEAL 1; refused under --shrink_only")
+    finally:
+        lh.kill()
+
+
 def needs_lighthouse(func):
     """func, failing clearly where build/bin/lighthouse is missing (it is built in every configuration)."""
     def run(tmp):
@@ -431,7 +474,7 @@ def needs_lighthouse(func):
 
 # CTest: lighthouse_<scenario>, labels integration and fault; a few seconds each.
 for f in [quorum_waits_for_all, member_closed, fast_quorum, quorum_impossible, late_member, digest_disagree,
-          silent_member, store_prefix_drop]:
+          silent_member, store_prefix_drop, newcomer_joins]:
     register(needs_lighthouse(f), name=f"lighthouse_{f.__name__}", timeout=60, skip=None, env=("bin",),
              labels=("integration", "fault"), cache=False, sigterm=False)
 
