@@ -76,6 +76,12 @@ void ft_init(Ft *ft, const Args *a, ProcessGroup *pg) {
   check_timeouts(a);
   read_kill_hook(ft);
   read_spoil_hook(ft);
+  const char *samples = getenv("DDP_TEST_SAMPLES");
+  if (samples && *samples) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s_%d_%d.txt", samples, ft->replica, ft->incarnation);
+    if (!(ft->samples = fopen(path, "w"))) die(1, "DDP_TEST_SAMPLES: cannot write %s", path);
+  }
   dist_set_recoverable(pg, a->ft_op_timeout);
   ft->lh = lighthouse_join(lighthouse, ft->replica, ft->incarnation, a->heartbeat_timeout / 4, a->timeout);
 }
@@ -141,6 +147,16 @@ void ft_start_step(Ft *ft, long long step, float *params, const Ctx *ctx) {
     fflush(NULL);
     raise(ft->kill_sig);
   }
+}
+
+void ft_committed(Ft *ft, const ProcessGroup *pg, int epoch, long long step, long long cursor, int G,
+                  const int *ids, int n) {
+  if (!ft->samples) return;
+  fprintf(ft->samples, "epoch %d step %lld cursor %lld G %d W %d rank %d:", epoch, step, cursor, G,
+          pg->world_size, pg->rank);
+  for (int i = 0; i < n; i++) fprintf(ft->samples, "%s%d", i ? "," : " ", ids[i]);
+  fputc('\n', ft->samples);
+  fflush(ft->samples);  // a SIGKILL loses nothing it committed
 }
 
 bool ft_failed(Ft *ft, ProcessGroup *pg) { return ft->on && dist_failure(pg) != NULL; }
@@ -219,6 +235,8 @@ void ft_healed(Ft *ft, const ProcessGroup *pg, long long step, long long bytes, 
 void ft_free(Ft *ft, const Ctx *ctx) {
   if (ft->lh) lighthouse_leave(ft->lh);
   if (ft->flag) dev_free(ctx, ft->flag);
+  if (ft->samples) fclose(ft->samples);
+  ft->samples = NULL;
   ft->lh = NULL;
   ft->flag = NULL;
 }

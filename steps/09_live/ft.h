@@ -15,6 +15,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "args.h"
 #include "device.h"
@@ -41,6 +42,7 @@ typedef struct Ft {
   int *flag;                   // device, (1): the all-reduced "a replica waits to join"
   int kill_replica, kill_sig;  // test hook DDP_TEST_FT_KILL=REPLICA:STEP[:stop]: this replica
   long long kill_step;         // signals itself (SIGKILL, or SIGSTOP) as it starts that step
+  FILE *samples;               // test hook DDP_TEST_SAMPLES=PREFIX: each committed step's samples
   int spoil_replica;           // test hook DDP_TEST_FT_CORRUPT=REPLICA:STEP: this replica adds 1 to
   long long spoil_step;        // its first parameter as it starts that step (silent divergence)
 } Ft;
@@ -62,6 +64,10 @@ void ft_start_step(Ft *ft, long long step, float *params, const Ctx *ctx);
 // The vote: true when every collective of step `step` completed on this rank, so that it may apply
 // the step; false (once said, with the reason) when one failed: nothing of the step may be applied.
 bool ft_should_commit(Ft *ft, ProcessGroup *pg, long long step);
+// A committed step's record for the tests (DDP_TEST_SAMPLES=PREFIX: PREFIX_<replica>_<incarnation>.txt, a
+// line `epoch E step S cursor C G W rank R: i,j,...` with this rank's `n` samples, flushed at once).
+void ft_committed(Ft *ft, const ProcessGroup *pg, int epoch, long long step, long long cursor, int G,
+                  const int *ids, int n);
 // Whether the group has failed since the last quorum (a step's collectives, or any collective after).
 bool ft_failed(Ft *ft, ProcessGroup *pg);
 // A new quorum (reporting the committed `step` and the parameters' `digest`) and its group: ends the

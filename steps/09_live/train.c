@@ -333,7 +333,8 @@ static bool run_epoch(Trainer *t, int epoch) {
     const float *loss = run_batch(t, start, B, G);  // on the device: logged once it reaches the host
     if (!ft_should_commit(&t->ft, &t->pg, t->step + 1)) continue;  // [live] nothing applied: done again
     commit(t);                                                     // [live] the update, after the vote
-    start += B;                                                    // [cursor]
+    ft_committed(&t->ft, &t->pg, epoch, t->step + 1, c, G, t->order + start, B);  // [live] (for the tests)
+    start += B;                                                                   // [cursor]
     t->step++;
     batches++;
     samples += G;                                                 // [metrics] the global batch
