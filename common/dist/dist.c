@@ -290,9 +290,6 @@ void dist_set_recoverable(ProcessGroup *pg, double op_timeout_s) {
     die(2,
         "live recovery needs --backend gloo (or nccl) under scripts/launch.sh --ft: MPI would need ULFM "
         "(Open MPI >= 5 built --with-ft=ulfm), which Debian's Open MPI 4.1 lacks");
-  if (pg->backend != BACKEND_GLOO)
-    die(2, "live recovery is built for --backend gloo only so far: %s cannot rebuild its group yet",
-        table(pg)->library);
   if (!(op_timeout_s > 0))
     die(2, "dist_set_recoverable: the operation timeout must be > 0, got %g", op_timeout_s);
   pg->recoverable = true;

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -17,6 +18,7 @@
 #include "dist_backend.h"
 #include "log.h"
 #include "ops.h"
+#include "store.h"
 #include "watchdog.h"
 
 // Older NCCL headers lack NCCL_VERSION; ncclAvg needs 2.10, ncclGetLastError 2.13.
@@ -31,6 +33,8 @@
 #else
 #define IN_PROGRESS(r) false
 #endif
+// A recoverable group (step 09) needs a non-blocking communicator (ncclConfig_t, NCCL >= 2.14).
+#define HEADER_HAS_NONBLOCKING (NCCL_VERSION_CODE >= NCCL_VERSION(2, 14, 0))
 
 // bfloat16 is NCCL's type 9 from 2.10 on, but before 2.24 its header declares ncclBfloat16 only where
 // cuda_bf16.h defines __CUDA_BF16_TYPES_EXIST__, which it does for C++ and not for C: the value is the
@@ -56,13 +60,131 @@ void nccl_check_impl(int result, const char *call, const char *file, int line) {
 
 static ProcessGroup *g_pg;  // for the abort hook, which takes no arguments
 
-// The host side of an NCCL call that talks to the peers, announced to the watchdog. The watchdog's
-// poll (below) only sees a collective once its call has returned and queued it; but the call itself
-// can block: since NCCL 2.22 the first collective of each algorithm connects its peers inside the
-// call (NCCL_RUNTIME_CONNECT=1, a loop of bootstrap messages with no timeout), and ncclGroupEnd
-// launches a whole group. A peer that never reaches the collective then ends this rank after the
-// timeout instead of hanging it.
-#define ENQUEUE(what, call) WATCHDOG_WAIT(what " (NCCL host call)", ncclCheck(call))
+// A recoverable group (dist_set_recoverable, step 09): a failed collective does not end the job. The
+// communicator is aborted (ncclCommAbort: its queued and running work ends, kernels included) and
+// forgotten (pg->nccl NULL), the first reason is kept for dist_failure(), and every later collective
+// returns at once, until dist_reconnect() makes a new communicator. The abort may come from the
+// watchdog's thread (a collective that never finishes) while the main thread uses the communicator:
+// the main thread holds the lock around every NCCL call on it (from dist_group_start() to
+// dist_group_end() for a group), and the watchdog aborts only when it gets the lock.
+static struct {
+  pthread_mutex_t lock;
+  char failed[256];  // "" while the group works
+  int depth;         // ncclGroupStart() calls not yet ended (the caller's and reduce_per_root's)
+  ncclComm_t dying;  // the communicator being aborted, for abort_dying()
+} g_live = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static const char *last_error(void) {
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 13, 0)
+  const char *last = ncclGetLastError(NULL);
+  return last ? last : "";
+#else
+  return "";
+#endif
+}
+
+// On a thread of its own (watchdog_call_bounded): the recoverable group's abort. Nothing to check:
+// the job goes on without that communicator.
+static void abort_dying(void *user) {
+  const ProcessGroup *pg = user;
+  (void)cudaSetDevice(pg->ctx->gpu);
+  (void)ncclCommAbort(g_live.dying);
+}
+
+// Aborts and forgets the communicator (g_live.lock held). ncclCommAbort can hang when peers are dead:
+// after WATCHDOG_ABORT_S it is left to its thread, and the next group gets a new communicator.
+static void abort_locked(ProcessGroup *pg) {
+  if (!pg->nccl) return;
+  g_live.dying = (ncclComm_t)pg->nccl;
+  pg->nccl = NULL;
+  if (!watchdog_call_bounded(abort_dying, pg, WATCHDOG_ABORT_S))
+    fprintf(stderr,
+            "warning: rank %d: ncclCommAbort has not returned after %g s; its communicator is left behind\n",
+            pg->rank, WATCHDOG_ABORT_S);
+}
+
+// The group failed (g_live.lock held): the first reason is kept. Inside an NCCL group the abort waits
+// for its ncclGroupEnd (group_close), which must not find its communicator freed.
+static void fail_locked(ProcessGroup *pg, const char *why) {
+  if (!g_live.failed[0]) snprintf(g_live.failed, sizeof g_live.failed, "%s", why);
+  if (g_live.depth == 0) abort_locked(pg);
+}
+
+// Waits while @p comm's last call goes on in the background (a non-blocking communicator answered
+// ncclInProgress): until ncclCommGetAsyncError says otherwise, or @p limit_s seconds (0: no limit of
+// its own; the caller is under the watchdog's --timeout). Returns ncclInProgress when it ran out.
+static ncclResult_t settle(ncclComm_t comm, double limit_s) {
+#if HEADER_HAS_NONBLOCKING
+  double t0 = log_clock();
+  ncclResult_t state = ncclInProgress;
+  while (state == ncclInProgress && !(limit_s > 0 && log_clock() - t0 > limit_s)) {
+    ncclResult_t r = ncclCommGetAsyncError(comm, &state);
+    if (r != ncclSuccess) return r;
+    if (state == ncclInProgress) nanosleep(&(struct timespec){0, 1000000}, NULL);
+  }
+  return state;
+#else
+  (void)comm, (void)limit_s;
+  return ncclSuccess;  // no call answers ncclInProgress before NCCL 2.14
+#endif
+}
+
+// The end of the host side of an NCCL call on the communicator (ENQUEUE): true when it was queued.
+// A recoverable group's non-blocking communicator may answer ncclInProgress: the next call must wait
+// for it (settle), at most --ft_op_timeout. An error ends the job, naming the rank, the call and
+// NCCL's reason; in a recoverable group it fails the group instead (fail_locked).
+static bool queued(ProcessGroup *pg, ncclResult_t r, const char *what, const char *call, const char *file,
+                   int line) {
+  if (IN_PROGRESS(r)) r = settle((ncclComm_t)pg->nccl, pg->op_timeout);
+  watchdog_leave();
+  if (r == ncclSuccess) return true;
+  if (!pg->recoverable) nccl_check_impl(r, call, file, line);  // ends the job
+  char why[256];
+  if (IN_PROGRESS(r))
+    snprintf(why, sizeof why, "%s: still in progress after %g s (--ft_op_timeout)", what, pg->op_timeout);
+  else
+    snprintf(why, sizeof why, "%s: %s%s%s", what, ncclGetErrorString(r), *last_error() ? ": " : "",
+             last_error());
+  fail_locked(pg, why);
+  return false;
+}
+
+// The host side of an NCCL call that talks to the peers, announced to the watchdog; true when it was
+// queued. The watchdog's poll (below) only sees a collective once its call has returned and queued it;
+// but the call itself can block: since NCCL 2.22 the first collective of each algorithm connects its
+// peers inside the call (NCCL_RUNTIME_CONNECT=1, a loop of bootstrap messages with no timeout), and
+// ncclGroupEnd launches a whole group. A peer that never reaches the collective then ends this rank
+// after the timeout instead of hanging it.
+#define ENQUEUE(pg, what, call) \
+  (watchdog_enter(what " (NCCL host call)"), queued((pg), (call), what, #call, __FILE__, __LINE__))
+
+// The start of a call that uses the communicator (main thread): false, nothing to do, when there is
+// none (a failed group). While true, the lock is held: taken by the outermost call, so a group of
+// collectives holds it from its ncclGroupStart to its ncclGroupEnd; leave() gives it back.
+static bool enter(ProcessGroup *pg) {
+  if (g_live.depth == 0) pthread_mutex_lock(&g_live.lock);
+  if (pg->nccl && !g_live.failed[0]) return true;
+  if (g_live.depth == 0) pthread_mutex_unlock(&g_live.lock);
+  return false;
+}
+
+static void leave(void) {
+  if (g_live.depth == 0) pthread_mutex_unlock(&g_live.lock);
+}
+
+// An NCCL group opened and closed (the caller's, or reduce_per_root's own): a failure inside it aborts
+// the communicator once the outermost one is closed.
+static bool group_open(ProcessGroup *pg) {
+  if (!ENQUEUE(pg, "ncclGroupStart", ncclGroupStart())) return false;
+  g_live.depth++;
+  return true;
+}
+
+static bool group_close(ProcessGroup *pg) {
+  bool ok = ENQUEUE(pg, "ncclGroupEnd", ncclGroupEnd());
+  if (--g_live.depth == 0 && g_live.failed[0]) abort_locked(pg);
+  return ok;
+}
 
 static void dist_nccl_bind(void *user) {
   const ProcessGroup *pg = user;
@@ -134,13 +256,9 @@ static void divide_by_world(const ProcessGroup *pg, float *buf, size_t n, cudaSt
   ops_scale(&c, buf, n, 1.0f / (float)pg->world_size);  // a CUDA context: ops_scale_cuda
 }
 
-static int dist_nccl_poll(void *user, double timeout, char *why) {
-  ProcessGroup *pg = user;
-  ncclResult_t r = ncclSuccess;
-  if (ncclCommGetAsyncError((ncclComm_t)pg->nccl, &r) == ncclSuccess && r != ncclSuccess && !IN_PROGRESS(r)) {
-    snprintf(why, 256, "NCCL reported an asynchronous error: %s", ncclGetErrorString(r));
-    return 1;
-  }
+// The latest collective: 0 while it runs in time, or is done; 1 when it has not finished after the
+// timeout (a recoverable group's: --ft_op_timeout); 2 when CUDA reported an error. @p why says which.
+static int late_collective(const ProcessGroup *pg, double timeout, char *why) {
   pthread_mutex_lock(&g_last.lock);
   int stuck = 0;
   if (g_last.when > 0) {
@@ -148,21 +266,55 @@ static int dist_nccl_poll(void *user, double timeout, char *why) {
     if (q == cudaSuccess) {
       g_last.when = 0;
     } else if (q == cudaErrorNotReady) {
-      if (watchdog_overdue(g_last.when)) {  // the grace after a signal counts from the signal
+      // the grace after a signal counts from the signal
+      bool late =
+          pg->recoverable ? log_clock() - g_last.when > pg->op_timeout : watchdog_overdue(g_last.when);
+      if (late) {
         snprintf(why, 256,
-                 "an NCCL collective has not finished after %g s (--timeout): a peer is "
+                 "an NCCL collective has not finished after %g s (%s): a peer is "
                  "stuck, dead, or calling other collectives",
-                 timeout);
+                 pg->recoverable ? pg->op_timeout : timeout,
+                 pg->recoverable ? "--ft_op_timeout" : "--timeout");
         stuck = 1;
       }
     } else {  // e.g. a kernel's illegal address: sticky, every later CUDA call fails too; end now
       snprintf(why, 256, "CUDA reported %s (%s) while an NCCL collective was in flight", cudaGetErrorName(q),
                cudaGetErrorString(q));
-      stuck = 1;
+      stuck = 2;
     }
   }
   pthread_mutex_unlock(&g_last.lock);
   return stuck;
+}
+
+// A recoverable group's poll: an asynchronous error, or a collective late past --ft_op_timeout, fails
+// the group instead of ending the job; a CUDA error still ends it. Skipped while the main thread holds
+// the lock: it is in an NCCL call, whose wait it bounds itself (queued), or in a group.
+static int poll_recoverable(ProcessGroup *pg, double timeout, char *why) {
+  if (pthread_mutex_trylock(&g_live.lock) != 0) return 0;
+  char text[256] = "";
+  int late = 0;
+  ncclResult_t r = ncclSuccess;
+  if (pg->nccl && !g_live.failed[0]) {
+    if (ncclCommGetAsyncError((ncclComm_t)pg->nccl, &r) == ncclSuccess && r != ncclSuccess && !IN_PROGRESS(r))
+      snprintf(text, sizeof text, "NCCL reported an asynchronous error: %s", ncclGetErrorString(r));
+    else if ((late = late_collective(pg, timeout, text)) == 2)
+      snprintf(why, 256, "%s", text);
+  }
+  if (text[0] && late != 2) fail_locked(pg, text);
+  pthread_mutex_unlock(&g_live.lock);
+  return late == 2;
+}
+
+static int dist_nccl_poll(void *user, double timeout, char *why) {
+  ProcessGroup *pg = user;
+  if (pg->recoverable) return poll_recoverable(pg, timeout, why);
+  ncclResult_t r = ncclSuccess;
+  if (ncclCommGetAsyncError((ncclComm_t)pg->nccl, &r) == ncclSuccess && r != ncclSuccess && !IN_PROGRESS(r)) {
+    snprintf(why, 256, "NCCL reported an asynchronous error: %s", ncclGetErrorString(r));
+    return 1;
+  }
+  return late_collective(pg, timeout, why) != 0;
 }
 
 static void dist_nccl_abort(void *user) {
@@ -240,9 +392,8 @@ static void limit_ctas_if_shared(const ProcessGroup *pg) {
       most, gpus);
 }
 
-// Creates the communicator. @p share: NULL when NCCL_COMM_ID gives every rank the same unique id (an
-// environment launch); else a function that copies rank 0's id to every rank (over MPI under mpirun).
-static void nccl_connect_with(ProcessGroup *pg, void (*share)(void *id, size_t size)) {
+// Before the first communicator: its GPU, the library's version and what it offers.
+static void prepare_library(ProcessGroup *pg) {
   g_pg = pg;
   cudaCheck(cudaSetDevice(pg->ctx->gpu));  // NCCL binds the communicator to the current GPU
   limit_ctas_if_shared(pg);
@@ -250,6 +401,20 @@ static void nccl_connect_with(ProcessGroup *pg, void (*share)(void *id, size_t s
   ncclCheck(ncclGetVersion(&version));
   g_version = version;
   g_have_avg = HEADER_HAS_AVG && version >= NCCL_VERSION(2, 10, 0) && !getenv("DDP_NCCL_NO_AVG");
+}
+
+// What every communicator of this process shares (a recoverable group's too, from one to the next).
+static void prepare_resources(ProcessGroup *pg) {
+  pg->scratch = dev_alloc(pg->ctx, sizeof(int));
+  pg->comm_stream = dev_stream_create(pg->ctx);  // for collectives that overlap computation
+  cudaCheck(cudaEventCreateWithFlags(&g_last.event, cudaEventDisableTiming));
+}
+
+// Creates the communicator. @p share: NULL when NCCL_COMM_ID gives every rank the same unique id (an
+// environment launch); else a function that copies rank 0's id to every rank (over MPI under mpirun).
+static void nccl_connect_with(ProcessGroup *pg, void (*share)(void *id, size_t size)) {
+  prepare_library(pg);
+  int version = g_version;
   ncclUniqueId id;
   if (share) {
     if (pg->rank == 0) ncclCheck(ncclGetUniqueId(&id));
@@ -268,27 +433,29 @@ static void nccl_connect_with(ProcessGroup *pg, void (*share)(void *id, size_t s
   if (r != ncclSuccess) explain_init_failure(pg, r, version);
   ncclCheck(r);
   pg->nccl = comm;
-  pg->scratch = dev_alloc(pg->ctx, sizeof(int));
-  pg->comm_stream = dev_stream_create(pg->ctx);  // for collectives that overlap computation
-  cudaCheck(cudaEventCreateWithFlags(&g_last.event, cudaEventDisableTiming));
+  prepare_resources(pg);
   if (!pg->mpi_up) check_set_abort(nccl_abort);
 }
 
+// Not connected (yet), or a failed recoverable group: no group to open, and dist_group_end() closes none.
 static void dist_nccl_group_start(ProcessGroup *pg) {
-  if (!pg->nccl) return;  // not connected (yet): no group to open
-  ncclCheck(ncclGroupStart());
-  g_group.depth++;
+  if (g_live.depth == 0 && !enter(pg)) return;  // (nested: opened, so that each end closes its own)
+  if (group_open(pg)) g_group.depth++;
+  leave();  // (held until the group's end once it is open)
 }
 
 static void dist_nccl_group_end(ProcessGroup *pg) {
-  if (!pg->nccl) return;
-  ENQUEUE("ncclGroupEnd", ncclGroupEnd());
-  if (--g_group.depth > 0 || !g_group.stream) return;
-  cudaStream_t s = g_group.stream;
-  g_group.stream = NULL;
-  for (int i = 0; i < g_group.n_scale; i++) divide_by_world(pg, g_group.scale[i].buf, g_group.scale[i].n, s);
-  g_group.n_scale = 0;
-  note_collective(s);
+  if (g_group.depth == 0) return;
+  bool ok = group_close(pg);
+  if (--g_group.depth == 0 && g_group.stream) {
+    cudaStream_t s = g_group.stream;
+    g_group.stream = NULL;
+    for (int i = 0; ok && i < g_group.n_scale; i++)
+      divide_by_world(pg, g_group.scale[i].buf, g_group.scale[i].n, s);
+    g_group.n_scale = 0;
+    if (ok) note_collective(s);
+  }
+  leave();
 }
 
 // NCCL's reduction for @p op: ncclAvg where available, else ncclSum (then the caller divides).
@@ -300,11 +467,13 @@ static ncclRedOp_t reduction(DistOp op) {
   return ncclSum;
 }
 
+// The collectives' bodies (the lock held: see enter()).
 static void dist_nccl_all_reduce_on(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op,
                                     void *on) {
   ncclRedOp_t red = reduction(op);
-  ENQUEUE("ncclAllReduce",
-          ncclAllReduce(buf, buf, n, nccl_type(type), red, (ncclComm_t)pg->nccl, (cudaStream_t)on));
+  if (!ENQUEUE(pg, "ncclAllReduce",
+               ncclAllReduce(buf, buf, n, nccl_type(type), red, (ncclComm_t)pg->nccl, (cudaStream_t)on)))
+    return;
   if (op == DIST_AVG && red == ncclSum) {
     if (g_group.depth == 0) {
       divide_by_world(pg, buf, n, (cudaStream_t)on);
@@ -321,15 +490,17 @@ static void dist_nccl_all_reduce_on(ProcessGroup *pg, void *buf, size_t n, DistT
 // Unequal counts: chunk j is reduced onto rank j (one ncclReduce per rank with a nonzero count, as
 // PyTorch does for an uneven reduce_scatter), all launched together in one NCCL group. The receive
 // buffer is read by NCCL on the root only.
-static void reduce_per_root(ProcessGroup *pg, const void *send, void *recv, const size_t *counts,
+static bool reduce_per_root(ProcessGroup *pg, const void *send, void *recv, const size_t *counts,
                             DistType type, ncclRedOp_t red, cudaStream_t on) {
   size_t size = dist_type_size(type), offset = 0;
-  ncclCheck(ncclGroupStart());
-  for (int j = 0; j < pg->world_size; offset += counts[j++])
+  if (!group_open(pg)) return false;
+  bool ok = true;
+  for (int j = 0; ok && j < pg->world_size; offset += counts[j++])
     if (counts[j] > 0)
-      ENQUEUE("ncclReduce", ncclReduce((const char *)send + offset * size, recv, counts[j], nccl_type(type),
-                                       red, j, (ncclComm_t)pg->nccl, on));
-  ENQUEUE("ncclGroupEnd (per-root reduces)", ncclGroupEnd());
+      ok = ENQUEUE(pg, "ncclReduce",
+                   ncclReduce((const char *)send + offset * size, recv, counts[j], nccl_type(type), red, j,
+                              (ncclComm_t)pg->nccl, on));
+  return group_close(pg) && ok;  // closed even after a failure inside
 }
 
 static void dist_nccl_reduce_scatter_on(ProcessGroup *pg, const void *send, void *recv, const size_t *counts,
@@ -338,53 +509,77 @@ static void dist_nccl_reduce_scatter_on(ProcessGroup *pg, const void *send, void
   if (g_group.depth > 0) die(1, "dist_reduce_scatter_async: not allowed inside dist_group_start()");
   cudaStream_t on = (cudaStream_t)stream;
   ncclRedOp_t red = reduction(op);
+  bool ok;
   if (dist_counts_equal(counts, pg->world_size)) {
-    ENQUEUE("ncclReduceScatter",
-            ncclReduceScatter(send, recv, counts[0], nccl_type(type), red, (ncclComm_t)pg->nccl, on));
+    ok = ENQUEUE(pg, "ncclReduceScatter",
+                 ncclReduceScatter(send, recv, counts[0], nccl_type(type), red, (ncclComm_t)pg->nccl, on));
   } else {
-    reduce_per_root(pg, send, recv, counts, type, red, on);
+    ok = reduce_per_root(pg, send, recv, counts, type, red, on);
   }
+  if (!ok) return;
   if (op == DIST_AVG && red == ncclSum && counts[pg->rank] > 0)
     divide_by_world(pg, recv, counts[pg->rank], on);
   note_collective(on);
 }
 
-static void dist_nccl_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op) {
-  dist_nccl_all_reduce_on(pg, buf, n, type, op, stream(pg));
-}
-
-static void dist_nccl_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, int root) {
-  ENQUEUE("ncclBroadcast",
-          ncclBroadcast(buf, buf, n, nccl_type(type), root, (ncclComm_t)pg->nccl, stream(pg)));
-  note_collective(stream(pg));
-}
-
 // In place when send == recv + rank·n: NCCL then sends from where the rank's part already lies.
 static void dist_nccl_all_gather_on(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type,
                                     cudaStream_t on) {
-  ENQUEUE("ncclAllGather", ncclAllGather(send, recv, n, nccl_type(type), (ncclComm_t)pg->nccl, on));
-  note_collective(on);
+  if (ENQUEUE(pg, "ncclAllGather", ncclAllGather(send, recv, n, nccl_type(type), (ncclComm_t)pg->nccl, on)))
+    note_collective(on);
+}
+
+// The entry points: each returns at once when the group has failed (enter()).
+static void dist_nccl_all_reduce(ProcessGroup *pg, void *buf, size_t n, DistType type, DistOp op) {
+  if (!enter(pg)) return;
+  dist_nccl_all_reduce_on(pg, buf, n, type, op, stream(pg));
+  leave();
+}
+
+static void dist_nccl_broadcast(ProcessGroup *pg, void *buf, size_t n, DistType type, int root) {
+  if (!enter(pg)) return;
+  if (ENQUEUE(pg, "ncclBroadcast",
+              ncclBroadcast(buf, buf, n, nccl_type(type), root, (ncclComm_t)pg->nccl, stream(pg))))
+    note_collective(stream(pg));
+  leave();
 }
 
 static void dist_nccl_all_gather(ProcessGroup *pg, const void *send, void *recv, size_t n, DistType type) {
   if (g_group.depth > 0) die(1, "dist_all_gather: not allowed inside dist_group_start()");
+  if (!enter(pg)) return;
   dist_nccl_all_gather_on(pg, send, recv, n, type, stream(pg));
+  leave();
 }
 
 static void dist_nccl_barrier(ProcessGroup *pg) {
-  dist_nccl_all_reduce(pg, pg->scratch, 1, DIST_INT, DIST_SUM);
+  if (!enter(pg)) return;
+  dist_nccl_all_reduce_on(pg, pg->scratch, 1, DIST_INT, DIST_SUM, stream(pg));
+  leave();
   WATCHDOG_WAIT("the NCCL barrier (cudaStreamSynchronize)", cudaCheck(cudaStreamSynchronize(stream(pg))));
 }
 
+// A recoverable group's communicator is non-blocking: ncclCommFinalize goes on in the background, and
+// ncclCommDestroy only after it.
+static void destroy_comm(ProcessGroup *pg) {
+  ncclComm_t comm = (ncclComm_t)pg->nccl;
+#if HEADER_HAS_NONBLOCKING
+  if (pg->recoverable) {
+    ncclResult_t r = ncclCommFinalize(comm);
+    nccl_check_impl(IN_PROGRESS(r) ? settle(comm, 0) : r, "ncclCommFinalize", __FILE__, __LINE__);
+  }
+#endif
+  ncclCheck(ncclCommDestroy(comm));
+  pg->nccl = NULL;
+}
+
 static void dist_nccl_destroy(ProcessGroup *pg) {
-  if (!pg->nccl) return;  // never connected
+  if (!pg->scratch) return;  // never connected (a failed recoverable group has lost only its communicator)
   watchdog_enter("the NCCL shutdown (last collectives, ncclCommDestroy)");
   cudaCheck(cudaStreamSynchronize(stream(pg)));
   dev_stream_free(pg->ctx, pg->comm_stream);
   cudaCheck(cudaEventDestroy(g_last.event));
   dev_free(pg->ctx, pg->scratch);
-  ncclCheck(ncclCommDestroy((ncclComm_t)pg->nccl));
-  pg->nccl = NULL;
+  if (pg->nccl) destroy_comm(pg);
   g_pg = NULL;
   watchdog_leave();
 }
@@ -410,24 +605,38 @@ static cudaStream_t comm_stream_begin(ProcessGroup *pg, DistWork *w) {
   return (cudaStream_t)pg->comm_stream;
 }
 
+// A failed group's asynchronous collective: done at once, its events recorded on the compute stream.
+static bool skipped(ProcessGroup *pg, DistWork *w) {
+  if (enter(pg)) return false;
+  dev_event_record(pg->ctx, &w->start, NULL);
+  dev_event_record(pg->ctx, &w->end, NULL);
+  return true;
+}
+
 static void dist_nccl_all_reduce_start(ProcessGroup *pg, DistWork *w) {
+  if (skipped(pg, w)) return;
   cudaStream_t on = comm_stream_begin(pg, w);
   dist_nccl_all_reduce_on(pg, w->buf, w->n, w->type, w->op, on);
   dev_event_record(pg->ctx, &w->end, on);
+  leave();
 }
 
 static void dist_nccl_reduce_scatter_start(ProcessGroup *pg, void *send, const size_t *counts, DistWork *w) {
+  if (skipped(pg, w)) return;
   cudaStream_t on = comm_stream_begin(pg, w);
   dist_nccl_reduce_scatter_on(pg, send, w->buf, counts, w->type, w->op, on);
   dev_event_record(pg->ctx, &w->end, on);
+  leave();
 }
 
 static void dist_nccl_all_gather_start(ProcessGroup *pg, const void *send, DistWork *w) {
   // In a caller's group the watchdog's event would precede the collective.
   if (g_group.depth > 0) die(1, "dist_all_gather_async: not allowed inside dist_group_start()");
+  if (skipped(pg, w)) return;
   cudaStream_t on = comm_stream_begin(pg, w);
   dist_nccl_all_gather_on(pg, send, w->buf, w->n / (size_t)pg->world_size, w->type, on);
   dev_event_record(pg->ctx, &w->end, on);
+  leave();
 }
 
 // The streams order an NCCL collective's completion: the host never waits for one.
@@ -454,6 +663,119 @@ static const char *dist_nccl_version(void) {
   return text;
 }
 
+// ---- live recovery (step 09): a recoverable group rebuilt in the same process ----------------------------
+//
+// Path A, built here (NCCL >= 2.14): every group gets a new non-blocking communicator, its unique id
+// passed through the store that the lighthouse serves. Path B is not built: NCCL >= 2.27's
+// ncclCommShrink(old, excluded ranks, ...) makes the smaller group from the old communicator without a
+// new bootstrap, when the new quorum only lost members. It would need what DistMeeting does not carry:
+// this process's rank in the old group and the old ranks of the members lost (every survivor must pass
+// the same list), and whether the new quorum holds no newcomer; the new ranks would be NCCL's (the
+// survivors in their old order), which must then be the quorum's too. It also needs the old
+// communicator alive: a failed group would be revoked (ncclCommRevoke, NCCL 2.28) rather than aborted.
+
+// Why the group failed, NULL while it works. NCCL's collectives run on the GPU after their call has
+// returned: a step's collectives have succeeded only once they have finished, so this waits for the
+// latest one (under the watchdog's --timeout). A stuck one is aborted by the watchdog's poll after
+// --ft_op_timeout, which ends it (and the wait) as failed.
+static const char *dist_nccl_failure(ProcessGroup *pg) {
+  if (g_group.depth > 0) return g_live.failed[0] ? g_live.failed : NULL;  // (the lock is ours already)
+  const char *failure = NULL;
+  watchdog_enter("the recoverable group's last collective (dist_failure)");
+  for (;;) {
+    pthread_mutex_lock(&g_live.lock);
+    failure = g_live.failed[0] ? g_live.failed : NULL;  // set once; kept until the next group
+    bool connected = pg->nccl != NULL;
+    pthread_mutex_unlock(&g_live.lock);
+    pthread_mutex_lock(&g_last.lock);
+    bool done = g_last.when == 0 || cudaEventQuery(g_last.event) == cudaSuccess;
+    pthread_mutex_unlock(&g_last.lock);
+    if (failure || done || !connected) break;
+    nanosleep(&(struct timespec){0, 1000000}, NULL);
+  }
+  watchdog_leave();
+  return failure;
+}
+
+// The new group's unique id: rank 0's, through the store at m->host:m->port under `<prefix>nccl_id`
+// (a group of one makes its own). dist_init set NCCL_COMM_ID for an environment launch, to
+// MASTER_ADDR:MASTER_PORT + 1, which under scripts/launch.sh --ft is the lighthouse's store; and each
+// group needs a root of its own: without the variable, ncclGetUniqueId starts one on a free port.
+static ncclUniqueId meet(ProcessGroup *pg, const DistMeeting *m) {
+  unsetenv("NCCL_COMM_ID");
+  ncclUniqueId id;
+  if (m->world_size == 1) {
+    ncclCheck(ncclGetUniqueId(&id));
+    return id;
+  }
+  Store *s = store_connect(m->host, m->port, m->rank, m->world_size, pg->timeout);
+  char key[128];
+  snprintf(key, sizeof key, "%snccl_id", m->prefix);
+  if (m->rank == 0) {
+    ncclCheck(ncclGetUniqueId(&id));
+    store_set(s, key, &id, sizeof id);
+  } else {
+    size_t n = 0;
+    void *value = store_get(s, key, pg->timeout, &n);
+    if (n != sizeof id)
+      die(1, "rank %d: the store's %s holds %zu bytes, not an NCCL unique id (%zu)", pg->rank, key, n,
+          sizeof id);
+    memcpy(&id, value, sizeof id);
+    free(value);
+  }
+  store_close(s);
+  return id;
+}
+
+// Leaves the group (aborts its communicator: NCCL tells no peer, whose collectives fail at their
+// --ft_op_timeout) and, with @p m, joins the new one with a new non-blocking communicator. A group of
+// one has a communicator too (dist.c's solo() is never true on NCCL: every collective calls here).
+// A new group that cannot be made ends the job, as on Gloo.
+static void dist_nccl_reconnect(ProcessGroup *pg, const DistMeeting *m) {
+  pthread_mutex_lock(&g_live.lock);
+  abort_locked(pg);
+  pthread_mutex_unlock(&g_live.lock);
+  if (!m) return;  // dist_abandon()
+#if HEADER_HAS_NONBLOCKING
+  bool first = !pg->scratch;
+  if (first) {
+    prepare_library(pg);
+    if (g_version < NCCL_VERSION(2, 14, 0))
+      die(2,
+          "rank %d: live recovery over NCCL needs NCCL >= 2.14 (non-blocking communicators); the loaded NCCL "
+          "is %s",
+          pg->rank, dist_nccl_version());
+    setenv("NCCL_RUNTIME_CONNECT", "0", 0);  // the peers connected inside the init (nccl_connect_with)
+    prepare_resources(pg);
+  }
+  ncclUniqueId id = meet(pg, m);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;  // calls return at once (ncclInProgress): a dead peer cannot block this thread
+  ncclComm_t comm = NULL;
+  watchdog_enter("a new NCCL group (ncclCommInitRankConfig: every member must join)");
+  ncclResult_t r = ncclCommInitRankConfig(&comm, m->world_size, id, m->rank, &config);
+  if (r == ncclInProgress) r = settle(comm, 0);
+  watchdog_leave();
+  if (r != ncclSuccess) explain_init_failure(pg, r, g_version);
+  ncclCheck(r);
+  pthread_mutex_lock(&g_live.lock);
+  pg->nccl = comm;
+  g_live.failed[0] = 0;
+  pthread_mutex_unlock(&g_live.lock);
+  pthread_mutex_lock(&g_last.lock);
+  g_last.when = 0;  // the old group's last collective is no longer watched
+  pthread_mutex_unlock(&g_last.lock);
+  if (!pg->mpi_up) check_set_abort(nccl_abort);
+  // The poll is what fails a group whose peer froze: started whatever the launcher.
+  if (first) watchdog_start(pg->timeout, dist_nccl_poll, dist_nccl_bind, dist_nccl_abort, pg);
+#else
+  die(2,
+      "rank %d: live recovery over NCCL needs NCCL >= 2.14 (non-blocking communicators); this program was "
+      "built with NCCL %d's header",
+      pg->rank, NCCL_VERSION_CODE);
+#endif
+}
+
 const DistBackendOps *dist_nccl_ops(void) {
   static const DistBackendOps ops = {
       .name = "nccl",
@@ -475,6 +797,8 @@ const DistBackendOps *dist_nccl_ops(void) {
       .group_start = dist_nccl_group_start,
       .group_end = dist_nccl_group_end,
       .destroy = dist_nccl_destroy,
+      .failure = dist_nccl_failure,
+      .reconnect = dist_nccl_reconnect,
   };
   return &ops;
 }

@@ -26,6 +26,8 @@
 #      (replicas identical; PowerSGD's --trace well formed, its spans those of what ran), steps 06,
 #      07 and 08 with --clip_grad_norm (bit-identical losses, norms and digests), and --check_finite
 #      with a NaN injected on rank 1 (the job ends, naming rank 1);
+#  5c. (NEVER RUN YET) step 09's live recovery over NCCL at 3 ranks, one killed: the others go on, and
+#      end as a 2-rank --resume from the 3-rank run's step-3 checkpoint does (I2);
 #   6. with BENCH=R: bench/gpu_bench.sh -r R, under the same deadline.
 # Every run is bounded: `timeout` around it (RUN_LIMIT seconds, default 300, or what is left before
 # the deadline), the trainer's --timeout 60 (its watchdog), and, where ranks share a GPU,
@@ -129,10 +131,11 @@ trap 'finish "ended early (exit status $?) after $(elapsed) s, in $where"' EXIT
 # ---- the deadline ------------------------------------------------------------------------------------
 # Estimated seconds of each section on one H200 (16 cores): what the deadline is shared by. Estimates,
 # not measurements (nothing has run on a GPU yet); section 5's is per world size.
-EST_BUILD=90 EST_SMOKE=15 EST_GPU_TESTS=60 EST_STEP01=30 EST_WS1=60 EST_MULTI=45 EST_HOOKS=35 EST_BENCH=150
+EST_BUILD=90 EST_SMOKE=15 EST_GPU_TESTS=60 EST_STEP01=30 EST_WS1=60 EST_MULTI=45 EST_HOOKS=35 EST_LIVE=60
+EST_BENCH=150
 # the sum over the sections of this run (section 5's world sizes are added once CUDA has counted the
 # GPUs; until then it counts one)
-total_est=$((1 + EST_BUILD + EST_SMOKE + EST_GPU_TESTS + EST_STEP01 + EST_WS1 + EST_MULTI + EST_HOOKS))
+total_est=$((1 + EST_BUILD + EST_SMOKE + EST_GPU_TESTS + EST_STEP01 + EST_WS1 + EST_MULTI + EST_HOOKS + EST_LIVE))
 [ "${BENCH:-0}" -gt 0 ] && total_est=$((total_est + EST_BENCH * BENCH))
 left() {  # seconds left before the deadline, less the reserve (a large number without one)
   if [ -n "$DEADLINE" ]; then echo $((DEADLINE - $(elapsed) - RESERVE)); else echo 999999999; fi
@@ -427,8 +430,8 @@ else
   features=$(grep -oE '\[(✓|✗)\] [A-Za-z+ ]+' "$last_log" | sed 's/ *$//' | paste -sd, -)
   configure_log=$last_log
   # only what this script runs: the steps, gpu_count, the probe, the gpu tests' programs
-  targets=(01_single_gpu 04_ddp_wrap 05_metrics_ckpt 06_full 07_zero 08_fsdp gpu_count probe test_order_nccl
-           test_dist_gpu)
+  targets=(01_single_gpu 04_ddp_wrap 05_metrics_ckpt 06_full 07_zero 08_fsdp 09_live lighthouse gpu_count probe
+           test_order_nccl test_dist_gpu)
   grep -q '\[✓\] GoogleTest' "$configure_log" && targets+=(gpu_tests)
   t_build=$SECONDS
   if ! grep -q '\[✓\] CUDA' "$configure_log" || ! grep -q '\[✓\] NCCL' "$configure_log"; then
@@ -788,6 +791,53 @@ SH
     --check_finite
   compare "step 06 --check_finite, a NaN on rank 1, $on: stopped" finite "$last_log" "$last_rc" 1 3
 fi
+multi_rows off
+
+# ---- 5c. step 09's live recovery over NCCL: 3 ranks, one killed -----------------------------------------
+# NEVER RUN YET: written on the build VM, which has no GPU; the NCCL path of a recoverable group
+# (common/dist/dist_nccl.c: the communicator aborted after --ft_op_timeout, a new non-blocking one per
+# quorum, its unique id through the lighthouse's store) has only been compiled. Step 09 under
+# scripts/launch.sh --ft at 3 ranks (on one GPU with NCCL >= 2.30, NCCL_MULTI_RANK_GPU_ENABLE=1 and
+# NCCL_MAX_CTAS=2, as docs/gpu_troubleshooting.md §1 says; else on 3 GPUs), replica 2 SIGKILLed as it
+# starts step 4 (DDP_TEST_FT_KILL=2:4): the survivors' step 4 times out (--ft_op_timeout 5), is not
+# committed, and they go on at 2 ranks to the end (exit 0). Then invariant I2, shrink = resume (on the
+# CPU: tests/fault/live_drill.py live_shrink_equals_resume): their final param_digest is that of a
+# 2-rank --resume from a 3-rank run's step-3 checkpoint.
+live_check() {
+  local k k2 on row="step 09 --ft, replica 2 of 3 killed at step 4"
+  if [ "$nccl_code" -ge 23000 ]; then k=1 k2=1
+  elif [ "$ngpu" -ge 3 ]; then k=3 k2=2
+  else
+    skip "$row" "needs NCCL >= 2.30 loaded or 3 or more GPUs ($ngpu GPU(s), NCCL ${loaded:-unknown})"
+    return
+  fi
+  on=$(ranks_on 3 "$k")
+  row="$row, $on"
+  local live=(--device cuda --backend nccl --data synthetic --dataset_size 515 --hidden 63 --batch_size 32
+              --epochs 2 --save_interval 0 --log_interval 1000 --timeout 60)
+  placement 3 "$k"
+  run LIMIT=180 live09_kill launch 3 "${place[@]}" DDP_TEST_FT_KILL=2:4 --ft "$BIN/09_live" "${live[@]}" \
+    --ft_op_timeout 5 --metrics "$LOG/live09_{rank}.jsonl"
+  if [ -n "$forced" ]; then skip "$row: the others go on" "-"
+  elif [ "$last_rc" -ne 0 ]; then verdict "$row: the others go on" "$(verdict_run "$last_rc" "$last_log" "")"
+  elif ! grep -qF -- '-> step 4 not committed' "$last_log"; then
+    fail "$row: the others go on" "exit 0, but no '-> step 4 not committed' (logs/${last_log##*/})"
+  elif ! grep -qF 'quorum 2 = replicas [0, 1]' "$last_log"; then
+    fail "$row: the others go on" "exit 0, but no 'quorum 2 = replicas [0, 1]' (logs/${last_log##*/})"
+  else
+    ok "$row: the others go on" "$(grep -m1 -o 'recovery: step 4 redone.*' "$last_log")"
+  fi
+  run LIMIT=120 live09_ckpt launch 3 "${place[@]}" "$BIN/09_live" "${live[@]}" --max_steps 3 --save_interval 1 \
+    --ckpt_dir "$work/ck09" || fail "step 09, $on, 3 steps and a checkpoint" "$(last_error)"
+  placement 2 "$k2"
+  run LIMIT=120 live09_resume launch 2 "${place[@]}" "$BIN/09_live" "${live[@]}" \
+    --resume "$work/ck09/checkpoint.bin" --ckpt_dir "$work/r09" --metrics "$LOG/res09_{rank}.jsonl" ||
+    fail "step 09, 2 ranks, resumed from the 3-rank step 3" "$(last_error)"
+  compare "$row: shrink = resume (I2)" digest "$LOG/live09_0.jsonl" "$LOG/res09_0.jsonl"
+}
+section 5c "step 09's live recovery over NCCL, 3 ranks (never run yet)" $EST_LIVE
+multi_rows on
+live_check
 multi_rows off
 
 # ---- 6. the benchmark ------------------------------------------------------------------------------------
