@@ -2,8 +2,8 @@
 """What each stage buys: three measurements, each printed as a table, drawn as a PNG and written
 with --json PATH as {"speedup": [...], "slowlink": [...], "memory": [...]}, one object per row.
 
-    bench/payoff.py [speedup|slowlink|memory|hooks] [--quick] [--selftest] [--json PATH] [--img DIR]
-                    [--bin build/bin]
+    bench/payoff.py [speedup|slowlink|memory|hooks|recovery] [--quick] [--selftest] [--json PATH]
+                    [--img DIR] [--bin build/bin]
 
 No subcommand runs all three (hooks runs only when named: `bench/payoff.py hooks`, the figure of
 docs/hooks_and_clipping.md, rows {"backend", "link", "hook", "ms_per_step",
@@ -83,6 +83,17 @@ memory    Peak resident memory and optimizer-state bytes per rank for steps 06, 
           The floor, what a rank holds whatever the model (libraries, MPI, data: step 06 with 16
           hidden units), is printed and drawn beside them.
 
+recovery  Step 09's drill, run only when named (`bench/payoff.py recovery`, docs/09_live.md's table): 3
+          ranks on Fashion-MNIST, replica 2 SIGKILLed as it starts step K (the test hook
+          DDP_TEST_FT_KILL; in a restarted job's first attempt only), two ways: under
+          scripts/restart.sh (scripts/launch.sh, --save_steps S --resume auto, RESTART_DELAY=0: every
+          rank starts again from the last snapshot) and under scripts/launch.sh --ft --replace (the
+          others go on; a new replica 2 joins and heals from a peer). Each way's time lost is its wall
+          time minus that of the same launch without the kill (medians over the repetitions). JSON key
+          "recovery": {"restart_lost_s", "live_lost_s", "ratio", "live_phases": {"detect_s", "quorum_s",
+          "reconnect_s", "redo_s", "join_heal_bytes", "join_total_s"}, "runs": [{"way", "kill",
+          "wall_s"}]}.
+
 The machine is shared: the load average is printed first and last. Timings vary; nothing here is
 asserted about a time.
 """
@@ -126,21 +137,25 @@ SIZES = {
         sl_batch=None,
         sl_links=LINKS, mem_models={"comparable": "4096,4096,4096", "one layer": "47000"},
         mem_ranks=[1, 2, 3, 4], mem_steps=4,
-        hk_hidden="256", hk_batch=256, hk_epochs=2, hk_data=[], hk_start=10, hk_link=LINKS[1]),
+        hk_hidden="256", hk_batch=256, hk_epochs=2, hk_data=[], hk_start=10, hk_link=LINKS[1],
+        rc_hidden="1024,1024", rc_batch=64, rc_steps=400, rc_kill=250, rc_save=200, rc_reps=3, rc_data=[]),
     "quick": dict(
         sp_hidden="256", sp_batch=256, sp_epochs=2, sp_target=0.85, sp_dataset=0,
         sl_hidden="512,512,512", sl_steps=4, sl_warmup=1, sl_caps=[0.25, 1000], sl_iters=2, sl_batch=None,
         sl_links=LINKS, mem_models={"comparable": "2048,2048,2048", "one layer": "12800"},
         mem_ranks=[1, 2, 4], mem_steps=1,
         hk_hidden="256", hk_batch=128, hk_epochs=1, hk_data=["--data", "synthetic", "--dataset_size", "4096"],
-        hk_start=2, hk_link=LINKS[1]),
+        hk_start=2, hk_link=LINKS[1],
+        rc_hidden="256", rc_batch=64, rc_steps=200, rc_kill=125, rc_save=100, rc_reps=1, rc_data=[]),
     "selftest": dict(
         sp_hidden="64", sp_batch=128, sp_epochs=2, sp_target=0.60, sp_dataset=4096,
         sl_hidden="512,512,512", sl_steps=3, sl_warmup=0, sl_caps=[1000], sl_iters=2, sl_batch=64,
         sl_links=LINKS[1:], mem_models={"comparable": "256,256,256", "one layer": "512"},
         mem_ranks=[2], mem_steps=1,
         hk_hidden="64", hk_batch=64, hk_epochs=1, hk_data=["--data", "synthetic", "--dataset_size", "1024"],
-        hk_start=2, hk_link=LINKS[0]),
+        hk_start=2, hk_link=LINKS[0],
+        rc_hidden="64", rc_batch=32, rc_steps=40, rc_kill=25, rc_save=20, rc_reps=1,
+        rc_data=["--data", "synthetic", "--dataset_size", "2048"]),
 }
 
 
@@ -946,10 +961,107 @@ def check(rows, what, o, z):
 # ---------------------------------------------------------------------------------------------------
 
 
+# ---- recovery: a restart against live recovery (step 09) --------------------------------------------
+
+def free_port_pair():
+    """A port p with p + 1 free too (the lighthouse and its store; the Gloo store at MASTER_PORT + 1)."""
+    import socket
+    for _ in range(100):
+        with socket.socket() as a:
+            a.bind(("127.0.0.1", 0))
+            port = a.getsockname()[1]
+            if port >= 65000:
+                continue
+            with socket.socket() as b:
+                try:
+                    b.bind(("127.0.0.1", port + 1))
+                except OSError:
+                    continue
+            return port
+    raise Failed("no two free ports in a row")
+
+
+def timed(cmd, env, timeout):
+    """(wall seconds, stdout + stderr) of a run that must succeed."""
+    import time
+    t0 = time.monotonic()
+    with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          cwd=ROOT) as p:
+        try:
+            out, _ = p.communicate(timeout=timeout)
+        except BaseException:
+            stop(p)
+            raise
+    if p.returncode != 0:
+        raise Failed(f"exit {p.returncode}: {' '.join(cmd)}\n{out[-4000:]}")
+    note_blas(out)
+    return time.monotonic() - t0, out
+
+
+def live_phases(out):
+    """The live run's phases from its `recovery:` lines (rank 0's)."""
+    ph = {}
+    m = re.search(r"recovery: step \d+ redone at \d+ ranks; detect ([\d.]+) s, quorum ([\d.]+) s, reconnect "
+                  r"([\d.]+) s, heal \d+ B in [\d.]+ s, redo ([\d.]+) s", out)
+    if m:
+        ph.update(zip(("detect_s", "quorum_s", "reconnect_s", "redo_s"), map(float, m.groups())))
+    m = re.search(r"recovery: \d+ ranks from step \d+; quorum [\d.]+ s, reconnect [\d.]+ s, heal (\d+) B in "
+                  r"[\d.]+ s \(total ([\d.]+) s\)", out)
+    if m:
+        ph.update(join_heal_bytes=int(m.group(1)), join_total_s=float(m.group(2)))
+    return ph
+
+
+def recovery(o, z, tmp):
+    steps, kill, save, reps = z["rc_steps"], z["rc_kill"], z["rc_save"], z["rc_reps"]
+    prog = os.path.join(o.bin, "09_live")
+    launch, restart = os.path.join(ROOT, "scripts", "launch.sh"), os.path.join(ROOT, "scripts", "restart.sh")
+    print(f"recovery: 3 ranks, {steps} steps of step 09 (--hidden {z['rc_hidden']}, --batch_size "
+          f"{z['rc_batch']}), replica 2 killed as it starts step {kill}; snapshots every {save} steps; "
+          f"{reps} repetition(s)", flush=True)
+    walls = {}
+    runs, phases = [], []
+    for rep in range(reps):
+        for way in ("restart", "live"):
+            for killed in (False, True):
+                d = os.path.join(tmp, f"rc{rep}_{way}_{int(killed)}")
+                os.makedirs(d)
+                args = [prog] + train_args(z["rc_hidden"], z["rc_batch"], d, "m", steps=steps, epochs=100,
+                                           extra=z["rc_data"])
+                env = dict(cpu_ddp.base_env(), MASTER_PORT=str(free_port_pair()), RESTART_DELAY="0")
+                if killed:
+                    env["DDP_TEST_FT_KILL"] = f"2:{kill}"
+                if way == "restart":
+                    cmd = [restart, "--max_restarts", "3", "--", launch, "-n", "3"] + args + [
+                        "--save_steps", str(save), "--resume", "auto"]
+                else:
+                    cmd = [launch, "--ft", "--replace", "-n", "3"] + args
+                wall, out = timed(cmd, env, o.timeout)
+                if killed and way == "live":
+                    phases.append(live_phases(out))
+                walls.setdefault((way, killed), []).append(wall)
+                runs.append({"way": way, "kill": killed, "wall_s": round(wall, 3)})
+                print(f"  {way:7s} {'killed' if killed else 'no kill':7s} {wall:7.2f} s", flush=True)
+    med = {k: st.median(v) for k, v in walls.items()}
+    restart_lost = med[("restart", True)] - med[("restart", False)]
+    live_lost = med[("live", True)] - med[("live", False)]
+    ph = {k: st.median([p[k] for p in phases if k in p]) for k in
+          ("detect_s", "quorum_s", "reconnect_s", "redo_s", "join_heal_bytes", "join_total_s")
+          if any(k in p for p in phases)}
+    ratio = restart_lost / live_lost if live_lost > 0 else None
+    print(f"time lost to the kill: restart {restart_lost:.2f} s, live {live_lost:.2f} s"
+          + (f" ({ratio:.1f}x less)" if ratio else ""))
+    print("live phases (rank 0, median): " + ", ".join(f"{k} {v:g}" for k, v in ph.items()))
+    for line in blas_lines():
+        print(line)
+    return {"restart_lost_s": round(restart_lost, 3), "live_lost_s": round(live_lost, 3),
+            "ratio": round(ratio, 1) if ratio else None, "live_phases": ph, "runs": runs}, None
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", nargs="?", choices=["speedup", "slowlink", "memory", "hooks"],
-                    help="one measurement (default: the first three; hooks only when named)")
+    ap.add_argument("what", nargs="?", choices=["speedup", "slowlink", "memory", "hooks", "recovery"],
+                    help="one measurement (default: the first three; hooks and recovery only when named)")
     ap.add_argument("--quick", action="store_true", help="about a minute each on 2 cores")
     ap.add_argument("--selftest", action="store_true", help="with --quick: the smallest sizes, and check the rows")
     ap.add_argument("--json", metavar="PATH", help='write {"speedup": [...], "slowlink": [...], "memory": [...]}')
@@ -963,7 +1075,7 @@ def main():
     o = ap.parse_args()
     if o.selftest and not o.quick:
         ap.error("--selftest goes with --quick")
-    for p in PROGRAMS + ["probe"]:
+    for p in PROGRAMS + ["probe"] + (["09_live", "lighthouse"] if o.what == "recovery" else []):
         if not os.access(os.path.join(o.bin, p), os.X_OK):
             sys.exit(f"payoff: {os.path.join(o.bin, p)} is missing: build first (scripts/setup.sh)")
     start_cleanup()  # SIGHUP, SIGINT, SIGTERM and the exit remove what this run made
@@ -979,18 +1091,22 @@ def main():
     else:
         img = o.img or os.path.join(ROOT, "out" if o.quick else os.path.join("docs", "img"))
     os.makedirs(img, exist_ok=True)
-    plt = pyplot("no" if o.selftest else "yes" if o.install_matplotlib else "ask")
+    plt = None if whats == ["recovery"] else pyplot("no" if o.selftest else "yes" if o.install_matplotlib
+                                                     else "ask")  # (recovery draws no figure)
     out, ok = {}, True
     try:
         for w in whats:
-            rows, info = {"speedup": speedup, "slowlink": slowlink, "memory": memory, "hooks": hooks}[w](o, z, tmp)
+            rows, info = {"speedup": speedup, "slowlink": slowlink, "memory": memory, "hooks": hooks,
+                          "recovery": recovery}[w](o, z, tmp)
             out[w] = rows
+            if w == "recovery":  # one object, no figure: docs/09_live.md has its table
+                continue
             if plt and rows:
                 draw(plt, w, rows, info, os.path.join(img, f"payoff_{w}.png"),
                      f"bench/payoff.py {w}{' --quick' if o.quick else ''}")
-            elif not plt:
+            elif not plt and w != "recovery":
                 print("figures: matplotlib is missing (--install-matplotlib installs it): none drawn")
-            if o.selftest and w != "hooks":
+            if o.selftest and w not in ("hooks", "recovery"):
                 ok &= check(rows, w, o, z)
     except Failed as e:
         sys.exit(f"payoff: a run failed: {e}")
@@ -1000,7 +1116,8 @@ def main():
     if o.json:
         os.makedirs(os.path.dirname(os.path.abspath(o.json)), exist_ok=True)
         with open(o.json, "w") as f:
-            json.dump({k: out.get(k, []) for k in FIELDS}, f, indent=1)
+            json.dump({k: out.get(k, []) for k in FIELDS} | ({"recovery": out["recovery"]} if "recovery" in out
+                                                            else {}), f, indent=1)
     return 0 if ok else 1
 
 

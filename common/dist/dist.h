@@ -167,8 +167,9 @@ typedef struct DistMeeting {
  * collective that then fails (a peer died: at once; a peer froze: after @p op_timeout_s) does not end
  * the job: the group is marked failed (dist_failure() says why) and every later collective returns at
  * once without running, its results undefined (torchft's "after the first error, all subsequent calls
- * will be noops"), until dist_reconnect() builds a new group. Gloo only: MPI and NCCL end the job with
- * one line saying why.
+ * will be noops"), until dist_reconnect() builds a new group. Gloo, and NCCL (a non-blocking
+ * communicator, aborted on an error or after @p op_timeout_s; compiled, never run on a GPU yet); MPI
+ * ends the job with one line saying why (it would need ULFM).
  * @param[in,out] pg          the process group (dist_init()'s, not connected).
  * @param[in] op_timeout_s    seconds a collective may wait for its peers before it fails (> 0).
  */
@@ -176,7 +177,9 @@ void dist_set_recoverable(ProcessGroup *pg, double op_timeout_s);
 
 /**
  * @brief Why the recoverable group failed: the first failed collective's reason, NULL while every
- * collective since dist_reconnect() succeeded. Never blocks.
+ * collective since dist_reconnect() succeeded. Gloo: never blocks (its collectives are done when
+ * waited for). NCCL: waits until the collectives queued so far have finished or failed, so that the
+ * answer covers them (a frozen peer: at most the operation timeout).
  * @param[in] pg the process group.
  */
 const char *dist_failure(ProcessGroup *pg);

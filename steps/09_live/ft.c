@@ -69,12 +69,14 @@ void ft_init(Ft *ft, const Args *a, ProcessGroup *pg) {
   memset(ft, 0, sizeof *ft);
   const char *lighthouse = getenv("DDP_LIGHTHOUSE");
   ft->on = lighthouse && *lighthouse;
-  if (!ft->on) return;
   ft->replica = env_int("REPLICA_ID", pg->rank);
-  ft->incarnation = env_int("REPLICA_INCARNATION", 0);
+  // (a restarted job's attempt counts as an incarnation: the kill hook fires in the first one only, so
+  // that bench/payoff.py recovery can kill the same step under scripts/restart.sh)
+  ft->incarnation = env_int("REPLICA_INCARNATION", env_int("TORCHELASTIC_RESTART_COUNT", 0));
+  read_kill_hook(ft);
+  if (!ft->on) return;
   ft->quorum_timeout = a->ft_quorum_timeout;
   check_timeouts(a);
-  read_kill_hook(ft);
   read_spoil_hook(ft);
   const char *samples = getenv("DDP_TEST_SAMPLES");
   if (samples && *samples) {
@@ -112,6 +114,7 @@ void ft_connect(Ft *ft, ProcessGroup *pg, const Ctx *ctx) {
   }
   join_quorum(ft, pg, ctx, 0, 0);  // every replica starts at step 0 (a resume: all from one file)
   ft->flag = dev_alloc(ctx, sizeof(int));
+  dist_work_init(pg, &ft->join_work);
   ft->joining = ft->q.id > 1;  // the launch's replicas meet in quorum 1; a replacement comes later
   if (ft->joining)
     fprintf(stderr, "replica %d (incarnation %d): joins quorum %d as rank %d of %d; heals from rank %d\n",
@@ -123,16 +126,29 @@ bool ft_joining(const Ft *ft) { return ft->on && ft->joining; }
 
 bool ft_join_requested(Ft *ft, ProcessGroup *pg, const Ctx *ctx) {
   if (!ft->on) return false;
-  int waiting = lighthouse_join_waiting(ft->lh);
-  dev_upload(ctx, ft->flag, &waiting, sizeof waiting);
-  dist_all_reduce(pg, ft->flag, 1, DIST_INT, DIST_SUM);  // one rank heard it: all go, at this boundary
-  dev_download(ctx, &waiting, ft->flag, sizeof waiting);
-  return waiting > 0 && !dist_failure(pg);  // (a failure: the next step's start recovers)
+  int agreed = 0;
+  if (ft->join_pending) {  // the sum started after the previous step: one rank heard it, all go now
+    dist_wait(pg, &ft->join_work);
+    dev_download(ctx, &agreed, ft->flag, sizeof agreed);
+    ft->join_pending = false;
+  }
+  if (agreed > 0 && !dist_failure(pg)) return true;  // (a failure: the next step's start recovers)
+  int heard = lighthouse_join_waiting(ft->lh);
+  dev_upload(ctx, ft->flag, &heard, sizeof heard);
+  dist_all_reduce_async(pg, ft->flag, 1, DIST_INT, DIST_SUM, &ft->join_work);
+  ft->join_pending = true;
+  return false;
 }
 
 void ft_start_step(Ft *ft, long long step, float *params, const Ctx *ctx) {
-  if (!ft->on) return;
   ft->t_step = log_clock();
+  if (ft->replica == ft->kill_replica && step == ft->kill_step) {
+    fprintf(stderr, "replica %d (pid %ld): test hook: SIG%s at the start of step %lld\n", ft->replica,
+            (long)getpid(), ft->kill_sig == SIGKILL ? "KILL" : "STOP", step);
+    fflush(NULL);
+    raise(ft->kill_sig);
+  }
+  if (!ft->on) return;
   if (ft->replica == ft->spoil_replica && step == ft->spoil_step) {
     float x;
     dev_download(ctx, &x, params, sizeof x);
@@ -140,12 +156,6 @@ void ft_start_step(Ft *ft, long long step, float *params, const Ctx *ctx) {
     dev_upload(ctx, params, &x, sizeof x);
     fprintf(stderr, "replica %d: test hook: its first parameter corrupted at the start of step %lld\n",
             ft->replica, step);
-  }
-  if (ft->replica == ft->kill_replica && step == ft->kill_step) {
-    fprintf(stderr, "replica %d (pid %ld): test hook: SIG%s at the start of step %lld\n", ft->replica,
-            (long)getpid(), ft->kill_sig == SIGKILL ? "KILL" : "STOP", step);
-    fflush(NULL);
-    raise(ft->kill_sig);
   }
 }
 
@@ -197,6 +207,8 @@ void ft_quorum(Ft *ft, ProcessGroup *pg, const Ctx *ctx, long long step, uint64_
             ft->replica, step, dist_failure(pg));
   }
   int before = pg->world_size;
+  if (ft->join_pending) dist_wait(pg, &ft->join_work);  // (done, or failed with the group)
+  ft->join_pending = false;
   dist_abandon(pg);  // at once: a peer still waiting on this rank fails now, not after its timeout
   join_quorum(ft, pg, ctx, step, digest);
   char ids[256] = "";  // the members, as the lighthouse's line names them; one write, not interleaved
@@ -232,7 +244,9 @@ void ft_healed(Ft *ft, const ProcessGroup *pg, long long step, long long bytes, 
       pg->world_size, step, ft->quorum_s, ft->reconnect_s, bytes, seconds, ft->t_ready - ft->t_begin);
 }
 
-void ft_free(Ft *ft, const Ctx *ctx) {
+void ft_free(Ft *ft, ProcessGroup *pg, const Ctx *ctx) {
+  if (ft->join_pending) dist_wait(pg, &ft->join_work);
+  if (ft->flag) dist_work_free(pg, &ft->join_work);
   if (ft->lh) lighthouse_leave(ft->lh);
   if (ft->flag) dev_free(ctx, ft->flag);
   if (ft->samples) fclose(ft->samples);

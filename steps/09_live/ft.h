@@ -40,6 +40,8 @@ typedef struct Ft {
   bool redo;                   // a recovery is in progress until the redone step commits
   bool joining;                // this process joins a running job (its first quorum was not the first)
   int *flag;                   // device, (1): the all-reduced "a replica waits to join"
+  DistWork join_work;          // its all-reduce, started after a step and read after the next
+  bool join_pending;           // join_work is in flight
   int kill_replica, kill_sig;  // test hook DDP_TEST_FT_KILL=REPLICA:STEP[:stop]: this replica
   long long kill_step;         // signals itself (SIGKILL, or SIGSTOP) as it starts that step
   FILE *samples;               // test hook DDP_TEST_SAMPLES=PREFIX: each committed step's samples
@@ -56,8 +58,9 @@ void ft_connect(Ft *ft, ProcessGroup *pg, const Ctx *ctx);
 // Whether this process is a replacement joining a running job: it takes its state from a peer (the
 // trainer's heal) instead of a checkpoint or its own initialisation.
 bool ft_joining(const Ft *ft);
-// After a step: whether a replica waits to join, agreed by every rank (one all-reduce of a flag, so
-// that all go to the quorum at the same step boundary).
+// After a step: whether a replica waits to join, agreed by every rank so that all go to the quorum at
+// the same step boundary. The flag's all-reduce overlaps the next step (read one step later, as
+// preempt_agree() reads SIGTERM's): no step waits for it.
 bool ft_join_requested(Ft *ft, ProcessGroup *pg, const Ctx *ctx);
 // Marks the start of optimizer step `step` (the test hooks fire here: a kill, a parameter corrupted).
 void ft_start_step(Ft *ft, long long step, float *params, const Ctx *ctx);
@@ -77,6 +80,6 @@ void ft_quorum(Ft *ft, ProcessGroup *pg, const Ctx *ctx, long long step, uint64_
 // redoes no step (a join): its phases, one line.
 void ft_healed(Ft *ft, const ProcessGroup *pg, long long step, long long bytes, double seconds);
 // Leaves the lighthouse (after the process group).
-void ft_free(Ft *ft, const Ctx *ctx);
+void ft_free(Ft *ft, ProcessGroup *pg, const Ctx *ctx);
 
 #endif

@@ -121,8 +121,8 @@ static void check_ranks_agree(Trainer *t) {
 }
 
 static void cleanup(Trainer *t) {
-  dist_destroy(&t->pg);      // [init] leave the process group
-  ft_free(&t->ft, &t->ctx);  // [live] and the lighthouse
+  ft_free(&t->ft, &t->pg, &t->ctx);  // [live] leave the lighthouse
+  dist_destroy(&t->pg);              // [init] leave the process group
   device_free(&t->ctx);
 }
 
