@@ -88,11 +88,19 @@ recovery  Step 09's drill, run only when named (`bench/payoff.py recovery`, docs
           DDP_TEST_FT_KILL; in a restarted job's first attempt only), two ways: under
           scripts/restart.sh (scripts/launch.sh, --save_steps S --resume auto, RESTART_DELAY=0: every
           rank starts again from the last snapshot) and under scripts/launch.sh --ft --replace (the
-          others go on; a new replica 2 joins and heals from a peer). Each way's time lost is its wall
-          time minus that of the same launch without the kill (medians over the repetitions). JSON key
+          others go on; a new replica 2 joins and heals from a peer). K lies halfway between two
+          snapshots, where a failure at a random moment falls on average. Each way's time lost is read
+          off rank 0's progress line, printed every step and timed here as it arrives: the time from
+          the first step's line to the last one's, less the steps made (the last step's number less
+          the first's) times the run's median step; so a restart loses its start-up, its data and
+          checkpoint load and the steps it does again, live recovery its pauses (detect, quorum,
+          reconnect, heal, the redone step; the replacement's join) and the steps at 2 ranks;
+          and neither counts the launch's own start-up or the machine's load between runs (a run
+          without the kill measures the method's floor, printed beside). Medians over the
+          repetitions. JSON key
           "recovery": {"restart_lost_s", "live_lost_s", "ratio", "live_phases": {"detect_s", "quorum_s",
           "reconnect_s", "redo_s", "join_heal_bytes", "join_total_s"}, "runs": [{"way", "kill",
-          "wall_s"}]}.
+          "wall_s", "lost_s"}]}.
 
 The machine is shared: the load average is printed first and last. Timings vary; nothing here is
 asserted about a time.
@@ -138,7 +146,7 @@ SIZES = {
         sl_links=LINKS, mem_models={"comparable": "4096,4096,4096", "one layer": "47000"},
         mem_ranks=[1, 2, 3, 4], mem_steps=4,
         hk_hidden="256", hk_batch=256, hk_epochs=2, hk_data=[], hk_start=10, hk_link=LINKS[1],
-        rc_hidden="1024,1024", rc_batch=64, rc_steps=400, rc_kill=250, rc_save=200, rc_reps=3, rc_data=[]),
+        rc_hidden="1024,1024", rc_batch=64, rc_steps=400, rc_kill=300, rc_save=200, rc_reps=3, rc_data=[]),
     "quick": dict(
         sp_hidden="256", sp_batch=256, sp_epochs=2, sp_target=0.85, sp_dataset=0,
         sl_hidden="512,512,512", sl_steps=4, sl_warmup=1, sl_caps=[0.25, 1000], sl_iters=2, sl_batch=None,
@@ -146,7 +154,7 @@ SIZES = {
         mem_ranks=[1, 2, 4], mem_steps=1,
         hk_hidden="256", hk_batch=128, hk_epochs=1, hk_data=["--data", "synthetic", "--dataset_size", "4096"],
         hk_start=2, hk_link=LINKS[1],
-        rc_hidden="256", rc_batch=64, rc_steps=200, rc_kill=125, rc_save=100, rc_reps=1, rc_data=[]),
+        rc_hidden="256", rc_batch=64, rc_steps=200, rc_kill=150, rc_save=100, rc_reps=1, rc_data=[]),
     "selftest": dict(
         sp_hidden="64", sp_batch=128, sp_epochs=2, sp_target=0.60, sp_dataset=4096,
         sl_hidden="512,512,512", sl_steps=3, sl_warmup=0, sl_caps=[1000], sl_iters=2, sl_batch=64,
@@ -154,7 +162,7 @@ SIZES = {
         mem_ranks=[2], mem_steps=1,
         hk_hidden="64", hk_batch=64, hk_epochs=1, hk_data=["--data", "synthetic", "--dataset_size", "1024"],
         hk_start=2, hk_link=LINKS[0],
-        rc_hidden="64", rc_batch=32, rc_steps=40, rc_kill=25, rc_save=20, rc_reps=1,
+        rc_hidden="64", rc_batch=32, rc_steps=40, rc_kill=30, rc_save=20, rc_reps=1,
         rc_data=["--data", "synthetic", "--dataset_size", "2048"]),
 }
 
@@ -982,20 +990,38 @@ def free_port_pair():
 
 
 def timed(cmd, env, timeout):
-    """(wall seconds, stdout + stderr) of a run that must succeed."""
+    """(wall seconds, time lost, stdout + stderr) of a run that must succeed; the time lost from its
+    progress lines, each timed as it arrives (the docstring's recovery)."""
+    import threading
     import time
     t0 = time.monotonic()
+    lines, seen = [], []  # (arrival, line); (arrival, step) of each progress line
     with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           cwd=ROOT) as p:
+        timer = threading.Timer(timeout, stop, (p,))
+        timer.start()
         try:
-            out, _ = p.communicate(timeout=timeout)
+            for line in p.stdout:
+                now = time.monotonic()
+                lines.append(line)
+                m = re.search(r"  step (\d+)/\d+  loss ", line)
+                if m:
+                    seen.append((now, int(m.group(1))))
+            p.wait()
         except BaseException:
             stop(p)
             raise
+        finally:
+            timer.cancel()
+    out = "".join(lines)
     if p.returncode != 0:
         raise Failed(f"exit {p.returncode}: {' '.join(cmd)}\n{out[-4000:]}")
     note_blas(out)
-    return time.monotonic() - t0, out
+    if len(seen) < 3:
+        raise Failed(f"fewer than 3 progress lines: {' '.join(cmd)}")
+    gaps = [b[0] - a[0] for a, b in zip(seen, seen[1:]) if b[1] == a[1] + 1]
+    lost = (seen[-1][0] - seen[0][0]) - (seen[-1][1] - seen[0][1]) * st.median(gaps)
+    return time.monotonic() - t0, lost, out
 
 
 def live_phases(out):
@@ -1027,7 +1053,7 @@ def recovery(o, z, tmp):
                 d = os.path.join(tmp, f"rc{rep}_{way}_{int(killed)}")
                 os.makedirs(d)
                 args = [prog] + train_args(z["rc_hidden"], z["rc_batch"], d, "m", steps=steps, epochs=100,
-                                           extra=z["rc_data"])
+                                           extra=z["rc_data"] + ["--log_interval", "1"])
                 env = dict(cpu_ddp.base_env(), MASTER_PORT=str(free_port_pair()), RESTART_DELAY="0")
                 if killed:
                     env["DDP_TEST_FT_KILL"] = f"2:{kill}"
@@ -1036,15 +1062,17 @@ def recovery(o, z, tmp):
                         "--save_steps", str(save), "--resume", "auto"]
                 else:
                     cmd = [launch, "--ft", "--replace", "-n", "3"] + args
-                wall, out = timed(cmd, env, o.timeout)
+                wall, lost, out = timed(cmd, env, o.timeout)
                 if killed and way == "live":
                     phases.append(live_phases(out))
-                walls.setdefault((way, killed), []).append(wall)
-                runs.append({"way": way, "kill": killed, "wall_s": round(wall, 3)})
-                print(f"  {way:7s} {'killed' if killed else 'no kill':7s} {wall:7.2f} s", flush=True)
+                walls.setdefault((way, killed), []).append(lost)
+                runs.append({"way": way, "kill": killed, "wall_s": round(wall, 3), "lost_s": round(lost, 3)})
+                print(f"  {way:7s} {'killed' if killed else 'no kill':7s} {wall:7.2f} s, lost {lost:6.2f} s",
+                      flush=True)
     med = {k: st.median(v) for k, v in walls.items()}
-    restart_lost = med[("restart", True)] - med[("restart", False)]
-    live_lost = med[("live", True)] - med[("live", False)]
+    restart_lost, live_lost = med[("restart", True)], med[("live", True)]
+    print(f"without the kill the same measure reads {med[('restart', False)]:.2f} s (restart) and "
+          f"{med[('live', False)]:.2f} s (live): its floor")
     ph = {k: st.median([p[k] for p in phases if k in p]) for k in
           ("detect_s", "quorum_s", "reconnect_s", "redo_s", "join_heal_bytes", "join_total_s")
           if any(k in p for p in phases)}

@@ -470,13 +470,15 @@ static int by_replica(const void *a, const void *b) {
   return (x->replica > y->replica) - (x->replica < y->replica);
 }
 
-// The candidates into @p p, and how many eligible members are alive (healthy) into @p alive.
+// The candidates into @p p, and how many eligible members are alive (healthy) into @p alive. A newcomer
+// counts once it asks: one still starting up (loading its data) does not hold up the others' quorum;
+// it joins the next one.
 static void candidates(Lighthouse *lh, double now, Pick *p, int *alive) {
   p->n = 0;
   *alive = 0;
   for (int i = 0; i < lh->n; i++) {
     Conn *c = &lh->conns[i];
-    if (!healthy(lh, c, now) || !eligible(lh, c)) continue;
+    if (!healthy(lh, c, now) || !eligible(lh, c) || (newcomer(lh, c) && !c->pending)) continue;
     ++*alive;
     if (!c->pending) continue;
     if (p->n == 0 || c->asked < p->first_asked) p->first_asked = c->asked;

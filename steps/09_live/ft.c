@@ -105,6 +105,10 @@ static void join_quorum(Ft *ft, ProcessGroup *pg, const Ctx *ctx, long long step
   dist_reconnect(pg, ctx, &m);
   ft->quorum_s = t1 - t0;
   ft->reconnect_s = log_clock() - t1;
+  if (!ft->flag) {  // the first group: the joiner flag's buffer and handle
+    ft->flag = dev_alloc(ctx, sizeof(int));
+    dist_work_init(pg, &ft->join_work);
+  }
 }
 
 void ft_connect(Ft *ft, ProcessGroup *pg, const Ctx *ctx) {
@@ -112,17 +116,29 @@ void ft_connect(Ft *ft, ProcessGroup *pg, const Ctx *ctx) {
     dist_connect(pg, ctx);
     return;
   }
+  if (ft->incarnation > 0) {  // a replacement: alone until its data and model are ready (ft_join())
+    DistMeeting alone = {"", 0, "", 0, 1};
+    dist_reconnect(pg, ctx, &alone);
+    check_set_rank(ft->replica);  // (not "rank 0" in its messages: it has no rank yet)
+    fprintf(stderr, "replica %d (incarnation %d): loads its data and builds its model, then asks to join\n",
+            ft->replica, ft->incarnation);
+    return;
+  }
   join_quorum(ft, pg, ctx, 0, 0);  // every replica starts at step 0 (a resume: all from one file)
-  ft->flag = dev_alloc(ctx, sizeof(int));
-  dist_work_init(pg, &ft->join_work);
-  ft->joining = ft->q.id > 1;  // the launch's replicas meet in quorum 1; a replacement comes later
-  if (ft->joining)
-    fprintf(stderr, "replica %d (incarnation %d): joins quorum %d as rank %d of %d; heals from rank %d\n",
-            ft->replica, ft->incarnation, ft->q.id, ft->q.rank, ft->q.world_size, ft->q.source);
   log0("live recovery: replica %d, quorum %d of %d replicas\n", ft->replica, ft->q.id, ft->q.world_size);
 }
 
-bool ft_joining(const Ft *ft) { return ft->on && ft->joining; }
+bool ft_join(Ft *ft, ProcessGroup *pg, const Ctx *ctx) {
+  if (!ft->on || ft->incarnation == 0) return false;
+  // Asked only now, with its data loaded and its model built: the members it joins wait for no start-up
+  join_quorum(ft, pg, ctx, 0, 0);
+  ft->joining =
+      ft->q.id > 1;  // the launch's replicas meet in quorum 1 (a replacement before it: one of them)
+  if (ft->joining)
+    fprintf(stderr, "replica %d (incarnation %d): joins quorum %d as rank %d of %d; heals from rank %d\n",
+            ft->replica, ft->incarnation, ft->q.id, ft->q.rank, ft->q.world_size, ft->q.source);
+  return ft->joining;
+}
 
 bool ft_join_requested(Ft *ft, ProcessGroup *pg, const Ctx *ctx) {
   if (!ft->on) return false;

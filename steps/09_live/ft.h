@@ -53,11 +53,13 @@ typedef struct Ft {
 // hierarchy (ends the job naming the pair out of order) and makes the group recoverable.
 void ft_init(Ft *ft, const Args *a, ProcessGroup *pg);
 // The first quorum and its group (instead of dist_connect()): every replica of the launch, ranks in
-// replica-id order. Without --ft: dist_connect().
+// replica-id order; a replacement stays a group of one until ft_join(). Without --ft: dist_connect().
 void ft_connect(Ft *ft, ProcessGroup *pg, const Ctx *ctx);
-// Whether this process is a replacement joining a running job: it takes its state from a peer (the
-// trainer's heal) instead of a checkpoint or its own initialisation.
-bool ft_joining(const Ft *ft);
+// A replacement (REPLICA_INCARNATION > 0) asks to join now, its data loaded and its model built (until
+// then ft_connect() left it a group of one); returns whether it joined a running job, and so takes its
+// state from a peer (the trainer's heal) instead of a checkpoint or its own initialisation. False for
+// the launch's replicas (and for a replacement that came before the first quorum: it starts with them).
+bool ft_join(Ft *ft, ProcessGroup *pg, const Ctx *ctx);
 // After a step: whether a replica waits to join, agreed by every rank so that all go to the quorum at
 // the same step boundary. The flag's all-reduce overlaps the next step (read one step later, as
 // preempt_agree() reads SIGTERM's): no step waits for it.

@@ -289,10 +289,16 @@ static int heal(Trainer *t, int epoch) {
 }
 
 // [live] A replacement joins a running job: its state comes from a peer, not from a checkpoint or its
-// own initialisation (resume() and wrap_model() are for the replicas that start together).
-static void join(Trainer *t) {
+// own initialisation (resume() and wrap_model() are for the replicas that start together). Returns
+// whether it did.
+static bool join(Trainer *t) {
+  if (!ft_join(&t->ft, &t->pg, &t->ctx)) return false;
+  t->rank = t->pg.rank;
+  t->world_size = t->pg.world_size;
+  loader_set_stride_order(&t->test, &t->ctx, t->rank, t->world_size);  // [metrics] its shard of the test set
   t->epoch0 = heal(t, 0);
   if (ft_failed(&t->ft, &t->pg)) die(1, "the heal failed: %s", dist_failure(&t->pg));
+  return true;
 }
 
 // [live] A new quorum after a failure: the group rebuilt around the members the lighthouse names, those
@@ -464,9 +470,7 @@ int main(int argc, char **argv) {
   setup(&t);
   load_data(&t);
   build_model(&t);
-  if (ft_joining(&t.ft)) {  // [live] a replacement: its state from a peer
-    join(&t);
-  } else {  // [live]
+  if (!join(&t)) {  // [live] a replacement takes its state from a peer; the launch's replicas start so:
     resume(&t);
     check_ranks_agree(&t);
     wrap_model(&t);
