@@ -132,6 +132,9 @@ static const Flag FLAGS[] = {
      "SECONDS", "under launch.sh --ft: a replica's longest wait for a quorum"},
     {"min_replicas", ARGS_LIVE, KIND_INT, F(min_replicas), "1", RANGE_GE, 1, 1024, NULL, "N",
      "under launch.sh --ft: the fewest replicas that train on; fewer end the job"},
+    {"ft_batch", ARGS_LIVE, KIND_STR, F(ft_batch), "global", RANGE_NONE, 0, NO_MAX, "global|per_rank", "MODE",
+     "after a change of world size: global keeps the samples per step (each rank takes more); per_rank "
+     "keeps each rank's, from the next epoch on"},
 };
 // clang-format on
 #undef F
@@ -380,6 +383,7 @@ const char *args_settings(const Args *g) {
   add_setting(s, n, "--powersgd_rank", "%d", g->powersgd_rank);
   add_setting(s, n, "--powersgd_start_iter", "%d", g->powersgd_start_iter);
   add_setting(s, n, "--check_finite", "%s", g->check_finite ? "on" : "off");
+  add_setting(s, n, "--ft_batch", "%s", g->ft_batch ? g->ft_batch : "global");
   add_setting(s, n, "--resume auto", "%s",
               g->resume && strcmp(g->resume, ARGS_RESUME_AUTO) == 0 ? "on" : "off");
   return s;

@@ -84,6 +84,8 @@ typedef struct Args {
   float join_timeout;       ///< --join_timeout: seconds the lighthouse waits for late members (ARGS_LIVE)
   float ft_quorum_timeout;  ///< --ft_quorum_timeout: a replica's longest wait for a quorum (ARGS_LIVE)
   int min_replicas;         ///< --min_replicas: the fewest replicas that may train on (ARGS_LIVE)
+  const char
+      *ft_batch;  ///< --ft_batch: global | per_rank, the batch after a change of world size (ARGS_LIVE)
 } Args;
 
 /**

@@ -12,6 +12,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
+#include <string.h>
 
 #include "agree.h"       // agree.h: Agreement, agree_init, agree_args, agree_model, agree_check
 #include "args.h"        // args.h: Args, args_parse, ARGS_*
@@ -148,6 +149,22 @@ static void load_data(Trainer *t) {
   dataset_free(&test);
 }
 
+static int step_size(const Trainer *t);  // [live] below
+
+// [live] --ft_batch per_rank: each rank keeps its batch, so the global batch follows the world size, from
+// an epoch's start (inside an epoch G stays: the cursor counts blocks of one size); global (the default)
+// keeps G whatever the world size.
+static bool per_rank_batch(const Trainer *t) { return strcmp(t->args.ft_batch, "per_rank") == 0; }
+
+static void set_global_batch(Trainer *t, int G) {  // [live] and says what changes
+  if (G == t->global_batch) return;
+  log0(
+      "--ft_batch per_rank: %d samples per step from here on (was %d): %d per rank, more steps per epoch; "
+      "the learning rate is not scaled\n",
+      G, t->global_batch, step_size(t));
+  t->global_batch = G;
+}
+
 // [cursor] Where the epoch's list is read next: each step so far took a block of G.
 static long long cursor(const Trainer *t) { return t->epoch_step * t->global_batch; }
 
@@ -155,6 +172,7 @@ static long long cursor(const Trainer *t) { return t->epoch_step * t->global_bat
 // one spare sample, which a rank trains on with weight 0 in a block that has none of its own.
 static void epoch_order(Trainer *t, int epoch) {
   if (t->epoch_step == 0) t->epoch_world = t->world_size;  // [cursor] a new epoch: laid out for this world
+  if (t->epoch_step == 0 && per_rank_batch(t)) set_global_batch(t, t->world_size * step_size(t));  // [live]
   sampler_set_epoch(&t->sampler, epoch, t->epoch_world);  // [cursor] new order each epoch, same on every rank
   t->n_mine = sampler_indices_from(&t->sampler, cursor(t), t->global_batch, t->world_size, t->rank, t->order);
   t->order[t->n_mine] = t->sampler.perm[0];  // [cursor] the spare

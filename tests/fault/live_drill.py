@@ -329,3 +329,30 @@ def live_no_sample_lost(tmp):
             raise Failure(f"{tag}: no reshard to 2 ranks at position 288:\n{text}")
         check_tiling(committed(tmp, tag), 3, tag)
     print("3 epochs across a kill, with and without a replacement: every block once, every sample once (I1)")
+
+
+@scenario(processors=2, labels=("fault", "parity"), needs=("gloo",), timeout=300)
+def live_per_rank_batch(tmp):
+    """--ft_batch per_rank: replica 2 of 3 killed at step 4; the rest of epoch 1 keeps G = 96 (its
+    cursor counts blocks of 96), and epoch 2 takes 32 per rank, G = 64: 9 steps instead of 6, the change
+    said in one line. The survivors equal a 2-rank --resume from step 3 with --ft_batch per_rank, bit
+    for bit (I2 under per_rank)."""
+    per_rank = ["--ft_batch", "per_rank"]
+    run("09_live", ARGS + per_rank + ["--max_steps", "3", "--save_interval", "1", "--ckpt_dir", f"{tmp}/ck"],
+        np=3, launcher="launch")
+    run("09_live", ARGS + per_rank + ["--resume", f"{tmp}/ck/checkpoint.bin", "--ckpt_dir", f"{tmp}/r",
+                                      "--metrics", f"{tmp}/res_{{rank}}.jsonl"], np=2, launcher="launch")
+    p, out = live(tmp, "pr", 3, extra=per_rank, kill="2:4")
+    rc, text = finish(p, out)
+    if rc != 0:
+        raise Failure(f"--ft_batch per_rank: the survivors did not finish (status {rc}):\n{text}")
+    if "--ft_batch per_rank: 64 samples per step from here on (was 96)" not in text:
+        raise Failure(f"the change of the global batch was not said:\n{text}")
+    steps, losses = step_losses(f"{tmp}/pr_0.jsonl")
+    if steps != list(range(1, 16)):
+        raise Failure(f"committed steps {steps}: want 1..15 (6 of G 96, then 9 of G 64)")
+    rsteps, rlosses = step_losses(f"{tmp}/res_0.jsonl")
+    got, want = digests(f"{tmp}/pr_", 2), digests(f"{tmp}/res_", 2)
+    if rsteps != steps[3:] or rlosses != losses[3:] or set(got) != set(want):
+        raise Failure(f"per_rank: shrink != resume: digests {got} vs {want}, steps {rsteps[:3]}... vs {steps[3:6]}...")
+    print(f"--ft_batch per_rank: G 96 to the end of epoch 1, then 64 (15 steps); = the resumed run, digest {got[0]}")
