@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """Generates the workshop exercises in exercises/ from the steps, so they can never drift from them.
 
-    dev/make_exercises.py           write exercises/0N_<step>/<file> for N = 02..08, and the
-                                    extra exercise 06_fault (step 06's snapshots and resume)
+    dev/make_exercises.py           write exercises/0N_<step>/<file> for N = 02..09, and the
+                                    extra exercises 06_fault (step 06's snapshots and resume) and
+                                    07_clip (step 07's global norm)
     dev/make_exercises.py --check   exit 1, naming each problem, when a removal below no longer
                                     matches its step file or a committed exercise file differs
                                     from what would be generated (CTest `exercises_fresh`)
 
-An exercise is named by its step's number (02, ..., 08; its folder is the step's own name), or, for
+An exercise is named by its step's number (02, ..., 09; its folder is the step's own name), or, for
 an extra exercise on a step, by its folder (06_fault: a folder of its own, from steps/06_full); the
 name is what scripts/check_exercise.sh takes, and what the stubs' TODO(...) says.
 
@@ -32,7 +33,7 @@ def header(n, src):
 
 
 def exercise_name(folder, src):
-    """02 .. 08 for the exercise of a step (its folder is the step's name); the folder otherwise."""
+    """02 .. 09 for the exercise of a step (its folder is the step's name); the folder otherwise."""
     return folder[:2] if folder == src.split("/")[1] else folder
 
 
@@ -244,6 +245,37 @@ EXERCISES = [
          "  // (t->fsdp.params, t->fsdp.n_shard floats) with its shards of the mean gradient (t->fsdp.grads)\n"
          "  // and its momentum shard (t->opt). Nothing is gathered afterwards: the next forward gathers\n"
          "  // each layer when it runs. Until then the parameters never change.\n"),
+    ]),
+    # 09: live recovery (step 09's stages 2 and 3): the vote before the update, the reshard, the heal
+    ("09_live", "steps/09_live/train.c", [
+        ("  double where[6] = {(double)t->step, epoch,           (double)t->epoch_step,",
+         "  return (int)where[1];",
+         "  // TODO(09): the heal. The members of the new quorum at its newest step give their state to those\n"
+         "  // behind (and to a replacement, which has none): broadcast, from rank t->ft.q.source of the new\n"
+         "  // group, the parameters (t->model.params), the momentum buffer (t->opt.buf, n_params floats) and\n"
+         "  // where the source is: t->step, `epoch`, t->epoch_step, t->epoch_world, t->global_batch and\n"
+         "  // t->opt.steps (e.g. as 6 doubles in one device buffer: dev_alloc, dev_upload, DIST_DOUBLE,\n"
+         "  // dev_download, dev_free). If the broadcasts failed (ft_failed), return `epoch`: still behind,\n"
+         "  // healed at the next quorum. Else take every one of them, report the heal (ft_healed, with\n"
+         "  // the step healed to and the bytes broadcast), and return the source's epoch. Until then\n"
+         "  // nothing is healed: a replica behind keeps its own state, and a replacement starts from its\n"
+         "  // own initialisation at step 0.\n"
+         "  ft_healed(&t->ft, &t->pg, t->step, 0, log_clock() - t0);\n"
+         "  return epoch;\n"),
+        ("  epoch_order(t, epoch);  // the rest of the epoch from the cursor, shared by the new world",
+         "       t->sampler.total, t->global_batch, t->world_size);",
+         "  // TODO(09): the reshard. The rest of this epoch, from the cursor (cursor(t): where the next\n"
+         "  // block of G starts in the epoch's list, the same on every member after the heal), is shared by\n"
+         "  // the new world: lay out this rank's samples of each block from there for its new rank and\n"
+         "  // world size (epoch_order); run_epoch then reads them from their start. Until then each rank\n"
+         "  // keeps the order it had, laid out for the old world: its old share of blocks read again.\n"),
+        ("    if (!ft_should_commit(&t->ft, &t->pg, t->step + 1)) continue;  // [live] nothing applied: done again",
+         "    commit(t);                                                     // [live] the update, after the vote",
+         "    // TODO(09): the vote. Apply the step (commit) only when every collective of it completed on this\n"
+         "    // rank (ft_should_commit, for step t->step + 1); when one failed, apply nothing and go round the\n"
+         "    // loop again: ft_failed then says so, a new quorum forms, and the step is done again in the new\n"
+         "    // world. Until then every step is applied, even one whose gradient all-reduce failed half-way.\n"
+         "    commit(t);\n"),
     ]),
 ]
 

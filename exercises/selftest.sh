@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Proves that scripts/check_exercise.sh can tell a solution from an unsolved or wrong one (CTest
 # `exercise_checker_0N`, `exercise_checker_06_fault`):
-#   exercises/selftest.sh N CLAIM [CLAIM...]      (N: 02..08, or an extra exercise such as 06_fault)
+#   exercises/selftest.sh N CLAIM [CLAIM...]      (N: 02..09, or an extra exercise such as 06_fault)
 # step N's own files must pass the unit tests and the claims below; the untouched exercise must fail,
 # naming each CLAIM; and every typical wrong solution of exercises/checker/wrong_solutions.py must fail
 # with its diagnosis.

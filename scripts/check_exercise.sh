@@ -8,8 +8,9 @@
 #                             to run it by hand (--trace, Fashion-MNIST, strace) as build/bin/<step>
 #   scripts/check_exercise.sh --claims N       print the claims that N runs (without DDP_CLAIMS), and exit
 #
-# N is the step (02 .. 08), or 06_fault: the extra exercise on step 06's snapshots and resume (its
-# file is step 06's train.c, its claims the fault drill's; no unit tests). Each FILE replaces the step's file of the same name (train.c, sampler.c,
+# N is the step (02 .. 09), or 06_fault: the extra exercise on step 06's snapshots and resume (its
+# file is step 06's train.c, its claims the fault drill's; no unit tests). 09 (or 09_live): live
+# recovery, whose claims are tests/fault/live_drill.py's drills under scripts/launch.sh --ft (Gloo). Each FILE replaces the step's file of the same name (train.c, sampler.c,
 # reducer.c, fsdp.c); the step's other files are used as they are. The program is compiled and linked exactly
 # as the main build compiles the step (the commands come from `ninja -t commands`, so the flags and
 # the ddp_* libraries of common/ are the build's own), into a temporary folder, under the step's name, next
@@ -55,7 +56,7 @@
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
-usage() { echo "usage: $0 N FILE [FILE...]   (N = 02..08, 06_fault or 07_clip; e.g. $0 03 exercises/03_sampler/sampler.c)" >&2; exit 2; }
+usage() { echo "usage: $0 N FILE [FILE...]   (N = 02..09, 06_fault or 07_clip; e.g. $0 03 exercises/03_sampler/sampler.c)" >&2; exit 2; }
 # The build's commands for a target, rebuilt to compile some of its sources from elsewhere:
 #   commands TARGET OUTPUT NEW_OUTPUT OBJDIR FLAGS SRC=NEW...
 # prints `compile CMD` for each source SRC of TARGET (the file NEW instead, its object in OBJDIR),
@@ -198,7 +199,7 @@ build_only=0 list_claims=0
 [ $# -ge 2 ] || usage
 n=$1
 shift
-case $n in 2 | 3 | 4 | 5 | 6 | 7 | 8) n=0$n ;; 02 | 03 | 04 | 05 | 06 | 07 | 08 | 06_fault | 07_clip) ;; *) usage ;; esac
+case $n in 2 | 3 | 4 | 5 | 6 | 7 | 8 | 9) n=0$n ;; 09_live) n=09 ;; 02 | 03 | 04 | 05 | 06 | 07 | 08 | 09 | 06_fault | 07_clip) ;; *) usage ;; esac
 exercise=$n  # the exercise's name; n: its step's number
 n=${n:0:2}
 what="step $n"
@@ -215,6 +216,8 @@ case $n in
               step07_memory step07_checkpoints step07_replicas_np3@launch" ;;
   08) claims="step08_replicas_np2 step08_replicas_np3 step08_matches_step06_np2 step08_matches_step06_np3
               step08_checkpoints step08_trace step08_replicas_np3@launch" ;;
+  # 09: the live drills of tests/fault/live_drill.py (exercises/checker/live09.py), under launch.sh --ft
+  09) claims="live09_shrink_equals_resume live09_no_sample_lost live09_heal_equals_resume" ;;
 esac
 [ "$exercise" = 06_fault ] && claims="fault06_drill fault06_one_writer fault06_barrier fault06_resume_mid_epoch"
 # 07_clip: the global norm under sharding; its claims are tests/integration/hooks_check.py's scenarios
@@ -285,6 +288,14 @@ if [ $build_only = 0 ] && [[ $claims == *@launch* ]] &&
   for c in $claims; do [[ $c == *@launch ]] && no_gloo_claims+=" $c"; done
   claims=$(for c in $claims; do [[ $c == *@launch ]] || printf '%s ' "$c"; done)
 fi
+# 09's claims run the program under scripts/launch.sh --ft, which needs Gloo (MPI cannot recover)
+if [ $build_only = 0 ] && [ "$n" = 09 ] && [ -n "$claims" ] &&
+   ! (cd "$build" && ninja -t commands ddp_base) 2> /dev/null | grep -c -- -DHAVE_GLOO=1 > /dev/null; then
+  weak+=("the build in $build has no Gloo: step 09's claims run the program under scripts/launch.sh --ft,
+  whose recoverable process group is Gloo's. Install it (Debian/Ubuntu: sudo apt-get install libgloo-dev)
+  and configure and build again: cmake -S . -B build -G Ninja && cmake --build build")
+  no_gloo=1
+fi
 if [ ${#weak[@]} -gt 0 ]; then
   if [ "${DDP_ALLOW_WEAK:-0}" != 1 ]; then
     echo "$0: refusing to check step $n: without these, wrong solutions pass:" >&2
@@ -295,6 +306,7 @@ if [ ${#weak[@]} -gt 0 ]; then
   echo "WARNING (DDP_ALLOW_WEAK=1): a weaker check: what cannot run is skipped, and wrong solutions may pass:"
   for w in "${weak[@]}"; do echo "- $w"; done
   [ "${no_mpi:-0}" = 1 ] && claims="" no_claims_why="no MPI, DDP_ALLOW_WEAK=1"
+  [ "${no_gloo:-0}" = 1 ] && claims="" no_claims_why="no Gloo, DDP_ALLOW_WEAK=1"
 fi
 
 # The learner's files: each must name a source file of the step.
@@ -320,6 +332,7 @@ for base in "${!mine[@]}"; do cp "${mine[$base]}" "$tmp/src/$base"; done
 # the step's sources from $tmp/src with the build's own commands.
 echo "building $step from: $*"
 targets=$(cd "$root/steps" && ls -d [0-9][0-9]_* | tr '\n' ' ')
+[ "$n" = 09 ] && targets+=" lighthouse"  # launch.sh --ft starts it, from the program's folder
 # shellcheck disable=SC2086
 if ! cmake --build "$build" --target ddp_monitor $targets > "$tmp/build.log" 2>&1; then
   echo "FAIL build: the main build in $build does not build; fix that first:" >&2
@@ -350,7 +363,9 @@ if [ $build_only = 1 ]; then
   # Kept, to be run by hand as the main build's program is (the same flags and library)
   out=${DDP_BUILD_OUT:-$root/work/build}
   case $out in /*) ;; *) out=$PWD/$out ;; esac
-  mkdir -p "$out/bin" && cp "$tmp/bin/$step" "$out/bin/$step.new" && mv -f "$out/bin/$step.new" "$out/bin/$step" || {
+  # (09: with the main build's lighthouse beside it, where scripts/launch.sh --ft looks for it)
+  mkdir -p "$out/bin" && cp "$tmp/bin/$step" "$out/bin/$step.new" && mv -f "$out/bin/$step.new" "$out/bin/$step" &&
+    { [ "$n" != 09 ] || ln -sfn "$build/bin/lighthouse" "$out/bin/lighthouse"; } || {
     echo "$0: could not keep the program in $out/bin" >&2
     exit 1
   }
@@ -362,6 +377,7 @@ fi
 for prog in "$build"/bin/[0-9][0-9]_*; do
   [ "$(basename "$prog")" = "$step" ] || ln -s "$prog" "$tmp/bin/"
 done
+[ "$n" = 09 ] && ln -s "$build/bin/lighthouse" "$tmp/bin/"  # the main build's: no part of the exercise
 
 failed=0
 # The stage's unit tests, with the learner's $unit_src linked into the main build's unit_tests.

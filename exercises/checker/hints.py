@@ -2,6 +2,8 @@
 means. On import, hint() is registered with the harness (launch.HINTERS), whose run() adds the first
 matching cause to a failure's sentence.
 """
+import re
+
 from tests.harness import launch
 from tests.harness.env import small
 from tests.harness.launch import run
@@ -12,12 +14,64 @@ ABORTED = ("a rank aborted (SIGABRT, exit status 134): when a run that trained a
            "count too large for it, e.g. a count in bytes where a call takes elements (dist_all_reduce's count is "
            "in elements of its type: CLIP_SUMS doubles, not CLIP_SUMS * sizeof(double)); a failed assert aborts too")
 
+# Step 09's live recovery (exercise 09: exercises/checker/live09.py): the vote, the reshard, the heal
+LIVE_NO_VOTE = ("the step in which a replica died was applied anyway: after each step every rank must vote "
+                "(ft_should_commit, for step t->step + 1) and apply the step (commit) only when the vote says "
+                "yes; when a collective of the step failed, nothing of it may be applied (`continue`: a new "
+                "quorum forms and the step is done again)")
+LIVE_BEFORE_VOTE = ("the update was applied before the vote: the failed step was reported not committed, yet its "
+                    "partial gradient (a different one on each survivor: their all-reduce broke off) was already "
+                    "in the parameters and the momentum: commit(t) must come after ft_should_commit, and only "
+                    "when it returns true")
+LIVE_NO_RESHARD = ("each rank continued from its own index in the order laid out for the old world: after a new "
+                   "quorum the rest of the epoch must be resharded from the cursor for the new world (epoch_order "
+                   "in recover(): this rank's samples of each block from cursor(t), for its new rank and world "
+                   "size), and run_epoch reads them from their start: samples were trained twice and others never")
+LIVE_HEAL_CURSOR = ("the members of one step read different blocks of the epoch: the replacement's position "
+                    "(the cursor, cursor(t) = t->epoch_step · G) is not the others': the heal must take from its "
+                    "source where it is in the epoch, t->epoch_step (with the step, the epoch, the epoch's world "
+                    "and G), not only the step")
+LIVE_HEAL_STEP = ("the replacement did not take the source's state: heal() must broadcast, from rank "
+                  "t->ft.q.source of the new group, the parameters (t->model.params), the momentum (t->opt.buf) "
+                  "and where the source is (its step, epoch, t->epoch_step, t->epoch_world, t->global_batch, "
+                  "t->opt.steps), and take them all (t->step first: ft_healed reports it)")
+LIVE_HEAL_MOMENTUM = ("the replacement's first step after the heal matched the resumed run's (same parameters), "
+                      "the next ones did not: the heal gave it the parameters but not the optimizer's state: "
+                      "broadcast the momentum buffer (t->opt.buf) too, and take the optimizer's step count "
+                      "(t->opt.steps)")
+LIVE_HEAL_PARAMS = ("the replacement's first step after the heal did not match the resumed run's: the heal did "
+                    "not give it the source's parameters (broadcast t->model.params from rank t->ft.q.source), or "
+                    "not its position (step, epoch, t->epoch_step, t->epoch_world, t->global_batch)")
+
+
+def diagnose_disagree(text):
+    """The lighthouse refused a quorum: the survivors' parameters differ. At the step before the one that failed
+    (reported not committed): the failed step's update went in before the vote; with no step reported not
+    committed: there was no vote."""
+    at = re.search(r"replicas disagree at step (\d+)", text)
+    gone = re.search(r"step (\d+): .*-> step \d+ not committed", text)
+    if not gone:
+        return LIVE_NO_VOTE
+    if at and int(at.group(1)) == int(gone.group(1)) - 1:
+        return LIVE_BEFORE_VOTE
+    return ("the replicas' parameters differ at a quorum: a step was applied on some of them only, or a heal "
+            "did not give every member the source's parameters (t->model.params)")
+
+
 # What a failed run's output most likely means, for the typical mistakes of the exercises: (text in
 # stdout or stderr, the likely cause[, the steps it is about]). The first match for the failed run's
 # step is added to the failure's sentence: one message of dist.c (e.g. "dist_wait: no all-reduce in
 # flight") has a different cause in step 06's reducer than in step 08's fsdp.c. A cause may be a
 # function of the output, which runs the learner's program again to tell two causes apart.
 HINTS = [
+    # step 09 (exercise 09): the live drills' outputs, and live09.py's own sentences (check_tiling's)
+    ("replicas disagree at step", diagnose_disagree, ("09",)),
+    ("records of ranks", LIVE_NO_VOTE, ("09",)),  # a step committed by some ranks of its world only
+    ("disagree on its block", LIVE_HEAL_CURSOR, ("09",)),
+    ("samples trained,", LIVE_NO_RESHARD, ("09",)),  # blocks tile the epoch, samples do not
+    ("a peer sent what this rank did not expect", "after a recovery the members called different collectives: "
+     "they disagree on where they are in the epoch (a heal that did not take the source's position, "
+     "t->epoch_step, or its epoch) or on the world", ("09",)),
     ("watchdog:", "the job hung and the watchdog ended it: likely a collective that only some ranks "
                   "reach (a dist_barrier or dist_all_reduce inside `if (rank == 0)`, or skipped on "
                   "some ranks), or that the ranks reach in a different order or number of times"),

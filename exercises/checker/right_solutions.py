@@ -3,7 +3,7 @@
 the checker passes each one: a checker must accept any correct solution, not only the step's words.
 
     python3 -m exercises.checker.right_solutions [N]          run scripts/check_exercise.sh on every right
-                                                    solution (of exercise N: 02..08): each must pass
+                                                    solution (of exercise N: 02..09): each must pass
                                                     (exit 0)
     python3 -m exercises.checker.right_solutions N --only NAME   just that one
     python3 -m exercises.checker.right_solutions --write DIR     write every file to DIR/0N_<name>/<file>
@@ -20,7 +20,8 @@ import subprocess
 import sys
 import tempfile
 
-from exercises.checker.wrong_solutions import ROOT, S03, S05, R06, T06, R07, T07, F08, CLIP_SCALE, own_factor, write
+from exercises.checker.wrong_solutions import (ROOT, S03, S05, R06, T06, R07, T07, F08, T09, CLIP_SCALE, COMMIT,
+                                              VOTE, own_factor, write)
 
 
 class Right:
@@ -111,12 +112,26 @@ RIGHT = {
               "step08_matches_step06_np2",
               "the wait unless the layer is already gathered (!= FSDP_UNSHARDED), the shard's address as &params[...]"),
     ],
+    "09": [
+        Right("vote_in_a_variable", T09,
+              [(VOTE + COMMIT,
+                "    bool applied = ft_should_commit(&t->ft, &t->pg, t->step + 1);  // every rank's vote\n"
+                "    if (applied) commit(t);\n"
+                "    if (!applied) continue;  // the step again, in the next quorum's world\n"),
+               ("  dist_broadcast(&t->pg, t->model.params, t->model.n_params, DIST_FLOAT, from);\n"
+                "  dist_broadcast(&t->pg, t->opt.buf, t->model.n_params, DIST_FLOAT, from);\n",
+                "  dist_broadcast(&t->pg, t->opt.buf, t->model.n_params, DIST_FLOAT, from);  // the momentum first\n"
+                "  dist_broadcast(&t->pg, t->model.params, t->model.n_params, DIST_FLOAT, from);\n")],
+              "live09_shrink_equals_resume live09_heal_equals_resume",
+              "the vote kept in a variable, the step applied under an `if`; the heal's momentum broadcast before "
+              "the parameters"),
+    ],
 }
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("exercise", nargs="?", help="02 .. 08 (default: all)")
+    ap.add_argument("exercise", nargs="?", help="02 .. 09 (default: all)")
     ap.add_argument("--only", help="run only this right solution")
     ap.add_argument("--check", action="store_true", help="only check that the substitutions apply")
     ap.add_argument("--write", metavar="DIR", help="write the files into DIR")

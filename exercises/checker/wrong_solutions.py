@@ -2,7 +2,7 @@
 """Typical wrong solutions of the workshop exercises, and the proof that the checker rejects each one.
 
     python3 -m exercises.checker.wrong_solutions N          run scripts/check_exercise.sh on every wrong solution of
-                                                  exercise N (02..08, 06_fault): each must fail (exit 1), and its
+                                                  exercise N (02..09, 06_fault, 07_clip): each must fail (exit 1), and its
                                                   output must contain the expected diagnosis
     python3 -m exercises.checker.wrong_solutions N --only NAME   just that one
     python3 -m exercises.checker.wrong_solutions --write DIR     write every wrong file to DIR/0N_<name>/<file>
@@ -68,6 +68,14 @@ S03, S04, S05 = "steps/03_sampler/sampler.c", "steps/04_ddp_wrap/train.c", "step
 S02, R06, T06 = "steps/02_init/train.c", "steps/06_full/reducer.c", "steps/06_full/train.c"
 R07, T07 = "steps/07_zero/reducer.c", "steps/07_zero/train.c"
 F08, T08 = "steps/08_fsdp/fsdp.c", "steps/08_fsdp/train.c"
+T09 = "steps/09_live/train.c"
+
+# step 09's run_epoch and recover, line by line (exercise 09)
+VOTE = "    if (!ft_should_commit(&t->ft, &t->pg, t->step + 1)) continue;  // [live] nothing applied: done again\n"
+COMMIT = "    commit(t);                                                     // [live] the update, after the vote\n"
+RESHARD = ("  epoch_order(t, epoch);  // the rest of the epoch from the cursor, shared by the new world\n"
+           "  log0(\"epoch %d resharded at position %lld of %d: G = %d over %d ranks\\n\", epoch + 1, cursor(t),\n"
+           "       t->sampler.total, t->global_batch, t->world_size);\n")
 
 # step 07's clip_gradients, line by line (exercise 07_clip)
 CLIP_SUM = "  clip_sum_squares(&t->clip, &t->ctx, my_shard(t, t->model.grads), t->shard);\n"
@@ -357,6 +365,32 @@ WRONG = {
               "each rank's norm, then the norms added (all-reduced), not the squares",
               unexpected=["a local norm", "added 2 times over"]),
     ],
+    "09": [
+        Wrong("update_before_vote", T09, [(VOTE + COMMIT, COMMIT + VOTE)],
+              "live09_shrink_equals_resume", ["FAIL live09_shrink_equals_resume", "before the vote"],
+              "the update is applied before the vote: the failed step's partial gradient stays in the parameters"),
+        Wrong("local_index", T09,
+              [(RESHARD, ""),
+               ("      start = 0, batches = t->epoch_step;   // [live] the rest of the epoch, in the new world's shares",
+                "      batches = t->epoch_step;              // [live] each rank goes on in its own order")],
+              "live09_no_sample_lost", ["FAIL live09_no_sample_lost", "its own index", "reshard"],
+              "no reshard: each survivor goes on from its own index in the order laid out for the old world"),
+        Wrong("heal_without_momentum", T09,
+              [("  dist_broadcast(&t->pg, t->opt.buf, t->model.n_params, DIST_FLOAT, from);\n", "")],
+              "live09_heal_equals_resume", ["FAIL live09_heal_equals_resume", "momentum"],
+              "the heal broadcasts the parameters and the position, not the momentum buffer"),
+        Wrong("heal_without_position", T09, [("  dist_broadcast(&t->pg, at, 6, DIST_DOUBLE, from);\n", "")],
+              "live09_heal_equals_resume", ["FAIL live09_heal_equals_resume", "healed at step 0",
+                                            "did not take the source's state"],
+              "the heal broadcasts the parameters and the momentum, not where the source is (where[]): the "
+              "replacement keeps its own step 0"),
+        Wrong("heal_without_cursor", T09, [("  t->epoch_step = (long long)where[2];\n", "")],
+              "live09_heal_equals_resume", ["FAIL live09_heal_equals_resume", "cursor"],
+              "the heal takes the step and the epoch, not the position inside the epoch (t->epoch_step)"),
+        exec_reference(T09, "live09_shrink_equals_resume", ["FAIL live09_shrink_equals_resume",
+                                                            "not the one built from your file",
+                                                            "another build's program"]),
+    ],
     "06_fault": [
         Wrong("resume_restarts_epoch", T06, [("  t->epoch_step = (long long)meta.epoch_step;\n", "")],
               "fault06_resume_mid_epoch", ["a whole epoch", "resume started the epoch over", "meta.epoch_step"],
@@ -532,7 +566,7 @@ def write(w, folder):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("exercise", nargs="?", help="02 .. 08, 06_fault, 07_clip")
+    ap.add_argument("exercise", nargs="?", help="02 .. 09, 06_fault, 07_clip")
     ap.add_argument("--only", help="run only this wrong solution")
     ap.add_argument("--check", action="store_true", help="only check that the substitutions apply")
     ap.add_argument("--write", metavar="DIR", help="write the wrong files into DIR")

@@ -43,7 +43,8 @@ MODULES = ("exercises.checker.hints", "tests.integration.step01", "tests.integra
            "tests.integration.probe_check", "tests.integration.store_check", "tests.integration.lighthouse_check",
            "tests.integration.hooks_check",
            "tests.integration.canary_check", "tests.integration.fr_check",
-           "tests.integration.straggler_check", "tests.fault.live_drill", "exercises.checker.claims")
+           "tests.integration.straggler_check", "tests.fault.live_drill", "exercises.checker.claims",
+           "exercises.checker.live09")
 
 # Label `parity`: the scenarios that compare two runs (bit for bit where the arithmetic is the same,
 # one step from the same state within the float32 error model of tests/harness/parity.py elsewhere);

@@ -104,13 +104,20 @@ if(CMAKE_GENERATOR MATCHES "Ninja" AND DDP_HAVE_MPI)
   set(untouched_06_fault fault06_drill fault06_one_writer fault06_barrier fault06_resume_mid_epoch)
   # 07_clip: the extra exercise on step 07's global norm under sharding (issue 35; hooks_check.py's claims)
   set(untouched_07_clip clip_steps_np2)
+  # 09: live recovery (issue 44): the vote, the reshard, the heal; tests/fault/live_drill.py's drills under
+  # scripts/launch.sh --ft, so Gloo only (exercises/checker/live09.py; well under a minute)
+  set(untouched_09 live09_shrink_equals_resume live09_no_sample_lost live09_heal_equals_resume)
   # The main build's reference runs (step 06 as the reference of 07 and 08, step 04 of 06, ...) are the
   # same in every test of the checker: they run once in a suite run and are replayed after, from one
   # folder (tests/harness/cache.py says when a run is the same), which the fixture empties first.
   set(ddp_reference_runs "DDP_REFERENCE_CACHE=${PROJECT_BINARY_DIR}/reference_runs")
   add_test(NAME exercise_reference_runs COMMAND ${CMAKE_COMMAND} -E rm -rf ${PROJECT_BINARY_DIR}/reference_runs)
   set_tests_properties(exercise_reference_runs PROPERTIES LABELS integration FIXTURES_SETUP exercise_reference_runs)
-  foreach(n 02 03 04 05 06 07 08 06_fault 07_clip)
+  set(exercise_checkers 02 03 04 05 06 07 08 06_fault 07_clip)
+  if(DDP_HAVE_GLOO)
+    list(APPEND exercise_checkers 09)
+  endif()
+  foreach(n ${exercise_checkers})
     add_test(NAME exercise_checker_${n}
              COMMAND ${PROJECT_SOURCE_DIR}/exercises/selftest.sh ${n} ${untouched_${n}})
     set_tests_properties(exercise_checker_${n} PROPERTIES
