@@ -16,8 +16,8 @@
 # --heartbeat_timeout, --join_timeout and --ft_quorum_timeout; gives each rank DDP_LIGHTHOUSE, its slot as
 # REPLICA_ID and REPLICA_INCARNATION; and when a rank dies, says so and lets the others go on. With
 # --replace it then starts the dead slot again (incarnation + 1, at most MAX_REPLACEMENTS times a slot,
-# default 3; not after a replica finished, nor after status 76, a refusal), and the newcomer joins and
-# heals from a peer. The exit status is 0 when a replica finished training (status 0); else 76 when
+# default 3; not after a replica finished, nor after status 76, a refusal, nor when no other replica
+# lives to heal from), and the newcomer joins and heals from a peer. The exit status is 0 when a replica finished training (status 0); else 76 when
 # the lighthouse refused a quorum (too few replicas, replicas that disagree: the job cannot go on);
 # else the first failure's.
 set -uo pipefail
@@ -121,6 +121,15 @@ program_flag() {
   echo "$value"
 }
 
+# --ft: whether a replica other than slot $1 still runs (a replacement needs one to heal from).
+peers_alive() {
+  local k
+  for ((k = 0; k < n; k++)); do
+    [ "$k" != "$1" ] && [ -z "${ended[k]:-}" ] && kill -0 "${pids[k]}" 2>/dev/null && return 0
+  done
+  return 1
+}
+
 # --ft: the lighthouse, then the replicas; a replica that dies is reported and the others go on.
 launch_ft() {
   local lighthouse=${LIGHTHOUSE:-$(dirname "$1")/lighthouse}
@@ -163,7 +172,8 @@ launch_ft() {
         [ $rc -gt 128 ] && echo "$0: replica $r exited on SIG$(kill -l $((rc - 128)) 2>/dev/null) ($rc); the others go on" >&3
         [ $rc -le 128 ] && echo "$0: replica $r exited with status $rc; the others go on" >&3
         [ $rc -eq 76 ] && refused=1
-        if [ -n "$replace" ] && [ "$finished" = 0 ] && [ $rc -ne 76 ] && [ "${incarnation[r]}" -lt "$MAX_REPLACEMENTS" ]; then
+        if [ -n "$replace" ] && [ "$finished" = 0 ] && [ $rc -ne 76 ] && [ "${incarnation[r]}" -lt "$MAX_REPLACEMENTS" ] &&
+          peers_alive "$r"; then
           incarnation[r]=$((incarnation[r] + 1))
           echo "$0: starting replica $r again (incarnation ${incarnation[r]}): it joins and heals from a peer" >&3
           RANK=$r LOCAL_RANK=$r REPLICA_ID=$r REPLICA_INCARNATION=${incarnation[r]} "$@" 2>&3 &

@@ -8,8 +8,8 @@
 //   build/bin/lighthouse --port 29510 --replicas 3 --min_replicas 2 --log lh.jsonl
 //
 // One thread polls the membership connections (the store has threads of its own). It exits 0 on
-// SIGTERM or SIGINT, and by itself once a quorum was issued and every replica has left; 2 on a bad
-// command line.
+// SIGTERM or SIGINT, and by itself once a quorum was issued and no replica has been connected for
+// LINGER_S (a replacement the launcher starts meanwhile still finds it); 2 on a bad command line.
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <inttypes.h>
@@ -31,6 +31,7 @@
 #include "store.h"  // store.h: StoreServer, store_server_start, store_server_drop_prefix, store_server_stop
 
 #define TICK_MS 50                             // the longest poll: timeouts are checked at least this often
+#define LINGER_S 2.0                           // how long it outlives the last replica
 #define LINE_BYTES 256                         // the longest request line (hello, beat, quorum)
 #define REASON_BYTES (8 * MAX_REPLICAS + 256)  // the longest refusal (it may name every replica)
 #define MAX_REPLICAS 1024                      // lighthouse.h's LIGHTHOUSE_MAX_REPLICAS
@@ -783,9 +784,14 @@ int main(int argc, char **argv) {
   on_signals();
   Lighthouse *lh = lighthouse_start(argc, argv);
   struct pollfd *pfd = mallocCheck(((size_t)lh->cap + 1) * sizeof *pfd);
+  double alone_since = 0;  // when the last replica left (0: one is connected)
   while (!stop_signal) {
     turn(lh, pfd);
-    if (lh->last_id > 0 && members(lh) == 0) {
+    if (lh->last_id == 0 || members(lh) > 0) {
+      alone_since = 0;
+    } else if (!alone_since) {
+      alone_since = now_s();
+    } else if (now_s() - alone_since >= LINGER_S) {
       say("every replica has left after quorum %d: exiting", lh->last_id);
       break;
     }

@@ -309,6 +309,7 @@ static bool join(Trainer *t) {
   loader_set_stride_order(&t->test, &t->ctx, t->rank, t->world_size);  // [metrics] its shard of the test set
   t->epoch0 = heal(t, 0);
   if (ft_failed(&t->ft, &t->pg)) die(1, "the heal failed: %s", dist_failure(&t->pg));
+  check_ranks_agree(t);  // as the members do after a heal: the same program, flags, model and data
   return true;
 }
 
@@ -321,6 +322,7 @@ static bool recover(Trainer *t, int epoch) {
   t->world_size = t->pg.world_size;
   int now = t->ft.q.heal ? heal(t, epoch) : epoch;
   loader_set_stride_order(&t->test, &t->ctx, t->rank, t->world_size);  // [metrics] the new world's shard
+  if (t->ft.q.heal) t->epoch0 = now, check_ranks_agree(t);  // a newcomer's program, flags, model, data
   if (now != epoch) return false;
   // TODO(09): the reshard. The rest of this epoch, from the cursor (cursor(t): where the next
   // block of G starts in the epoch's list, the same on every member after the heal), is shared by

@@ -85,7 +85,8 @@ void ft_init(Ft *ft, const Args *a, ProcessGroup *pg) {
     if (!(ft->samples = fopen(path, "w"))) die(1, "DDP_TEST_SAMPLES: cannot write %s", path);
   }
   dist_set_recoverable(pg, a->ft_op_timeout);
-  ft->lh = lighthouse_join(lighthouse, ft->replica, ft->incarnation, a->heartbeat_timeout / 4, a->timeout);
+  ft->lh = lighthouse_join(lighthouse, ft->replica, ft->incarnation, a->heartbeat_timeout / 4,
+                           a->ft_quorum_timeout);
 }
 
 // Asks for a quorum and joins its group; the phases' times go to ft.

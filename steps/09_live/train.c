@@ -316,6 +316,7 @@ static bool join(Trainer *t) {
   loader_set_stride_order(&t->test, &t->ctx, t->rank, t->world_size);  // [metrics] its shard of the test set
   t->epoch0 = heal(t, 0);
   if (ft_failed(&t->ft, &t->pg)) die(1, "the heal failed: %s", dist_failure(&t->pg));
+  check_ranks_agree(t);  // as the members do after a heal: the same program, flags, model and data
   return true;
 }
 
@@ -328,6 +329,7 @@ static bool recover(Trainer *t, int epoch) {
   t->world_size = t->pg.world_size;
   int now = t->ft.q.heal ? heal(t, epoch) : epoch;
   loader_set_stride_order(&t->test, &t->ctx, t->rank, t->world_size);  // [metrics] the new world's shard
+  if (t->ft.q.heal) t->epoch0 = now, check_ranks_agree(t);  // a newcomer's program, flags, model, data
   if (now != epoch) return false;
   epoch_order(t, epoch);  // the rest of the epoch from the cursor, shared by the new world
   log0("epoch %d resharded at position %lld of %d: G = %d over %d ranks\n", epoch + 1, cursor(t),

@@ -164,7 +164,7 @@ def quorum_waits_for_all(tmp):
     """L1: the first quorum waits for every replica of the launch (two of three ask: no answer), then gives
     ranks in replica-id order, the newest step and the first rank at it as the source, heal when one is
     behind; a second connection claiming a live replica's id, or an id beyond --replicas, is refused; the
-    lighthouse exits 0 by itself once every replica has left."""
+    lighthouse exits 0 by itself once every replica has left (2 s later: LINGER_S)."""
     lh = Lighthouse(tmp, 3)
     try:
         reps = [Replica(lh, r) for r in (2, 0, 1)]

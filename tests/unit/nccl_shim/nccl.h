@@ -105,6 +105,23 @@ ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcoun
 ncclResult_t ncclGroupStart(void);
 ncclResult_t ncclGroupEnd(void);
 
+#if SHIM_NCCL_MINOR >= 14 /* non-blocking communicators, their configuration, and finalize came with 2.14 */
+#include <limits.h>
+#include <stddef.h>
+typedef struct ncclConfig_v21400 {
+  size_t size;
+  unsigned int magic;
+  unsigned int version;
+  int blocking;
+} ncclConfig_t;
+#define NCCL_CONFIG_UNDEF_INT INT_MIN
+#define NCCL_CONFIG_INITIALIZER \
+  { sizeof(ncclConfig_t), 0xcafebeef, NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH), NCCL_CONFIG_UNDEF_INT }
+ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank,
+                                    ncclConfig_t *config);
+ncclResult_t ncclCommFinalize(ncclComm_t comm);
+#endif
+
 #ifdef __cplusplus
 }
 #endif
