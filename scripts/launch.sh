@@ -17,9 +17,11 @@
 # REPLICA_ID and REPLICA_INCARNATION; and when a rank dies, says so and lets the others go on. With
 # --replace it then starts the dead slot again (incarnation + 1, at most MAX_REPLACEMENTS times a slot,
 # default 3; not after a replica finished, nor after status 76, a refusal, nor when no other replica
-# lives to heal from), and the newcomer joins and heals from a peer. The exit status is 0 when a replica finished training (status 0); else 76 when
-# the lighthouse refused a quorum (too few replicas, replicas that disagree: the job cannot go on);
-# else the first failure's.
+# lives to heal from), and the newcomer joins and heals from a peer (a replica left out of a quorum,
+# status 78, is replaced too). The exit status is 0 when a replica finished training (status 0); else 76
+# when the lighthouse refused a quorum (too few replicas, replicas that disagree: the job cannot go
+# on); else the first failure's. SIGTERM, SIGINT or SIGHUP stops the replicas still running (as above),
+# then the lighthouse.
 set -uo pipefail
 usage() {
   echo "usage: $0 [--max_restarts K | --ft [--replace]] -n N [--] PROGRAM [ARGS...]" >&2
@@ -97,7 +99,7 @@ stop_ranks() {
     sleep 0.1
   done
   kill -KILL "${pids[@]}" 2>/dev/null
-  wait 2>/dev/null
+  wait "${pids[@]}" 2>/dev/null  # the ranks (not --ft's lighthouse: stopped after them)
 }
 on_signal() {
   trap '' TERM INT HUP  # a second Ctrl-C must not interrupt the clean-up
@@ -121,6 +123,24 @@ program_flag() {
   echo "$value"
 }
 
+# --ft: a signal to the launcher stops the replicas still running (those that ended are not signalled:
+# their pids may belong to others by now), and then the lighthouse, which a replica stopping after its
+# step may still need. The line goes to the launcher's stderr (fd 3 while the replicas are watched).
+on_signal_ft() {
+  trap '' TERM INT HUP
+  { echo "$0: got SIG$1; stopping the replicas, then the lighthouse" >&3; } 2>/dev/null ||
+    echo "$0: got SIG$1; stopping the replicas, then the lighthouse" >&2
+  local live=() k
+  for ((k = 0; k < ${#pids[@]}; k++)); do
+    [ -z "${ended[k]:-}" ] && live+=("${pids[k]}")
+  done
+  pids=("${live[@]}")
+  [ ${#pids[@]} -gt 0 ] && stop_ranks
+  kill -TERM "$lh" 2>/dev/null
+  wait "$lh" 2>/dev/null
+  exit $(($2 + 128))
+}
+
 # --ft: whether a replica other than slot $1 still runs (a replacement needs one to heal from).
 peers_alive() {
   local k
@@ -142,10 +162,10 @@ launch_ft() {
     --heartbeat_timeout "$(program_flag --heartbeat_timeout 2 "$@")" \
     --join_timeout "$(program_flag --join_timeout 1 "$@")" \
     --quorum_timeout "$(program_flag --ft_quorum_timeout 30 "$@")" ${LIGHTHOUSE_LOG:+--log "$LIGHTHOUSE_LOG"} &
-  local lh=$!
-  trap 'pids+=("$lh"); on_signal TERM 15' TERM
-  trap 'pids+=("$lh"); on_signal INT 2' INT
-  trap 'pids+=("$lh"); on_signal HUP 1' HUP
+  lh=$!
+  trap 'on_signal_ft TERM 15' TERM
+  trap 'on_signal_ft INT 2' INT
+  trap 'on_signal_ft HUP 1' HUP
   export DDP_LIGHTHOUSE=$MASTER_ADDR:$MASTER_PORT
   local -a incarnation=()
   for ((r = 0; r < n; r++)); do
@@ -171,7 +191,7 @@ launch_ft() {
       else
         [ $rc -gt 128 ] && echo "$0: replica $r exited on SIG$(kill -l $((rc - 128)) 2>/dev/null) ($rc); the others go on" >&3
         [ $rc -le 128 ] && echo "$0: replica $r exited with status $rc; the others go on" >&3
-        [ $rc -eq 76 ] && refused=1
+        [ $rc -eq 76 ] && refused=1  # (78, left out of a quorum, is replaced below)
         if [ -n "$replace" ] && [ "$finished" = 0 ] && [ $rc -ne 76 ] && [ "${incarnation[r]}" -lt "$MAX_REPLACEMENTS" ] &&
           peers_alive "$r"; then
           incarnation[r]=$((incarnation[r] + 1))

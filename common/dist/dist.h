@@ -160,6 +160,7 @@ typedef struct DistMeeting {
   const char *prefix;  ///< the group's keys, e.g. `q3/`: a group never meets another's keys
   int rank;            ///< this process's rank in the new group
   int world_size;      ///< the new group's size
+  double timeout_s;    ///< the rendezvous's longest wait, seconds (0: the group's --timeout)
 } DistMeeting;
 
 /**

@@ -350,7 +350,7 @@ void gloo_abort(int status) {
 double op_timeout(const ProcessGroup *pg) { return pg->recoverable ? pg->op_timeout : pg->timeout; }
 
 std::shared_ptr<gloo::rendezvous::Context> connect_mesh(ProcessGroup *pg, ::Store *s,
-                                                        const std::string &prefix) {
+                                                        const std::string &prefix, double wait_s) {
   try {
     gloo::transport::tcp::attr attr;
     const char *ifname = getenv("GLOO_SOCKET_IFNAME");
@@ -360,7 +360,7 @@ std::shared_ptr<gloo::rendezvous::Context> connect_mesh(ProcessGroup *pg, ::Stor
       attr.hostname = store_local_address(s);  // never gethostname(): it may name 127.0.1.1
     }
     auto device = gloo::transport::tcp::CreateDevice(attr);
-    RendezvousStore base(s, pg->timeout);
+    RendezvousStore base(s, wait_s);
     gloo::rendezvous::PrefixStore store(prefix, base);
     auto context = std::make_shared<gloo::rendezvous::Context>(pg->rank, pg->world_size);
     context->setTimeout(std::chrono::milliseconds((long long)(op_timeout(pg) * 1000.0)));
@@ -437,7 +437,7 @@ void connect_at(ProcessGroup *pg, const char *host, int port) {
   ::Store *s = store_init(host, port, pg->rank, pg->world_size, pg->timeout);
   agree_on_launch(s, pg);
   std::string prefix = attempt_prefix();
-  auto context = connect_mesh(pg, s, prefix);
+  auto context = connect_mesh(pg, s, prefix, pg->timeout);
   store_free(s, (prefix + "/").c_str());
   watchdog_leave();
   start_worker(pg, context);
@@ -605,8 +605,9 @@ void gloo_reconnect(ProcessGroup *pg, const DistMeeting *m) {
   watchdog_enter("a new Gloo group (every member must join)");
   if (pg->gloo) stop_worker(pg);
   if (m->world_size > 1) {
-    ::Store *s = store_connect(m->host, m->port, m->rank, m->world_size, pg->timeout);
-    auto context = connect_mesh(pg, s, m->prefix);
+    double wait_s = m->timeout_s > 0 ? m->timeout_s : pg->timeout;  // step 09: --ft_quorum_timeout
+    ::Store *s = store_connect(m->host, m->port, m->rank, m->world_size, wait_s);
+    auto context = connect_mesh(pg, s, m->prefix, wait_s);
     store_close(s);
     start_worker(pg, context);
   }

@@ -708,7 +708,8 @@ static ncclUniqueId meet(ProcessGroup *pg, const DistMeeting *m) {
     ncclCheck(ncclGetUniqueId(&id));
     return id;
   }
-  Store *s = store_connect(m->host, m->port, m->rank, m->world_size, pg->timeout);
+  double wait_s = m->timeout_s > 0 ? m->timeout_s : pg->timeout;  // step 09: --ft_quorum_timeout
+  Store *s = store_connect(m->host, m->port, m->rank, m->world_size, wait_s);
   char key[128];
   snprintf(key, sizeof key, "%snccl_id", m->prefix);
   if (m->rank == 0) {
@@ -716,7 +717,7 @@ static ncclUniqueId meet(ProcessGroup *pg, const DistMeeting *m) {
     store_set(s, key, &id, sizeof id);
   } else {
     size_t n = 0;
-    void *value = store_get(s, key, pg->timeout, &n);
+    void *value = store_get(s, key, wait_s, &n);
     if (n != sizeof id)
       die(1, "rank %d: the store's %s holds %zu bytes, not an NCCL unique id (%zu)", pg->rank, key, n,
           sizeof id);

@@ -77,6 +77,15 @@ void ft_init(Ft *ft, const Args *a, ProcessGroup *pg) {
   if (!ft->on) return;
   ft->quorum_timeout = a->ft_quorum_timeout;
   check_timeouts(a);
+  // Per-rank state that a heal does not carry, and collectives counted per rank: refused, not risked
+  if (a->straggler > 0)
+    die(2,
+        "--straggler is not built for --ft: its report counts steps per rank and sizes itself for the "
+        "launch's world, which a quorum changes");
+  if (a->comm_hook && strcmp(a->comm_hook, "powersgd") == 0)
+    die(2,
+        "--comm_hook powersgd is not built for --ft: its state (error feedback, iteration) changes "
+        "before a step's vote and is not healed; use allreduce, fp16 or bf16");
   read_spoil_hook(ft);
   const char *samples = getenv("DDP_TEST_SAMPLES");
   if (samples && *samples) {
@@ -96,13 +105,14 @@ static void join_quorum(Ft *ft, ProcessGroup *pg, const Ctx *ctx, long long step
   int rc = lighthouse_quorum(ft->lh, step, digest, ft->quorum_timeout, &ft->q, why, sizeof why);
   if (rc == 1) {
     fprintf(stderr, "replica %d: the lighthouse refused a quorum: %s\n", ft->replica, why);
-    exit(FT_EXIT_REFUSED);
+    exit(strstr(why, "(it was left out of it") ? FT_EXIT_LEFT_OUT : FT_EXIT_REFUSED);
   }
   if (rc != 0) die(1, "replica %d: no quorum: %s", ft->replica, why);
   double t1 = log_clock();
   char prefix[32];
   snprintf(prefix, sizeof prefix, "q%d/", ft->q.id);
-  DistMeeting m = {ft->q.store_host, ft->q.store_port, prefix, ft->q.rank, ft->q.world_size};
+  DistMeeting m = {ft->q.store_host, ft->q.store_port, prefix,
+                   ft->q.rank,       ft->q.world_size, ft->quorum_timeout};
   dist_reconnect(pg, ctx, &m);
   ft->quorum_s = t1 - t0;
   ft->reconnect_s = log_clock() - t1;
@@ -118,7 +128,7 @@ void ft_connect(Ft *ft, ProcessGroup *pg, const Ctx *ctx) {
     return;
   }
   if (ft->incarnation > 0) {  // a replacement: alone until its data and model are ready (ft_join())
-    DistMeeting alone = {"", 0, "", 0, 1};
+    DistMeeting alone = {"", 0, "", 0, 1, 0};
     dist_reconnect(pg, ctx, &alone);
     check_set_rank(ft->replica);  // (not "rank 0" in its messages: it has no rank yet)
     fprintf(stderr, "replica %d (incarnation %d): loads its data and builds its model, then asks to join\n",

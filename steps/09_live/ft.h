@@ -22,7 +22,10 @@
 #include "dist.h"
 #include "lighthouse.h"
 
-#define FT_EXIT_REFUSED 76  // the lighthouse refused this replica a quorum (too few replicas, a late member)
+#define FT_EXIT_REFUSED 76  // the lighthouse refused a quorum: too few replicas, or replicas that disagree
+#define FT_EXIT_LEFT_OUT \
+  78  // it refused this replica: left out of a quorum (frozen while the others went
+      // on), its state is an old quorum's; a new incarnation may join
 
 typedef struct Ft {
   bool on;                       // under scripts/launch.sh --ft

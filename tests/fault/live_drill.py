@@ -15,7 +15,7 @@ Each scenario names the invariant it proves (docs/09_live.md):
   I5  heal = resume: a replacement (launch.sh --ft --replace) joins at step j; then all replicas are
       bit-identical, and the run ends as a 3-rank --resume from step j's state, bit for bit;
   I8  quorums are isolated: the frozen replica, resumed after the others formed a new quorum, is refused
-      with a message (status 76), never hung;
+      with a message (status 78), never hung;
   I9  a replica whose parameters silently differ: the next quorum is refused, naming the replicas.
 The replica to fail signals itself as it starts the chosen step (test hook DDP_TEST_FT_KILL=REPLICA:STEP[:stop]),
 so that the step that failed is known; the held-out drills kill from outside, at any moment.
@@ -39,6 +39,7 @@ ARGS = ["--device", "cpu", "--data", "synthetic", "--dataset_size", "515", "--hi
 # The timeout hierarchy of the drills: a frozen peer is seen within 2 s.
 FT = ["--ft_op_timeout", "2", "--heartbeat_timeout", "1", "--join_timeout", "0.5", "--ft_quorum_timeout", "20"]
 REFUSED = 76  # steps/09_live/ft.h: FT_EXIT_REFUSED
+LEFT_OUT = 78  # FT_EXIT_LEFT_OUT
 
 
 def live(tmp, tag, np, extra=(), kill=None, replace=False, env_extra=None, args=ARGS):
@@ -131,7 +132,7 @@ def live_frozen_replica(tmp):
     """Replica 2 of 3 SIGSTOPs itself as it starts step 4: the others' collective times out
     (--ft_op_timeout 2), the lighthouse drops the silent replica (--heartbeat_timeout 1), and the two go
     on within the hierarchy's bound (I6). Resumed (SIGCONT) once they did, the late replica is refused
-    by the lighthouse and ends with status 76, never hung (I8)."""
+    by the lighthouse and ends with status 78 (left out), never hung (I8)."""
     p, out = live(tmp, "frozen", 3, kill="2:4:stop")
     try:
         if not out.wait_for("SIGSTOP at the start of step 4", 120):
@@ -149,15 +150,15 @@ def live_frozen_replica(tmp):
     bound = max(2, 1) + 0.5 + 1.0
     if took > bound + 2.0:  # seen from outside, through the launcher's pipe: 2 s of slack for a loaded machine
         raise Failure(f"the survivors' quorum came {took:.1f} s after the stop, bound {bound} s (I6):\n{text}")
-    if rc != 0 or f"replica 2 exited with status {REFUSED}" not in text:
-        raise Failure(f"want the survivors to finish (0) and replica 2 refused ({REFUSED}); got {rc}:\n{text}")
+    if rc != 0 or f"replica 2 exited with status {LEFT_OUT}" not in text:
+        raise Failure(f"want the survivors to finish (0) and replica 2 refused ({LEFT_OUT}); got {rc}:\n{text}")
     if not re.search(r"replica 2: the lighthouse refused a quorum: .*not a member of quorum", text):
         raise Failure(f"the late replica's refusal does not say why (I8):\n{text}")
     steps, _ = step_losses(f"{tmp}/frozen_0.jsonl")
     if steps != list(range(1, 13)):
         raise Failure(f"the survivors committed steps {steps}, want 1..12")
     print(f"frozen at step 4: quorum of the other two {took:.2f} s later (bound {bound} s); the late replica "
-          "refused with status 76")
+          "refused with status 78")
 
 
 @scenario(processors=2, labels=("fault",), needs=("gloo",), timeout=300)

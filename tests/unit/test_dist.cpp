@@ -317,7 +317,7 @@ std::vector<Call> every_call() {
       {"dist_destroy", "destroy", [] { dist_destroy(&g_pg); }},
       {"dist_reconnect", "reconnect",
        [] {
-         DistMeeting m = {"127.0.0.1", 1, "q1/", 0, 2};
+         DistMeeting m = {"127.0.0.1", 1, "q1/", 0, 2, 0};
          g_pg.recoverable = true;
          dist_reconnect(&g_pg, &g_ctx, &m);
        }},

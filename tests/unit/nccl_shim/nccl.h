@@ -115,8 +115,11 @@ typedef struct ncclConfig_v21400 {
   int blocking;
 } ncclConfig_t;
 #define NCCL_CONFIG_UNDEF_INT INT_MIN
-#define NCCL_CONFIG_INITIALIZER \
-  { sizeof(ncclConfig_t), 0xcafebeef, NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH), NCCL_CONFIG_UNDEF_INT }
+#define NCCL_CONFIG_INITIALIZER                                                         \
+  {                                                                                     \
+    sizeof(ncclConfig_t), 0xcafebeef, NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH), \
+        NCCL_CONFIG_UNDEF_INT                                                           \
+  }
 ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank,
                                     ncclConfig_t *config);
 ncclResult_t ncclCommFinalize(ncclComm_t comm);
