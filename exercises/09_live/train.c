@@ -76,6 +76,7 @@ typedef struct Trainer {
   LossLog losses;        // each step's loss, on its way to the metrics file and the progress line
   Preempt preempt;       // [fault] SIGTERM's flag, agreed by the ranks at every step boundary
   Ft ft;                 // [live] under launch.sh --ft: the lighthouse, the vote, the quorum
+  bool healed_past;      // [live] a heal took this replica past its epoch's end: the others did the end
 } Trainer;
 
 static void configure(Trainer *t, int argc, char **argv) {
@@ -322,7 +323,8 @@ static bool recover(Trainer *t, int epoch) {
   t->world_size = t->pg.world_size;
   int now = t->ft.q.heal ? heal(t, epoch) : epoch;
   loader_set_stride_order(&t->test, &t->ctx, t->rank, t->world_size);  // [metrics] the new world's shard
-  if (t->ft.q.heal) t->epoch0 = now, check_ranks_agree(t);  // a newcomer's program, flags, model, data
+  if (t->ft.q.heal && !ft_failed(&t->ft, &t->pg))  // a newcomer's program, flags, model and data
+    t->epoch0 = now, check_ranks_agree(t);
   if (now != epoch) return false;
   // TODO(09): the reshard. The rest of this epoch, from the cursor (cursor(t): where the next
   // block of G starts in the epoch's list, the same on every member after the heal), is shared by
@@ -343,10 +345,11 @@ static bool run_epoch(Trainer *t, int epoch) {
   long long batches = t->epoch_step, samples = 0;  // a resumed epoch goes on where it stopped
   int start = 0;                                   // [cursor] this rank's next sample in its order
   for (long long c = cursor(t); c < t->sampler.total && !out_of_steps(t); c = cursor(t)) {  // [cursor]
-    if (ft_failed(&t->ft, &t->pg)) {        // [live] the group failed: a new quorum, then this step again
-      if (!recover(t, epoch)) return true;  // [live] healed into the next epoch: this one is done
-      start = 0, batches = t->epoch_step;   // [live] the rest of the epoch, in the new world's shares
-      continue;                             // [live] (a heal may have moved the cursor)
+    if (ft_failed(&t->ft, &t->pg)) {  // [live] the group failed: a new quorum, then this step again
+      if (!recover(t, epoch))
+        return t->healed_past = true;      // [live] healed into the next epoch: its end done
+      start = 0, batches = t->epoch_step;  // [live] the rest of the epoch, in the new world's shares
+      continue;                            // [live] (a heal may have moved the cursor)
     }
     ft_start_step(&t->ft, t->step + 1, t->model.params, &t->ctx);  // [live]
     int G = sampler_block(&t->sampler, c, t->global_batch);        // [cursor] G, or the rest of the epoch
@@ -369,7 +372,8 @@ static bool run_epoch(Trainer *t, int epoch) {
     if (snapshot_due(t->args.save_steps, t->step) && batches < steps_per_epoch(t) &&  // [fault]
         !out_of_steps(t))  // [fault] not at the epoch's end, nor where training stops: train() saves there
       save_checkpoint(t, t->args.ckpt_dir, epoch);  // [fault] --save_steps: a snapshot inside the epoch
-    if (ft_join_requested(&t->ft, &t->pg, &t->ctx) && recover(t, epoch))  // [live] a replacement waits:
+    if (!out_of_steps(t) && ft_join_requested(&t->ft, &t->pg, &t->ctx) &&
+        recover(t, epoch))                 // [live] one waits:
       start = 0, batches = t->epoch_step;  // [live] it joins here, and the world shares the epoch's rest
   }
   double train_loss = loss_log_epoch(&t->losses, &t->ctx);  // the last steps' losses; their mean
@@ -452,6 +456,7 @@ static void train(Trainer *t) {
   if (t->args.save_init) save_checkpoint(t, t->args.save_init, t->epoch0);  // the state to start from
   for (int epoch = t->epoch0; epoch < t->args.epochs && !out_of_steps(t); epoch++) {
     bool complete = run_epoch(t, epoch);  // false after a --max_steps stop inside the epoch
+    if (t->healed_past && !(t->healed_past = false)) continue;  // [live] its evaluation and save were done
     // where --max_steps stops, inside an epoch or at its end, a checkpoint is saved
     bool stopped = !complete || out_of_steps(t);
     if (t->args.save_interval > 0 && (stopped || (epoch + 1) % t->args.save_interval == 0))

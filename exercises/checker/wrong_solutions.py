@@ -371,7 +371,7 @@ WRONG = {
               "the update is applied before the vote: the failed step's partial gradient stays in the parameters"),
         Wrong("local_index", T09,
               [(RESHARD, ""),
-               ("      start = 0, batches = t->epoch_step;   // [live] the rest of the epoch, in the new world's shares",
+               ("      start = 0, batches = t->epoch_step;  // [live] the rest of the epoch, in the new world's shares",
                 "      batches = t->epoch_step;              // [live] each rank goes on in its own order")],
               "live09_no_sample_lost", ["FAIL live09_no_sample_lost", "its own index", "reshard"],
               "no reshard: each survivor goes on from its own index in the order laid out for the old world"),
