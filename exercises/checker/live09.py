@@ -13,7 +13,8 @@ drills' small run (515 samples, G = 96: 6 steps an epoch); a few seconds each on
 import re
 
 from exercises.checker.hints import LIVE_BEFORE_VOTE, LIVE_HEAL_MOMENTUM, LIVE_HEAL_PARAMS, LIVE_HEAL_STEP, hint
-from tests.fault.live_drill import ARGS, check_tiling, committed, finish, live, step_losses
+from tests.fault.live_drill import (ARGS, REPLACED_EPOCHS, check_tiling, committed, epochs, finish, live,
+                                    step_losses)
 from tests.harness.env import Failure
 from tests.harness.families import own_binary
 from tests.harness.launch import run
@@ -33,7 +34,7 @@ def failed(what, text, extra=""):
     return Failure(what + (f"\nlikely cause: {cause}" if cause else "") + extra + f"\n--- output (end)\n{text[-3000:]}")
 
 
-def tiling(tmp, tag, epochs, what):
+def tiling(tmp, tag, n_epochs, what):
     """I1 on a drill's DDP_TEST_SAMPLES records: None, or the Failure with the likely mistake."""
     try:
         recs = committed(tmp, tag)
@@ -44,7 +45,7 @@ def tiling(tmp, tag, epochs, what):
         if split:  # one step, several blocks (or epochs): say so first, whatever check_tiling would find first
             raise Failure(f"{what}: step {split[0]}: the ranks disagree on its block: (epoch, cursor, rank) "
                           f"{sorted(set(by_step[split[0]]))}")
-        check_tiling(recs, epochs, what)
+        check_tiling(recs, n_epochs, what)
     except Failure as f:
         cause = hint(str(f), STEP)
         return Failure(str(f) + (f"\nlikely cause: {cause}" if cause else ""))
@@ -103,31 +104,31 @@ def live09_shrink_equals_resume(tmp):
 
 @scenario(ctest=False, processors=2, needs=("gloo",))  # a claim of exercise 09
 def live09_no_sample_lost(tmp):
-    """3 replicas for 3 epochs, replica 2 killed at step 4: once the two survivors go on (the rest of epoch 1
+    """3 replicas for 12 epochs, replica 2 killed at step 4: once the two survivors go on (the rest of epoch 1
     resharded over 2 ranks from position 288), once launch.sh --ft --replace starts it again. Every replica
     lists each committed step's samples (DDP_TEST_SAMPLES): per epoch the committed blocks tile its 516
     positions, each block's samples come from every rank of its world, and each of the 515 samples is trained
     once (the one position of padding aside) (I1)."""
-    args = [a if a != "2" else "3" for a in ARGS]  # --epochs 3
+    args = epochs(REPLACED_EPOCHS)
     for tag, replace in (("shrunk", False), ("replaced", True)):
         p, out = live(tmp, tag, 3, kill="2:4", replace=replace, args=args,
                       env_extra={"DDP_TEST_SLOW_RANK": "0:30", "DDP_TEST_SAMPLES": f"{tmp}/{tag}"})
         rc, text = finish(p, out, LIMIT)
         if rc != 0:
             raise failed(f"{tag}: the run did not finish (status {rc})", text)
-        wrong = heal_step(text) or tiling(tmp, tag, 3, f"{tag} ({'replica 2 replaced' if replace else 'the survivors go on'})")
+        wrong = heal_step(text) or tiling(tmp, tag, REPLACED_EPOCHS, f"{tag} ({'replica 2 replaced' if replace else 'the survivors go on'})")
         if wrong:
             raise wrong
-    print("3 epochs across a kill, with and without a replacement: every block once, every sample once (I1)")
+    print("12 epochs across a kill, with and without a replacement: every block once, every sample once (I1)")
 
 
 @scenario(ctest=False, processors=2, needs=("gloo",))  # a claim of exercise 09
 def live09_heal_equals_resume(tmp):
-    """8 epochs at 3 replicas (steps paced to 30 ms, so that a replacement starts within the run); replica 2
+    """12 epochs at 3 replicas (steps paced to 30 ms, so that a replacement starts within the run); replica 2
     SIGKILLed at step 4 and started again by launch.sh --ft --replace. Its new incarnation joins at some step
     j and heals from replica 0: every member must then log the same blocks, all three end with one digest,
     and the run equals, bit for bit, a --resume from step j's state (I5)."""
-    args = [a if a != "2" else "8" for a in ARGS]  # --epochs 8: 48 steps
+    args = epochs(REPLACED_EPOCHS)
     p, out = live(tmp, "heal", 3, kill="2:4", replace=True, args=args,
                   env_extra={"DDP_TEST_SLOW_RANK": "0:30", "DDP_TEST_SAMPLES": f"{tmp}/heal"})
     rc, text = finish(p, out, LIMIT)
@@ -136,7 +137,7 @@ def live09_heal_equals_resume(tmp):
     wrong = heal_step(text)
     if wrong:
         raise wrong
-    wrong = tiling(tmp, "heal", 8, "after the heal")
+    wrong = tiling(tmp, "heal", REPLACED_EPOCHS, "after the heal")
     if wrong and "disagree on its block" in str(wrong):  # the replacement somewhere else in the epoch
         raise wrong
     if rc != 0:
@@ -159,7 +160,8 @@ def live09_heal_equals_resume(tmp):
     want = digests(f"{tmp}/res_", 3)
     steps, losses = step_losses(f"{tmp}/heal_0.jsonl")
     rsteps, rlosses = step_losses(f"{tmp}/res_0.jsonl")
-    if len(set(got)) == 1 and set(got) == set(want) and losses[j:] == rlosses and steps == list(range(1, 49)):
+    all_steps = list(range(1, 6 * REPLACED_EPOCHS + 1))
+    if len(set(got)) == 1 and set(got) == set(want) and losses[j:] == rlosses and steps == all_steps:
         how = "after steps at 2 ranks" if shrank else "the survivors' quorum"
         print(f"replica 2 replaced: joined at step {j} ({how}), healed; digest {got[0]} = the resumed run's (I5)")
         return

@@ -27,7 +27,7 @@ import subprocess
 import time
 
 from tests.harness.drill import Output
-from tests.harness.env import BIN, LAUNCH_SH, Failure
+from tests.harness.env import SEED, BIN, LAUNCH_SH, Failure
 from tests.harness.launch import env_launch_env, run
 from tests.harness.results import digests, metrics
 from tests.harness.scenario import scenario
@@ -35,11 +35,23 @@ from tests.harness.scenario import scenario
 # 515 samples, G = 96 at 3 ranks: 6 steps an epoch (the last block short), 12 in all; 63 hidden units.
 ARGS = ["--device", "cpu", "--data", "synthetic", "--dataset_size", "515", "--hidden", "63", "--lr", "0.05",
         "--momentum", "0.9", "--batch_size", "32", "--epochs", "2", "--log_interval", "1000",
-        "--save_interval", "0"]
+        "--save_interval", "0", "--seed", SEED]
 # The timeout hierarchy of the drills: a frozen peer is seen within 2 s.
 FT = ["--ft_op_timeout", "2", "--heartbeat_timeout", "1", "--join_timeout", "0.5", "--ft_quorum_timeout", "20"]
 REFUSED = 76  # steps/09_live/ft.h: FT_EXIT_REFUSED
 LEFT_OUT = 78  # FT_EXIT_LEFT_OUT
+
+
+# The drills with a replacement run long enough for it to start, load its data and join on a loaded
+# machine (each step paced to 30 ms by DDP_TEST_SLOW_RANK): 12 epochs of 6 steps, 2.2 s at least.
+REPLACED_EPOCHS = 12
+
+
+def epochs(n):
+    """ARGS with --epochs n."""
+    args = list(ARGS)
+    args[args.index("--epochs") + 1] = str(n)
+    return args
 
 
 def live(tmp, tag, np, extra=(), kill=None, replace=False, env_extra=None, args=ARGS):
@@ -201,13 +213,12 @@ def live_refuses_mpi_and_bad_timeouts(tmp):
 
 @scenario(processors=2, labels=("fault", "parity"), needs=("gloo",), timeout=300)
 def live_replace_heals(tmp):
-    """8 epochs at 3 replicas (each step paced to 30 ms by DDP_TEST_SLOW_RANK, so that a replacement
+    """12 epochs at 3 replicas (each step paced to 30 ms by DDP_TEST_SLOW_RANK, so that a replacement
     starts within the run); replica 2 SIGKILLed at step 4 and started again by launch.sh --ft --replace.
     Its new incarnation joins at some step j and heals from replica 0: then all three end with one digest,
     and the run equals, bit for bit, a 2-rank --resume from step 3 to step j followed by a 3-rank
     --resume from step j (I5, with I2 before the join)."""
-    args = [a if a != "2" else "8" for a in ARGS]  # --epochs 8: 48 steps
-    assert args[args.index("--epochs") + 1] == "8"
+    args = epochs(REPLACED_EPOCHS)
     p, out = live(tmp, "heal", 3, kill="2:4", replace=True, env_extra={"DDP_TEST_SLOW_RANK": "0:30"}, args=args)
     rc, text = finish(p, out)
     if rc != 0:
@@ -233,7 +244,7 @@ def live_replace_heals(tmp):
     want = digests(f"{tmp}/res_", 3)
     steps, losses = step_losses(f"{tmp}/heal_0.jsonl")
     rsteps, rlosses = step_losses(f"{tmp}/res_0.jsonl")
-    if set(got) != set(want) or losses[j:] != rlosses or steps != list(range(1, 49)):
+    if set(got) != set(want) or losses[j:] != rlosses or steps != list(range(1, 6 * REPLACED_EPOCHS + 1)):
         raise Failure(f"heal != resume (I5): joined at step {j}; digests {got[0]} vs the resumed run's {want[0]}; "
                       f"losses after it {losses[j:j + 3]}... vs {rlosses[:3]}...; steps {steps[:3]}..{steps[-1]}")
     how = "after steps at 2 ranks" if shrank else "the survivors' quorum"
@@ -313,13 +324,13 @@ def check_tiling(steps, epochs, what):
 
 @scenario(processors=2, labels=("fault",), needs=("gloo",), timeout=300)
 def live_no_sample_lost(tmp):
-    """3 replicas for 3 epochs of 515 samples (G = 96), replica 2 killed at step 4: once with the two
+    """3 replicas for 12 epochs of 515 samples (G = 96), replica 2 killed at step 4: once with the two
     survivors going on (the rest of epoch 1 shared by 2 ranks, 48 samples each), once replaced by
     launch.sh --ft --replace. Every replica lists the samples of each step it committed (DDP_TEST_SAMPLES).
     Per epoch the committed blocks [cursor, cursor + G) tile the epoch's 516 positions with no gap or
     overlap; each step's samples come from every rank of its world, G in all; and every one of the 515
     samples is trained exactly once an epoch but for the one position of padding (I1)."""
-    args = [a if a != "2" else "3" for a in ARGS]  # --epochs 3
+    args = epochs(REPLACED_EPOCHS)
     for tag, replace in (("shrunk", False), ("replaced", True)):
         p, out = live(tmp, tag, 3, kill="2:4", replace=replace, args=args,
                       env_extra={"DDP_TEST_SLOW_RANK": "0:30", "DDP_TEST_SAMPLES": f"{tmp}/{tag}"})
@@ -328,8 +339,8 @@ def live_no_sample_lost(tmp):
             raise Failure(f"{tag}: the run did not finish (status {rc}), or no replacement healed:\n{text}")
         if not replace and "epoch 1 resharded at position 288 of 516: G = 96 over 2 ranks" not in text:
             raise Failure(f"{tag}: no reshard to 2 ranks at position 288:\n{text}")
-        check_tiling(committed(tmp, tag), 3, tag)
-    print("3 epochs across a kill, with and without a replacement: every block once, every sample once (I1)")
+        check_tiling(committed(tmp, tag), REPLACED_EPOCHS, tag)
+    print("12 epochs across a kill, with and without a replacement: every block once, every sample once (I1)")
 
 
 @scenario(processors=2, labels=("fault", "parity"), needs=("gloo",), timeout=300)

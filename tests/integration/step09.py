@@ -7,7 +7,7 @@ test) every position of the epoch taken once. I4: one step from the same state a
 world agrees with the original world's within the float32 error model of tests/harness/parity.py (only
 the summation order differs: W' ranks, uneven shares, more micro-batches).
 """
-from tests.harness.env import Failure
+from tests.harness.env import SEED, Failure
 from tests.harness.launch import run
 from tests.harness.parity import one_step_parity
 from tests.harness.results import digests, global_losses, metrics
@@ -17,7 +17,7 @@ from tests.harness.scenario import scenario
 # the last block short; 63 hidden units, so that no size is a multiple of 2 or 3.
 ARGS = ["--device", "cpu", "--data", "synthetic", "--dataset_size", "515", "--hidden", "63", "--lr", "0.05",
         "--momentum", "0.9", "--batch_size", "32", "--epochs", "2", "--log_interval", "1000",
-        "--save_interval", "0"]
+        "--save_interval", "0", "--seed", SEED]
 
 
 @scenario(processors=2, labels=("parity",), launchers=("launch",), timeout=300)
