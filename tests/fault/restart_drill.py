@@ -9,7 +9,9 @@ compares the final param_digest lines bit for bit. Drills:
               step drawn from the seed appears; one trial per seed
   save        under scripts/restart.sh, SIGKILL rank 0 while it writes the checkpoint (a
               checkpoint.bin.tmp.PID exists, after a first checkpoint.bin)
-  startup     under scripts/restart.sh, SIGKILL a rank as soon as both ranks exist (before any snapshot)
+  startup     under scripts/restart.sh, SIGKILL the last rank as soon as MPI is up (before any snapshot; a kill
+              inside MPI_Init can leave Open MPI 4.1's mpirun waiting for good with the others exited,
+              which no supervisor sees: it hung this drill's attempt 0 for good once, in a -j4 suite)
   preempt     SIGTERM to one rank (no supervisor): every rank stops after the same step (the checkpoint's
               step, each rank's final metrics record), mpirun exits 75, and --resume auto continues exactly
   limit       a corrupt checkpoint under --resume auto: each attempt refuses it (never a fresh start), and
@@ -88,6 +90,8 @@ def drill_startup(a, work):
     job, ck = supervised(a, work, "startup", a.step, a.np, SMALL)
     try:
         pids = wait_ranks(job, a.np)
+        if not job.wait_for(f"rank 0 of {a.np} ", 120):  # setup()'s line: every rank is past MPI_Init
+            raise Failure(f"the ranks never got past MPI_Init:\n{job.text()[-2000:]}")
         if os.path.exists(os.path.join(ck, "checkpoint.bin")):
             raise Failure("a snapshot existed before the start-up kill")
         kill_and_compare(job, ref, pids[a.np - 1], what="kill during start-up")
