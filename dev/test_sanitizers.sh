@@ -39,6 +39,17 @@ if ldd build-asan/bin/06_full | grep -q libgloo; then
   scripts/launch.sh -n 2 build-asan/bin/06_full --device cpu --data synthetic --dataset_size 1024 \
     --hidden 32 --epochs 1 --bucket_cap_mb 0.01 --save_interval 0 > "$tmp/gloo.log"
   echo "sanitizers: 2-rank step 06 run on Gloo (launch.sh) clean"
+  # step 09's live recovery: replica 2 of 3 SIGKILLed at step 4, the others' group torn down and
+  # rebuilt, a replacement joined and healed; the lighthouse, the survivors and the replacement end
+  # clean (the killed replica cannot report)
+  LIGHTHOUSE=build-asan/bin/lighthouse DDP_TEST_FT_KILL=2:4 DDP_TEST_SLOW_RANK=0:30 \
+    scripts/launch.sh --ft --replace -n 3 build-asan/bin/09_live --device cpu --data synthetic \
+    --dataset_size 515 --hidden 32 --batch_size 32 --epochs 12 --save_interval 0 > "$tmp/live.log" 2>&1 ||
+    { cat "$tmp/live.log"; exit 1; }
+  grep -q "healed at step" "$tmp/live.log" || { cat "$tmp/live.log"; echo "no replacement healed"; exit 1; }
+  # (launch.sh --ft succeeds when one replica finishes: a report from another is found in the log)
+  if grep -qE "Sanitizer|runtime error" "$tmp/live.log"; then cat "$tmp/live.log"; exit 1; fi
+  echo "sanitizers: step 09's live recovery (a kill, a new group, a replacement's heal) clean"
 fi
 ctest --preset asan -L unit -j "$(nproc)"
 ctest --preset asan -R '^dist_collectives' -j "$(nproc)"
