@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "check.h"  // check.h: die, mallocCheck
+#include "json.h"   // json.h: json_put_escaped
 #include "store.h"  // store.h: StoreServer, store_server_start, store_server_drop_prefix, store_server_stop
 
 #define TICK_MS 50                             // the longest poll: timeouts are checked at least this often
@@ -195,15 +196,7 @@ static void say(const char *fmt, ...) {
 // @p s as a JSON string (quoted) on @p f.
 static void json_string(FILE *f, const char *s) {
   fputc('"', f);
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\')
-      fprintf(f, "\\%c", c);
-    else if (c < 0x20)
-      fprintf(f, "\\u%04x", c);
-    else
-      fputc(c, f);
-  }
+  json_put_escaped(f, s);
   fputc('"', f);
 }
 

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "file.h"
+#include "json.h"
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static FlightEntry g_ring[FLIGHT_RING];  // entry seq lives at g_ring[seq % FLIGHT_RING]
@@ -131,19 +132,6 @@ static const char *state_name(FlightState s) {
                                : "failed";
 }
 
-// A JSON string's content: quotes, backslashes and control characters escaped.
-static void put_json(FILE *f, const char *s) {
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\')
-      fprintf(f, "\\%c", c);
-    else if (c < 0x20)
-      fprintf(f, "\\u%04x", c);
-    else
-      fputc(c, f);
-  }
-}
-
 int flight_dump(const char *why, char *where, size_t len) {
   static FlightEntry all[FLIGHT_RING];
   static pthread_mutex_t dumping = PTHREAD_MUTEX_INITIALIZER;  // one dump at a time (all[] is shared)
@@ -165,13 +153,13 @@ int flight_dump(const char *why, char *where, size_t len) {
           "{\"rank\": %d, \"world_size\": %d, \"pid\": %d, \"dumped\": %.6f, \"next_seq\": %llu, "
           "\"stalled_s\": %.3f, \"stalled_until\": %.6f, \"why\": \"",
           g_rank, g_world, (int)getpid(), now(), (unsigned long long)flight_next_seq(), g_stall, g_stall_end);
-  put_json(f, why ? why : "");
+  json_put_escaped(f, why ? why : "");
   fprintf(f, "\"}\n");
   for (int i = 0; i < n; i++) {
     const FlightEntry *e = &all[i];
     fprintf(f, "{\"seq\": %llu, \"op\": \"%s\", \"type\": \"%s\", \"count\": %zu, \"tag\": \"",
             (unsigned long long)e->seq, e->op, e->type, e->count);
-    put_json(f, e->tag);
+    json_put_escaped(f, e->tag);
     fprintf(f, "\", \"state\": \"%s\", \"queued\": %.6f, \"started\": %.6f, \"finished\": %.6f}\n",
             state_name(e->state), e->queued, e->started, e->finished);
   }

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "tcp.h"
 
 #define BACKOFF_FIRST_S 0.01  // first pause between connect attempts (as store.c's)
 #define BACKOFF_LAST_S 0.5    // the pause doubles up to this
@@ -70,30 +71,11 @@ static bool parse_address(Lighthouse *lh, const char *address) {
   return *end == 0 && p > 0 && p < 65536;
 }
 
-// One connect attempt to every address of the host; the socket, or -1 with errno (or @p gai) set.
-static int try_connect(const Lighthouse *lh, int *gai) {
-  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *list = NULL;
-  *gai = getaddrinfo(lh->host, lh->port, &hints, &list);
-  if (*gai) return -1;
-  int fd = -1;
-  for (struct addrinfo *a = list; a && fd < 0; a = a->ai_next) {
-    fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
-    if (fd >= 0 && connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
-      int e = errno;
-      close(fd);
-      fd = -1;
-      errno = e;
-    }
-  }
-  freeaddrinfo(list);
-  return fd;
-}
-
 // Connects, retrying with back-off until @p timeout_s (the lighthouse may start after the trainers).
 static void connect_lighthouse(Lighthouse *lh, const char *address, double timeout_s) {
   double until = now_s() + timeout_s, pause = BACKOFF_FIRST_S;
   int gai = 0;
-  while ((lh->fd = try_connect(lh, &gai)) < 0) {
+  while ((lh->fd = tcp_connect(lh->host, lh->port, &gai)) < 0) {
     if (gai == EAI_NONAME || gai == EAI_FAIL)
       die(1, "the lighthouse's host in '%s' (DDP_LIGHTHOUSE) does not resolve: %s", address,
           gai_strerror(gai));

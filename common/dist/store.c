@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "tcp.h"
 
 #define MAX_KEY 4096          // bytes: keys are short names
 #define MAX_VALUE (1u << 20)  // bytes: Gloo's values are a few addresses
@@ -657,27 +658,6 @@ struct Store {
   Server *server;                    // rank 0 only
 };
 
-// One connect attempt to every address of the host; the socket, or -1 with errno set.
-static int try_connect(const Store *s, int *gai_err) {
-  char port[16];
-  snprintf(port, sizeof port, "%d", s->port);
-  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *list = NULL;
-  *gai_err = getaddrinfo(s->host, port, &hints, &list);
-  if (*gai_err) return -1;
-  int fd = -1;
-  for (struct addrinfo *a = list; a && fd < 0; a = a->ai_next) {
-    fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
-    if (fd >= 0 && connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
-      int e = errno;
-      close(fd);
-      fd = -1;
-      errno = e;
-    }
-  }
-  freeaddrinfo(list);
-  return fd;
-}
-
 // The hello on a new connection: true when the server serves it; false when it turned the connection
 // away, with its reason in @p why (connection closed), or when it did not answer (why empty).
 static bool hello(Store *s, char *why, size_t size) {
@@ -701,7 +681,9 @@ static void client_connect(Store *s) {
   int gai = 0;
   char why[512] = "";
   for (;;) {
-    s->fd = try_connect(s, &gai);
+    char port[16];
+    snprintf(port, sizeof port, "%d", s->port);
+    s->fd = tcp_connect(s->host, port, &gai);
     if (s->fd >= 0 && hello(s, why, sizeof why)) break;
     if (gai == EAI_NONAME || gai == EAI_FAIL)
       die(1, "the rendezvous store's host '%s' (MASTER_ADDR) does not resolve: %s", s->host,

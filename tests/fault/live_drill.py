@@ -89,40 +89,47 @@ def recovery_times(text):
             re.findall(r"-> \d+; detect ([\d.]+) s, quorum ([\d.]+) s, reconnect ([\d.]+) s", text)]
 
 
+def shrink_and_resume(tmp, tag, extra=()):
+    """I2's drill with the flags `extra`: a 3-rank run stopped after step 3 (its checkpoint) and resumed at
+    2 ranks, and 3 replicas under --ft whose replica 2 dies as it starts step 4. Fails unless the survivors
+    finish and equal the resumed run from step 4 on: the same steps and losses, one digest for all.
+    Returns (the live run's output, its steps, its digest)."""
+    run("09_live", ARGS + list(extra) + ["--max_steps", "3", "--save_interval", "1", "--ckpt_dir", f"{tmp}/ck"],
+        np=3, launcher="launch")
+    run("09_live", ARGS + list(extra) + ["--resume", f"{tmp}/ck/checkpoint.bin", "--ckpt_dir", f"{tmp}/r",
+                                         "--metrics", f"{tmp}/res_{{rank}}.jsonl"], np=2, launcher="launch")
+    p, out = live(tmp, tag, 3, extra=extra, kill="2:4")
+    rc, text = finish(p, out)
+    if rc != 0:
+        raise Failure(f"{' '.join(extra)}: the survivors did not finish (status {rc}):\n{text}")
+    steps, losses = step_losses(f"{tmp}/{tag}_0.jsonl")
+    rsteps, rlosses = step_losses(f"{tmp}/res_0.jsonl")
+    got, want = digests(f"{tmp}/{tag}_", 2), digests(f"{tmp}/res_", 2)
+    if rsteps != steps[3:] or rlosses != losses[3:] or set(got) != set(want) or len(set(got)) != 1:
+        raise Failure(f"{' '.join(extra)}: shrink != resume (I2): losses from step 4 {losses[3:6]}... vs the "
+                      f"resumed run's {rlosses[:3]}... (steps {rsteps[:3]}...); digests {got} vs {want}")
+    return text, steps, got[0]
+
+
 @scenario(processors=2, labels=("fault", "parity"), needs=("gloo",), timeout=300)
 def live_shrink_equals_resume(tmp):
     """3 replicas, replica 2 SIGKILLed as it starts step 4: replicas 0 and 1 commit steps 1..12 once each
     and end with the digest and losses of a 2-rank run --resume'd from the 3-rank run's step-3
     checkpoint (I2, I3); their new quorum comes within --join_timeout + 1 s (I6)."""
-    run("09_live", ARGS + ["--max_steps", "3", "--save_interval", "1", "--ckpt_dir", f"{tmp}/ck"], np=3,
-        launcher="launch")
-    run("09_live", ARGS + ["--resume", f"{tmp}/ck/checkpoint.bin", "--ckpt_dir", f"{tmp}/r",
-                           "--metrics", f"{tmp}/res_{{rank}}.jsonl"], np=2, launcher="launch")
-    p, out = live(tmp, "live", 3, kill="2:4")
-    rc, text = finish(p, out)
-    if rc != 0:
-        raise Failure(f"the survivors did not finish (status {rc}):\n{text}")
+    text, steps, digest = shrink_and_resume(tmp, "live")
     for r in (0, 1):
         if f"(replica {r}): step 4: " not in text or "-> step 4 not committed" not in text:
             raise Failure(f"replica {r} did not report its failed step 4:\n{text}")
     if "replica 2 exited on SIGKILL" not in text:
         raise Failure(f"launch.sh did not name the dead replica:\n{text}")
-    steps, losses = step_losses(f"{tmp}/live_0.jsonl")
     if steps != list(range(1, 13)):
         raise Failure(f"the survivors committed steps {steps}, want 1..12 once each, in order (I3)")
-    rsteps, rlosses = step_losses(f"{tmp}/res_0.jsonl")
-    if rsteps != steps[3:] or rlosses != losses[3:]:
-        raise Failure(f"shrink != resume (I2): losses from step 4 {losses[3:6]}... vs the resumed run's "
-                      f"{rlosses[:3]}... (steps {rsteps[:3]}...)")
-    got, want = digests(f"{tmp}/live_", 2), digests(f"{tmp}/res_", 2)
-    if set(got) != set(want) or len(set(got)) != 1:
-        raise Failure(f"shrink != resume (I2): survivors' digests {got}, the resumed run's {want}")
     times = recovery_times(text)
     if len(times) != 2 or any(q + c > 0.5 + 1.0 for _, q, c in times):
         raise Failure(f"recovery phases {times}: want 2 survivors, quorum + reconnect within --join_timeout "
                       f"0.5 + 1 s (I6):\n{text}")
-    print(f"killed at step 4: survivors = 2-rank resume from step 3, digest {got[0]}, losses {losses[3:5]}...;"
-          f" phases (detect, quorum, reconnect) {times}")
+    print(f"killed at step 4: survivors = 2-rank resume from step 3, digest {digest}; phases (detect, quorum, "
+          f"reconnect) {times}")
 
 
 @scenario(processors=2, labels=("fault", "parity"), needs=("gloo",), timeout=300)
@@ -349,22 +356,9 @@ def live_per_rank_batch(tmp):
     cursor counts blocks of 96), and epoch 2 takes 32 per rank, G = 64: 9 steps instead of 6, the change
     said in one line. The survivors equal a 2-rank --resume from step 3 with --ft_batch per_rank, bit
     for bit (I2 under per_rank)."""
-    per_rank = ["--ft_batch", "per_rank"]
-    run("09_live", ARGS + per_rank + ["--max_steps", "3", "--save_interval", "1", "--ckpt_dir", f"{tmp}/ck"],
-        np=3, launcher="launch")
-    run("09_live", ARGS + per_rank + ["--resume", f"{tmp}/ck/checkpoint.bin", "--ckpt_dir", f"{tmp}/r",
-                                      "--metrics", f"{tmp}/res_{{rank}}.jsonl"], np=2, launcher="launch")
-    p, out = live(tmp, "pr", 3, extra=per_rank, kill="2:4")
-    rc, text = finish(p, out)
-    if rc != 0:
-        raise Failure(f"--ft_batch per_rank: the survivors did not finish (status {rc}):\n{text}")
+    text, steps, digest = shrink_and_resume(tmp, "pr", ["--ft_batch", "per_rank"])
     if "--ft_batch per_rank: 64 samples per step from here on (was 96)" not in text:
         raise Failure(f"the change of the global batch was not said:\n{text}")
-    steps, losses = step_losses(f"{tmp}/pr_0.jsonl")
     if steps != list(range(1, 16)):
         raise Failure(f"committed steps {steps}: want 1..15 (6 of G 96, then 9 of G 64)")
-    rsteps, rlosses = step_losses(f"{tmp}/res_0.jsonl")
-    got, want = digests(f"{tmp}/pr_", 2), digests(f"{tmp}/res_", 2)
-    if rsteps != steps[3:] or rlosses != losses[3:] or set(got) != set(want):
-        raise Failure(f"per_rank: shrink != resume: digests {got} vs {want}, steps {rsteps[:3]}... vs {steps[3:6]}...")
-    print(f"--ft_batch per_rank: G 96 to the end of epoch 1, then 64 (15 steps); = the resumed run, digest {got[0]}")
+    print(f"--ft_batch per_rank: G 96 to the end of epoch 1, then 64 (15 steps); = the resumed run, digest {digest}")
